@@ -1,0 +1,85 @@
+"""memsoda core: long-term memory retrieval for LLM agents, framework-neutral.
+
+Facts live in PostgreSQL + pgvector. `recall` runs three signals (vector similarity over
+anchor-enriched fact embeddings, the entity anchor, Postgres full-text keyword search) in one
+statement, fuses them by Reciprocal Rank Fusion and renders a deterministic block for a prompt.
+"""
+
+from .async_memory import AsyncMemory
+from .embedders import Embedder, LocalEmbedder, default_embedder
+from .errors import (
+    ConfidenceError,
+    ConfigurationError,
+    DateError,
+    EmbedderMismatchError,
+    EmbeddingError,
+    EmptyFieldError,
+    ImportFormatError,
+    IntervalError,
+    InvalidTextError,
+    LimitError,
+    MemsodaError,
+    NotFoundError,
+    SchemaError,
+    ScopeError,
+    StoreError,
+    StoreUnavailableError,
+    TextTooLongError,
+    ValidationError,
+)
+from .memory import Memory
+from .models import (
+    LITERAL,
+    Entity,
+    Episode,
+    EpisodeInput,
+    Fact,
+    FactInput,
+    ImportReport,
+    RecallResult,
+    ScoredFact,
+    SignalHit,
+)
+from .options import RecallOptions
+from .synthesis import OpenAISynthesizer, Synthesizer
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "LITERAL",
+    "AsyncMemory",
+    "ConfidenceError",
+    "ConfigurationError",
+    "DateError",
+    "Embedder",
+    "EmbedderMismatchError",
+    "EmbeddingError",
+    "EmptyFieldError",
+    "Entity",
+    "Episode",
+    "EpisodeInput",
+    "Fact",
+    "FactInput",
+    "ImportFormatError",
+    "ImportReport",
+    "IntervalError",
+    "InvalidTextError",
+    "LimitError",
+    "LocalEmbedder",
+    "Memory",
+    "MemsodaError",
+    "NotFoundError",
+    "OpenAISynthesizer",
+    "RecallOptions",
+    "RecallResult",
+    "SchemaError",
+    "ScopeError",
+    "ScoredFact",
+    "SignalHit",
+    "StoreError",
+    "StoreUnavailableError",
+    "Synthesizer",
+    "TextTooLongError",
+    "ValidationError",
+    "default_embedder",
+]

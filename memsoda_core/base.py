@@ -1,0 +1,355 @@
+"""What `Memory` and `AsyncMemory` share: argument checking, operation building, the query-embedding
+cache, connection settings and error translation. The two classes add only the I/O lines."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+import psycopg
+from psycopg import sql
+
+from . import ops
+from .embedders import Embedder, check_vectors, default_embedder
+from .errors import (
+    ConfigurationError,
+    EmbeddingError,
+    MemsodaError,
+    StoreError,
+    StoreUnavailableError,
+    ValidationError,
+)
+from .models import EpisodeInput, FactInput, ImportReport, IncludeOption, RecallResult
+from .ops import StoreInfo
+from .options import DEFAULT_OPTIONS, RecallOptions
+from .steps import Operation
+from .synthesis import Synthesizer, as_synthesizer
+from .validation import (
+    Scope,
+    ValidEpisode,
+    ValidFact,
+    check_entity_name,
+    check_query,
+    check_scope,
+    parse_time,
+)
+
+INCLUDE_OPTIONS: frozenset[str] = frozenset({"raw", "episodes", "synthesis"})
+
+SESSION_SETTINGS = (
+    # Filtered HNSW scans stop early and under-fill a tenant's top-k; iterative scans keep going.
+    sql.SQL("SET hnsw.iterative_scan = relaxed_order"),
+    sql.SQL("SET hnsw.ef_search = 100"),
+)
+"""Run on every new pooled connection."""
+
+CONNECTION_KWARGS: dict[str, Any] = {
+    # Automatic prepared statements share one generic plan across tenants of very different sizes
+    # (measured 110 ms instead of 11 ms); always plan with the actual parameters.
+    "prepare_threshold": None,
+    "autocommit": False,
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    """Where the store is: a DSN, and the embedded server's data dir when we started one."""
+
+    dsn: str
+    pgdata: Path | None
+
+
+def resolve_target(dsn: str | None, home: str | os.PathLike[str] | None) -> Target:
+    """`dsn`, else `MEMSODA_DSN`, else the embedded server under `home` / `MEMSODA_HOME`."""
+    chosen = dsn or os.environ.get("MEMSODA_DSN")
+    if chosen:
+        return Target(dsn=chosen, pgdata=None)
+    from . import server
+
+    pgdata, uri = server.acquire(Path(home) if home is not None else None)
+    return Target(dsn=uri, pgdata=pgdata)
+
+
+def release_target(target: Target) -> None:
+    if target.pgdata is not None:
+        from . import server
+
+        server.release(target.pgdata)
+
+
+def check_schema_name(schema: str) -> str:
+    if not isinstance(schema, str) or not schema or len(schema) > 63:
+        raise ConfigurationError("schema must be a non-empty name of at most 63 characters")
+    return schema
+
+
+def translate_db_error(exc: BaseException) -> MemsodaError:
+    """A database or pool error as a documented memsoda error."""
+    from psycopg_pool import PoolTimeout
+
+    if isinstance(exc, PoolTimeout):
+        return StoreUnavailableError(f"no database connection became free in time ({exc}); raise pool_size or pool_timeout")
+    if isinstance(exc, psycopg.OperationalError):
+        return StoreUnavailableError(f"PostgreSQL is unavailable: {str(exc).strip()}")
+    return StoreError(f"the database rejected the operation: {str(exc).strip()}")
+
+
+class EmbeddingCache:
+    """A bounded LRU of query embeddings: identical query texts are embedded once."""
+
+    def __init__(self, size: int = 1024) -> None:
+        self._size = size
+        self._items: OrderedDict[str, list[float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, text: str) -> list[float] | None:
+        with self._lock:
+            vector = self._items.get(text)
+            if vector is not None:
+                self._items.move_to_end(text)
+            return vector
+
+    def put(self, text: str, vector: list[float]) -> None:
+        if self._size <= 0:
+            return
+        with self._lock:
+            self._items[text] = vector
+            self._items.move_to_end(text)
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+
+
+def check_embedder(embedder: Embedder | None) -> Embedder:
+    chosen = embedder if embedder is not None else default_embedder()
+    for attribute in ("embed_documents", "embed_query", "aembed_documents", "aembed_query", "model", "dimensions"):
+        if not hasattr(chosen, attribute):
+            raise ConfigurationError(
+                f"embedder {type(chosen).__name__} lacks {attribute!r}; wrap LangChain or LlamaIndex models with "
+                "memsoda_langchain.LangChainEmbedder / memsoda_llamaindex.LlamaIndexEmbedder"
+            )
+    return chosen
+
+
+def embedding_failure(exc: BaseException) -> EmbeddingError:
+    if isinstance(exc, EmbeddingError):
+        return exc
+    if isinstance(exc, TimeoutError):
+        return EmbeddingError("the embedder timed out")
+    return EmbeddingError(f"the embedder failed: {type(exc).__name__}: {exc}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParsedImport:
+    """A validated JSONL file, ready to write."""
+
+    scope: Scope
+    facts: list[ValidFact]
+    episodes: list[ValidEpisode]
+    errors: list[tuple[int, str]]
+
+    @property
+    def total(self) -> int:
+        return len(self.facts) + len(self.episodes)
+
+    def report(self, facts: int, episodes: int) -> ImportReport:
+        return ImportReport(facts=facts, episodes=episodes, skipped=len(self.errors), errors=tuple(self.errors))
+
+
+class MemoryBase:
+    """State and operation builders shared by Memory and AsyncMemory."""
+
+    _info: StoreInfo
+    _embedder: Embedder
+    _options: RecallOptions
+    _synthesizer: Synthesizer | None
+    _cache: EmbeddingCache
+    _target: Target
+
+    def _setup(
+        self,
+        *,
+        info: StoreInfo,
+        embedder: Embedder,
+        options: RecallOptions | None,
+        synthesizer: Any,
+        target: Target,
+        cache_size: int,
+    ) -> None:
+        self._info = info
+        self._embedder = embedder
+        self._options = options or DEFAULT_OPTIONS
+        self._synthesizer = as_synthesizer(synthesizer)
+        self._cache = EmbeddingCache(cache_size)
+        self._target = target
+
+    @property
+    def options(self) -> RecallOptions:
+        """Default recall options of this memory (frozen; pass `options=` to recall for variants)."""
+        return self._options
+
+    @property
+    def embedder(self) -> Embedder:
+        return self._embedder
+
+    @property
+    def dsn(self) -> str:
+        """The connection string in use (the embedded server's socket URI when embedded)."""
+        return self._target.dsn
+
+    @property
+    def info(self) -> StoreInfo:
+        """Schema name, embedding model and dimension of the open store."""
+        return self._info
+
+    @staticmethod
+    def _now() -> datetime:
+        return datetime.now(UTC)
+
+    # Operation builders: validate arguments here, eagerly, so bad input raises at the call.
+
+    def _add_facts_op(
+        self, facts: Sequence[FactInput | Mapping[str, Any]], dataset: str, project: str
+    ) -> Operation[list[int]]:
+        return ops.add_facts(self._info, check_scope(dataset, project), facts, now=self._now())
+
+    def _invalidate_op(self, fact_id: int, dataset: str, project: str, at: Any) -> Operation[bool]:
+        return ops.invalidate(self._info, check_scope(dataset, project), fact_id, at=at, now=self._now())
+
+    def _supersede_op(
+        self, fact_id: int, new_fact: FactInput | Mapping[str, Any], dataset: str, project: str
+    ) -> Operation[int]:
+        return ops.supersede(self._info, check_scope(dataset, project), fact_id, new_fact, now=self._now())
+
+    def _add_episodes_op(
+        self, episodes: Sequence[EpisodeInput | Mapping[str, Any]], dataset: str, project: str
+    ) -> Operation[list[int]]:
+        return ops.add_episodes(self._info, check_scope(dataset, project), episodes, now=self._now())
+
+    def _forget_op(self, dataset: str, project: str, entity: str | None) -> Operation[int]:
+        scope = check_scope(dataset, project)
+        name = None if entity is None else check_entity_name(entity)
+        return ops.forget(self._info, scope, name)
+
+    def _recall_op(
+        self,
+        query: str | None,
+        *,
+        dataset: str,
+        project: str,
+        include: Iterable[str],
+        query_embedding: Sequence[float] | None,
+        as_of: Any,
+        options: RecallOptions | None,
+        overrides: dict[str, Any],
+    ) -> Operation[RecallResult]:
+        scope = check_scope(dataset, project)
+        text = check_query(query)
+        chosen = (options or self._options).with_overrides({k: v for k, v in overrides.items() if v is not None})
+        if isinstance(include, str):
+            include = (include,)
+        wanted = frozenset(include)
+        unknown = sorted(wanted - INCLUDE_OPTIONS)
+        if unknown:
+            raise ValidationError(f"unknown include option(s) {unknown}; use any of {sorted(INCLUDE_OPTIONS)}")
+        if "synthesis" in wanted and self._synthesizer is None:
+            raise ConfigurationError("include=['synthesis'] needs Memory.open(synthesizer=...)")
+        vector = None
+        if query_embedding is not None and text is not None:
+            try:
+                vector = check_vectors([query_embedding], count=1, dimensions=self._info.dimensions)[0]
+            except EmbeddingError as exc:
+                raise ValidationError(f"query_embedding is not usable: {exc}") from None
+        when = parse_time(as_of, "as_of")
+        typed: frozenset[IncludeOption] = wanted  # type: ignore[assignment]
+        return ops.recall(
+            self._info,
+            scope,
+            text,
+            options=chosen,
+            include=typed,
+            query_embedding=vector,
+            as_of=when,
+            now=self._now(),
+        )
+
+    def _parse_import(self, lines: Sequence[str], dataset: str, project: str, on_error: str) -> ParsedImport:
+        scope = check_scope(dataset, project)
+        facts, episodes, errors = ops.parse_jsonl(lines, now=self._now(), on_error=on_error)
+        return ParsedImport(scope=scope, facts=facts, episodes=episodes, errors=errors)
+
+    def _import_op(
+        self, parsed: ParsedImport, batch_size: int, progress: Callable[[int], None] | None
+    ) -> Operation[tuple[int, int]]:
+        return ops.import_records(
+            self._info, parsed.scope, parsed.facts, parsed.episodes, batch_size=batch_size, progress=progress
+        )
+
+    def _stats_op(self, dataset: str | None, project: str | None) -> Operation[list[dict[str, Any]]]:
+        return ops.stats(self._info, dataset, project)
+
+    def _export_op(self, sink: TextIO, dataset: str, project: str) -> Operation[int]:
+        return ops.export_jsonl(self._info, check_scope(dataset, project), sink)
+
+
+def open_args(embedder: Embedder | None, schema: str, text_search_config: str) -> dict[str, Any]:
+    """Arguments of `ops.open_store` for the chosen embedder (this may load a local model)."""
+    chosen = check_embedder(embedder)
+    return {
+        "embedder": chosen,
+        "op": {
+            "schema": check_schema_name(schema),
+            "model": str(chosen.model),
+            "dimensions": int(chosen.dimensions),
+            "text_search_config": text_search_config,
+        },
+    }
+
+
+@contextmanager
+def progress_callback(total: int, enabled: bool, description: str = "importing") -> Iterator[Callable[[int], None] | None]:
+    """A rich progress bar advanced by the returned callback, or None when disabled."""
+    if not enabled or total == 0:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=False
+    ) as bar:
+        task = bar.add_task(description, total=total)
+        yield lambda n: bar.advance(task, n)
+
+
+def read_jsonl(source: str | os.PathLike[str] | TextIO) -> list[str]:
+    """All lines of a JSONL file path or open text file."""
+    if isinstance(source, str | os.PathLike):
+        with open(source, encoding="utf-8") as handle:
+            return handle.readlines()
+    return source.readlines()
+
+
+@contextmanager
+def open_sink(target: str | os.PathLike[str] | TextIO) -> Iterator[TextIO]:
+    """Write to a path (created, utf-8) or to an already open text file."""
+    if isinstance(target, str | os.PathLike):
+        with open(target, "w", encoding="utf-8") as handle:
+            yield handle
+    else:
+        yield target
+
+
+IMPORT_ON_ERROR = ("raise", "skip")
+
+
+def check_import_args(on_error: str, batch_size: int) -> None:
+    if on_error not in IMPORT_ON_ERROR:
+        raise ValidationError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    if not 1 <= batch_size <= 10_000:
+        raise ValidationError(f"batch_size must be between 1 and 10000, got {batch_size}")

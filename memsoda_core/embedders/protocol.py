@@ -1,0 +1,62 @@
+"""The embedder protocol. It uses LangChain's method names, so many existing objects fit it."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from ..errors import EmbeddingError
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Anything that turns text into vectors of one fixed model and dimension."""
+
+    @property
+    def model(self) -> str:
+        """A stable identifier of the model, recorded in the store."""
+        ...
+
+    @property
+    def dimensions(self) -> int:
+        """Length of every vector."""
+        ...
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """One vector per text, in order."""
+        ...
+
+    def embed_query(self, text: str) -> list[float]:
+        """The vector of a search query."""
+        ...
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        """Async `embed_documents`."""
+        ...
+
+    async def aembed_query(self, text: str) -> list[float]:
+        """Async `embed_query`."""
+        ...
+
+
+def check_vectors(vectors: object, *, count: int, dimensions: int) -> list[list[float]]:
+    """Vectors as returned by an embedder, checked: the right count, the right length, all finite.
+
+    Raises EmbeddingError naming what is wrong, so a bad embedder never writes a bad row."""
+    if not isinstance(vectors, Sequence) and not hasattr(vectors, "__len__"):
+        raise EmbeddingError(f"embedder returned {type(vectors).__name__}, expected a list of vectors")
+    rows = list(vectors)  # type: ignore[call-overload]
+    if len(rows) != count:
+        raise EmbeddingError(f"embedder returned {len(rows)} vectors for {count} texts")
+    checked: list[list[float]] = []
+    for row in rows:
+        values = [float(x) for x in row]
+        if len(values) != dimensions:
+            raise EmbeddingError(f"embedder returned a vector of dimension {len(values)}, expected {dimensions}")
+        if not all(math.isfinite(x) for x in values):
+            raise EmbeddingError("embedder returned a vector with NaN or infinite values")
+        if not any(values):
+            raise EmbeddingError("embedder returned an all-zero vector, which has no cosine direction")
+        checked.append(values)
+    return checked

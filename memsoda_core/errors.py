@@ -1,0 +1,122 @@
+"""The errors memsoda raises. Every one derives from :class:`MemsodaError`.
+
+::
+
+    MemsodaError
+    ├── ValidationError            bad input; nothing was written
+    │   ├── ScopeError             missing or invalid dataset / project
+    │   ├── EmptyFieldError        empty subject, predicate, object, text, ...
+    │   ├── ConfidenceError        confidence outside 0..1
+    │   ├── DateError              unparseable date, or a timezone-less value we cannot read
+    │   ├── IntervalError          invalid_at at or before valid_at
+    │   ├── TextTooLongError       a string over its documented limit
+    │   ├── InvalidTextError       NUL bytes or unencodable (lone surrogate) characters
+    │   ├── LimitError             a batch, k or query over its documented maximum
+    │   └── ImportFormatError      a JSONL line that is not a valid record
+    ├── NotFoundError              a fact id that does not exist in the given scope
+    ├── EmbeddingError             the embedder failed, timed out or returned bad vectors
+    ├── EmbedderMismatchError      the store was created with another embedding model or dimension
+    ├── StoreError                 the database could not do what was asked
+    │   ├── StoreUnavailableError  PostgreSQL cannot be reached, or no pooled connection was free
+    │   └── SchemaError            the schema is newer than this memsoda, or pgvector is missing
+    └── ConfigurationError         an option or environment variable is wrong
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfidenceError",
+    "ConfigurationError",
+    "DateError",
+    "EmbedderMismatchError",
+    "EmbeddingError",
+    "EmptyFieldError",
+    "ImportFormatError",
+    "IntervalError",
+    "InvalidTextError",
+    "LimitError",
+    "MemsodaError",
+    "NotFoundError",
+    "SchemaError",
+    "ScopeError",
+    "StoreError",
+    "StoreUnavailableError",
+    "TextTooLongError",
+    "ValidationError",
+]
+
+
+class MemsodaError(Exception):
+    """Base class of every error memsoda raises on purpose."""
+
+
+class ValidationError(MemsodaError, ValueError):
+    """Input was rejected before anything was written."""
+
+
+class ScopeError(ValidationError):
+    """`dataset` or `project` is missing, empty or not a string."""
+
+
+class EmptyFieldError(ValidationError):
+    """A required text field is empty or only whitespace."""
+
+
+class ConfidenceError(ValidationError):
+    """`confidence` is not a number between 0 and 1."""
+
+
+class DateError(ValidationError):
+    """A date or datetime could not be understood."""
+
+
+class IntervalError(ValidationError):
+    """`invalid_at` is at or before `valid_at`."""
+
+
+class TextTooLongError(ValidationError):
+    """A string is longer than its documented maximum (see `memsoda_core.limits`)."""
+
+
+class InvalidTextError(ValidationError):
+    """A string holds characters PostgreSQL cannot store (NUL, lone surrogates)."""
+
+
+class LimitError(ValidationError):
+    """A batch size, `k` or other count is outside its documented range."""
+
+
+class ImportFormatError(ValidationError):
+    """A JSONL import line is not a valid record."""
+
+    def __init__(self, message: str, *, line: int | None = None) -> None:
+        super().__init__(message if line is None else f"line {line}: {message}")
+        self.line = line
+
+
+class NotFoundError(MemsodaError, LookupError):
+    """The referenced fact does not exist in the given dataset/project."""
+
+
+class EmbeddingError(MemsodaError):
+    """The embedder raised, timed out, or returned vectors of the wrong shape or with NaN."""
+
+
+class EmbedderMismatchError(MemsodaError):
+    """The store holds vectors of another embedding model or dimension."""
+
+
+class StoreError(MemsodaError):
+    """The database failed to do what was asked."""
+
+
+class StoreUnavailableError(StoreError):
+    """PostgreSQL could not be reached, or no pooled connection became free in time."""
+
+
+class SchemaError(StoreError):
+    """The schema cannot be used by this version (newer version, pgvector missing)."""
+
+
+class ConfigurationError(MemsodaError):
+    """An option or environment variable has an invalid value."""

@@ -1,0 +1,273 @@
+"""`Memory`: the synchronous store. Only the lines that do I/O live here; see `base` and `ops`."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import ExitStack
+from types import TracebackType
+from typing import Any, TextIO, TypeVar
+
+import psycopg
+from pgvector.psycopg import register_vector
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from .base import (
+    CONNECTION_KWARGS,
+    SESSION_SETTINGS,
+    MemoryBase,
+    check_import_args,
+    embedding_failure,
+    open_args,
+    open_sink,
+    progress_callback,
+    read_jsonl,
+    release_target,
+    resolve_target,
+    translate_db_error,
+)
+from .embedders import Embedder, check_vectors
+from .errors import MemsodaError
+from .models import EpisodeInput, FactInput, ImportReport, RecallResult
+from .ops import open_store
+from .options import RecallOptions
+from .steps import EmbedDocuments, EmbedQuery, Execute, Operation, Synthesize
+
+T = TypeVar("T")
+
+
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    register_vector(conn)
+    for statement in SESSION_SETTINGS:
+        conn.execute(statement)
+    conn.commit()
+
+
+class Memory(MemoryBase):
+    """Long-term memory of facts in PostgreSQL + pgvector. Open with `Memory.open()`."""
+
+    _pool: ConnectionPool[psycopg.Connection[Any]]
+    _executor: concurrent.futures.ThreadPoolExecutor
+
+    @classmethod
+    def open(
+        cls,
+        dsn: str | None = None,
+        embedder: Embedder | None = None,
+        *,
+        home: str | os.PathLike[str] | None = None,
+        schema: str = "memsoda",
+        options: RecallOptions | None = None,
+        synthesizer: Any = None,
+        pool_size: int = 10,
+        pool_timeout: float = 10.0,
+        text_search_config: str = "english",
+        cache_size: int = 1024,
+    ) -> Memory:
+        """Open (creating or upgrading the schema) the store at `dsn`, `MEMSODA_DSN`, or the embedded
+        server under `home` / `MEMSODA_HOME`. `embedder` defaults to OpenAI when `OPENAI_API_KEY` is
+        set, else the offline all-MiniLM-L6-v2 model."""
+        args = open_args(embedder, schema, text_search_config)
+        target = resolve_target(dsn, home)
+        self = cls()
+        try:
+            with psycopg.connect(target.dsn, **CONNECTION_KWARGS) as conn:
+                info = self._drive(open_store(**args["op"]), lambda: conn)
+            self._pool = ConnectionPool(
+                target.dsn,
+                min_size=1,
+                max_size=pool_size,
+                timeout=pool_timeout,
+                kwargs=CONNECTION_KWARGS,
+                configure=_configure,
+                check=ConnectionPool.check_connection,
+                open=True,
+            )
+        except psycopg.Error as exc:
+            release_target(target)
+            raise translate_db_error(exc) from exc
+        except BaseException:
+            release_target(target)
+            raise
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="memsoda-embed")
+        self._setup(
+            info=info,
+            embedder=args["embedder"],
+            options=options,
+            synthesizer=synthesizer,
+            target=target,
+            cache_size=cache_size,
+        )
+        return self
+
+    def close(self) -> None:
+        """Close the pool, and stop the embedded server if this was its last user."""
+        self._pool.close()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        release_target(self._target)
+
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # --- the runner: the only place that does I/O --------------------------------------------------
+
+    def _run(self, op: Operation[T]) -> T:
+        with ExitStack() as stack:
+            conns: list[psycopg.Connection[Any]] = []
+
+            def connection() -> psycopg.Connection[Any]:
+                if not conns:
+                    conns.append(stack.enter_context(self._pool.connection()))
+                return conns[0]
+
+            try:
+                return self._drive(op, connection)
+            except (psycopg.Error, PoolTimeout) as exc:
+                raise translate_db_error(exc) from exc
+
+    def _drive(self, op: Operation[T], connection: Any) -> T:
+        reply: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                request = op.throw(error) if error is not None else op.send(reply)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            reply, error = None, None
+            if isinstance(request, Execute):
+                with connection().cursor() as cursor:
+                    cursor.execute(request.statement, request.params)
+                    reply = cursor.fetchall() if cursor.description is not None else []
+            elif isinstance(request, EmbedQuery | EmbedDocuments):
+                try:
+                    reply = self._embed(request)
+                except MemsodaError as exc:
+                    error = exc
+            elif isinstance(request, Synthesize):
+                try:
+                    assert self._synthesizer is not None
+                    reply = self._synthesizer.synthesize(request.context, request.query)
+                except Exception as exc:  # noqa: BLE001 - handed to the operation, which records it
+                    error = exc
+
+    def _embed(self, request: EmbedQuery | EmbedDocuments) -> list[Any]:
+        dims = self._info.dimensions
+        if isinstance(request, EmbedDocuments):
+            try:
+                vectors = self._embedder.embed_documents(list(request.texts))
+            except Exception as exc:  # noqa: BLE001 - any embedder failure is an EmbeddingError
+                raise embedding_failure(exc) from exc
+            return check_vectors(vectors, count=len(request.texts), dimensions=dims)
+        cached = self._cache.get(request.text)
+        if cached is not None:
+            return cached
+        future = self._executor.submit(self._embedder.embed_query, request.text)
+        try:
+            vector = future.result(timeout=request.timeout_s)
+        except Exception as exc:  # noqa: BLE001 - timeouts and embedder errors alike
+            raise embedding_failure(exc) from exc
+        (checked,) = check_vectors([vector], count=1, dimensions=dims)
+        self._cache.put(request.text, checked)
+        return checked
+
+    # --- public API --------------------------------------------------------------------------------
+
+    def add_facts(
+        self, facts: Sequence[FactInput | Mapping[str, Any]], *, dataset: str, project: str
+    ) -> list[int]:
+        """Store facts (dicts or FactInput) in one transaction with one embedding call; returns
+        their ids in input order. Invalid input raises before anything is written."""
+        return self._run(self._add_facts_op(facts, dataset, project))
+
+    def invalidate(self, fact_id: int, *, dataset: str, project: str, at: Any = None) -> bool:
+        """End a fact's validity at `at` (default now). False if it had already ended by then."""
+        return self._run(self._invalidate_op(fact_id, dataset, project, at))
+
+    def supersede(
+        self, fact_id: int, new_fact: FactInput | Mapping[str, Any], *, dataset: str, project: str
+    ) -> int:
+        """Store `new_fact` and end `fact_id` at its valid_at, atomically; returns the new id."""
+        return self._run(self._supersede_op(fact_id, new_fact, dataset, project))
+
+    def add_episodes(
+        self, episodes: Sequence[EpisodeInput | Mapping[str, Any]], *, dataset: str, project: str
+    ) -> list[int]:
+        """Store cross-thread episode summaries; returns their ids."""
+        return self._run(self._add_episodes_op(episodes, dataset, project))
+
+    def forget(self, *, dataset: str, project: str, entity: str | None = None) -> int:
+        """Delete an entity and every fact touching it, or the whole dataset/project when
+        `entity` is None. Returns the number of facts deleted."""
+        return self._run(self._forget_op(dataset, project, entity))
+
+    def recall(
+        self,
+        query: str | None = None,
+        *,
+        dataset: str,
+        project: str,
+        facts_in_context: int | None = None,
+        min_confidence: float | None = None,
+        anchor_vector_top_k: int | None = None,
+        anchor_vector_min: float | None = None,
+        rrf_k: int | None = None,
+        include: Iterable[str] = (),
+        query_embedding: Sequence[float] | None = None,
+        as_of: Any = None,
+        options: RecallOptions | None = None,
+    ) -> RecallResult:
+        """The facts that matter for `query`, fused from vector, entity-anchor and keyword signals
+        and rendered for a prompt. No query: the most recent live facts. Never raises for an
+        embedder failure: the result is then `degraded`."""
+        return self._run(
+            self._recall_op(
+                query,
+                dataset=dataset,
+                project=project,
+                include=include,
+                query_embedding=query_embedding,
+                as_of=as_of,
+                options=options,
+                overrides={
+                    "facts_in_context": facts_in_context,
+                    "min_confidence": min_confidence,
+                    "anchor_vector_top_k": anchor_vector_top_k,
+                    "anchor_vector_min": anchor_vector_min,
+                    "rrf_k": rrf_k,
+                },
+            )
+        )
+
+    def stats(self, *, dataset: str | None = None, project: str | None = None) -> list[dict[str, Any]]:
+        """Per scope: facts, live facts, entities, episodes."""
+        return self._run(self._stats_op(dataset, project))
+
+    def export_jsonl(self, target: str | os.PathLike[str] | TextIO, *, dataset: str, project: str) -> int:
+        """Write the scope's facts and episodes as JSON lines; returns the number of lines."""
+        with open_sink(target) as sink:
+            return self._run(self._export_op(sink, dataset, project))
+
+    def import_jsonl(
+        self,
+        source: str | os.PathLike[str] | TextIO,
+        *,
+        dataset: str,
+        project: str,
+        on_error: str = "raise",
+        batch_size: int = 500,
+        progress: bool = False,
+    ) -> ImportReport:
+        """Import JSON lines (as written by `export_jsonl`) in one transaction: every line is
+        validated first; `on_error="raise"` rejects the file at the first bad line (nothing
+        written), `"skip"` imports the rest and reports bad lines with their numbers."""
+        check_import_args(on_error, batch_size)
+        parsed = self._parse_import(read_jsonl(source), dataset, project, on_error)
+        with progress_callback(parsed.total, progress) as advance:
+            counts = self._run(self._import_op(parsed, batch_size, advance))
+        return parsed.report(*counts)

@@ -1,0 +1,187 @@
+"""Frozen value types: what goes into memory and what comes out of a recall."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+Signal = Literal["vector", "anchor", "keyword", "recent"]
+"""The ranked lists a recall can fuse. `recent` only appears when there is no query, or when the
+embedder failed and recall degraded to keyword + named anchors + recency."""
+
+IncludeOption = Literal["raw", "episodes", "synthesis"]
+
+LITERAL = "LITERAL"
+"""`object_type` of an object that is a value rather than an entity."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FactInput:
+    """A fact to store. Strings are taken as given; names are normalized on write.
+
+    `anchor` defaults to the object when it is an entity, else the subject.
+    `valid_at` defaults to now; `invalid_at=None` means "still true".
+    Dates may be `datetime`, `date` or ISO-8601 strings; naive values are read as UTC.
+    """
+
+    subject: str
+    predicate: str
+    object: str
+    subject_type: str = "OTHER"
+    object_type: str = "OTHER"
+    mentions: Sequence[str] = ()
+    anchor: str | None = None
+    valid_at: Any = None
+    invalid_at: Any = None
+    confidence: float = 1.0
+    source_quote: str | None = None
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> FactInput:
+        """Build from a dict with the same keys; unknown keys are rejected by the validator."""
+        return cls(**dict(data))
+
+
+@dataclass(frozen=True, kw_only=True)
+class EpisodeInput:
+    """A cross-thread summary to store."""
+
+    text: str
+    thread_id: str | None = None
+    created_at: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fact:
+    """A stored fact."""
+
+    id: int
+    dataset: str
+    project: str
+    subject: str
+    predicate: str
+    object: str
+    object_type: str
+    anchor: str
+    anchor_type: str
+    mentions: tuple[str, ...]
+    valid_at: datetime
+    invalid_at: datetime | None
+    confidence: float
+    source_quote: str | None
+    created_at: datetime
+
+    @property
+    def text(self) -> str:
+        """`subject predicate object`, as rendered."""
+        return f"{self.subject} {self.predicate} {self.object}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SignalHit:
+    """Why one signal put a fact on its list."""
+
+    signal: Signal
+    rank: int
+    """1-based position in that signal's ranked list."""
+    reason: str
+    similarity: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScoredFact:
+    """A fact with its fused score and, per signal, the rank and reason that earned it."""
+
+    fact: Fact
+    score: float
+    hits: tuple[SignalHit, ...]
+
+    @property
+    def ranks(self) -> dict[str, int]:
+        """Signal name -> 1-based rank in that signal's list."""
+        return {hit.signal: hit.rank for hit in self.hits}
+
+    @property
+    def reasons(self) -> dict[str, str]:
+        """Signal name -> why that signal picked the fact."""
+        return {hit.signal: hit.reason for hit in self.hits}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-serializable data (dates as ISO-8601 strings)."""
+        fact = asdict(self.fact)
+        fact["mentions"] = list(self.fact.mentions)
+        fact["text"] = self.fact.text
+        for key in ("valid_at", "invalid_at", "created_at"):
+            value = fact[key]
+            fact[key] = value.isoformat() if value is not None else None
+        fact["score"] = self.score
+        fact["ranks"] = self.ranks
+        fact["reasons"] = self.reasons
+        return fact
+
+
+@dataclass(frozen=True, kw_only=True)
+class Entity:
+    """An entity named by rendered facts."""
+
+    name: str
+    type: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Episode:
+    """A stored episode summary, with its similarity to the query when recalled."""
+
+    id: int
+    thread_id: str | None
+    text: str
+    created_at: datetime
+    similarity: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-serializable data."""
+        data = asdict(self)
+        data["created_at"] = self.created_at.isoformat()
+        return data
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecallResult:
+    """What `recall` returns. Guard for `context == ""`: it means nothing matched."""
+
+    context: str
+    facts: tuple[ScoredFact, ...]
+    entities: tuple[Entity, ...]
+    episodes: tuple[Episode, ...] = ()
+    synthesis: str | None = None
+    degraded: bool = False
+    degraded_reason: str | None = None
+    timings_ms: Mapping[str, float] = field(default_factory=dict)
+    errors: Mapping[str, str] = field(default_factory=dict)
+    """Optional parts that failed without failing the recall, e.g. `{"synthesis": "..."}`."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-serializable data."""
+        return {
+            "context": self.context,
+            "facts": [fact.to_dict() for fact in self.facts],
+            "entities": [asdict(entity) for entity in self.entities],
+            "episodes": [episode.to_dict() for episode in self.episodes],
+            "synthesis": self.synthesis,
+            "degraded": self.degraded,
+            "degraded_reason": self.degraded_reason,
+            "timings_ms": dict(self.timings_ms),
+            "errors": dict(self.errors),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImportReport:
+    """Counts from a JSONL import. `errors` holds (line number, message) of skipped lines."""
+
+    facts: int
+    episodes: int
+    skipped: int
+    errors: tuple[tuple[int, str], ...] = ()

@@ -1,0 +1,454 @@
+"""Every Memory operation as a sans-I/O generator, shared by `Memory` and `AsyncMemory`.
+
+An operation yields `steps` requests and receives their results; it runs in one transaction that
+the runner opens at the first `Execute` and commits when the operation returns (rolled back if it
+raises). Embedding requests come before the first `Execute`, so no connection is held while a
+model runs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any, TextIO
+
+import numpy as np
+
+from . import schema as ddl
+from . import sql_write
+from .errors import (
+    EmbedderMismatchError,
+    EmbeddingError,
+    ImportFormatError,
+    IntervalError,
+    NotFoundError,
+    SchemaError,
+    ValidationError,
+)
+from .models import EpisodeInput, FactInput, IncludeOption, RecallResult
+from .options import RecallOptions
+from .recall import assemble, decode_episodes, decode_fact, fuse_rows, plan_for, statement_params
+from .sql_recall import episodes_statement, recall_statement, recent_episodes_statement
+from .steps import EmbedDocuments, EmbedQuery, Execute, Operation, Synthesize
+from .validation import (
+    Scope,
+    ValidEpisode,
+    ValidFact,
+    check_batch_size,
+    parse_time,
+    validate_episode,
+    validate_facts,
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoreInfo:
+    """What an open store is: where its tables live and which vector space they hold."""
+
+    schema: str
+    model: str
+    dimensions: int
+    text_search_config: str
+
+
+def _vectors(rows: Sequence[Sequence[float]]) -> list[np.ndarray[Any, np.dtype[np.float32]]]:
+    return [np.asarray(row, dtype=np.float32) for row in rows]
+
+
+# --- opening -------------------------------------------------------------------------------------
+
+
+def open_store(
+    *, schema: str, model: str, dimensions: int, text_search_config: str
+) -> Operation[StoreInfo]:
+    """Create or upgrade the schema (under an advisory lock), then check the embedder matches."""
+    statement, params = ddl.lock_statement(schema)
+    yield Execute(statement, params)
+    for bootstrap in ddl.bootstrap_statements(schema):
+        yield Execute(bootstrap)
+    meta = dict((yield Execute(ddl.read_meta_statement(schema))))
+    current = int(meta.get("schema_version", 0))
+    if current > ddl.SCHEMA_VERSION:
+        raise SchemaError(
+            f"schema {schema!r} is at version {current}, newer than this memsoda supports "
+            f"({ddl.SCHEMA_VERSION}); upgrade memsoda"
+        )
+    if current == 0:
+        meta = {"model": model, "dimensions": str(dimensions), "text_search_config": text_search_config}
+    stored_model, stored_dims = meta["model"], int(meta["dimensions"])
+    if stored_model != model or stored_dims != dimensions:
+        raise EmbedderMismatchError(
+            f"this store holds {stored_dims}-dimensional vectors of {stored_model!r}, but the embedder is "
+            f"{model!r} with {dimensions} dimensions; open it with that embedder, or use another "
+            f"schema (schema=...) or MEMSODA_HOME for the new model"
+        )
+    shape = ddl.StoreShape(schema=schema, dimensions=stored_dims, text_search_config=meta["text_search_config"])
+    for version, migration in ddl.pending_migrations(current):
+        for statement_ in migration(shape):
+            yield Execute(statement_)
+        meta["schema_version"] = str(version)
+    for key, value in sorted(meta.items()):
+        yield Execute(ddl.write_meta_statement(schema), (key, value))
+    return StoreInfo(
+        schema=schema, model=stored_model, dimensions=stored_dims, text_search_config=shape.text_search_config
+    )
+
+
+# --- writing ----------------------------------------------------------------------------------------
+
+
+def _entity_rows(facts: Sequence[ValidFact]) -> tuple[list[str], list[str], list[int]]:
+    """Distinct entity names (sorted, so concurrent writers lock rows in one order), their types
+    (the first specific type seen wins over OTHER) and how many of these facts touch each."""
+    types: dict[str, str] = {}
+    touches: dict[str, int] = {}
+    for fact in facts:
+        typed = {fact.subject: fact.subject_type}
+        if fact.object_is_entity:
+            typed[fact.object] = fact.object_type
+        for name in fact.entity_roles():
+            kind = typed.get(name, "OTHER")
+            if types.get(name, "OTHER") == "OTHER":
+                types[name] = kind
+            touches[name] = touches.get(name, 0) + 1
+    names = sorted(types)
+    return names, [types[n] for n in names], [touches[n] for n in names]
+
+
+def write_facts(info: StoreInfo, scope: Scope, facts: Sequence[ValidFact]) -> Operation[list[int]]:
+    """One embedding call for the batch (facts and entity names), then the inserts."""
+    if not facts:
+        return []
+    names, types, touches = _entity_rows(facts)
+    texts = [fact.embedding_text for fact in facts]
+    vectors = yield EmbedDocuments(tuple(texts + names))
+    fact_vectors, name_vectors = _vectors(vectors[: len(texts)]), _vectors(vectors[len(texts) :])
+    base = {"dataset": scope.dataset, "project": scope.project}
+    rows = yield Execute(
+        sql_write.upsert_entities(info.schema),
+        {**base, "names": names, "types": types, "embeddings": name_vectors, "touches": touches},
+    )
+    entity_ids = {name: int(eid) for eid, name in rows}
+    id_rows = yield Execute(
+        sql_write.insert_facts(info.schema),
+        {
+            **base,
+            "subjects": [f.subject for f in facts],
+            "predicates": [f.predicate for f in facts],
+            "objects": [f.object for f in facts],
+            "object_types": [f.object_type for f in facts],
+            "subject_ids": [entity_ids[f.subject] for f in facts],
+            "object_ids": [entity_ids[f.object] if f.object_is_entity else None for f in facts],
+            "anchor_ids": [entity_ids[f.anchor] for f in facts],
+            "valid_ats": [f.valid_at for f in facts],
+            "invalid_ats": [f.invalid_at for f in facts],
+            "confidences": [f.confidence for f in facts],
+            "quotes": [f.source_quote for f in facts],
+            "embeddings": fact_vectors,
+        },
+    )
+    fact_ids = sorted(int(row[0]) for row in id_rows)
+    links = [
+        (fact_id, entity_ids[name], roles)
+        for fact_id, fact in zip(fact_ids, facts, strict=True)
+        for name, roles in fact.entity_roles().items()
+    ]
+    yield Execute(
+        sql_write.insert_fact_entities(info.schema),
+        {
+            **base,
+            "fact_ids": [link[0] for link in links],
+            "entity_ids": [link[1] for link in links],
+            "roles": [link[2] for link in links],
+        },
+    )
+    yield Execute(sql_write.bump_scope(info.schema), {**base, "delta": len(fact_ids)})
+    return fact_ids
+
+
+def add_facts(
+    info: StoreInfo, scope: Scope, facts: Sequence[FactInput | Mapping[str, Any]], *, now: datetime
+) -> Operation[list[int]]:
+    """Validate the whole batch, then write it in one transaction. Returns ids in input order."""
+    valid = validate_facts(facts, now=now)
+    return (yield from write_facts(info, scope, valid))
+
+
+def invalidate(info: StoreInfo, scope: Scope, fact_id: int, *, at: Any, now: datetime) -> Operation[bool]:
+    """Mark a fact no longer true from `at` (default now). False if it already ended by then."""
+    if isinstance(fact_id, bool) or not isinstance(fact_id, int):
+        raise ValidationError(f"fact_id must be an int, got {type(fact_id).__name__}")
+    when = parse_time(at, "at", default=now)
+    assert when is not None
+    params = {"dataset": scope.dataset, "project": scope.project, "id": fact_id, "at": when}
+    rows = yield Execute(sql_write.fact_interval(info.schema), params)
+    if not rows:
+        raise NotFoundError(f"no fact {fact_id} in dataset={scope.dataset!r} project={scope.project!r}")
+    valid_at, invalid_at = rows[0]
+    if when <= valid_at:
+        raise IntervalError(f"cannot invalidate fact {fact_id} at {when.isoformat()}: it only became valid at {valid_at.isoformat()}")
+    if invalid_at is not None and invalid_at <= when:
+        return False
+    changed = yield Execute(sql_write.invalidate_fact(info.schema), params)
+    return bool(changed)
+
+
+def supersede(
+    info: StoreInfo, scope: Scope, fact_id: int, new_fact: FactInput | Mapping[str, Any], *, now: datetime
+) -> Operation[int]:
+    """Store `new_fact` and end `fact_id` at the new fact's valid_at, in one transaction."""
+    (valid,) = validate_facts([new_fact], now=now)
+    (new_id,) = yield from write_facts(info, scope, [valid])
+    changed = yield from invalidate(info, scope, fact_id, at=valid.valid_at, now=now)
+    del changed
+    return new_id
+
+
+def add_episodes(
+    info: StoreInfo, scope: Scope, episodes: Sequence[EpisodeInput | Mapping[str, Any]], *, now: datetime
+) -> Operation[list[int]]:
+    """Validate and store episode summaries (one embedding call, one transaction)."""
+    if isinstance(episodes, Mapping | EpisodeInput) or not isinstance(episodes, Sequence):
+        raise ValidationError("episodes must be a list of dicts or EpisodeInput objects")
+    check_batch_size(len(episodes), "episodes")
+    valid = [validate_episode(item, now=now, position=i) for i, item in enumerate(episodes, start=1)]
+    return (yield from write_episodes(info, scope, valid))
+
+
+def write_episodes(info: StoreInfo, scope: Scope, episodes: Sequence[ValidEpisode]) -> Operation[list[int]]:
+    if not episodes:
+        return []
+    vectors = yield EmbedDocuments(tuple(e.text for e in episodes))
+    base = {"dataset": scope.dataset, "project": scope.project}
+    yield Execute(sql_write.ensure_scope(info.schema), base)
+    rows = yield Execute(
+        sql_write.insert_episodes(info.schema),
+        {
+            **base,
+            "thread_ids": [e.thread_id for e in episodes],
+            "texts": [e.text for e in episodes],
+            "created_ats": [e.created_at for e in episodes],
+            "embeddings": _vectors(vectors),
+        },
+    )
+    return sorted(int(row[0]) for row in rows)
+
+
+def forget(info: StoreInfo, scope: Scope, entity: str | None) -> Operation[int]:
+    """Delete an entity and every fact touching it, or (entity=None) the whole scope.
+    Returns the number of facts deleted."""
+    base: dict[str, Any] = {"dataset": scope.dataset, "project": scope.project}
+    if entity is None:
+        ((count,),) = yield Execute(sql_write.count_facts(info.schema), base)
+        for statement in sql_write.forget_scope(info.schema):
+            yield Execute(statement, base)
+        return int(count)
+    params = {**base, "name": entity}
+    ((count,),) = yield Execute(sql_write.forget_entity(info.schema), params)
+    yield Execute(sql_write.delete_entity(info.schema), params)
+    return int(count)
+
+
+# --- reading ----------------------------------------------------------------------------------------
+
+
+def recall(
+    info: StoreInfo,
+    scope: Scope,
+    query: str | None,
+    *,
+    options: RecallOptions,
+    include: frozenset[IncludeOption],
+    query_embedding: Sequence[float] | None,
+    as_of: datetime | None,
+    now: datetime,
+) -> Operation[RecallResult]:
+    """The three signals in one statement, RRF, grouping and rendering; see `recall.py`."""
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+    embedding: Sequence[float] | None = None
+    degraded: str | None = None
+    if query is not None:
+        if query_embedding is not None:
+            embedding = query_embedding
+        else:
+            try:
+                embedding = yield EmbedQuery(query, options.embed_timeout_s)
+            except EmbeddingError as exc:
+                degraded = f"embedding failed, recalled by keyword, named anchors and recency: {exc}"
+            timings["embed"] = _ms(started)
+    at = as_of or now
+    params = statement_params(
+        scope=scope,
+        query=query,
+        embedding=embedding,
+        at=at,
+        options=options,
+        text_search_config=info.text_search_config,
+    )
+    mark = time.perf_counter()
+    rows = yield Execute(recall_statement(info.schema, plan_for(query, embedding is not None, options)), params)
+    timings["query"] = _ms(mark)
+    mark = time.perf_counter()
+    scored = fuse_rows(rows, options)
+    timings["fuse"] = _ms(mark)
+    episodes = []
+    if "episodes" in include:
+        mark = time.perf_counter()
+        statement = episodes_statement if embedding is not None else recent_episodes_statement
+        episodes = decode_episodes((yield Execute(statement(info.schema), params)))
+        timings["episodes"] = _ms(mark)
+    mark = time.perf_counter()
+    result = assemble(scored, episodes=episodes, degraded_reason=degraded)
+    timings["render"] = _ms(mark)
+    synthesis: str | None = None
+    errors: dict[str, str] = {}
+    if "synthesis" in include and result.context:
+        mark = time.perf_counter()
+        try:
+            synthesis = yield Synthesize(result.context, query)
+        except Exception as exc:  # noqa: BLE001 - an optional extra must never fail the recall
+            errors["synthesis"] = f"{type(exc).__name__}: {exc}"
+        timings["synthesis"] = _ms(mark)
+    timings["total"] = _ms(started)
+    return replace(result, synthesis=synthesis, errors=errors, timings_ms=timings)
+
+
+def _ms(since: float) -> float:
+    return round((time.perf_counter() - since) * 1000, 3)
+
+
+def stats(info: StoreInfo, dataset: str | None, project: str | None) -> Operation[list[dict[str, Any]]]:
+    rows = yield Execute(sql_write.stats(info.schema), {"dataset": dataset, "project": project})
+    keys = ("dataset", "project", "facts", "live_facts", "entities", "episodes")
+    return [dict(zip(keys, row, strict=True)) for row in rows]
+
+
+# --- JSONL ------------------------------------------------------------------------------------------
+
+_EXPORT_PAGE = 1000
+
+
+def fact_record(fact_row: Sequence[Any]) -> dict[str, Any]:
+    """An exported line: the fact's fields, ready for `import_jsonl`."""
+    fact = decode_fact(fact_row)
+    subject_type = fact_row[-1]
+    record: dict[str, Any] = {
+        "kind": "fact",
+        "id": fact.id,
+        "subject": fact.subject,
+        "subject_type": subject_type,
+        "predicate": fact.predicate,
+        "object": fact.object,
+        "object_type": fact.object_type,
+        "mentions": list(fact.mentions),
+        "anchor": fact.anchor,
+        "valid_at": fact.valid_at.isoformat(),
+        "invalid_at": fact.invalid_at.isoformat() if fact.invalid_at else None,
+        "confidence": fact.confidence,
+        "source_quote": fact.source_quote,
+    }
+    return record
+
+
+def export_jsonl(info: StoreInfo, scope: Scope, sink: TextIO) -> Operation[int]:
+    """Write every fact, then every episode, of the scope as JSON lines. Returns lines written."""
+    base: dict[str, Any] = {"dataset": scope.dataset, "project": scope.project}
+    written = 0
+    after = 0
+    while True:
+        rows = yield Execute(sql_write.export_facts(info.schema), {**base, "after": after, "limit": _EXPORT_PAGE})
+        for row in rows:
+            sink.write(json.dumps(fact_record(row), ensure_ascii=False) + "\n")
+        written += len(rows)
+        if len(rows) < _EXPORT_PAGE:
+            break
+        after = int(rows[-1][0])
+    for eid, thread, text, created in (yield Execute(sql_write.export_episodes(info.schema), base)):
+        record = {"kind": "episode", "id": int(eid), "thread_id": thread, "text": text, "created_at": created.isoformat()}
+        sink.write(json.dumps(record, ensure_ascii=False) + "\n")
+        written += 1
+    return written
+
+
+_FACT_RECORD_IGNORED = {"kind", "id"}
+
+
+def parse_jsonl(
+    lines: Iterable[str], *, now: datetime, on_error: str
+) -> tuple[list[ValidFact], list[ValidEpisode], list[tuple[int, str]]]:
+    """Validate every line first. `on_error="raise"` raises ImportFormatError at the first bad
+    line (nothing is written); `"skip"` collects (line number, message) and goes on."""
+    facts: list[ValidFact] = []
+    episodes: list[ValidEpisode] = []
+    errors: list[tuple[int, str]] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ImportFormatError(f"not valid JSON ({exc.msg})", line=number) from None
+            if not isinstance(record, dict):
+                raise ImportFormatError("each line must be a JSON object", line=number)
+            kind = record.get("kind", "fact")
+            body = {k: v for k, v in record.items() if k not in _FACT_RECORD_IGNORED}
+            try:
+                if kind == "fact":
+                    facts.extend(validate_facts([body], now=now))
+                elif kind == "episode":
+                    episodes.append(validate_episode(body, now=now))
+                else:
+                    raise ImportFormatError(f"unknown kind {kind!r}; use 'fact' or 'episode'", line=number)
+            except ImportFormatError:
+                raise
+            except ValidationError as exc:
+                raise ImportFormatError(str(exc).removeprefix("fact #1: "), line=number) from None
+        except ImportFormatError as exc:
+            if on_error == "raise":
+                raise
+            errors.append((number, str(exc)))
+    return facts, episodes, errors
+
+
+def import_records(
+    info: StoreInfo,
+    scope: Scope,
+    facts: Sequence[ValidFact],
+    episodes: Sequence[ValidEpisode],
+    *,
+    batch_size: int,
+    progress: Callable[[int], None] | None,
+) -> Operation[tuple[int, int]]:
+    """Write validated records in batches inside one transaction: all or nothing."""
+    for start in range(0, len(facts), batch_size):
+        batch = facts[start : start + batch_size]
+        yield from write_facts(info, scope, batch)
+        if progress is not None:
+            progress(len(batch))
+    for start in range(0, len(episodes), batch_size):
+        chunk = episodes[start : start + batch_size]
+        yield from write_episodes(info, scope, chunk)
+        if progress is not None:
+            progress(len(chunk))
+    return len(facts), len(episodes)
+
+
+__all__ = [
+    "StoreInfo",
+    "add_episodes",
+    "add_facts",
+    "export_jsonl",
+    "forget",
+    "import_records",
+    "invalidate",
+    "open_store",
+    "parse_jsonl",
+    "recall",
+    "stats",
+    "supersede",
+]

