@@ -113,7 +113,10 @@ class AsyncMemory(MemoryBase):
         return self
 
     async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         await self.close()
 
@@ -155,7 +158,7 @@ class AsyncMemory(MemoryBase):
                 try:
                     assert self._synthesizer is not None
                     reply = await self._synthesizer.asynthesize(request.context, request.query)
-                except Exception as exc:  # noqa: BLE001 - handed to the operation, which records it
+                except Exception as exc:
                     error = exc
 
     async def _embed(self, request: EmbedQuery | EmbedDocuments) -> list[Any]:
@@ -163,7 +166,7 @@ class AsyncMemory(MemoryBase):
         if isinstance(request, EmbedDocuments):
             try:
                 vectors = await self._embedder.aembed_documents(list(request.texts))
-            except Exception as exc:  # noqa: BLE001 - any embedder failure is an EmbeddingError
+            except Exception as exc:
                 raise embedding_failure(exc) from exc
             return check_vectors(vectors, count=len(request.texts), dimensions=dims)
         cached = self._cache.get(request.text)
@@ -171,7 +174,7 @@ class AsyncMemory(MemoryBase):
             return cached
         try:
             vector = await asyncio.wait_for(self._embedder.aembed_query(request.text), request.timeout_s)
-        except Exception as exc:  # noqa: BLE001 - timeouts and embedder errors alike
+        except Exception as exc:
             raise embedding_failure(exc) from exc
         (checked,) = check_vectors([vector], count=1, dimensions=dims)
         self._cache.put(request.text, checked)

@@ -95,7 +95,9 @@ def translate_db_error(exc: BaseException) -> MemsodaError:
     from psycopg_pool import PoolTimeout
 
     if isinstance(exc, PoolTimeout):
-        return StoreUnavailableError(f"no database connection became free in time ({exc}); raise pool_size or pool_timeout")
+        return StoreUnavailableError(
+            f"no database connection became free in time ({exc}); raise pool_size or pool_timeout"
+        )
     if isinstance(exc, psycopg.OperationalError):
         return StoreUnavailableError(f"PostgreSQL is unavailable: {str(exc).strip()}")
     return StoreError(f"the database rejected the operation: {str(exc).strip()}")
@@ -128,7 +130,14 @@ class EmbeddingCache:
 
 def check_embedder(embedder: Embedder | None) -> Embedder:
     chosen = embedder if embedder is not None else default_embedder()
-    for attribute in ("embed_documents", "embed_query", "aembed_documents", "aembed_query", "model", "dimensions"):
+    for attribute in (
+        "embed_documents",
+        "embed_query",
+        "aembed_documents",
+        "aembed_query",
+        "model",
+        "dimensions",
+    ):
         if not hasattr(chosen, attribute):
             raise ConfigurationError(
                 f"embedder {type(chosen).__name__} lacks {attribute!r}; wrap LangChain or LlamaIndex models with "
@@ -288,7 +297,12 @@ class MemoryBase:
         self, parsed: ParsedImport, batch_size: int, progress: Callable[[int], None] | None
     ) -> Operation[tuple[int, int]]:
         return ops.import_records(
-            self._info, parsed.scope, parsed.facts, parsed.episodes, batch_size=batch_size, progress=progress
+            self._info,
+            parsed.scope,
+            parsed.facts,
+            parsed.episodes,
+            batch_size=batch_size,
+            progress=progress,
         )
 
     def _stats_op(self, dataset: str | None, project: str | None) -> Operation[list[dict[str, Any]]]:
@@ -313,15 +327,27 @@ def open_args(embedder: Embedder | None, schema: str, text_search_config: str) -
 
 
 @contextmanager
-def progress_callback(total: int, enabled: bool, description: str = "importing") -> Iterator[Callable[[int], None] | None]:
+def progress_callback(
+    total: int, enabled: bool, description: str = "importing"
+) -> Iterator[Callable[[int], None] | None]:
     """A rich progress bar advanced by the returned callback, or None when disabled."""
     if not enabled or total == 0:
         yield None
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
 
     with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=False
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        transient=False,
     ) as bar:
         task = bar.add_task(description, total=total)
         yield lambda n: bar.advance(task, n)

@@ -40,4 +40,3 @@ def rrf(lists: Mapping[str, Sequence[int]], *, k: int = 60, tiebreak: Mapping[in
         return (-scores[fact_id], min(ranks[fact_id].values()), -extra.get(fact_id, 0.0), -fact_id)
 
     return [Fused(fact_id=i, score=scores[i], ranks=ranks[i]) for i in sorted(scores, key=order)]
-

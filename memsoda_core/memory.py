@@ -111,7 +111,10 @@ class Memory(MemoryBase):
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         self.close()
 
@@ -153,7 +156,7 @@ class Memory(MemoryBase):
                 try:
                     assert self._synthesizer is not None
                     reply = self._synthesizer.synthesize(request.context, request.query)
-                except Exception as exc:  # noqa: BLE001 - handed to the operation, which records it
+                except Exception as exc:
                     error = exc
 
     def _embed(self, request: EmbedQuery | EmbedDocuments) -> list[Any]:
@@ -161,7 +164,7 @@ class Memory(MemoryBase):
         if isinstance(request, EmbedDocuments):
             try:
                 vectors = self._embedder.embed_documents(list(request.texts))
-            except Exception as exc:  # noqa: BLE001 - any embedder failure is an EmbeddingError
+            except Exception as exc:
                 raise embedding_failure(exc) from exc
             return check_vectors(vectors, count=len(request.texts), dimensions=dims)
         cached = self._cache.get(request.text)
@@ -170,7 +173,7 @@ class Memory(MemoryBase):
         future = self._executor.submit(self._embedder.embed_query, request.text)
         try:
             vector = future.result(timeout=request.timeout_s)
-        except Exception as exc:  # noqa: BLE001 - timeouts and embedder errors alike
+        except Exception as exc:
             raise embedding_failure(exc) from exc
         (checked,) = check_vectors([vector], count=1, dimensions=dims)
         self._cache.put(request.text, checked)
@@ -178,9 +181,7 @@ class Memory(MemoryBase):
 
     # --- public API --------------------------------------------------------------------------------
 
-    def add_facts(
-        self, facts: Sequence[FactInput | Mapping[str, Any]], *, dataset: str, project: str
-    ) -> list[int]:
+    def add_facts(self, facts: Sequence[FactInput | Mapping[str, Any]], *, dataset: str, project: str) -> list[int]:
         """Store facts (dicts or FactInput) in one transaction with one embedding call; returns
         their ids in input order. Invalid input raises before anything is written."""
         return self._run(self._add_facts_op(facts, dataset, project))
@@ -189,9 +190,7 @@ class Memory(MemoryBase):
         """End a fact's validity at `at` (default now). False if it had already ended by then."""
         return self._run(self._invalidate_op(fact_id, dataset, project, at))
 
-    def supersede(
-        self, fact_id: int, new_fact: FactInput | Mapping[str, Any], *, dataset: str, project: str
-    ) -> int:
+    def supersede(self, fact_id: int, new_fact: FactInput | Mapping[str, Any], *, dataset: str, project: str) -> int:
         """Store `new_fact` and end `fact_id` at its valid_at, atomically; returns the new id."""
         return self._run(self._supersede_op(fact_id, new_fact, dataset, project))
 

@@ -61,9 +61,7 @@ def _vectors(rows: Sequence[Sequence[float]]) -> list[np.ndarray[Any, np.dtype[n
 # --- opening -------------------------------------------------------------------------------------
 
 
-def open_store(
-    *, schema: str, model: str, dimensions: int, text_search_config: str
-) -> Operation[StoreInfo]:
+def open_store(*, schema: str, model: str, dimensions: int, text_search_config: str) -> Operation[StoreInfo]:
     """Create or upgrade the schema (under an advisory lock), then check the embedder matches."""
     statement, params = ddl.lock_statement(schema)
     yield Execute(statement, params)
@@ -77,7 +75,11 @@ def open_store(
             f"({ddl.SCHEMA_VERSION}); upgrade memsoda"
         )
     if current == 0:
-        meta = {"model": model, "dimensions": str(dimensions), "text_search_config": text_search_config}
+        meta = {
+            "model": model,
+            "dimensions": str(dimensions),
+            "text_search_config": text_search_config,
+        }
     stored_model, stored_dims = meta["model"], int(meta["dimensions"])
     if stored_model != model or stored_dims != dimensions:
         raise EmbedderMismatchError(
@@ -93,7 +95,10 @@ def open_store(
     for key, value in sorted(meta.items()):
         yield Execute(ddl.write_meta_statement(schema), (key, value))
     return StoreInfo(
-        schema=schema, model=stored_model, dimensions=stored_dims, text_search_config=shape.text_search_config
+        schema=schema,
+        model=stored_model,
+        dimensions=stored_dims,
+        text_search_config=shape.text_search_config,
     )
 
 
@@ -189,7 +194,9 @@ def invalidate(info: StoreInfo, scope: Scope, fact_id: int, *, at: Any, now: dat
         raise NotFoundError(f"no fact {fact_id} in dataset={scope.dataset!r} project={scope.project!r}")
     valid_at, invalid_at = rows[0]
     if when <= valid_at:
-        raise IntervalError(f"cannot invalidate fact {fact_id} at {when.isoformat()}: it only became valid at {valid_at.isoformat()}")
+        raise IntervalError(
+            f"cannot invalidate fact {fact_id} at {when.isoformat()}: it only became valid at {valid_at.isoformat()}"
+        )
     if invalid_at is not None and invalid_at <= when:
         return False
     changed = yield Execute(sql_write.invalidate_fact(info.schema), params)
@@ -197,7 +204,12 @@ def invalidate(info: StoreInfo, scope: Scope, fact_id: int, *, at: Any, now: dat
 
 
 def supersede(
-    info: StoreInfo, scope: Scope, fact_id: int, new_fact: FactInput | Mapping[str, Any], *, now: datetime
+    info: StoreInfo,
+    scope: Scope,
+    fact_id: int,
+    new_fact: FactInput | Mapping[str, Any],
+    *,
+    now: datetime,
 ) -> Operation[int]:
     """Store `new_fact` and end `fact_id` at the new fact's valid_at, in one transaction."""
     (valid,) = validate_facts([new_fact], now=now)
@@ -208,7 +220,11 @@ def supersede(
 
 
 def add_episodes(
-    info: StoreInfo, scope: Scope, episodes: Sequence[EpisodeInput | Mapping[str, Any]], *, now: datetime
+    info: StoreInfo,
+    scope: Scope,
+    episodes: Sequence[EpisodeInput | Mapping[str, Any]],
+    *,
+    now: datetime,
 ) -> Operation[list[int]]:
     """Validate and store episode summaries (one embedding call, one transaction)."""
     if isinstance(episodes, Mapping | EpisodeInput) or not isinstance(episodes, Sequence):
@@ -310,7 +326,7 @@ def recall(
         mark = time.perf_counter()
         try:
             synthesis = yield Synthesize(result.context, query)
-        except Exception as exc:  # noqa: BLE001 - an optional extra must never fail the recall
+        except Exception as exc:
             errors["synthesis"] = f"{type(exc).__name__}: {exc}"
         timings["synthesis"] = _ms(mark)
     timings["total"] = _ms(started)
@@ -368,7 +384,13 @@ def export_jsonl(info: StoreInfo, scope: Scope, sink: TextIO) -> Operation[int]:
             break
         after = int(rows[-1][0])
     for eid, thread, text, created in (yield Execute(sql_write.export_episodes(info.schema), base)):
-        record = {"kind": "episode", "id": int(eid), "thread_id": thread, "text": text, "created_at": created.isoformat()}
+        record = {
+            "kind": "episode",
+            "id": int(eid),
+            "thread_id": thread,
+            "text": text,
+            "created_at": created.isoformat(),
+        }
         sink.write(json.dumps(record, ensure_ascii=False) + "\n")
         written += 1
     return written

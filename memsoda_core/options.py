@@ -62,7 +62,9 @@ class RecallOptions:
         known = {f.name for f in fields(self)}
         unknown = sorted(set(overrides) - known)
         if unknown:
-            raise ConfigurationError(f"unknown recall option(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+            raise ConfigurationError(
+                f"unknown recall option(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+            )
         return replace(self, **overrides) if overrides else self
 
 

@@ -26,7 +26,11 @@ def plan_for(query: str | None, has_embedding: bool, options: RecallOptions) -> 
     if query is None:
         return RecallPlan(vector=False, anchor=False, keyword=False, recent=True)
     return RecallPlan(
-        vector=has_embedding, anchor=True, keyword=True, recent=not has_embedding, hops=options.anchor_hops
+        vector=has_embedding,
+        anchor=True,
+        keyword=True,
+        recent=not has_embedding,
+        hops=options.anchor_hops,
     )
 
 
@@ -68,8 +72,23 @@ def statement_params(
 
 def decode_fact(row: Sequence[Any]) -> Fact:
     """A Fact from the columns of `sql_write.fact_columns`, in order."""
-    (fid, dataset, project, subject, predicate, obj, object_type, anchor, anchor_type, mentions,
-     valid_at, invalid_at, confidence, quote, created_at) = row[:FACT_COLUMN_COUNT]
+    (
+        fid,
+        dataset,
+        project,
+        subject,
+        predicate,
+        obj,
+        object_type,
+        anchor,
+        anchor_type,
+        mentions,
+        valid_at,
+        invalid_at,
+        confidence,
+        quote,
+        created_at,
+    ) = row[:FACT_COLUMN_COUNT]
     return Fact(
         id=int(fid),
         dataset=dataset,
@@ -89,8 +108,16 @@ def decode_fact(row: Sequence[Any]) -> Fact:
     )
 
 
-def explain(signal: Signal, rank: int, hop: int | None, via: str | None, via_named: bool | None,
-            via_similarity: float | None, similarity: float | None, matched: Sequence[str] | None) -> SignalHit:
+def explain(
+    signal: Signal,
+    rank: int,
+    hop: int | None,
+    via: str | None,
+    via_named: bool | None,
+    via_similarity: float | None,
+    similarity: float | None,
+    matched: Sequence[str] | None,
+) -> SignalHit:
     """Why a signal picked a fact, in words a person can check."""
     sim = None if similarity is None else round(float(similarity), 4)
     if signal == "vector":

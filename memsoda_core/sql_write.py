@@ -93,7 +93,8 @@ def invalidate_fact(schema: str) -> sql.Composed:
 
 def fact_interval(schema: str) -> sql.Composed:
     return sql.SQL(
-        "SELECT valid_at, invalid_at FROM {s}.facts WHERE dataset = %(dataset)s AND project = %(project)s AND id = %(id)s"
+        """SELECT valid_at, invalid_at FROM {s}.facts
+           WHERE dataset = %(dataset)s AND project = %(project)s AND id = %(id)s"""
     ).format(s=sql.Identifier(schema))
 
 
@@ -160,9 +161,9 @@ def forget_scope(schema: str) -> list[sql.Composed]:
 
 
 def count_facts(schema: str) -> sql.Composed:
-    return sql.SQL(
-        "SELECT count(*) FROM {s}.facts WHERE dataset = %(dataset)s AND project = %(project)s"
-    ).format(s=sql.Identifier(schema))
+    return sql.SQL("SELECT count(*) FROM {s}.facts WHERE dataset = %(dataset)s AND project = %(project)s").format(
+        s=sql.Identifier(schema)
+    )
 
 
 def export_facts(schema: str) -> sql.Composed:

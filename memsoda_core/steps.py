@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar, Union
+from typing import Any, TypeVar
 
 from psycopg import sql
 
@@ -48,5 +48,5 @@ class Synthesize:
     query: str | None
 
 
-Request = Union[Execute, EmbedDocuments, EmbedQuery, Synthesize]
+Request = Execute | EmbedDocuments | EmbedQuery | Synthesize
 Operation = Generator[Request, Any, T]

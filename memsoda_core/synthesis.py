@@ -36,7 +36,8 @@ class Synthesizer(Protocol):
 
 
 class OpenAISynthesizer:
-    """Chat completions on any OpenAI-compatible endpoint."""
+    """Chat completions on any OpenAI-compatible endpoint: one request per recall, the prompt as a
+    single user message. API errors propagate (recall records them in `result.errors`)."""
 
     def __init__(
         self,
@@ -50,7 +51,15 @@ class OpenAISynthesizer:
         try:
             import openai
         except ImportError as exc:  # pragma: no cover - depends on the install
-            raise ConfigurationError("OpenAISynthesizer needs the openai package: pip install 'memsoda[openai]'") from exc
+            raise ConfigurationError(
+                "OpenAISynthesizer needs the openai package: pip install 'memsoda[openai]'"
+            ) from exc
+        if not isinstance(model, str) or not model:
+            raise ConfigurationError("model must be a non-empty model name")
+        if not timeout > 0:
+            raise ConfigurationError("timeout must be a positive number of seconds")
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+            raise ConfigurationError("max_retries must be an int of at least 0")
         key = api_key or os.environ.get("OPENAI_API_KEY") or ("not-needed" if base_url else None)
         if key is None:
             raise ConfigurationError("OpenAISynthesizer needs api_key= or OPENAI_API_KEY (or a base_url)")
@@ -59,16 +68,50 @@ class OpenAISynthesizer:
         self._aclient = openai.AsyncOpenAI(**options)
         self._model = model
 
-    def _messages(self, context: str, query: str | None) -> list[dict[str, str]]:
-        return [{"role": "user", "content": prompt(context, query)}]
+    @property
+    def model(self) -> str:
+        return self._model
+
+    def _request(self, context: str, query: str | None) -> dict[str, Any]:
+        return {"model": self._model, "messages": [{"role": "user", "content": prompt(context, query)}]}
+
+    def _content(self, response: Any) -> str:
+        """The first choice's text; a malformed response raises ValueError naming the model."""
+        choices = getattr(response, "choices", None)
+        if not choices:
+            raise ValueError(f"chat model {self._model} returned no choices ({type(response).__name__})")
+        content = getattr(getattr(choices[0], "message", None), "content", None)
+        if content is not None and not isinstance(content, str):
+            raise ValueError(f"chat model {self._model} returned non-text content ({type(content).__name__})")
+        return content or ""
 
     def synthesize(self, context: str, query: str | None) -> str:
-        response = self._client.chat.completions.create(model=self._model, messages=self._messages(context, query))  # type: ignore[arg-type]
-        return str(response.choices[0].message.content or "")
+        return self._content(self._client.chat.completions.create(**self._request(context, query)))
 
     async def asynthesize(self, context: str, query: str | None) -> str:
-        response = await self._aclient.chat.completions.create(model=self._model, messages=self._messages(context, query))  # type: ignore[arg-type]
-        return str(response.choices[0].message.content or "")
+        return self._content(await self._aclient.chat.completions.create(**self._request(context, query)))
+
+    def close(self) -> None:
+        """Close the sync client's connections (the async client is closed by `aclose`)."""
+        self._client.close()
+
+    async def aclose(self) -> None:
+        """Close both clients' connections."""
+        self._client.close()
+        await self._aclient.close()
+
+
+class _SyncOnlySynthesizer:
+    """An object with only `synthesize`: its async form runs it in a worker thread."""
+
+    def __init__(self, model: Any) -> None:
+        self._model = model
+
+    def synthesize(self, context: str, query: str | None) -> str:
+        return str(self._model.synthesize(context, query))
+
+    async def asynthesize(self, context: str, query: str | None) -> str:
+        return await asyncio.to_thread(self.synthesize, context, query)
 
 
 class _DuckSynthesizer:
@@ -79,8 +122,15 @@ class _DuckSynthesizer:
 
     @staticmethod
     def _text(reply: Any) -> str:
-        for attribute in ("content", "text"):
-            value = getattr(reply, attribute, None)
+        """A LangChain message's `content` (a string or a list of content blocks), a LlamaIndex
+        response's `text`, or a plain string."""
+        if isinstance(reply, str):
+            return reply
+        content = getattr(reply, "content", None)
+        if isinstance(content, list):
+            parts = [b if isinstance(b, str) else b.get("text", "") for b in content if isinstance(b, str | dict)]
+            return "".join(p for p in parts if isinstance(p, str))
+        for value in (content, getattr(reply, "text", None)):
             if isinstance(value, str):
                 return value
         return str(reply)
@@ -101,11 +151,15 @@ class _DuckSynthesizer:
 
 
 def as_synthesizer(model: Any) -> Synthesizer | None:
-    """Accept a Synthesizer, a LangChain chat model or a LlamaIndex LLM; None stays None."""
+    """Accept a Synthesizer (an object with only `synthesize` gets a threaded `asynthesize`), a
+    LangChain chat model or a LlamaIndex LLM; None stays None."""
     if model is None or isinstance(model, Synthesizer):
         return model
+    if callable(getattr(model, "synthesize", None)):
+        return _SyncOnlySynthesizer(model)
     if hasattr(model, "invoke") or hasattr(model, "complete"):
         return _DuckSynthesizer(model)
     raise ConfigurationError(
-        f"synthesizer must have synthesize(), invoke() (LangChain) or complete() (LlamaIndex); got {type(model).__name__}"
+        "synthesizer must have synthesize(), invoke() (LangChain) or complete() (LlamaIndex); "
+        f"got {type(model).__name__}"
     )

@@ -82,7 +82,9 @@ def check_text(value: Any, field: str, max_chars: int, *, required: bool = True)
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise InvalidTextError(f"{field} contains characters that are not valid UTF-8 ({exc.reason}); fix the encoding") from None
+        raise InvalidTextError(
+            f"{field} contains characters that are not valid UTF-8 ({exc.reason}); fix the encoding"
+        ) from None
     if len(value) > max_chars:
         raise TextTooLongError(f"{field} is {len(value)} characters; the limit is {max_chars}")
     if required and not value.strip():
@@ -119,7 +121,9 @@ def parse_time(value: Any, field: str, *, default: datetime | None = None) -> da
         try:
             parsed = datetime.fromisoformat(text)
         except ValueError:
-            raise DateError(f"{field}={value!r} is not an ISO-8601 date such as 2026-08-16 or 2026-08-16T09:30:00Z") from None
+            raise DateError(
+                f"{field}={value!r} is not an ISO-8601 date such as 2026-08-16 or 2026-08-16T09:30:00Z"
+            ) from None
     else:
         raise DateError(f"{field} must be a datetime, date or ISO-8601 string, got {type(value).__name__}")
     if parsed.tzinfo is None:
@@ -235,7 +239,9 @@ def validate_episode(item: EpisodeInput | Mapping[str, Any], *, now: datetime, p
     if isinstance(item, Mapping):
         unknown = sorted(set(item) - _EPISODE_FIELDS)
         if unknown:
-            raise ValidationError(f"episode #{position} has unknown field(s) {unknown}; allowed: {sorted(_EPISODE_FIELDS)}")
+            raise ValidationError(
+                f"episode #{position} has unknown field(s) {unknown}; allowed: {sorted(_EPISODE_FIELDS)}"
+            )
         if "text" not in item:
             raise EmptyFieldError(f"episode #{position} is missing 'text'")
         item = EpisodeInput(**dict(item))

@@ -65,7 +65,10 @@ class LocalEmbedder:
         if not texts:
             return []
         vectors = self._load().encode(
-            list(texts), batch_size=self._batch_size, normalize_embeddings=True, show_progress_bar=False
+            list(texts),
+            batch_size=self._batch_size,
+            normalize_embeddings=True,
+            show_progress_bar=False,
         )
         return [row.tolist() for row in vectors]
 

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ConfigurationError, EmbeddingError
 
-_KNOWN_DIMENSIONS = {
+logger = logging.getLogger(__name__)
+
+KNOWN_DIMENSIONS = {
     "text-embedding-3-small": 1536,
     "text-embedding-3-large": 3072,
     "text-embedding-ada-002": 1536,
 }
+"""Vector sizes of OpenAI's embedding models, so opening a store needs no request."""
+
+_PROBE_TEXT = "dimension probe"
 
 
 class OpenAIEmbedder:
@@ -19,7 +27,9 @@ class OpenAIEmbedder:
 
     `dimensions` is sent to the API when given (text-embedding-3 models can shorten vectors);
     otherwise it is the model's known size, or found by embedding one probe text on first use.
-    Requests are split into `batch_size` inputs; `timeout` and `max_retries` go to the client.
+    Requests are split into `batch_size` inputs; `timeout` and `max_retries` go to the client
+    (which retries connection errors, timeouts, 408, 409, 429 and 5xx with backoff). Every failure,
+    including a malformed response, raises `EmbeddingError`.
     """
 
     def __init__(
@@ -38,19 +48,31 @@ class OpenAIEmbedder:
             import openai
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise ConfigurationError("OpenAIEmbedder needs the openai package: pip install 'memsoda[openai]'") from exc
-        if batch_size < 1:
-            raise ConfigurationError("batch_size must be at least 1")
+        if not isinstance(model, str) or not model:
+            raise ConfigurationError("model must be a non-empty model name")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ConfigurationError("batch_size must be an int of at least 1")
+        if dimensions is not None and (
+            isinstance(dimensions, bool) or not isinstance(dimensions, int) or dimensions < 1
+        ):
+            raise ConfigurationError(f"dimensions must be a positive int or None, got {dimensions!r}")
+        if not timeout > 0:
+            raise ConfigurationError("timeout must be a positive number of seconds")
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+            raise ConfigurationError("max_retries must be an int of at least 0")
         key = api_key or os.environ.get("OPENAI_API_KEY") or ("not-needed" if base_url else None)
         if key is None:
-            raise ConfigurationError("OpenAIEmbedder needs api_key= or OPENAI_API_KEY (or a base_url for a local server)")
+            raise ConfigurationError(
+                "OpenAIEmbedder needs api_key= or OPENAI_API_KEY (or a base_url for a local server)"
+            )
         options: dict[str, Any] = {"api_key": key, "base_url": base_url, "timeout": timeout, "max_retries": max_retries}
         self._client = openai.OpenAI(**options)
         self._aclient = openai.AsyncOpenAI(**options)
         self._model = model
-        self._dimensions = dimensions or _KNOWN_DIMENSIONS.get(model)
+        self._dimensions = dimensions or KNOWN_DIMENSIONS.get(model)
         self._send_dimensions = dimensions is not None if send_dimensions is None else send_dimensions
         self._batch_size = batch_size
-        self._error_types: tuple[type[BaseException], ...] = (openai.OpenAIError,)
+        self._probe_lock = threading.Lock()
 
     @property
     def model(self) -> str:
@@ -58,8 +80,15 @@ class OpenAIEmbedder:
 
     @property
     def dimensions(self) -> int:
+        """The vector size; for a model of unknown size, one probe request finds it (once)."""
         if self._dimensions is None:
-            self._dimensions = len(self.embed_query("dimension probe"))
+            with self._probe_lock:
+                if self._dimensions is None:
+                    probed = len(self.embed_query(_PROBE_TEXT))
+                    if probed == 0:
+                        raise EmbeddingError(f"{self._model} returned an empty vector for the dimension probe")
+                    logger.debug("probed %s: %d dimensions", self._model, probed)
+                    self._dimensions = probed
         return self._dimensions
 
     def _request(self, batch: list[str]) -> dict[str, Any]:
@@ -68,9 +97,33 @@ class OpenAIEmbedder:
             request["dimensions"] = self._dimensions
         return request
 
-    @staticmethod
-    def _vectors(response: Any) -> list[list[float]]:
-        return [list(item.embedding) for item in sorted(response.data, key=lambda item: item.index)]
+    def _vectors(self, response: Any, count: int) -> list[list[float]]:
+        """The response's vectors in input order (by each item's `index`), or EmbeddingError."""
+        data = getattr(response, "data", None)
+        if not isinstance(data, Sequence) or isinstance(data, str | bytes):
+            raise EmbeddingError(
+                f"{self._model} returned a malformed response ({type(response).__name__} without a data list)"
+            )
+        if len(data) != count:
+            raise EmbeddingError(f"{self._model} returned {len(data)} embeddings for {count} inputs")
+        by_index: dict[int, list[float]] = {}
+        for position, item in enumerate(data):
+            index = getattr(item, "index", position)
+            if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count or index in by_index:
+                raise EmbeddingError(f"{self._model} returned an embedding with a bad or repeated index {index!r}")
+            embedding = getattr(item, "embedding", None)
+            if not isinstance(embedding, Sequence) or isinstance(embedding, str | bytes):
+                raise EmbeddingError(f"{self._model} returned an embedding that is not a list of numbers")
+            try:
+                by_index[index] = [float(x) for x in embedding]
+            except (TypeError, ValueError):
+                raise EmbeddingError(f"{self._model} returned an embedding with non-numeric values") from None
+        return [by_index[i] for i in range(count)]
+
+    def _failure(self, exc: Exception) -> EmbeddingError:
+        return EmbeddingError(
+            f"embedding request to {self._model} at {self._client.base_url} failed: {type(exc).__name__}: {exc}"
+        )
 
     def _batches(self, texts: list[str]) -> list[list[str]]:
         return [texts[i : i + self._batch_size] for i in range(0, len(texts), self._batch_size)]
@@ -80,9 +133,9 @@ class OpenAIEmbedder:
         for batch in self._batches(list(texts)):
             try:
                 response = self._client.embeddings.create(**self._request(batch))
-            except self._error_types as exc:
-                raise EmbeddingError(f"embedding request to {self._model} failed: {exc}") from exc
-            vectors.extend(self._vectors(response))
+            except Exception as exc:  # API errors and unparseable bodies alike
+                raise self._failure(exc) from exc
+            vectors.extend(self._vectors(response, len(batch)))
         return vectors
 
     def embed_query(self, text: str) -> list[float]:
@@ -93,10 +146,19 @@ class OpenAIEmbedder:
         for batch in self._batches(list(texts)):
             try:
                 response = await self._aclient.embeddings.create(**self._request(batch))
-            except self._error_types as exc:
-                raise EmbeddingError(f"embedding request to {self._model} failed: {exc}") from exc
-            vectors.extend(self._vectors(response))
+            except Exception as exc:  # API errors and unparseable bodies alike
+                raise self._failure(exc) from exc
+            vectors.extend(self._vectors(response, len(batch)))
         return vectors
 
     async def aembed_query(self, text: str) -> list[float]:
         return (await self.aembed_documents([text]))[0]
+
+    def close(self) -> None:
+        """Close the sync client's connections (the async client is closed by `aclose`)."""
+        self._client.close()
+
+    async def aclose(self) -> None:
+        """Close both clients' connections."""
+        self._client.close()
+        await self._aclient.close()

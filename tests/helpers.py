@@ -1,0 +1,99 @@
+"""Test embedders that wrap the real offline model: they count calls or fail on purpose."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from memsoda_core import LocalEmbedder
+
+
+class CountingEmbedder:
+    """The real model, counting how often each method is called."""
+
+    def __init__(self, inner: LocalEmbedder) -> None:
+        self.inner = inner
+        self.query_calls = 0
+        self.document_calls = 0
+
+    @property
+    def model(self) -> str:
+        return self.inner.model
+
+    @property
+    def dimensions(self) -> int:
+        return self.inner.dimensions
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.document_calls += 1
+        return self.inner.embed_documents(texts)
+
+    def embed_query(self, text: str) -> list[float]:
+        self.query_calls += 1
+        return self.inner.embed_query(text)
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.document_calls += 1
+        return self.inner.embed_documents(texts)
+
+    async def aembed_query(self, text: str) -> list[float]:
+        self.query_calls += 1
+        return self.inner.embed_query(text)
+
+
+class FaultyEmbedder(CountingEmbedder):
+    """The real model, broken on demand: `mode` is None (healthy), "raise", "slow", "nan",
+    "wrong_dim", or "short" (one vector fewer than texts)."""
+
+    def __init__(self, inner: LocalEmbedder, mode: str | None = None, delay_s: float = 2.0) -> None:
+        super().__init__(inner)
+        self.mode = mode
+        self.delay_s = delay_s
+
+    def _spoil(self, vectors: list[list[float]]) -> list[list[float]]:
+        if self.mode == "raise":
+            raise RuntimeError("embedding service exploded")
+        if self.mode == "nan":
+            return [[float("nan")] * len(v) for v in vectors]
+        if self.mode == "wrong_dim":
+            return [v[:-1] for v in vectors]
+        if self.mode == "short":
+            return vectors[:-1]
+        return vectors
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        if self.mode == "slow":
+            time.sleep(self.delay_s)
+        return self._spoil(super().embed_documents(texts))
+
+    def embed_query(self, text: str) -> list[float]:
+        if self.mode == "slow":
+            time.sleep(self.delay_s)
+        return self._spoil([super().embed_query(text)])[0] if self.mode != "short" else []
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        if self.mode == "slow":
+            await asyncio.sleep(self.delay_s)
+        return self._spoil(await super().aembed_documents(texts))
+
+    async def aembed_query(self, text: str) -> list[float]:
+        if self.mode == "slow":
+            await asyncio.sleep(self.delay_s)
+        return self._spoil([await super().aembed_query(text)])[0] if self.mode != "short" else []
+
+
+class OtherModel(CountingEmbedder):
+    """The real model under another name and/or dimension, to test the store's model check."""
+
+    def __init__(self, inner: LocalEmbedder, *, model: str | None = None, dimensions: int | None = None) -> None:
+        super().__init__(inner)
+        self._model = model
+        self._dimensions = dimensions
+
+    @property
+    def model(self) -> str:
+        return self._model or self.inner.model
+
+    @property
+    def dimensions(self) -> int:
+        return self._dimensions or self.inner.dimensions

@@ -1,0 +1,494 @@
+"""The memory store: schema, write path, validation, atomicity, embedded server lifecycle."""
+
+from __future__ import annotations
+
+import inspect
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from conftest import Either
+from helpers import FaultyEmbedder, OtherModel
+
+from memsoda_core import (
+    AsyncMemory,
+    ConfidenceError,
+    DateError,
+    EmbedderMismatchError,
+    EmbeddingError,
+    EmptyFieldError,
+    FactInput,
+    ImportFormatError,
+    IntervalError,
+    InvalidTextError,
+    LimitError,
+    LocalEmbedder,
+    Memory,
+    NotFoundError,
+    ScopeError,
+    TextTooLongError,
+    ValidationError,
+)
+from memsoda_core.limits import MAX_BATCH, MAX_NAME_CHARS
+
+NETFLIX = [
+    {"subject": "breaking bad", "predicate": "streams on", "object": "netflix", "object_type": "PRODUCT"},
+    {
+        "subject": "user",
+        "predicate": "favourite show is",
+        "object": "breaking bad",
+        "subject_type": "PERSON",
+        "object_type": "SHOW",
+        "valid_at": "2026-08-16",
+        "confidence": 0.9,
+        "source_quote": "my favourite show is Breaking Bad",
+    },
+    {
+        "subject": "user",
+        "predicate": "drives",
+        "object": "honda civic",
+        "object_type": "PRODUCT",
+        "valid_at": "2026-03-01",
+    },
+]
+
+
+def count_rows(dsn: str, table: str, dataset: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        query = psycopg.sql.SQL("SELECT count(*) FROM memsoda.{} WHERE dataset = %s").format(
+            psycopg.sql.Identifier(table)
+        )
+        row = conn.execute(query, (dataset,)).fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+# --- schema ------------------------------------------------------------------------------------
+
+
+def test_schema_creation_is_idempotent(pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]) -> None:
+    with Memory.open(pg_dsn, embedder) as first:
+        first.add_facts(NETFLIX[:1], **scope)
+    with Memory.open(pg_dsn, embedder) as second:
+        assert second.recall("netflix", **scope).facts
+    with psycopg.connect(pg_dsn) as conn:
+        meta = dict(conn.execute("SELECT key, value FROM memsoda.meta").fetchall())
+    assert meta["schema_version"] == "1"
+    assert meta["model"] == embedder.model
+    assert meta["dimensions"] == "384"
+
+
+def test_other_schema_name_is_a_separate_store(pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]) -> None:
+    with Memory.open(pg_dsn, embedder, schema="memsoda_other") as other:
+        other.add_facts(NETFLIX[:1], **scope)
+        assert other.info.schema == "memsoda_other"
+    assert count_rows(pg_dsn, "facts", scope["dataset"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("model", "dimensions"),
+    [("another-model", None), (None, 768)],
+    ids=["other-model", "other-dimension"],
+)
+def test_embedder_of_another_model_or_dimension_is_refused(
+    pg_dsn: str, embedder: LocalEmbedder, model: str | None, dimensions: int | None
+) -> None:
+    Memory.open(pg_dsn, embedder).close()  # the store exists with the MiniLM space
+    with pytest.raises(EmbedderMismatchError, match="384-dimensional vectors"):
+        Memory.open(pg_dsn, OtherModel(embedder, model=model, dimensions=dimensions))
+
+
+async def test_async_open_refuses_mismatched_embedder_too(pg_dsn: str, embedder: LocalEmbedder) -> None:
+    with pytest.raises(EmbedderMismatchError):
+        await AsyncMemory.open(pg_dsn, OtherModel(embedder, model="x"))
+
+
+def test_sync_and_async_expose_the_same_methods() -> None:
+    def public(cls: type) -> dict[str, list[str]]:
+        return {
+            name: list(inspect.signature(member).parameters)
+            for name, member in inspect.getmembers(cls, inspect.isfunction)
+            if not name.startswith("_")
+        }
+
+    assert public(Memory) == public(AsyncMemory)
+    for name, member in inspect.getmembers(AsyncMemory, inspect.isfunction):
+        if not name.startswith("_"):
+            assert inspect.iscoroutinefunction(member), name
+
+
+def test_core_imports_without_langchain_or_llamaindex() -> None:
+    code = textwrap.dedent(
+        """
+        import sys
+        for blocked in ("langchain_core", "langchain", "llama_index", "llama_index.core"):
+            sys.modules[blocked] = None  # any import of them now fails
+        import memsoda_core
+        from memsoda_core import Memory, AsyncMemory
+        loaded = [m for m in sys.modules if m.startswith(("langchain", "llama_index")) and sys.modules[m]]
+        assert not loaded, loaded
+        print("ok")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
+# --- the write path ----------------------------------------------------------------------------
+
+
+async def test_add_facts_returns_ids_in_order_and_links_entities(
+    memory: Either, pg_dsn: str, scope: dict[str, str]
+) -> None:
+    ids = await memory.add_facts(NETFLIX, **scope)
+    assert len(ids) == 3 and ids == sorted(ids)
+    with psycopg.connect(pg_dsn) as conn:
+        rows = conn.execute(
+            "SELECT f.id, f.subject, a.name FROM memsoda.facts f JOIN memsoda.entities a"
+            " ON a.dataset = f.dataset AND a.project = f.project AND a.id = f.anchor_id"
+            " WHERE f.dataset = %s ORDER BY f.id",
+            (scope["dataset"],),
+        ).fetchall()
+        entities = dict(
+            conn.execute("SELECT name, type FROM memsoda.entities WHERE dataset = %s", (scope["dataset"],)).fetchall()
+        )
+    assert [(r[0], r[1]) for r in rows] == list(zip(ids, ["breaking bad", "user", "user"], strict=True))
+    # the anchor defaults to the object when it is an entity
+    assert [r[2] for r in rows] == ["netflix", "breaking bad", "honda civic"]
+    assert entities == {
+        "breaking bad": "SHOW",
+        "netflix": "PRODUCT",
+        "user": "PERSON",
+        "honda civic": "PRODUCT",
+    }
+
+
+async def test_literal_object_anchors_on_subject_and_names_are_normalized(
+    memory: Either, scope: dict[str, str]
+) -> None:
+    await memory.add_facts(
+        [FactInput(subject="  The   USER ", predicate="is aged", object="42", object_type="literal")], **scope
+    )
+    result = await memory.recall("how old", **scope)
+    (scored,) = result.facts
+    assert scored.fact.subject == "the user"
+    assert scored.fact.anchor == "the user"
+    assert scored.fact.object == "42" and scored.fact.object_type == "LITERAL"
+
+
+async def test_fact_embedding_is_anchor_enriched(
+    memory: Either, pg_dsn: str, scope: dict[str, str], embedder: LocalEmbedder
+) -> None:
+    await memory.add_facts([NETFLIX[1]], **scope)
+    expected = embedder.embed_documents(["user favourite show is breaking bad. About: breaking bad."])[0]
+    bare = embedder.embed_documents(["user favourite show is breaking bad"])[0]
+    with psycopg.connect(pg_dsn) as conn:
+        row = conn.execute(
+            "SELECT embedding::text FROM memsoda.facts WHERE dataset = %s", (scope["dataset"],)
+        ).fetchone()
+    assert row is not None
+    stored = json.loads(row[0])
+    assert stored == pytest.approx(expected, abs=1e-5)
+    assert stored != pytest.approx(bare, abs=1e-3)
+
+
+async def test_mentions_and_explicit_anchor(memory: Either, scope: dict[str, str]) -> None:
+    await memory.add_facts(
+        [
+            {
+                "subject": "user",
+                "predicate": "watches",
+                "object": "breaking bad",
+                "mentions": ["Netflix"],
+                "anchor": "netflix",
+            }
+        ],
+        **scope,
+    )
+    result = await memory.recall("netflix", **scope)
+    (scored,) = result.facts
+    assert scored.fact.mentions == ("netflix",)
+    assert scored.fact.anchor == "netflix"
+
+
+async def test_invalidate_and_supersede(memory: Either, scope: dict[str, str]) -> None:
+    (old,) = await memory.add_facts(
+        [{"subject": "user", "predicate": "lives in", "object": "berlin", "valid_at": "2024-01-01"}], **scope
+    )
+    new = await memory.supersede(
+        old, {"subject": "user", "predicate": "lives in", "object": "lisbon", "valid_at": "2026-05-01"}, **scope
+    )
+    now = await memory.recall("where does the user live", **scope)
+    assert [f.fact.object for f in now.facts] == ["lisbon"]
+    then = await memory.recall("where does the user live", **scope, as_of="2025-01-01")
+    assert [f.fact.object for f in then.facts] == ["berlin"]
+    assert then.facts[0].fact.invalid_at is not None
+    assert "(valid: 2024-01-01 – 2026-05-01)" in then.context
+    assert await memory.invalidate(new, **scope) is True
+    assert await memory.invalidate(new, **scope) is False  # already ended
+    assert (await memory.recall("where does the user live", **scope)).context == ""
+    with pytest.raises(NotFoundError):
+        await memory.invalidate(999_999_999, **scope)
+    with pytest.raises(IntervalError):
+        await memory.invalidate(old, **scope, at="2023-01-01")
+
+
+async def test_supersede_is_atomic(memory: Either, scope: dict[str, str]) -> None:
+    (old,) = await memory.add_facts(
+        [{"subject": "user", "predicate": "lives in", "object": "berlin", "valid_at": "2026-01-01"}], **scope
+    )
+    with pytest.raises(IntervalError):  # the new fact starts before the old one: nothing changes
+        await memory.supersede(
+            old, {"subject": "user", "predicate": "lives in", "object": "rome", "valid_at": "2025-01-01"}, **scope
+        )
+    stats = await memory.stats(**scope)
+    assert stats[0]["facts"] == 1
+
+
+async def test_invalidate_cannot_reach_another_tenant(memory: Either, scope: dict[str, str]) -> None:
+    (fact_id,) = await memory.add_facts(NETFLIX[:1], **scope)
+    with pytest.raises(NotFoundError):
+        await memory.invalidate(fact_id, dataset=scope["dataset"], project="someone-else")
+    assert (await memory.recall("netflix", **scope)).facts
+
+
+async def test_forget_entity_removes_exactly_its_facts(memory: Either, scope: dict[str, str], pg_dsn: str) -> None:
+    await memory.add_facts(NETFLIX, **scope)
+    deleted = await memory.forget(**scope, entity="Breaking Bad")
+    assert deleted == 2
+    result = await memory.recall("what does the user drive", **scope)
+    assert [f.fact.text for f in result.facts] == ["user drives honda civic"]
+    stats = (await memory.stats(**scope))[0]
+    assert stats["facts"] == 1
+    with psycopg.connect(pg_dsn) as conn:
+        names = {
+            r[0] for r in conn.execute("SELECT name FROM memsoda.entities WHERE dataset = %s", (scope["dataset"],))
+        }
+        counts = dict(
+            conn.execute(
+                "SELECT name, fact_count FROM memsoda.entities WHERE dataset = %s", (scope["dataset"],)
+            ).fetchall()
+        )
+    assert "breaking bad" not in names
+    assert counts["user"] == 1  # kept in step with the facts that remain
+
+
+async def test_forget_scope_leaves_other_scopes(memory: Either, scope: dict[str, str], pg_dsn: str) -> None:
+    other = {"dataset": scope["dataset"], "project": "other"}
+    await memory.add_facts(NETFLIX, **scope)
+    await memory.add_facts(NETFLIX, **other)
+    await memory.add_episodes([{"text": "we talked about cars"}], **scope)
+    assert await memory.forget(**scope) == 3
+    assert await memory.stats(**scope) == []
+    assert (await memory.stats(**other))[0]["facts"] == 3
+    with psycopg.connect(pg_dsn) as conn:
+        for table in ("facts", "entities", "fact_entities", "episodes"):
+            query = psycopg.sql.SQL("SELECT count(*) FROM memsoda.{} WHERE dataset = %s AND project = %s").format(
+                psycopg.sql.Identifier(table)
+            )
+            row = conn.execute(query, (scope["dataset"], scope["project"])).fetchone()
+            assert row == (0,), table
+
+
+async def test_episodes_are_stored_and_recalled(memory: Either, scope: dict[str, str]) -> None:
+    await memory.add_facts(NETFLIX, **scope)
+    ids = await memory.add_episodes(
+        [
+            {"thread_id": "t1", "text": "The user planned a road trip along the coast.", "created_at": "2026-09-01"},
+            {"thread_id": "t2", "text": "The user asked for a lasagne recipe."},
+        ],
+        **scope,
+    )
+    assert len(ids) == 2
+    result = await memory.recall("cooking dinner", **scope, include=["episodes"])
+    assert result.episodes[0].text == "The user asked for a lasagne recipe."
+    assert "# EPISODES" in result.context
+
+
+async def test_export_import_round_trip(memory: Either, scope: dict[str, str]) -> None:
+    await memory.add_facts(NETFLIX, **scope)
+    await memory.add_episodes([{"thread_id": "t1", "text": "talked about tv", "created_at": "2026-09-01"}], **scope)
+    buffer = io.StringIO()
+    assert await memory.export_jsonl(buffer, **scope) == 4
+    copy = {"dataset": scope["dataset"] + "-copy", "project": scope["project"]}
+    report = await memory.import_jsonl(io.StringIO(buffer.getvalue()), **copy)
+    assert (report.facts, report.episodes, report.skipped) == (3, 1, 0)
+    original = await memory.recall("anything good on netflix tonight?", **scope)
+    imported = await memory.recall("anything good on netflix tonight?", **copy)
+    assert imported.context == original.context
+    again = io.StringIO()
+    await memory.export_jsonl(again, **copy)
+    strip = [{k: v for k, v in json.loads(line).items() if k != "id"} for line in buffer.getvalue().splitlines()]
+    assert strip == [{k: v for k, v in json.loads(line).items() if k != "id"} for line in again.getvalue().splitlines()]
+
+
+async def test_import_rejects_whole_file_or_skips_bad_lines(
+    memory: Either, scope: dict[str, str], tmp_path: Path
+) -> None:
+    path = tmp_path / "facts.jsonl"
+    lines = [
+        json.dumps(NETFLIX[0]),
+        "{not json",
+        json.dumps({"subject": "user", "predicate": "likes", "object": "tea", "confidence": 3}),
+        json.dumps(NETFLIX[2]),
+    ]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(ImportFormatError, match="line 2"):
+        await memory.import_jsonl(path, **scope)
+    assert await memory.stats(**scope) == []  # nothing half-written
+    report = await memory.import_jsonl(path, **scope, on_error="skip")
+    assert (report.facts, report.skipped) == (2, 2)
+    assert [line for line, _ in report.errors] == [2, 3]
+    assert "confidence" in report.errors[1][1]
+
+
+# --- validation: one documented error per problem, nothing written ----------------------------
+
+GOOD = {"subject": "user", "predicate": "likes", "object": "tea"}
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "message"),
+    [
+        ({"subject": "  "}, EmptyFieldError, "subject"),
+        ({"predicate": ""}, EmptyFieldError, "predicate"),
+        ({"object": "\n"}, EmptyFieldError, "object"),
+        ({"confidence": 1.5}, ConfidenceError, "between 0 and 1"),
+        ({"confidence": -0.1}, ConfidenceError, "between 0 and 1"),
+        ({"confidence": float("nan")}, ConfidenceError, "between 0 and 1"),
+        ({"confidence": "high"}, ConfidenceError, "number"),
+        ({"valid_at": "yesterday"}, DateError, "ISO-8601"),
+        ({"invalid_at": "2026-13-45"}, DateError, "ISO-8601"),
+        ({"valid_at": "2026-05-01", "invalid_at": "2026-04-01"}, IntervalError, "after valid_at"),
+        ({"valid_at": "2026-05-01", "invalid_at": "2026-05-01"}, IntervalError, "after valid_at"),
+        ({"subject": "x" * (MAX_NAME_CHARS + 1)}, TextTooLongError, "limit"),
+        ({"object": "tea\x00"}, InvalidTextError, "NUL"),
+        ({"predicate": "likes \ud800"}, InvalidTextError, "UTF-8"),
+        ({"mentions": "netflix"}, ValidationError, "list"),
+        ({"colour": "red"}, ValidationError, "unknown field"),
+    ],
+)
+async def test_each_validation_error(
+    memory: Either, scope: dict[str, str], change: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        await memory.add_facts([GOOD, {**GOOD, **change}], **scope)
+    assert await memory.stats(**scope) == []
+
+
+@pytest.mark.parametrize(
+    "bad_scope",
+    [{"dataset": "", "project": "p"}, {"dataset": "d", "project": None}, {"dataset": "d", "project": 7}],
+)
+async def test_missing_or_bad_scope(memory: Either, bad_scope: dict[str, Any]) -> None:
+    with pytest.raises(ScopeError):
+        await memory.add_facts([GOOD], **bad_scope)
+    with pytest.raises(ScopeError):
+        await memory.recall("tea", **bad_scope)
+
+
+async def test_validation_errors_name_the_fact(memory: Either, scope: dict[str, str]) -> None:
+    with pytest.raises(EmptyFieldError, match=r"fact #2.*subject"):
+        await memory.add_facts([GOOD, {**GOOD, "subject": ""}], **scope)
+    with pytest.raises(EmptyFieldError, match="missing 'object'"):
+        await memory.add_facts([{"subject": "a", "predicate": "b"}], **scope)
+
+
+async def test_batch_limit(memory: Either, scope: dict[str, str]) -> None:
+    with pytest.raises(LimitError, match=str(MAX_BATCH)):
+        await memory.add_facts([GOOD] * (MAX_BATCH + 1), **scope)
+
+
+# --- atomicity when the embedder fails ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["raise", "nan", "wrong_dim", "short"])
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_failed_embedding_writes_nothing(
+    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str], mode: str, flavour: str
+) -> None:
+    faulty = FaultyEmbedder(embedder)
+    memory = Either(Memory.open(pg_dsn, faulty) if flavour == "sync" else await AsyncMemory.open(pg_dsn, faulty))
+    try:
+        await memory.add_facts(NETFLIX[:1], **scope)
+        faulty.mode = mode
+        with pytest.raises(EmbeddingError):
+            await memory.add_facts(NETFLIX, **scope)
+        with pytest.raises(EmbeddingError):
+            await memory.add_episodes([{"text": "hello"}], **scope)
+        faulty.mode = None
+        assert (await memory.stats(**scope))[0]["facts"] == 1
+        assert (await memory.stats(**scope))[0]["episodes"] == 0
+        assert count_rows(pg_dsn, "entities", scope["dataset"]) == 2
+    finally:
+        await memory.close()
+
+
+# --- the embedded server -------------------------------------------------------------------------
+
+CHILD = textwrap.dedent(
+    """
+    import os, sys, time
+    from memsoda_core import Memory
+    memory = Memory.open(home=sys.argv[1])
+    memory.add_facts([{"subject": "user", "predicate": "owns", "object": sys.argv[2]}],
+                     dataset="d", project="p")
+    print("ready", flush=True)
+    if sys.argv[3] == "hang":
+        time.sleep(600)
+    memory.close()
+    """
+)
+
+
+def _child(home: Path, thing: str, mode: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(home), thing, mode],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+
+
+@pytest.mark.slow
+def test_embedded_server_survives_close_reopen_other_processes_and_sigkill(embedder: LocalEmbedder) -> None:
+    home = Path(tempfile.mkdtemp(prefix="memsoda-home-"))
+    try:
+        with Memory.open(home=home, embedder=embedder) as memory:
+            memory.add_facts(
+                [{"subject": "user", "predicate": "owns", "object": "a red bike"}], dataset="d", project="p"
+            )
+            # a second process opening the same home reuses the running server
+            child = _child(home, "a blue kayak", "close")
+            _, err = child.communicate(timeout=180)
+            assert child.returncode == 0, err
+            assert len(memory.recall("what does the user own", dataset="d", project="p").facts) == 2
+        # facts survive close and reopen
+        with Memory.open(home=home, embedder=embedder) as memory:
+            assert len(memory.recall("what does the user own", dataset="d", project="p").facts) == 2
+        # a process killed with SIGKILL while holding the server does not break the next open
+        child = _child(home, "a green tent", "hang")
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
+        child.send_signal(signal.SIGKILL)
+        child.communicate(timeout=30)  # reaps it and closes its pipes
+        with Memory.open(home=home, embedder=embedder) as memory:
+            owned = {f.fact.object for f in memory.recall("what does the user own", dataset="d", project="p").facts}
+            assert owned == {"a red bike", "a blue kayak", "a green tent"}
+        # the last close stopped the server: nothing is left running on this data directory
+        pid_file = home / "pg" / "postmaster.pid"
+        assert not pid_file.exists()
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
