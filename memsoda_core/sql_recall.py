@@ -100,14 +100,15 @@ def near_cte(schema: str) -> sql.Composed:
 
 _HOP2 = """
     bridges AS (
-        SELECT DISTINCT fe.entity_id, b.name
+        SELECT DISTINCT fe.entity_id, b.name, b.fact_count
         FROM (SELECT fact_id FROM hop1 ORDER BY hop1_rank LIMIT %(anchor_limit)s) h
         JOIN {s}.fact_entities fe ON {scope_fe} AND fe.fact_id = h.fact_id
         JOIN {s}.entities b ON {scope_b} AND b.id = fe.entity_id
         WHERE fe.entity_id NOT IN (SELECT id FROM anchors)
           AND b.fact_count < (SELECT n FROM hub_floor)),
     hop2 AS (
-        SELECT fe.fact_id, count(*) AS matches, min(b.name) AS via, NULL::boolean AS via_named,
+        SELECT fe.fact_id, sum(1.0 / greatest(b.fact_count, 1)) AS matches, min(b.name) AS via,
+               NULL::boolean AS via_named,
                NULL::float8 AS via_similarity, {distance} AS distance, f.valid_at
         FROM bridges b
         JOIN {s}.fact_entities fe ON {scope_fe} AND fe.entity_id = b.entity_id
@@ -125,7 +126,7 @@ _ANCHOR = """
         SELECT DISTINCT fe.fact_id
         FROM anchors a JOIN {s}.fact_entities fe ON {scope_fe} AND fe.entity_id = a.id),
     hop1 AS (
-        SELECT fe.fact_id, count(*) AS matches, min(a.name) AS via, bool_or(a.named) AS via_named,
+        SELECT fe.fact_id, count(*)::numeric AS matches, min(a.name) AS via, bool_or(a.named) AS via_named,
                max(a.similarity) AS via_similarity, {distance} AS distance, f.valid_at,
                row_number() OVER (ORDER BY count(*) DESC, {distance} ASC NULLS LAST,
                                   f.valid_at DESC, fe.fact_id DESC) AS hop1_rank
@@ -145,7 +146,12 @@ _ANCHOR = """
 
 def anchor_ctes(schema: str, plan: RecallPlan) -> sql.Composed:
     """Anchors (named + near, never hubs), the facts touching them, then the second hop through the
-    other non-hub entities of those facts; ordered by relevance, never by physical row order."""
+    other non-hub entities of those facts; ordered by relevance, never by physical row order.
+
+    Hop-1 facts rank by how many anchors they touch, then by similarity to the query, recency, id.
+    Hop-2 facts rank after all hop-1 facts, by the specificity of their bridges (the sum of
+    1 / fact_count over the bridges they touch: a bridge shared by few facts says more than one
+    shared by many), then the same tie-breaks."""
     distance = sql.SQL("f.embedding <=> %(qvec)s" if plan.vector else "NULL::float8")
     near_union = sql.SQL(
         "UNION ALL SELECT id, name, false, similarity FROM near WHERE NOT is_hub" if plan.vector else ""

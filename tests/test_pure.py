@@ -1,0 +1,217 @@
+"""The pure parts, no database: fusion, rendering, text handling, SQL composition."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import psycopg
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from memsoda_core import Fact, RecallOptions, ScoredFact, SignalHit
+from memsoda_core.errors import ConfigurationError, LimitError
+from memsoda_core.fusion import rrf
+from memsoda_core.render import anchor_entities, group_by_anchor, render
+from memsoda_core.sql_recall import RecallPlan, recall_statement
+from memsoda_core.text import collapse_line, keyword_terms, name_spans, normalize_name, normalize_query
+
+
+def fact(fid: int, subject: str, predicate: str, obj: str, anchor: str, anchor_type: str, valid: str) -> Fact:
+    return Fact(
+        id=fid,
+        dataset="d",
+        project="p",
+        subject=subject,
+        predicate=predicate,
+        object=obj,
+        object_type=anchor_type,
+        anchor=anchor,
+        anchor_type=anchor_type,
+        mentions=(),
+        valid_at=datetime.fromisoformat(valid).replace(tzinfo=UTC),
+        invalid_at=None,
+        confidence=1.0,
+        source_quote=None,
+        created_at=datetime(2026, 1, 1, tzinfo=UTC),
+    )
+
+
+def scored(f: Fact, score: float) -> ScoredFact:
+    return ScoredFact(fact=f, score=score, hits=(SignalHit(signal="vector", rank=1, reason="test"),))
+
+
+# --- fusion --------------------------------------------------------------------------------------
+
+
+def test_rrf_scores_are_sums_of_reciprocal_1_based_ranks() -> None:
+    fused = rrf({"vector": [10, 20], "keyword": [20]}, k=60)
+    by_id = {f.fact_id: f for f in fused}
+    assert by_id[10].score == pytest.approx(1 / 61)
+    assert by_id[20].score == pytest.approx(1 / 62 + 1 / 61)
+    assert by_id[20].ranks == {"vector": 2, "keyword": 1}
+
+
+def test_ref_agreement_at_middling_rank_beats_a_single_top_rank() -> None:
+    # fact 1 is first in one list only; fact 2 is 20th in two lists
+    filler = list(range(100, 119))
+    fused = rrf({"vector": [1, *filler, 2], "anchor": [*filler[:19], 2], "keyword": []}, k=60)
+    order = [f.fact_id for f in fused]
+    assert order.index(2) < order.index(1)
+
+
+def test_rrf_fuses_by_id_and_breaks_ties_deterministically() -> None:
+    first = rrf({"a": [1, 2], "b": [2, 1]}, k=60, tiebreak={1: 5.0, 2: 9.0})
+    second = rrf({"b": [2, 1], "a": [1, 2]}, k=60, tiebreak={1: 5.0, 2: 9.0})
+    assert [f.fact_id for f in first] == [f.fact_id for f in second] == [2, 1]
+
+
+# --- rendering -----------------------------------------------------------------------------------
+
+REFERENCE_BLOCK = """Known facts about the user, most relevant first.
+
+
+# FACTS  (format: fact (valid: from – to))
+- user is interested in toyota corolla hybrid  (valid: 2026-08-16 – present)
+- user finds too big suvs  (valid: 2026-08-16 – present)
+- user drives honda civic  (valid: 2026-03-01 – present)
+
+
+# ENTITIES
+- toyota corolla hybrid (PRODUCT)
+- suvs (PRODUCT)
+- honda civic (PRODUCT)"""
+
+
+def test_ref_rendering_matches_the_reference_block_exactly() -> None:
+    facts = [
+        scored(
+            fact(
+                1, "user", "is interested in", "toyota corolla hybrid", "toyota corolla hybrid", "PRODUCT", "2026-08-16"
+            ),
+            0.05,
+        ),
+        scored(fact(2, "user", "finds too big", "suvs", "suvs", "PRODUCT", "2026-08-16"), 0.04),
+        scored(fact(3, "user", "drives", "honda civic", "honda civic", "PRODUCT", "2026-03-01"), 0.03),
+    ]
+    groups = group_by_anchor(facts)
+    assert render(groups, anchor_entities(groups)) == REFERENCE_BLOCK
+
+
+def test_ref_groups_by_anchor_ordered_by_best_fact() -> None:
+    a1 = scored(fact(1, "user", "likes", "tea", "tea", "FOOD", "2026-01-01"), 0.05)
+    b1 = scored(fact(2, "user", "drives", "civic", "civic", "PRODUCT", "2026-01-01"), 0.04)
+    a2 = scored(fact(3, "tea", "is", "green", "tea", "FOOD", "2026-01-01"), 0.03)
+    groups = group_by_anchor([a1, b1, a2])
+    assert [[s.fact.id for s in g] for g in groups] == [[1, 3], [2]]
+    text = render(groups, anchor_entities(groups))
+    assert text.index("user likes tea") < text.index("tea is green") < text.index("user drives civic")
+    assert text.endswith("# ENTITIES\n- tea (FOOD)\n- civic (PRODUCT)")
+
+
+def test_ref_empty_context_when_nothing_matched() -> None:
+    assert render([], []) == ""
+
+
+@given(st.text(), st.text(), st.text())
+def test_no_stored_text_can_break_out_of_its_line(subject: str, predicate: str, obj: str) -> None:
+    block = render(
+        [[scored(fact(1, subject, predicate, obj, "x" + obj, "OTHER", "2026-01-01"), 0.1)]],
+        [],
+    )
+    lines = block.split("\n")
+    fact_lines = [line for line in lines if line.startswith("- ")]
+    assert len(fact_lines) == 1
+    assert [line for line in lines if line.startswith("#")] == [
+        "# FACTS  (format: fact (valid: from – to))",
+        "# ENTITIES",
+    ]
+    for separator in ("\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"):
+        assert separator not in block
+
+
+def test_collapse_line_examples() -> None:
+    assert collapse_line("a\nb\r\n# ENTITIES\t c\u2028d") == "a b # ENTITIES c d"
+    assert collapse_line("evil\u202eoverride") == "eviloverride"
+    assert collapse_line("  \n ") == ""
+
+
+# --- text ----------------------------------------------------------------------------------------
+
+
+def test_normalize_name() -> None:
+    assert normalize_name("  Breaking\tBad ") == "breaking bad"
+    assert normalize_name("ＮＥＴＦＬＩＸ") == "netflix"
+
+
+@pytest.mark.parametrize(
+    ("query", "name", "found"),
+    [
+        ("how do I start", "art", False),
+        ("I love art", "art", True),
+        ("art.", "art", True),
+        ("smart art deco", "art deco", True),
+        ("i write c++ daily", "c++", True),
+        ("i write c++daily", "c++", True),
+        ("my node.js app", "node.js", True),
+        ("my node.jsx app", "node.js", False),
+        ("the (x) factor", "(x)", True),
+        ("only 50% off", "50%", True),
+        ("150% sure", "50%", False),
+        ("is .* a regex", ".*", True),
+        ("'; drop table x;--", "'; drop table x;--", True),
+        ("netflix's best", "netflix", True),
+    ],
+)
+def test_name_spans_are_literal_word_boundary_matches(query: str, name: str, found: bool) -> None:
+    assert (name in name_spans(normalize_query(query))) is found
+
+
+def test_keyword_terms_are_safe_for_tsquery() -> None:
+    assert keyword_terms("What's the RX-7800's price? 'x' | !y & z:*") == [
+        "what",
+        "s",
+        "the",
+        "rx",
+        "7800",
+        "price",
+        "x",
+        "y",
+        "z",
+    ]
+
+
+def test_normalize_query_drops_nul_and_lone_surrogates() -> None:
+    assert normalize_query("a\x00b\ud800c") == "a b?c"
+
+
+# --- options and SQL -----------------------------------------------------------------------------
+
+
+def test_options_defaults_are_the_references() -> None:
+    options = RecallOptions()
+    assert (options.facts_in_context, options.min_confidence, options.anchor_vector_top_k) == (8, 0.5, 3)
+    assert (options.anchor_vector_min, options.rrf_k) == (0.75, 60)
+    with pytest.raises(LimitError):
+        RecallOptions(facts_in_context=0)
+    with pytest.raises(ConfigurationError):
+        options.with_overrides({"nope": 1})
+
+
+def test_every_fragment_filters_tenant_liveness_and_confidence() -> None:
+    text = recall_statement("memsoda", RecallPlan(vector=True, anchor=True, keyword=True, recent=True)).as_string(None)
+    for cte in ("vector_hits AS", "hop1 AS", "hop2 AS", "keyword_hits AS", "recent_hits AS"):
+        body = text[text.index(cte) :]
+        body = body[: body.index("LIMIT")]
+        assert '"f".dataset = %(dataset)s AND "f".project = %(project)s' in body, cte
+        assert '"f".confidence >= %(min_confidence)s' in body, cte
+        assert '"f".invalid_at > %(at)s' in body, cte
+
+
+def test_statement_is_composed_with_identifiers_not_pasted_names() -> None:
+    hostile = 'x"; DROP TABLE facts; --'
+    text = recall_statement(hostile, RecallPlan(vector=True, anchor=True, keyword=True, recent=False)).as_string(None)
+    assert '"x""; DROP TABLE facts; --".facts' in text
+    assert isinstance(
+        recall_statement("s", RecallPlan(vector=False, anchor=True, keyword=True, recent=True)), psycopg.sql.Composed
+    )
