@@ -146,11 +146,34 @@ def check_embedder(embedder: Embedder | None) -> Embedder:
     return chosen
 
 
+def call_with_timeout(function: Callable[[str], list[float]], argument: str, timeout_s: float) -> list[float]:
+    """Run a blocking embedder call on its own daemon thread and wait at most `timeout_s`.
+
+    A thread per call (not a small pool) so a hung embedder can never starve later recalls:
+    the abandoned thread finishes, or not, on its own while the recall degrades."""
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = function(argument)
+        except BaseException as exc:
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=target, name="memsoda-embed", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive():
+        raise TimeoutError(f"the embedder timed out after {timeout_s:g}s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]  # type: ignore[no-any-return]
+
+
 def embedding_failure(exc: BaseException) -> EmbeddingError:
     if isinstance(exc, EmbeddingError):
         return exc
     if isinstance(exc, TimeoutError):
-        return EmbeddingError("the embedder timed out")
+        return EmbeddingError(str(exc) or "the embedder timed out")
     return EmbeddingError(f"the embedder failed: {type(exc).__name__}: {exc}")
 
 

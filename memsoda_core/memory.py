@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import ExitStack
@@ -17,6 +16,7 @@ from .base import (
     CONNECTION_KWARGS,
     SESSION_SETTINGS,
     MemoryBase,
+    call_with_timeout,
     check_import_args,
     embedding_failure,
     open_args,
@@ -48,7 +48,6 @@ class Memory(MemoryBase):
     """Long-term memory of facts in PostgreSQL + pgvector. Open with `Memory.open()`."""
 
     _pool: ConnectionPool[psycopg.Connection[Any]]
-    _executor: concurrent.futures.ThreadPoolExecutor
 
     @classmethod
     def open(
@@ -90,7 +89,6 @@ class Memory(MemoryBase):
         except BaseException:
             release_target(target)
             raise
-        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="memsoda-embed")
         self._setup(
             info=info,
             embedder=args["embedder"],
@@ -104,7 +102,6 @@ class Memory(MemoryBase):
     def close(self) -> None:
         """Close the pool, and stop the embedded server if this was its last user."""
         self._pool.close()
-        self._executor.shutdown(wait=False, cancel_futures=True)
         release_target(self._target)
 
     def __enter__(self) -> Memory:
@@ -170,9 +167,8 @@ class Memory(MemoryBase):
         cached = self._cache.get(request.text)
         if cached is not None:
             return cached
-        future = self._executor.submit(self._embedder.embed_query, request.text)
         try:
-            vector = future.result(timeout=request.timeout_s)
+            vector = call_with_timeout(self._embedder.embed_query, request.text, request.timeout_s)
         except Exception as exc:
             raise embedding_failure(exc) from exc
         (checked,) = check_vectors([vector], count=1, dimensions=dims)

@@ -56,7 +56,7 @@ def server_settings() -> dict[str, str]:
     """Settings written once into a new data directory. The package's defaults (128MB shared
     buffers) are far below a memory's working set; a recall over a 100k-fact tenant measured
     45 ms at 128MB and 25 ms at 2GB. `MEMSODA_PG_SHARED_BUFFERS` overrides the buffer size."""
-    import psutil  # type: ignore[import-untyped]
+    import psutil
 
     total_mb = int(psutil.virtual_memory().total // (1024 * 1024))
     buffers_mb = max(128, min(2048, total_mb // 8))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from ..errors import EmbeddingError
@@ -44,14 +43,19 @@ def check_vectors(vectors: object, *, count: int, dimensions: int) -> list[list[
     """Vectors as returned by an embedder, checked: the right count, the right length, all finite.
 
     Raises EmbeddingError naming what is wrong, so a bad embedder never writes a bad row."""
-    if not isinstance(vectors, Sequence) and not hasattr(vectors, "__len__"):
+    if isinstance(vectors, str | bytes) or not hasattr(vectors, "__iter__"):
         raise EmbeddingError(f"embedder returned {type(vectors).__name__}, expected a list of vectors")
-    rows = list(vectors)  # type: ignore[call-overload]
+    rows = list(vectors)
     if len(rows) != count:
         raise EmbeddingError(f"embedder returned {len(rows)} vectors for {count} texts")
     checked: list[list[float]] = []
     for row in rows:
-        values = [float(x) for x in row]
+        try:
+            if isinstance(row, str | bytes):
+                raise TypeError("a vector cannot be a string")
+            values = [float(x) for x in row]
+        except (TypeError, ValueError) as exc:
+            raise EmbeddingError(f"embedder returned something that is not a vector of numbers: {exc}") from None
         if len(values) != dimensions:
             raise EmbeddingError(f"embedder returned a vector of dimension {len(values)}, expected {dimensions}")
         if not all(math.isfinite(x) for x in values):
