@@ -10,7 +10,6 @@ core never imports a framework.
 from __future__ import annotations
 
 import asyncio
-import os
 from typing import Any, Protocol, runtime_checkable
 
 from .errors import ConfigurationError
@@ -48,24 +47,11 @@ class OpenAISynthesizer:
         timeout: float = 30.0,
         max_retries: int = 1,
     ) -> None:
-        try:
-            import openai
-        except ImportError as exc:  # pragma: no cover - depends on the install
-            raise ConfigurationError(
-                "OpenAISynthesizer needs the openai package: pip install 'memsoda[openai]'"
-            ) from exc
-        if not isinstance(model, str) or not model:
-            raise ConfigurationError("model must be a non-empty model name")
-        if not timeout > 0:
-            raise ConfigurationError("timeout must be a positive number of seconds")
-        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-            raise ConfigurationError("max_retries must be an int of at least 0")
-        key = api_key or os.environ.get("OPENAI_API_KEY") or ("not-needed" if base_url else None)
-        if key is None:
-            raise ConfigurationError("OpenAISynthesizer needs api_key= or OPENAI_API_KEY (or a base_url)")
-        options: dict[str, Any] = {"api_key": key, "base_url": base_url, "timeout": timeout, "max_retries": max_retries}
-        self._client = openai.OpenAI(**options)
-        self._aclient = openai.AsyncOpenAI(**options)
+        from .embedders.openai import openai_clients
+
+        self._client, self._aclient = openai_clients(
+            "OpenAISynthesizer", model, base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries
+        )
         self._model = model
 
     @property

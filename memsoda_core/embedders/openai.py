@@ -22,6 +22,28 @@ KNOWN_DIMENSIONS = {
 _PROBE_TEXT = "dimension probe"
 
 
+def openai_clients(
+    user: str, model: str, *, base_url: str | None, api_key: str | None, timeout: float, max_retries: int
+) -> tuple[Any, Any]:
+    """Checked settings -> a sync and an async `openai` client sharing them (also used by
+    `OpenAISynthesizer`). `user` names the caller in error messages."""
+    try:
+        import openai
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise ConfigurationError(f"{user} needs the openai package: pip install 'memsoda[openai]'") from exc
+    if not isinstance(model, str) or not model:
+        raise ConfigurationError("model must be a non-empty model name")
+    if not timeout > 0:
+        raise ConfigurationError("timeout must be a positive number of seconds")
+    if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+        raise ConfigurationError("max_retries must be an int of at least 0")
+    key = api_key or os.environ.get("OPENAI_API_KEY") or ("not-needed" if base_url else None)
+    if key is None:
+        raise ConfigurationError(f"{user} needs api_key= or OPENAI_API_KEY (or a base_url for a local server)")
+    options: dict[str, Any] = {"api_key": key, "base_url": base_url, "timeout": timeout, "max_retries": max_retries}
+    return openai.OpenAI(**options), openai.AsyncOpenAI(**options)
+
+
 class OpenAIEmbedder:
     """Embeddings over the OpenAI protocol with the `openai` package (sync and async clients).
 
@@ -44,30 +66,15 @@ class OpenAIEmbedder:
         batch_size: int = 256,
         send_dimensions: bool | None = None,
     ) -> None:
-        try:
-            import openai
-        except ImportError as exc:  # pragma: no cover - depends on the install
-            raise ConfigurationError("OpenAIEmbedder needs the openai package: pip install 'memsoda[openai]'") from exc
-        if not isinstance(model, str) or not model:
-            raise ConfigurationError("model must be a non-empty model name")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigurationError("batch_size must be an int of at least 1")
         if dimensions is not None and (
             isinstance(dimensions, bool) or not isinstance(dimensions, int) or dimensions < 1
         ):
             raise ConfigurationError(f"dimensions must be a positive int or None, got {dimensions!r}")
-        if not timeout > 0:
-            raise ConfigurationError("timeout must be a positive number of seconds")
-        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-            raise ConfigurationError("max_retries must be an int of at least 0")
-        key = api_key or os.environ.get("OPENAI_API_KEY") or ("not-needed" if base_url else None)
-        if key is None:
-            raise ConfigurationError(
-                "OpenAIEmbedder needs api_key= or OPENAI_API_KEY (or a base_url for a local server)"
-            )
-        options: dict[str, Any] = {"api_key": key, "base_url": base_url, "timeout": timeout, "max_retries": max_retries}
-        self._client = openai.OpenAI(**options)
-        self._aclient = openai.AsyncOpenAI(**options)
+        self._client, self._aclient = openai_clients(
+            "OpenAIEmbedder", model, base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries
+        )
         self._model = model
         self._dimensions = dimensions or KNOWN_DIMENSIONS.get(model)
         self._send_dimensions = dimensions is not None if send_dimensions is None else send_dimensions
