@@ -353,10 +353,11 @@ def open_args(embedder: Embedder | None, schema: str, text_search_config: str) -
 def progress_callback(
     total: int, enabled: bool, description: str = "importing"
 ) -> Iterator[Callable[[int], None] | None]:
-    """A rich progress bar advanced by the returned callback, or None when disabled."""
+    """A rich progress bar on stderr advanced by the returned callback, or None when disabled."""
     if not enabled or total == 0:
         yield None
         return
+    from rich.console import Console
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -370,7 +371,7 @@ def progress_callback(
         BarColumn(),
         MofNCompleteColumn(),
         TimeRemainingColumn(),
-        transient=False,
+        console=Console(stderr=True),
     ) as bar:
         task = bar.add_task(description, total=total)
         yield lambda n: bar.advance(task, n)

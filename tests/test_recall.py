@@ -478,3 +478,22 @@ async def test_result_carries_timings_and_explanations(memory: Either, scope: di
 async def test_include_validation(memory: Either, scope: dict[str, str]) -> None:
     with pytest.raises(ValidationError, match="include"):
         await memory.recall("x", **scope, include=["everything"])
+
+
+async def test_keyword_matches_parts_of_codes_and_dotted_names(memory: Either, scope: dict[str, str]) -> None:
+    await memory.add_facts(
+        [
+            {"subject": "user", "predicate": "ordered part", "object": "ik-40917", "object_type": "LITERAL"},
+            {"subject": "user", "predicate": "deploys", "object": "node.js services", "object_type": "LITERAL"},
+            {"subject": "user", "predicate": "likes", "object": "green tea", "object_type": "LITERAL"},
+        ],
+        **scope,
+    )
+    for query, expected in (
+        ("40917", "user ordered part ik-40917"),
+        ("what about IK-40917", "user ordered part ik-40917"),
+        ("node", "user deploys node.js services"),
+    ):
+        result = await memory.recall(query, **scope)
+        keyword = [s.fact.text for s in result.facts if "keyword" in s.ranks]
+        assert keyword[:1] == [expected], query
