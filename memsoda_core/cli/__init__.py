@@ -1,0 +1,43 @@
+"""The `memsoda` command line: demo, recall, add, import/export, stats, forget, doctor, server.
+
+Global options pick the store: `--dsn` (else `MEMSODA_DSN`, else the embedded server under
+`--home` / `MEMSODA_HOME`). Any `MemsodaError` (and any file error) prints one red line and exits
+with status 1; `--verbose` adds the traceback. Usage errors exit with status 2.
+
+    app.py      the Typer app: global options, command registration, error handling
+    common.py   Settings, the shared embedder, the --dataset/--project/--json options
+    output.py   consoles, JSON, notes, spinners and tables
+    store.py    opening a Memory for a command (without a model when it never embeds)
+    demo.py     demo
+    recall.py   recall, add, forget
+    jsonl.py    import, export
+    stats.py    stats
+    doctor.py   doctor and its checks
+    server.py   server start|stop|status (and the hidden `hold` that `start` runs)
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from .app import app
+from .common import Settings
+from .doctor import Check, run_checks
+from .recall import signal_table
+from .server import server_status
+
+__all__ = ["Check", "Settings", "app", "main", "run_checks", "server_status", "signal_table"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the `memsoda` command line; returns the exit status."""
+    # The embedded server's package warns about an unset XDG_RUNTIME_DIR (common in containers and
+    # CI) and falls back to /tmp, which is fine; keep that noise out of every command's output.
+    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+    try:
+        app(args=argv, prog_name="memsoda")
+    except SystemExit as exc:
+        if exc.code is None:
+            return 0
+        return exc.code if isinstance(exc.code, int) else 1
+    return 0

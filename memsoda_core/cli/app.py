@@ -1,0 +1,95 @@
+"""The Typer app: global options, the commands in the order `memsoda --help` lists them, and the
+handling that turns memsoda's documented errors into one red line and exit status 1."""
+
+from __future__ import annotations
+
+import traceback
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.text import Text
+from typer.core import TyperGroup
+
+from ..errors import MemsodaError
+from . import demo, doctor, jsonl, recall, server, stats
+from .common import Settings
+from .output import err, one_line
+
+
+def _report(exc: BaseException, verbose: bool) -> None:
+    console = err()
+    if verbose:
+        console.print(Text("".join(traceback.format_exception(exc)).rstrip(), style="dim"), soft_wrap=True)
+    message = one_line(str(exc)) or type(exc).__name__
+    console.print(Text("error: ", style="bold red") + Text(message, style="red"), soft_wrap=True)
+
+
+class _Group(TyperGroup):
+    """Turns memsoda's documented errors into one red line and exit status 1."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (MemsodaError, OSError) as exc:
+            settings = ctx.obj if isinstance(ctx.obj, Settings) else None
+            _report(exc, bool(settings and settings.verbose))
+            raise typer.Exit(1) from None
+
+
+app = typer.Typer(
+    name="memsoda",
+    cls=_Group,
+    help="Long-term memory for LLM agents: facts in PostgreSQL + pgvector, recalled by three fused signals.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+server_app = typer.Typer(
+    cls=_Group,
+    help="The embedded PostgreSQL server (used when no DSN is given).",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+app.add_typer(server_app, name="server")
+
+
+@app.callback()
+def _root(
+    ctx: typer.Context,
+    dsn: Annotated[
+        str | None,
+        typer.Option(
+            envvar="MEMSODA_DSN",
+            show_envvar=True,
+            help="PostgreSQL connection string; without one, the embedded server is used.",
+        ),
+    ] = None,
+    home: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="MEMSODA_HOME",
+            show_envvar=True,
+            help="Where the embedded server keeps its data (default: the user data directory).",
+        ),
+    ] = None,
+    schema: Annotated[str, typer.Option(help="Postgres schema of memsoda's tables.")] = "memsoda",
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show tracebacks of errors.")] = False,
+) -> None:
+    ctx.obj = Settings(dsn=dsn or None, home=home, schema=schema, verbose=verbose)
+
+
+app.command()(demo.demo)
+app.command()(recall.recall)
+app.command()(recall.add)
+app.command("import")(jsonl.import_)
+app.command()(jsonl.export)
+app.command()(recall.forget)
+app.command()(stats.stats)
+app.command()(doctor.doctor)
+
+server_app.command("start")(server.server_start)
+server_app.command("hold", hidden=True)(server.server_hold)
+server_app.command("stop")(server.server_stop)
+server_app.command("status")(server.server_status_command)

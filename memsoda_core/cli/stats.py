@@ -1,0 +1,37 @@
+"""`stats`: facts, live facts, entities and episodes per dataset/project."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.text import Text
+
+from .common import JsonOpt, settings_of
+from .output import out, print_json, table, warn
+from .store import open_memory
+
+_COLUMNS = ("dataset", "project", "facts", "live_facts", "entities", "episodes")
+
+
+def stats(
+    ctx: typer.Context,
+    dataset: Annotated[str | None, typer.Option("--dataset", "-d", help="Only this dataset.")] = None,
+    project: Annotated[str | None, typer.Option("--project", "-p", help="Only this project.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Facts, live facts, entities and episodes per dataset/project."""
+    with open_memory(settings_of(ctx), embeds=False) as memory:
+        rows = memory.stats(dataset=dataset, project=project)
+    if as_json:
+        print_json(rows)
+        return
+    if not rows:
+        warn("no data yet: try `memsoda demo` or `memsoda import FILE.jsonl`")
+        return
+    result = table()
+    for name in _COLUMNS:
+        result.add_column(name.replace("_", " "), justify="left" if name in ("dataset", "project") else "right")
+    for row in rows:
+        result.add_row(*(Text(str(row[name])) for name in _COLUMNS))
+    out().print(result)

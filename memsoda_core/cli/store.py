@@ -1,0 +1,88 @@
+"""Opening the store for a command, without loading an embedding model when the command never embeds."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from ..base import release_target, resolve_target, translate_db_error
+from ..embedders import Embedder
+from ..errors import EmbeddingError
+from ..memory import Memory
+from .common import Settings, shared_embedder
+from .output import spinner
+
+_META_EXISTS = "SELECT to_regclass(format('%%I.meta', %s::text)) IS NOT NULL"
+_NOT_EMBEDDING = "this command does not embed text"
+
+
+def read_meta(conn: psycopg.Connection[Any], schema: str) -> dict[str, str] | None:
+    """The store's meta table, or None when memsoda has not created it yet."""
+    (exists,) = conn.execute(_META_EXISTS, (schema,)).fetchone() or (False,)
+    if not exists:
+        return None
+    query = sql.SQL("SELECT key, value FROM {s}.meta").format(s=sql.Identifier(schema))
+    return {str(k): str(v) for k, v in conn.execute(query).fetchall()}
+
+
+class StoredSpace:
+    """Stands in for the embedder in commands that never embed (stats, export, forget), so they
+    do not load a model: it reports the model and dimension the store already holds."""
+
+    def __init__(self, model: str, dimensions: int) -> None:
+        self._model = model
+        self._dimensions = dimensions
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    @property
+    def dimensions(self) -> int:
+        return self._dimensions
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        raise EmbeddingError(_NOT_EMBEDDING)
+
+    def embed_query(self, text: str) -> list[float]:
+        raise EmbeddingError(_NOT_EMBEDDING)
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        raise EmbeddingError(_NOT_EMBEDDING)
+
+    async def aembed_query(self, text: str) -> list[float]:
+        raise EmbeddingError(_NOT_EMBEDDING)
+
+
+def _stored_space(dsn: str, schema: str) -> StoredSpace | None:
+    """The store's model and dimension, or None when it does not record them yet."""
+    try:
+        with psycopg.connect(dsn, connect_timeout=10) as conn:
+            meta = read_meta(conn, schema)
+    except psycopg.Error as exc:
+        raise translate_db_error(exc) from exc
+    if meta and "model" in meta and "dimensions" in meta:
+        return StoredSpace(meta["model"], int(meta["dimensions"]))
+    return None
+
+
+@contextmanager
+def open_memory(settings: Settings, *, embeds: bool = True) -> Iterator[Memory]:
+    """A Memory on the chosen store; `embeds=False` opens it without loading an embedding model."""
+    with spinner("opening the store"):
+        target = resolve_target(settings.dsn, settings.home)
+        try:
+            embedder: Embedder | None = None if embeds else _stored_space(target.dsn, settings.schema)
+            memory = Memory.open(target.dsn, embedder or shared_embedder(), schema=settings.schema)
+        except BaseException:
+            release_target(target)
+            raise
+    try:
+        yield memory
+    finally:
+        memory.close()
+        release_target(target)
