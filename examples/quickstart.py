@@ -1,23 +1,19 @@
 """Store three facts and recall them: the reference's Netflix bridge, end to end.
 
-Runs offline against the embedded PostgreSQL (in a temporary MEMSODA_HOME unless one is set)
-with the bundled all-MiniLM-L6-v2 model.
+Runs offline against the embedded PostgreSQL (its data in a temporary directory, removed at the
+end) with the bundled all-MiniLM-L6-v2 model.
 """
 
 from __future__ import annotations
 
-import os
 import tempfile
 
 from memsoda_core import Memory
 
 
 def main() -> None:
-    if os.environ.get("MEMSODA_HOME"):
-        run(os.environ["MEMSODA_HOME"])
-    else:
-        with tempfile.TemporaryDirectory(prefix="memsoda-quickstart-") as home:
-            run(home)
+    with tempfile.TemporaryDirectory(prefix="memsoda-quickstart-") as home:
+        run(home)
 
 
 def run(home: str) -> None:

@@ -293,7 +293,7 @@ class MemoryBase:
         if "synthesis" in wanted and self._synthesizer is None:
             raise ConfigurationError("include=['synthesis'] needs Memory.open(synthesizer=...)")
         vector = None
-        if query_embedding is not None and text is not None:
+        if query_embedding is not None:
             try:
                 vector = check_vectors([query_embedding], count=1, dimensions=self._info.dimensions)[0]
             except EmbeddingError as exc:

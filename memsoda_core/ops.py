@@ -287,15 +287,14 @@ def recall(
     started = time.perf_counter()
     embedding: Sequence[float] | None = None
     degraded: str | None = None
-    if query is not None:
-        if query_embedding is not None:
-            embedding = query_embedding
-        else:
-            try:
-                embedding = yield EmbedQuery(query, options.embed_timeout_s)
-            except EmbeddingError as exc:
-                degraded = f"embedding failed, recalled by keyword, named anchors and recency: {exc}"
-            timings["embed"] = _ms(started)
+    if query_embedding is not None:
+        embedding = query_embedding
+    elif query is not None:
+        try:
+            embedding = yield EmbedQuery(query, options.embed_timeout_s)
+        except EmbeddingError as exc:
+            degraded = f"embedding failed, recalled by keyword, named anchors and recency: {exc}"
+        timings["embed"] = _ms(started)
     at = as_of or now
     params = statement_params(
         scope=scope,

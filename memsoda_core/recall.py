@@ -21,14 +21,15 @@ _HIT_COLUMN_COUNT = 8
 
 
 def plan_for(query: str | None, has_embedding: bool, options: RecallOptions) -> RecallPlan:
-    """Which signals run: none but recency without a query; keyword + named anchors + recency
-    without an embedding (degraded); otherwise vector, anchor and keyword."""
-    if query is None:
+    """Which signals run: recency alone with neither a query nor a vector; keyword + named anchors
+    + recency without an embedding (degraded); vector + near anchors for a bare `query_embedding`;
+    otherwise vector, anchor and keyword."""
+    if query is None and not has_embedding:
         return RecallPlan(vector=False, anchor=False, keyword=False, recent=True)
     return RecallPlan(
         vector=has_embedding,
         anchor=True,
-        keyword=True,
+        keyword=query is not None,
         recent=not has_embedding,
         hops=options.anchor_hops,
     )

@@ -497,3 +497,13 @@ async def test_keyword_matches_parts_of_codes_and_dotted_names(memory: Either, s
         result = await memory.recall(query, **scope)
         keyword = [s.fact.text for s in result.facts if "keyword" in s.ranks]
         assert keyword[:1] == [expected], query
+
+
+async def test_bare_query_embedding_runs_vector_and_near_anchors(
+    memory: Either, scope: dict[str, str], embedder: LocalEmbedder
+) -> None:
+    await memory.add_facts(BRIDGE, **scope)
+    result = await memory.recall(None, **scope, query_embedding=embedder.embed_query("honda civic"))
+    assert result.facts[0].fact.text == "user drives honda civic"
+    assert {signal for s in result.facts for signal in s.ranks} <= {"vector", "anchor"}
+    assert "near the query" in result.facts[0].reasons["anchor"]

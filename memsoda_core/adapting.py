@@ -1,0 +1,48 @@
+"""Framework-free helpers shared by the LangChain and LlamaIndex adapters: one way to call either
+memory from sync or async code, stable ids, and the metadata a context document carries."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from typing import Any
+
+from .async_memory import AsyncMemory
+from .errors import ConfigurationError
+from .memory import Memory
+from .models import RecallResult, ScoredFact
+
+
+def recall_sync(memory: Memory | AsyncMemory, query: str | None, **kwargs: Any) -> RecallResult:
+    """`memory.recall` from synchronous code. An AsyncMemory's pool lives on its event loop, so it
+    is refused with a message saying what to do instead."""
+    if isinstance(memory, AsyncMemory):
+        raise ConfigurationError(
+            "this retriever wraps an AsyncMemory: call its async method (ainvoke / aretrieve), "
+            "or give it a Memory for synchronous calls"
+        )
+    return memory.recall(query, **kwargs)
+
+
+async def recall_async(memory: Memory | AsyncMemory, query: str | None, **kwargs: Any) -> RecallResult:
+    """`memory.recall` from async code: awaited on an AsyncMemory, in a worker thread for a Memory."""
+    if isinstance(memory, AsyncMemory):
+        return await memory.recall(query, **kwargs)
+    return await asyncio.to_thread(memory.recall, query, **kwargs)
+
+
+def fact_id(scored: ScoredFact) -> str:
+    """A stable document id for one fact."""
+    return f"memsoda-fact-{scored.fact.id}"
+
+
+def context_id(result: RecallResult) -> str:
+    """A stable document id for a rendered context: the same block gets the same id."""
+    return "memsoda-context-" + hashlib.sha256(result.context.encode()).hexdigest()[:16]
+
+
+def context_metadata(result: RecallResult, *, episodes: bool) -> dict[str, Any]:
+    """JSON-serializable metadata of a context document: the scored facts, entities, degraded
+    flag and reason, synthesis and errors; episodes only when they were asked for."""
+    dropped = {"context", "timings_ms"} | (set() if episodes else {"episodes"})
+    return {key: value for key, value in result.to_dict().items() if key not in dropped}

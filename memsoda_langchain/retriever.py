@@ -1,0 +1,88 @@
+"""`MemsodaRetriever`: memsoda's recall as a LangChain retriever. Translation only; the recall
+itself (signals, fusion, rendering) is `Memory.recall` / `AsyncMemory.recall`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
+from langchain_core.documents import Document
+from langchain_core.retrievers import BaseRetriever
+from pydantic import Field
+
+from memsoda_core import AsyncMemory, Memory, RecallResult
+from memsoda_core.adapting import context_id, context_metadata, fact_id, recall_async, recall_sync
+from memsoda_core.limits import MAX_K
+
+
+class MemsodaRetriever(BaseRetriever):
+    """Recall from a memsoda `Memory` or `AsyncMemory` as LangChain Documents.
+
+    `mode="context"` (default): one Document whose `page_content` is the rendered context block and
+    whose metadata holds the scored facts, the entities and (with `include=["episodes"]`) the
+    episodes; no Document when nothing matched. `mode="facts"`: one Document per fact in fused
+    order, `id` "memsoda-fact-<id>", metadata `ScoredFact.to_dict()`.
+
+    `k` (facts in the context) is set here and per call, as are `query_embedding`, `as_of` and
+    `include`: `retriever.invoke(query, k=3, as_of="2025-01-01")`. With an `AsyncMemory` only
+    `ainvoke` works (its pool lives on an event loop); a `Memory` serves both, async calls
+    running it in an executor.
+    """
+
+    memory: Memory | AsyncMemory
+    dataset: str
+    project: str
+    mode: Literal["context", "facts"] = "context"
+    k: int = Field(default=8, ge=1, le=MAX_K)
+    include: tuple[str, ...] = ()
+
+    def _get_relevant_documents(
+        self,
+        query: str,
+        *,
+        run_manager: CallbackManagerForRetrieverRun,
+        k: int | None = None,
+        query_embedding: Sequence[float] | None = None,
+        as_of: Any = None,
+        include: Sequence[str] | None = None,
+    ) -> list[Document]:
+        kwargs = self._recall_kwargs(k, query_embedding, as_of, include)
+        return self._documents(recall_sync(self.memory, query, **kwargs), kwargs["include"])
+
+    async def _aget_relevant_documents(
+        self,
+        query: str,
+        *,
+        run_manager: AsyncCallbackManagerForRetrieverRun,
+        k: int | None = None,
+        query_embedding: Sequence[float] | None = None,
+        as_of: Any = None,
+        include: Sequence[str] | None = None,
+    ) -> list[Document]:
+        kwargs = self._recall_kwargs(k, query_embedding, as_of, include)
+        return self._documents(await recall_async(self.memory, query, **kwargs), kwargs["include"])
+
+    def _recall_kwargs(
+        self, k: int | None, query_embedding: Sequence[float] | None, as_of: Any, include: Sequence[str] | None
+    ) -> dict[str, Any]:
+        chosen = self.include if include is None else include
+        return {
+            "dataset": self.dataset,
+            "project": self.project,
+            "facts_in_context": self.k if k is None else k,
+            "query_embedding": query_embedding,
+            "as_of": as_of,
+            "include": (chosen,) if isinstance(chosen, str) else tuple(chosen),
+        }
+
+    def _documents(self, result: RecallResult, include: tuple[str, ...]) -> list[Document]:
+        if self.mode == "facts":
+            return [
+                Document(id=fact_id(scored), page_content=scored.fact.text, metadata=scored.to_dict())
+                for scored in result.facts
+            ]
+        if not result.context:
+            return []
+        metadata = context_metadata(result, episodes="episodes" in include)
+        return [Document(id=context_id(result), page_content=result.context, metadata=metadata)]

@@ -1,0 +1,54 @@
+"""`LlamaIndexEmbedder`: any LlamaIndex `BaseEmbedding` as a memsoda `Embedder`."""
+
+from __future__ import annotations
+
+from llama_index.core.base.embeddings.base import BaseEmbedding
+
+from memsoda_core import ConfigurationError
+
+
+class LlamaIndexEmbedder:
+    """Wraps a LlamaIndex `BaseEmbedding` so `Memory.open(embedder=...)` accepts it.
+
+    `model` is recorded in the store (a different model later is refused); it defaults to the
+    wrapped model's `model_name`. `dimensions`, when not given, is measured by embedding one short
+    text on first use.
+    """
+
+    def __init__(self, embedding: BaseEmbedding, *, model: str | None = None, dimensions: int | None = None) -> None:
+        found = model or (embedding.model_name if embedding.model_name != "unknown" else None)
+        if not found:
+            raise ConfigurationError(
+                f"cannot tell which model {type(embedding).__name__} uses: pass LlamaIndexEmbedder(..., model='name')"
+            )
+        self.embedding = embedding
+        self._model = found
+        self._dimensions = dimensions
+
+    @property
+    def model(self) -> str:
+        """The model identifier recorded in the store."""
+        return self._model
+
+    @property
+    def dimensions(self) -> int:
+        """Vector length (measured once when not given)."""
+        if self._dimensions is None:
+            self._dimensions = len(self.embedding.get_query_embedding("dimension probe"))
+        return self._dimensions
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """One vector per text, in order."""
+        return self.embedding.get_text_embedding_batch(texts)
+
+    def embed_query(self, text: str) -> list[float]:
+        """The vector of a search query."""
+        return self.embedding.get_query_embedding(text)
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        """Async `embed_documents`."""
+        return await self.embedding.aget_text_embedding_batch(texts)
+
+    async def aembed_query(self, text: str) -> list[float]:
+        """Async `embed_query`."""
+        return await self.embedding.aget_query_embedding(text)

@@ -1,0 +1,82 @@
+"""`MemsodaRetriever`: memsoda's recall as a LlamaIndex retriever. Translation only; the recall
+itself is `Memory.recall` / `AsyncMemory.recall`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.callbacks import CallbackManager
+from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+
+from memsoda_core import AsyncMemory, ConfigurationError, Memory, RecallResult
+from memsoda_core.adapting import context_id, context_metadata, fact_id, recall_async, recall_sync
+
+
+class MemsodaRetriever(BaseRetriever):
+    """Recall from a memsoda `Memory` or `AsyncMemory` as LlamaIndex nodes.
+
+    `mode="context"` (default): one node whose text is the rendered context block and whose
+    metadata holds the scored facts, the entities and (with `include=["episodes"]`) the episodes;
+    no node when nothing matched. `mode="facts"`: one node per fact in fused order, id
+    "memsoda-fact-<id>", metadata `ScoredFact.to_dict()`, score the fused score. Metadata is kept
+    out of the LLM and embedding text. `QueryBundle.embedding` is used as the query vector, so
+    the embedder is not called. With an `AsyncMemory` only `aretrieve` works; a `Memory` serves
+    both (async calls run it in a thread).
+    """
+
+    def __init__(
+        self,
+        *,
+        memory: Memory | AsyncMemory,
+        dataset: str,
+        project: str,
+        mode: Literal["context", "facts"] = "context",
+        k: int = 8,
+        include: Sequence[str] = (),
+        callback_manager: CallbackManager | None = None,
+        verbose: bool = False,
+    ) -> None:
+        if mode not in ("context", "facts"):
+            raise ConfigurationError(f"mode must be 'context' or 'facts', got {mode!r}")
+        memory.options.with_overrides({"facts_in_context": k})  # raises LimitError for a bad k
+        self.memory = memory
+        self.dataset = dataset
+        self.project = project
+        self.mode = mode
+        self.k = k
+        self.include = (include,) if isinstance(include, str) else tuple(include)
+        super().__init__(callback_manager=callback_manager, verbose=verbose)
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        return self._nodes(recall_sync(self.memory, query_bundle.query_str, **self._recall_kwargs(query_bundle)))
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        return self._nodes(await recall_async(self.memory, query_bundle.query_str, **self._recall_kwargs(query_bundle)))
+
+    def _recall_kwargs(self, query_bundle: QueryBundle) -> dict[str, Any]:
+        return {
+            "dataset": self.dataset,
+            "project": self.project,
+            "facts_in_context": self.k,
+            "include": self.include,
+            "query_embedding": query_bundle.embedding,
+        }
+
+    def _nodes(self, result: RecallResult) -> list[NodeWithScore]:
+        if self.mode == "facts":
+            return [
+                NodeWithScore(node=_node(fact_id(s), s.fact.text, s.to_dict()), score=s.score) for s in result.facts
+            ]
+        if not result.context:
+            return []
+        metadata = context_metadata(result, episodes="episodes" in self.include)
+        return [NodeWithScore(node=_node(context_id(result), result.context, metadata), score=None)]
+
+
+def _node(node_id: str, text: str, metadata: dict[str, Any]) -> TextNode:
+    keys = list(metadata)
+    return TextNode(
+        id_=node_id, text=text, metadata=metadata, excluded_llm_metadata_keys=keys, excluded_embed_metadata_keys=keys
+    )

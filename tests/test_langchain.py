@@ -1,0 +1,296 @@
+"""The LangChain adapter against a real store: the standard retriever suite, both modes, per-call
+arguments, async, callbacks, and the embedder wrapper."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pydantic
+import pytest
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.documents import Document
+from langchain_core.embeddings import DeterministicFakeEmbedding, Embeddings
+from langchain_core.tools import create_retriever_tool
+from langchain_tests.integration_tests import RetrieversIntegrationTests
+
+from memsoda_core import AsyncMemory, ConfigurationError, LocalEmbedder, Memory
+from memsoda_langchain import LangChainEmbedder, MemsodaRetriever
+
+FACTS: list[dict[str, Any]] = [
+    {"subject": "user", "predicate": "drives", "object": "honda civic", "object_type": "PRODUCT"},
+    {"subject": "honda civic", "predicate": "has color", "object": "blue", "object_type": "LITERAL"},
+    {"subject": "user", "predicate": "lives in", "object": "lisbon", "object_type": "LOCATION"},
+    {"subject": "user", "predicate": "works at", "object": "acme corp", "object_type": "ORG"},
+    {"subject": "user", "predicate": "has sister", "object": "ana", "object_type": "PERSON"},
+    {"subject": "ana", "predicate": "lives in", "object": "porto", "object_type": "LOCATION"},
+    {"subject": "user", "predicate": "prefers", "object": "green tea", "object_type": "LITERAL"},
+]
+QUERY = "what car does the user drive?"
+
+
+class CountingEmbedder:
+    """The real embedder, counting how often it is asked for a query vector."""
+
+    def __init__(self, inner: LocalEmbedder) -> None:
+        self.inner = inner
+        self.query_calls = 0
+
+    @property
+    def model(self) -> str:
+        return self.inner.model
+
+    @property
+    def dimensions(self) -> int:
+        return self.inner.dimensions
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self.inner.embed_documents(texts)
+
+    def embed_query(self, text: str) -> list[float]:
+        self.query_calls += 1
+        return self.inner.embed_query(text)
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self.inner.embed_documents(texts)
+
+    async def aembed_query(self, text: str) -> list[float]:
+        self.query_calls += 1
+        return self.inner.embed_query(text)
+
+
+class LocalLangChainEmbeddings(Embeddings):
+    """A LangChain Embeddings backed by the offline model (to test LangChainEmbedder end to end)."""
+
+    def __init__(self, inner: LocalEmbedder) -> None:
+        self.inner = inner
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self.inner.embed_documents(texts)
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.inner.embed_query(text)
+
+
+class Recorder(BaseCallbackHandler):
+    """Records retriever runs."""
+
+    def __init__(self) -> None:
+        self.starts: list[dict[str, Any]] = []
+        self.ends: list[list[Document]] = []
+
+    def on_retriever_start(self, serialized: dict[str, Any], query: str, **kwargs: Any) -> None:
+        self.starts.append({"query": query, **kwargs})
+
+    def on_retriever_end(self, documents: Any, **kwargs: Any) -> None:
+        self.ends.append(list(documents))
+
+
+async def seed(memory: Any, scope: dict[str, str]) -> list[int]:
+    ids: list[int] = await memory.add_facts(FACTS, **scope)
+    return ids
+
+
+def retriever_for(memory: Any, scope: dict[str, str], **kwargs: Any) -> MemsodaRetriever:
+    raw = memory.raw if hasattr(memory, "raw") else memory
+    return MemsodaRetriever(memory=raw, **scope, **kwargs)
+
+
+async def ask(retriever: MemsodaRetriever, query: str, **kwargs: Any) -> list[Document]:
+    """`ainvoke` always; `invoke` too when the memory is sync (and both must agree)."""
+    docs = await retriever.ainvoke(query, **kwargs)
+    if isinstance(retriever.memory, Memory):
+        assert retriever.invoke(query, **kwargs) == docs
+    return docs
+
+
+class TestStandardRetriever(RetrieversIntegrationTests):
+    """LangChain's own retriever suite, in "facts" mode (one Document per fact)."""
+
+    @pytest.fixture(autouse=True)
+    def _store(self, sync_memory: Memory, scope: dict[str, str]) -> Iterator[None]:
+        sync_memory.add_facts(FACTS, **scope)
+        self._params: dict[str, Any] = {"memory": sync_memory, **scope, "mode": "facts"}
+        yield
+
+    @property
+    def retriever_constructor(self) -> type[MemsodaRetriever]:
+        return MemsodaRetriever
+
+    @property
+    def retriever_constructor_params(self) -> dict[str, Any]:
+        return self._params
+
+    @property
+    def retriever_query_example(self) -> str:
+        return QUERY
+
+
+async def test_context_mode(memory: Any, scope: dict[str, str]) -> None:
+    await seed(memory, scope)
+    expected = await memory.recall(QUERY, **scope)
+    docs = await ask(retriever_for(memory, scope), QUERY)
+    assert len(docs) == 1
+    (doc,) = docs
+    assert doc.page_content == expected.context
+    assert "user drives honda civic" in doc.page_content
+    assert doc.id is not None and doc.id.startswith("memsoda-context-")
+    assert doc.metadata["facts"] == [fact.to_dict() for fact in expected.facts]
+    assert doc.metadata["entities"] == [{"name": e.name, "type": e.type} for e in expected.entities]
+    assert doc.metadata["degraded"] is False
+    assert "episodes" not in doc.metadata
+    json.dumps(doc.metadata)
+
+
+async def test_facts_mode(memory: Any, scope: dict[str, str]) -> None:
+    await seed(memory, scope)
+    expected = await memory.recall(QUERY, **scope, facts_in_context=4)
+    docs = await ask(retriever_for(memory, scope, mode="facts", k=4), QUERY)
+    assert [doc.id for doc in docs] == [f"memsoda-fact-{s.fact.id}" for s in expected.facts]
+    assert [doc.page_content for doc in docs] == [s.fact.text for s in expected.facts]
+    assert [doc.metadata for doc in docs] == [s.to_dict() for s in expected.facts]
+    assert docs[0].page_content == "user drives honda civic"
+    assert docs[0].metadata["score"] >= docs[-1].metadata["score"]
+    json.dumps([doc.metadata for doc in docs])
+
+
+async def test_k_in_constructor_and_per_call(memory: Any, scope: dict[str, str]) -> None:
+    await seed(memory, scope)
+    facts = retriever_for(memory, scope, mode="facts", k=5)
+    assert len(await ask(facts, QUERY)) == 5
+    assert len(await ask(facts, QUERY, k=2)) == 2
+    context = retriever_for(memory, scope, k=1)
+    (doc,) = await ask(context, QUERY)
+    assert len(doc.metadata["facts"]) == 1
+    (wider,) = await ask(context, QUERY, k=6)
+    assert len(wider.metadata["facts"]) == 6
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+async def test_query_embedding_skips_the_embedder(
+    kind: str, pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]
+) -> None:
+    counting = CountingEmbedder(embedder)
+    query = f"which car does the user own {uuid.uuid4().hex[:6]}?"  # not in any query cache
+    vector = embedder.embed_query(query)
+    if kind == "sync":
+        sync_memory = Memory.open(pg_dsn, counting)
+        try:
+            sync_memory.add_facts(FACTS, **scope)
+            retriever = MemsodaRetriever(memory=sync_memory, **scope, mode="facts", k=3)
+            given = retriever.invoke(query, query_embedding=vector)
+            given_async = await retriever.ainvoke(query, query_embedding=vector)
+            assert counting.query_calls == 0
+            embedded = retriever.invoke(query)
+        finally:
+            sync_memory.close()
+    else:
+        async_memory = await AsyncMemory.open(pg_dsn, counting)
+        try:
+            await async_memory.add_facts(FACTS, **scope)
+            retriever = MemsodaRetriever(memory=async_memory, **scope, mode="facts", k=3)
+            given = await retriever.ainvoke(query, query_embedding=vector)
+            given_async = given
+            assert counting.query_calls == 0
+            embedded = await retriever.ainvoke(query)
+        finally:
+            await async_memory.close()
+    assert counting.query_calls == 1
+    assert [d.id for d in given] == [d.id for d in embedded] == [d.id for d in given_async]
+    assert given[0].page_content == "user drives honda civic"
+
+
+async def test_empty_result(memory: Any, scope: dict[str, str]) -> None:
+    assert await ask(retriever_for(memory, scope), QUERY) == []
+    assert await ask(retriever_for(memory, scope, mode="facts"), QUERY) == []
+
+
+async def test_include_episodes_and_as_of(memory: Any, scope: dict[str, str]) -> None:
+    (old,) = await memory.add_facts(
+        [
+            {
+                "subject": "user",
+                "predicate": "drives",
+                "object": "vw golf",
+                "object_type": "PRODUCT",
+                "valid_at": "2020-01-01",
+            }
+        ],
+        **scope,
+    )
+    await memory.invalidate(old, **scope, at="2021-01-01")
+    await memory.add_episodes([{"text": "The user talked about buying a new car.", "thread_id": "t1"}], **scope)
+    retriever = retriever_for(memory, scope, mode="facts")
+    assert [d.id for d in await ask(retriever, QUERY, as_of="2020-06-01")] == [f"memsoda-fact-{old}"]
+    assert await ask(retriever, QUERY) == []
+
+    context = retriever_for(memory, scope, include=("episodes",))
+    (doc,) = await ask(context, QUERY)
+    assert "# EPISODES" in doc.page_content
+    assert doc.metadata["facts"] == []
+    assert doc.metadata["episodes"][0]["text"] == "The user talked about buying a new car."
+    (per_call,) = await ask(retriever_for(memory, scope), QUERY, include=["episodes"], as_of="2020-06-01")
+    assert "vw golf" in per_call.page_content and "episodes" in per_call.metadata
+    json.dumps(per_call.metadata)
+
+
+async def test_async_memory_needs_ainvoke(pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]) -> None:
+    async with await AsyncMemory.open(pg_dsn, embedder) as async_memory:
+        retriever = MemsodaRetriever(memory=async_memory, **scope)
+        with pytest.raises(ConfigurationError, match="ainvoke"):
+            retriever.invoke(QUERY)
+
+
+async def test_callbacks_see_the_run(memory: Any, scope: dict[str, str]) -> None:
+    await seed(memory, scope)
+    recorder = Recorder()
+    retriever = retriever_for(memory, scope, tags=["memsoda"], metadata={"user": "u1"})
+    config: Any = {"callbacks": [recorder], "tags": ["call"], "metadata": {"request": 7}}
+    docs = await retriever.ainvoke(QUERY, config=config, k=2)
+    (start,) = recorder.starts
+    assert start["query"] == QUERY
+    assert set(start["tags"]) >= {"memsoda", "call"}
+    assert start["metadata"]["user"] == "u1" and start["metadata"]["request"] == 7
+    assert start["name"] == "MemsodaRetriever"
+    assert recorder.ends == [docs]
+
+
+def test_invalid_arguments(sync_memory: Memory, scope: dict[str, str]) -> None:
+    with pytest.raises(pydantic.ValidationError):
+        MemsodaRetriever(memory=sync_memory, **scope, mode="chunks")  # type: ignore[arg-type]
+    with pytest.raises(pydantic.ValidationError):
+        MemsodaRetriever(memory=sync_memory, **scope, k=0)
+    with pytest.raises(pydantic.ValidationError):
+        MemsodaRetriever(memory=object(), **scope)  # type: ignore[arg-type]
+
+
+def test_retriever_tool(sync_memory: Memory, scope: dict[str, str]) -> None:
+    sync_memory.add_facts(FACTS, **scope)
+    tool = create_retriever_tool(
+        MemsodaRetriever(memory=sync_memory, **scope, k=3), "recall_memory", "Facts known about the user."
+    )
+    output = tool.invoke({"query": QUERY})
+    assert output.startswith("Known facts about the user")
+    assert "user drives honda civic" in output
+
+
+def test_langchain_embedder_round_trip(pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]) -> None:
+    wrapped = LangChainEmbedder(LocalLangChainEmbeddings(embedder), model=embedder.model)
+    assert wrapped.dimensions == 384  # measured by one embedding
+    with Memory.open(pg_dsn, wrapped) as through_langchain:
+        through_langchain.add_facts(FACTS, **scope)
+        docs = MemsodaRetriever(memory=through_langchain, **scope, mode="facts", k=1).invoke(QUERY)
+    assert docs[0].page_content == "user drives honda civic"
+
+
+async def test_langchain_embedder_protocol() -> None:
+    fake = DeterministicFakeEmbedding(size=16)
+    with pytest.raises(ConfigurationError, match="model="):
+        LangChainEmbedder(fake)
+    wrapped = LangChainEmbedder(fake, model="fake-16")
+    assert (wrapped.model, wrapped.dimensions) == ("fake-16", 16)
+    assert LangChainEmbedder(fake, model="fake", dimensions=16).dimensions == 16
+    assert wrapped.embed_query("a") == fake.embed_query("a") == await wrapped.aembed_query("a")
+    assert wrapped.embed_documents(["a", "b"]) == await wrapped.aembed_documents(["a", "b"])

@@ -1,0 +1,326 @@
+"""The LlamaIndex adapter against a real store: retriever (sync, async, precomputed embedding,
+empty result, modes, k), query and chat engines, the memory block, and the embedder wrapper."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import pytest
+from llama_index.core.async_utils import asyncio_run
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.chat_engine import ContextChatEngine
+from llama_index.core.embeddings import MockEmbedding
+from llama_index.core.llms import ChatMessage, MockLLM
+from llama_index.core.memory import Memory as ChatMemory
+from llama_index.core.memory import StaticMemoryBlock
+from llama_index.core.query_engine import RetrieverQueryEngine
+from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from memsoda_core import AsyncMemory, ConfigurationError, LimitError, LocalEmbedder, Memory
+from memsoda_llamaindex import LlamaIndexEmbedder, MemsodaMemoryBlock, MemsodaRetriever
+
+FACTS: list[dict[str, Any]] = [
+    {"subject": "user", "predicate": "drives", "object": "honda civic", "object_type": "PRODUCT"},
+    {"subject": "honda civic", "predicate": "has color", "object": "blue", "object_type": "LITERAL"},
+    {"subject": "user", "predicate": "lives in", "object": "lisbon", "object_type": "LOCATION"},
+    {"subject": "user", "predicate": "works at", "object": "acme corp", "object_type": "ORG"},
+    {"subject": "user", "predicate": "has sister", "object": "ana", "object_type": "PERSON"},
+    {"subject": "ana", "predicate": "lives in", "object": "porto", "object_type": "LOCATION"},
+    {"subject": "user", "predicate": "prefers", "object": "green tea", "object_type": "LITERAL"},
+]
+QUERY = "what car does the user drive?"
+
+
+class CountingEmbedder:
+    """The real embedder, counting how often it is asked for a query vector."""
+
+    def __init__(self, inner: LocalEmbedder) -> None:
+        self.inner = inner
+        self.query_calls = 0
+
+    @property
+    def model(self) -> str:
+        return self.inner.model
+
+    @property
+    def dimensions(self) -> int:
+        return self.inner.dimensions
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self.inner.embed_documents(texts)
+
+    def embed_query(self, text: str) -> list[float]:
+        self.query_calls += 1
+        return self.inner.embed_query(text)
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self.inner.embed_documents(texts)
+
+    async def aembed_query(self, text: str) -> list[float]:
+        self.query_calls += 1
+        return self.inner.embed_query(text)
+
+
+class LocalLlamaEmbedding(BaseEmbedding):
+    """A LlamaIndex BaseEmbedding backed by the offline model (to test LlamaIndexEmbedder)."""
+
+    inner: Any = None
+
+    def _get_query_embedding(self, query: str) -> list[float]:
+        return self.inner.embed_query(query)  # type: ignore[no-any-return]
+
+    def _get_text_embedding(self, text: str) -> list[float]:
+        return self.inner.embed_query(text)  # type: ignore[no-any-return]
+
+    async def _aget_query_embedding(self, query: str) -> list[float]:
+        return self._get_query_embedding(query)
+
+
+ChatMemoryFactory = Callable[..., ChatMemory]
+
+
+def chat_memories(engines: list[AsyncEngine]) -> ChatMemoryFactory:
+    """LlamaIndex Memories on in-memory SQLite engines we dispose of (the default one is never
+    closed, and aiosqlite warns when it is collected)."""
+
+    def make(**kwargs: Any) -> ChatMemory:
+        engine = create_async_engine("sqlite+aiosqlite:///:memory:")
+        engines.append(engine)
+        return ChatMemory.from_defaults(async_engine=engine, **kwargs)
+
+    return make
+
+
+@pytest.fixture
+async def chat_memory() -> AsyncIterator[ChatMemoryFactory]:
+    engines: list[AsyncEngine] = []
+    yield chat_memories(engines)
+    for engine in engines:
+        await engine.dispose()
+
+
+@pytest.fixture
+def sync_chat_memory() -> Iterator[ChatMemoryFactory]:
+    engines: list[AsyncEngine] = []
+    yield chat_memories(engines)
+    for engine in engines:
+        asyncio_run(engine.dispose())
+
+
+def retriever_for(memory: Any, scope: dict[str, str], **kwargs: Any) -> MemsodaRetriever:
+    raw = memory.raw if hasattr(memory, "raw") else memory
+    return MemsodaRetriever(memory=raw, **scope, **kwargs)
+
+
+async def ask(retriever: MemsodaRetriever, query: str | QueryBundle) -> list[NodeWithScore]:
+    """`aretrieve` always; `retrieve` too when the memory is sync (and both must agree)."""
+    nodes = await retriever.aretrieve(query)
+    if isinstance(retriever.memory, Memory):
+        assert retriever.retrieve(query) == nodes
+    return nodes
+
+
+async def test_context_mode(memory: Any, scope: dict[str, str]) -> None:
+    await memory.add_facts(FACTS, **scope)
+    expected = await memory.recall(QUERY, **scope)
+    (hit,) = await ask(retriever_for(memory, scope), QUERY)
+    assert hit.node.get_content() == expected.context
+    assert hit.node.get_content(metadata_mode=MetadataMode.LLM) == expected.context  # no metadata dump
+    assert hit.node.get_content(metadata_mode=MetadataMode.EMBED) == expected.context
+    assert hit.node.node_id.startswith("memsoda-context-")
+    assert hit.score is None
+    assert hit.node.metadata["facts"] == [fact.to_dict() for fact in expected.facts]
+    assert hit.node.metadata["entities"] == [{"name": e.name, "type": e.type} for e in expected.entities]
+    assert "episodes" not in hit.node.metadata
+    json.dumps(hit.node.metadata)
+
+
+async def test_facts_mode(memory: Any, scope: dict[str, str]) -> None:
+    await memory.add_facts(FACTS, **scope)
+    expected = await memory.recall(QUERY, **scope, facts_in_context=4)
+    nodes = await ask(retriever_for(memory, scope, mode="facts", k=4), QUERY)
+    assert [n.node.node_id for n in nodes] == [f"memsoda-fact-{s.fact.id}" for s in expected.facts]
+    assert [n.node.get_content(metadata_mode=MetadataMode.LLM) for n in nodes] == [s.fact.text for s in expected.facts]
+    assert [n.node.metadata for n in nodes] == [s.to_dict() for s in expected.facts]
+    assert [n.score for n in nodes] == [s.score for s in expected.facts]
+    assert nodes[0].node.get_content() == "user drives honda civic"
+    json.dumps([n.node.metadata for n in nodes])
+
+
+async def test_k(memory: Any, scope: dict[str, str]) -> None:
+    await memory.add_facts(FACTS, **scope)
+    assert len(await ask(retriever_for(memory, scope, mode="facts", k=1), QUERY)) == 1
+    assert len(await ask(retriever_for(memory, scope, mode="facts", k=5), QUERY)) == 5
+    (hit,) = await ask(retriever_for(memory, scope, k=2), QUERY)
+    assert len(hit.node.metadata["facts"]) == 2
+
+
+async def test_empty_result(memory: Any, scope: dict[str, str]) -> None:
+    assert await ask(retriever_for(memory, scope), QUERY) == []
+    assert await ask(retriever_for(memory, scope, mode="facts"), QUERY) == []
+
+
+async def test_episodes(memory: Any, scope: dict[str, str]) -> None:
+    await memory.add_episodes([{"text": "The user talked about buying a new car.", "thread_id": "t1"}], **scope)
+    (hit,) = await ask(retriever_for(memory, scope, include=["episodes"]), QUERY)
+    assert "# EPISODES" in hit.node.get_content()
+    assert hit.node.metadata["episodes"][0]["thread_id"] == "t1"
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+async def test_query_bundle_embedding_skips_the_embedder(
+    kind: str, pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]
+) -> None:
+    counting = CountingEmbedder(embedder)
+    query = f"which car does the user own {uuid.uuid4().hex[:6]}?"  # not in any query cache
+    bundle = QueryBundle(query_str=query, embedding=embedder.embed_query(query))
+    if kind == "sync":
+        sync_memory = Memory.open(pg_dsn, counting)
+        try:
+            sync_memory.add_facts(FACTS, **scope)
+            retriever = MemsodaRetriever(memory=sync_memory, **scope, mode="facts", k=3)
+            given = retriever.retrieve(bundle)
+            assert await retriever.aretrieve(bundle) == given
+            assert counting.query_calls == 0
+            embedded = retriever.retrieve(query)
+        finally:
+            sync_memory.close()
+    else:
+        async_memory = await AsyncMemory.open(pg_dsn, counting)
+        try:
+            await async_memory.add_facts(FACTS, **scope)
+            retriever = MemsodaRetriever(memory=async_memory, **scope, mode="facts", k=3)
+            given = await retriever.aretrieve(bundle)
+            assert counting.query_calls == 0
+            embedded = await retriever.aretrieve(query)
+        finally:
+            await async_memory.close()
+    assert counting.query_calls == 1
+    assert [n.node.node_id for n in given] == [n.node.node_id for n in embedded]
+    assert given[0].node.get_content() == "user drives honda civic"
+
+
+async def test_async_memory_needs_aretrieve(pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]) -> None:
+    async with await AsyncMemory.open(pg_dsn, embedder) as async_memory:
+        with pytest.raises(ConfigurationError, match="aretrieve"):
+            MemsodaRetriever(memory=async_memory, **scope).retrieve(QUERY)
+
+
+def test_invalid_arguments(sync_memory: Memory, scope: dict[str, str]) -> None:
+    with pytest.raises(ConfigurationError):
+        MemsodaRetriever(memory=sync_memory, **scope, mode="chunks")  # type: ignore[arg-type]
+    with pytest.raises(LimitError):
+        MemsodaRetriever(memory=sync_memory, **scope, k=0)
+
+
+async def test_query_engine(memory: Any, scope: dict[str, str]) -> None:
+    await memory.add_facts(FACTS, **scope)
+    engine = RetrieverQueryEngine.from_args(retriever_for(memory, scope, k=3), llm=MockLLM())
+    response = await engine.aquery(QUERY)
+    assert "user drives honda civic" in str(response)  # MockLLM echoes the prompt it was given
+    assert "reasons" not in str(response)  # metadata stays out of the prompt
+    (source,) = response.source_nodes
+    assert source.node.node_id.startswith("memsoda-context-")
+    if not memory.is_async:
+        assert "user drives honda civic" in str(engine.query(QUERY))
+
+
+async def test_chat_engine(memory: Any, scope: dict[str, str], chat_memory: ChatMemoryFactory) -> None:
+    await memory.add_facts(FACTS, **scope)
+    engine = ContextChatEngine.from_defaults(
+        retriever=retriever_for(memory, scope, k=3), llm=MockLLM(), memory=chat_memory()
+    )
+    response = await engine.achat(QUERY)
+    assert "user drives honda civic" in response.response
+    assert response.source_nodes[0].node.node_id.startswith("memsoda-context-")
+
+
+async def test_memory_block_fills_the_agent_memory(
+    memory: Any, scope: dict[str, str], chat_memory: ChatMemoryFactory
+) -> None:
+    await memory.add_facts(FACTS, **scope)
+    block = MemsodaMemoryBlock(memory=memory.raw, **scope, k=3)
+    chat = chat_memory(session_id="s1", memory_blocks=[block])
+    await chat.aput(ChatMessage(role="user", content="Hi there"))
+    await chat.aput(ChatMessage(role="assistant", content="Hello! How can I help?"))
+    messages = await chat.aget(input=QUERY)
+    system = messages[0]
+    assert system.role == "system"
+    assert "<memsoda>" in (system.content or "")
+    assert "user drives honda civic" in (system.content or "")
+    assert [m.content for m in messages[1:]] == ["Hi there", "Hello! How can I help?"]
+
+
+async def test_memory_block_follows_the_session(memory: Any, chat_memory: ChatMemoryFactory) -> None:
+    alice, bob = f"alice-{uuid.uuid4().hex[:8]}", f"bob-{uuid.uuid4().hex[:8]}"
+    await memory.add_facts([FACTS[0]], dataset=alice, project="app")
+    await memory.add_facts(
+        [{"subject": "user", "predicate": "drives", "object": "tesla model 3", "object_type": "PRODUCT"}],
+        dataset=bob,
+        project="app",
+    )
+    block = MemsodaMemoryBlock(memory=memory.raw, project="app")  # dataset: the session id
+    question = ChatMessage(role="user", content=QUERY)
+
+    async def seen(session: str, **block_kwargs: Any) -> str:
+        chat = chat_memory(session_id=session, memory_blocks=[block])
+        await chat.aput(question)
+        return (await chat.aget(**block_kwargs))[0].content or ""
+
+    first = await seen(alice)
+    assert "honda civic" in first and "tesla" not in first
+    second = await seen(bob)
+    assert "tesla model 3" in second and "honda" not in second  # not pinned to the first session
+    assert "honda civic" in await seen(alice)
+    overridden = await seen(bob, dataset=alice)  # per-call scope wins over the session
+    assert "honda civic" in overridden and "tesla" not in overridden
+    nobody = await seen(f"nobody-{uuid.uuid4().hex[:8]}")
+    assert "<memsoda>" not in nobody  # nothing recalled: no block
+
+
+async def test_memory_block_fixed_scope_and_other_blocks(
+    memory: Any, scope: dict[str, str], chat_memory: ChatMemoryFactory
+) -> None:
+    await memory.add_facts(FACTS, **scope)
+    blocks = [
+        MemsodaMemoryBlock(memory=memory.raw, **scope, priority=1),
+        StaticMemoryBlock(name="persona", static_content="You are a helpful assistant."),
+    ]
+    chat = chat_memory(session_id="anything", memory_blocks=blocks)
+    assert await MemsodaMemoryBlock(memory=memory.raw, **scope).aget([]) == ""  # no message, no recall
+    await chat.aput(ChatMessage(role="user", content="where does my sister live?"))
+    content = (await chat.aget())[0].content or ""
+    assert "ana lives in porto" in content
+    assert "You are a helpful assistant." in content
+    await blocks[0].aput([ChatMessage(role="user", content="ignored")])  # read-only: a no-op
+
+
+def test_memory_block_sync_get(sync_memory: Memory, scope: dict[str, str], sync_chat_memory: ChatMemoryFactory) -> None:
+    sync_memory.add_facts(FACTS, **scope)
+    chat = sync_chat_memory(memory_blocks=[MemsodaMemoryBlock(memory=sync_memory, **scope)])
+    chat.put(ChatMessage(role="user", content=QUERY))
+    assert "user drives honda civic" in (chat.get()[0].content or "")
+
+
+def test_llamaindex_embedder_round_trip(pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]) -> None:
+    wrapped = LlamaIndexEmbedder(LocalLlamaEmbedding(inner=embedder, model_name=embedder.model))
+    assert (wrapped.model, wrapped.dimensions) == (embedder.model, 384)
+    with Memory.open(pg_dsn, wrapped) as through_llamaindex:
+        through_llamaindex.add_facts(FACTS, **scope)
+        nodes = MemsodaRetriever(memory=through_llamaindex, **scope, mode="facts", k=1).retrieve(QUERY)
+    assert nodes[0].node.get_content() == "user drives honda civic"
+
+
+async def test_llamaindex_embedder_protocol() -> None:
+    mock = MockEmbedding(embed_dim=8)
+    with pytest.raises(ConfigurationError, match="model="):
+        LlamaIndexEmbedder(mock)
+    wrapped = LlamaIndexEmbedder(mock, model="mock-8")
+    assert (wrapped.model, wrapped.dimensions) == ("mock-8", 8)
+    assert LlamaIndexEmbedder(mock, model="mock", dimensions=8).dimensions == 8
+    assert wrapped.embed_query("a") == await wrapped.aembed_query("a") == [0.5] * 8
+    assert wrapped.embed_documents(["a", "b"]) == await wrapped.aembed_documents(["a", "b"])
