@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from types import TracebackType
@@ -18,17 +19,21 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from .base import (
     CONNECTION_KWARGS,
+    PROBE_CONNECT_TIMEOUT_S,
     SESSION_SETTINGS,
     MemoryBase,
     check_import_args,
+    check_pool_args,
     embedding_failure,
     open_args,
     open_sink,
+    probe_wait,
     progress_callback,
     read_jsonl,
     release_target,
     resolve_target,
     translate_db_error,
+    unreachable,
 )
 from .embedders import Embedder, check_vectors
 from .errors import MemsodaError
@@ -71,6 +76,7 @@ class AsyncMemory(MemoryBase):
         """Open (creating or upgrading the schema) the store at `dsn`, `MEMSODA_DSN`, or the embedded
         server under `home` / `MEMSODA_HOME`. `embedder` defaults to OpenAI when `OPENAI_API_KEY` is
         set, else the offline all-MiniLM-L6-v2 model."""
+        check_pool_args(pool_size, pool_timeout)
         args = await asyncio.to_thread(open_args, embedder, schema, text_search_config)
         target = await asyncio.to_thread(resolve_target, dsn, home)
         self = cls()
@@ -102,6 +108,7 @@ class AsyncMemory(MemoryBase):
             target=target,
             cache_size=cache_size,
         )
+        self._pool_timeout = pool_timeout
         return self
 
     async def close(self) -> None:
@@ -128,13 +135,31 @@ class AsyncMemory(MemoryBase):
 
             async def connection() -> psycopg.AsyncConnection[Any]:
                 if not conns:
-                    conns.append(await stack.enter_async_context(self._pool.connection()))
+                    conns.append(await self._checkout(stack))
                 return conns[0]
 
             try:
                 return await self._drive(op, connection)
             except (psycopg.Error, PoolTimeout) as exc:
                 raise translate_db_error(exc) from exc
+
+    async def _checkout(self, stack: AsyncExitStack) -> psycopg.AsyncConnection[Any]:
+        """A pooled connection. While waiting, probe the server every `PROBE_AFTER_S`, so a stopped
+        PostgreSQL fails fast as StoreUnavailableError instead of after the whole pool timeout."""
+        deadline = time.monotonic() + self._pool_timeout
+        while True:
+            try:
+                return await stack.enter_async_context(self._pool.connection(timeout=probe_wait(deadline)))
+            except PoolTimeout:
+                if time.monotonic() >= deadline:
+                    raise
+                try:
+                    probe = await psycopg.AsyncConnection.connect(
+                        self._target.dsn, connect_timeout=PROBE_CONNECT_TIMEOUT_S
+                    )
+                except psycopg.OperationalError as exc:
+                    raise unreachable(exc) from exc
+                await probe.close()
 
     async def _drive(self, op: Operation[T], connection: Any) -> T:
         reply: Any = None

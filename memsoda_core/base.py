@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -36,6 +37,7 @@ from .validation import (
     ValidEpisode,
     ValidFact,
     check_entity_name,
+    check_optional_scope,
     check_query,
     check_scope,
     parse_time,
@@ -88,6 +90,27 @@ def check_schema_name(schema: str) -> str:
     if not isinstance(schema, str) or not schema or len(schema) > 63:
         raise ConfigurationError("schema must be a non-empty name of at most 63 characters")
     return schema
+
+
+PROBE_AFTER_S = 1.0
+"""While waiting for a pooled connection, check this often whether PostgreSQL is reachable."""
+PROBE_CONNECT_TIMEOUT_S = 2
+
+
+def probe_wait(deadline: float) -> float:
+    """How long to wait for a pooled connection before probing the server again."""
+    return max(0.0, min(PROBE_AFTER_S, deadline - time.monotonic()))
+
+
+def unreachable(exc: BaseException) -> StoreUnavailableError:
+    return StoreUnavailableError(f"PostgreSQL is unavailable (unreachable): {str(exc).strip()}")
+
+
+def check_pool_args(pool_size: Any, pool_timeout: Any) -> None:
+    if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
+        raise ConfigurationError(f"pool_size must be an int of at least 1, got {pool_size!r}")
+    if isinstance(pool_timeout, bool) or not isinstance(pool_timeout, int | float) or not pool_timeout > 0:
+        raise ConfigurationError(f"pool_timeout must be a positive number of seconds, got {pool_timeout!r}")
 
 
 def translate_db_error(exc: BaseException) -> MemsodaError:
@@ -203,6 +226,7 @@ class MemoryBase:
     _synthesizer: Synthesizer | None
     _cache: EmbeddingCache
     _target: Target
+    _pool_timeout: float
 
     def _setup(
         self,
@@ -329,7 +353,7 @@ class MemoryBase:
         )
 
     def _stats_op(self, dataset: str | None, project: str | None) -> Operation[list[dict[str, Any]]]:
-        return ops.stats(self._info, dataset, project)
+        return ops.stats(self._info, *check_optional_scope(dataset, project))
 
     def _export_op(self, sink: TextIO, dataset: str, project: str) -> Operation[int]:
         return ops.export_jsonl(self._info, check_scope(dataset, project), sink)

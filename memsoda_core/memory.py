@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import ExitStack
 from types import TracebackType
@@ -14,18 +15,22 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from .base import (
     CONNECTION_KWARGS,
+    PROBE_CONNECT_TIMEOUT_S,
     SESSION_SETTINGS,
     MemoryBase,
     call_with_timeout,
     check_import_args,
+    check_pool_args,
     embedding_failure,
     open_args,
     open_sink,
+    probe_wait,
     progress_callback,
     read_jsonl,
     release_target,
     resolve_target,
     translate_db_error,
+    unreachable,
 )
 from .embedders import Embedder, check_vectors
 from .errors import MemsodaError
@@ -67,6 +72,7 @@ class Memory(MemoryBase):
         """Open (creating or upgrading the schema) the store at `dsn`, `MEMSODA_DSN`, or the embedded
         server under `home` / `MEMSODA_HOME`. `embedder` defaults to OpenAI when `OPENAI_API_KEY` is
         set, else the offline all-MiniLM-L6-v2 model."""
+        check_pool_args(pool_size, pool_timeout)
         args = open_args(embedder, schema, text_search_config)
         target = resolve_target(dsn, home)
         self = cls()
@@ -97,6 +103,7 @@ class Memory(MemoryBase):
             target=target,
             cache_size=cache_size,
         )
+        self._pool_timeout = pool_timeout
         return self
 
     def close(self) -> None:
@@ -123,13 +130,28 @@ class Memory(MemoryBase):
 
             def connection() -> psycopg.Connection[Any]:
                 if not conns:
-                    conns.append(stack.enter_context(self._pool.connection()))
+                    conns.append(self._checkout(stack))
                 return conns[0]
 
             try:
                 return self._drive(op, connection)
             except (psycopg.Error, PoolTimeout) as exc:
                 raise translate_db_error(exc) from exc
+
+    def _checkout(self, stack: ExitStack) -> psycopg.Connection[Any]:
+        """A pooled connection. While waiting, probe the server every `PROBE_AFTER_S`, so a stopped
+        PostgreSQL fails fast as StoreUnavailableError instead of after the whole pool timeout."""
+        deadline = time.monotonic() + self._pool_timeout
+        while True:
+            try:
+                return stack.enter_context(self._pool.connection(timeout=probe_wait(deadline)))
+            except PoolTimeout:
+                if time.monotonic() >= deadline:
+                    raise
+                try:
+                    psycopg.connect(self._target.dsn, connect_timeout=PROBE_CONNECT_TIMEOUT_S).close()
+                except psycopg.OperationalError as exc:
+                    raise unreachable(exc) from exc
 
     def _drive(self, op: Operation[T], connection: Any) -> T:
         reply: Any = None

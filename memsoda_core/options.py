@@ -33,11 +33,17 @@ class RecallOptions:
     anchor_candidates: int = 50
     """Length of the anchor signal's list (after ordering by relevance)."""
     episodes_k: int = 3
-    text_search_config: str = "english"
     embed_timeout_s: float = 10.0
     """An embedder slower than this makes the recall degrade instead of waiting."""
 
     def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            wanted = int if f.type in ("int", int) else float
+            if isinstance(value, bool) or not isinstance(value, int if wanted is int else int | float):
+                raise LimitError(f"{f.name} must be {'an int' if wanted is int else 'a number'}, got {value!r}")
+            if wanted is float and value != value:
+                raise LimitError(f"{f.name} must be a number, got NaN")
         if not 1 <= self.facts_in_context <= MAX_K:
             raise LimitError(f"facts_in_context (k) must be between 1 and {MAX_K}, got {self.facts_in_context}")
         if not 0.0 <= self.min_confidence <= 1.0:

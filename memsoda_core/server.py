@@ -67,6 +67,8 @@ def server_settings() -> dict[str, str]:
         "maintenance_work_mem": f"{max(64, min(1024, total_mb // 16))}MB",
         "work_mem": "32MB",
         "random_page_cost": "1.1",
+        # notice fresh writes sooner than the default minute, so statistics follow a growing memory
+        "autovacuum_naptime": "10s",
     }
 
 

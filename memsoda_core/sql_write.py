@@ -69,11 +69,13 @@ def insert_fact_entities(schema: str) -> sql.Composed:
 
 
 def bump_scope(schema: str) -> sql.Composed:
-    """Add `delta` to the scope's fact count (creating the scope row on first write)."""
+    """Add `delta` to the scope's fact count (creating the scope row on first write); returns the
+    new count."""
     return sql.SQL(
         """INSERT INTO {s}.scopes AS sc (dataset, project, fact_count)
            VALUES (%(dataset)s, %(project)s, %(delta)s)
-           ON CONFLICT (dataset, project) DO UPDATE SET fact_count = sc.fact_count + EXCLUDED.fact_count"""
+           ON CONFLICT (dataset, project) DO UPDATE SET fact_count = sc.fact_count + EXCLUDED.fact_count
+           RETURNING sc.fact_count"""
     ).format(s=sql.Identifier(schema))
 
 
@@ -142,12 +144,28 @@ def forget_entity(schema: str) -> sql.Composed:
     ).format(s=sql.Identifier(schema))
 
 
-def delete_entity(schema: str) -> sql.Composed:
-    """Remove the entity row itself (its facts must already be gone). Returns its id."""
+def delete_orphan_entities(schema: str) -> sql.Composed:
+    """Remove the scope's entities no fact touches any more (after `forget_entity`): the forgotten
+    entity itself, and others whose only facts went with it."""
     return sql.SQL(
-        """DELETE FROM {s}.entities WHERE dataset = %(dataset)s AND project = %(project)s AND name = %(name)s
-           RETURNING id"""
+        """DELETE FROM {s}.entities e
+           WHERE e.dataset = %(dataset)s AND e.project = %(project)s
+             AND (e.fact_count <= 0 OR e.name = %(name)s)
+             AND NOT EXISTS (SELECT 1 FROM {s}.fact_entities fe
+                             WHERE fe.dataset = e.dataset AND fe.project = e.project AND fe.entity_id = e.id)
+             AND NOT EXISTS (SELECT 1 FROM {s}.facts f
+                             WHERE f.dataset = e.dataset AND f.project = e.project
+                               AND (f.subject_id = e.id OR f.anchor_id = e.id))"""
     ).format(s=sql.Identifier(schema))
+
+
+def analyze(schema: str) -> list[sql.Composed]:
+    """Refresh planner statistics of the tables recall reads."""
+    s = sql.Identifier(schema)
+    return [
+        sql.SQL("ANALYZE {s}.{t}").format(s=s, t=sql.Identifier(table))
+        for table in ("facts", "entities", "fact_entities", "episodes", "scopes")
+    ]
 
 
 def forget_scope(schema: str) -> list[sql.Composed]:

