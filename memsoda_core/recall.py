@@ -63,8 +63,12 @@ def statement_params(
         "vector_limit": options.vector_candidates,
         "anchor_limit": options.anchor_candidates,
         "keyword_limit": options.keyword_candidates,
+        "keyword_pool": options.keyword_candidates * 4,
         "recent_limit": options.facts_in_context if query is None else options.vector_candidates,
         "episodes_k": options.episodes_k,
+        "bridge_max_facts": options.bridge_max_facts,
+        "rrf_k": options.rrf_k,
+        "facts_in_context": options.facts_in_context,
     }
     if embedding is not None:
         params["qvec"] = np.asarray(embedding, dtype=np.float32)

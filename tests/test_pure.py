@@ -200,7 +200,7 @@ def test_options_defaults_are_the_references() -> None:
 
 def test_every_fragment_filters_tenant_liveness_and_confidence() -> None:
     text = recall_statement("memsoda", RecallPlan(vector=True, anchor=True, keyword=True, recent=True)).as_string(None)
-    for cte in ("vector_hits AS", "hop1 AS", "hop2 AS", "keyword_hits AS", "recent_hits AS"):
+    for cte in ("vector_hits AS", "hop1 AS", "hop2 AS", "keyword_pool AS", "recent_hits AS"):
         body = text[text.index(cte) :]
         body = body[: body.index("LIMIT")]
         assert '"f".dataset = %(dataset)s AND "f".project = %(project)s' in body, cte

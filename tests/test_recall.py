@@ -73,7 +73,10 @@ async def test_ref_second_hop_explains_its_bridge(memory: Either, scope: dict[st
     assert (
         by_text(result, "breaking bad streams on netflix").reasons["anchor"] == "touches 'netflix', named in the query"
     )
-    assert by_text(result, "breaking bad streams on netflix").reasons["keyword"] == "matched terms: netflix"
+    # one of four query lexemes (anyth, good, netflix, tonight) is below the keyword signal's half rule
+    assert "keyword" not in by_text(result, "breaking bad streams on netflix").ranks
+    streams = await memory.recall("what streams on netflix", **scope)
+    assert by_text(streams, "breaking bad streams on netflix").reasons["keyword"] == "matched terms: streams, netflix"
 
 
 async def test_ref_anchor_is_ordered_by_relevance_not_physical_order(memory: Either, scope: dict[str, str]) -> None:
@@ -302,7 +305,7 @@ async def test_ref_failed_embedding_degrades_to_keyword_anchor_and_recency(
     try:
         await memory.add_facts(BRIDGE, **scope)
         faulty.mode = mode
-        result = await memory.recall(NETFLIX_QUERY, **scope)
+        result = await memory.recall("what streams on Netflix tonight?", **scope)
         assert result.degraded is True
         assert result.degraded_reason and "embedding failed" in result.degraded_reason
         found = by_text(result, "breaking bad streams on netflix")
@@ -311,7 +314,7 @@ async def test_ref_failed_embedding_degrades_to_keyword_anchor_and_recency(
         assert "recent" in {signal for s in result.facts for signal in s.ranks}
         assert result.facts[0].fact.text == "breaking bad streams on netflix"
         faulty.mode = None
-        healthy = await memory.recall(NETFLIX_QUERY + " ", **scope)
+        healthy = await memory.recall("what streams on Netflix tonight? ", **scope)
         assert healthy.degraded is False
     finally:
         await memory.close()

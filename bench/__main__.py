@@ -1,0 +1,110 @@
+"""`python -m bench quality|speed|ingest`: every table of bench/RESULTS.md."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+from types import FrameType
+
+from memsoda_core.embedders import Embedder
+
+
+def _stop(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)  # unwind, so the embedded server is stopped and the temp home removed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    quality = commands.add_parser("quality", help="recall@8 / MRR / nDCG@8 on the labelled memories")
+    quality.add_argument("--max-queries", type=int, default=None, help="first N queries of each kind (smoke)")
+    quality.add_argument("--memory", action="append", choices=("persona", "chat"), help="default: both")
+    quality.add_argument("--details", type=Path, help="write per-query top-8 lists as JSONL here")
+    quality.add_argument(
+        "--embedder",
+        choices=("local", "hash"),
+        default="local",
+        help="local: all-MiniLM-L6-v2 (the real numbers); hash: fast smoke runs",
+    )
+
+    speed = commands.add_parser("speed", help="recall latency vs the pgvector floor, LangChain and LlamaIndex")
+    speed.add_argument("--sizes", default="10000,100000", help="large tenants' fact counts (default 10000,100000)")
+    speed.add_argument("--small", type=int, default=100, help="number of small tenants")
+    speed.add_argument("--small-facts", type=int, default=1000, help="facts per small tenant")
+    speed.add_argument("--queries", type=int, default=200, help="measured queries per size")
+    speed.add_argument("--warmup", type=int, default=20)
+    speed.add_argument("--no-rivals", action="store_true", help="skip LangChain and LlamaIndex")
+    speed.add_argument("--no-embed-loop", action="store_true", help="skip the recall with the embedder in the loop")
+    speed.add_argument("--allow-1m", action="store_true", help="allow a size of 1,000,000 (slow, ~10 GB)")
+    speed.add_argument("--embedder", choices=("local", "hash"), default="local")
+
+    ingest = commands.add_parser("ingest", help="write throughput: add_facts with and without the model, COPY")
+    ingest.add_argument("--base", type=int, default=20_000, help="facts preloaded (COPY) before measuring")
+    ingest.add_argument("--embedded", type=int, default=1_000, help="facts written with the model in the loop")
+    ingest.add_argument("--given", type=int, default=10_000, help="facts written with vectors given")
+    ingest.add_argument("--batches", default="100,500", help="add_facts batch sizes with vectors given")
+    ingest.add_argument("--embedder", choices=("local", "hash"), default="local")
+
+    args = parser.parse_args(argv)
+    if args.command == "quality":
+        from . import quality as bench_quality
+
+        with ExitStack() as stack:
+            details = stack.enter_context(args.details.open("w", encoding="utf-8")) if args.details else None
+            text = bench_quality.run(
+                max_queries=args.max_queries,
+                details=details,
+                embedder=_embedder(args.embedder),
+                memories=args.memory or ("persona", "chat"),
+            )
+        sys.stdout.write(text)
+    elif args.command == "speed":
+        from . import speed as bench_speed
+
+        sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
+        if max(sizes) > 200_000 and not args.allow_1m:
+            parser.error("sizes above 200,000 need --allow-1m")
+        sys.stdout.write(
+            bench_speed.run(
+                embedder=_embedder(args.embedder),
+                sizes=sizes,
+                small=args.small,
+                small_facts=args.small_facts,
+                queries=args.queries,
+                warmup=args.warmup,
+                rivals_on=not args.no_rivals,
+                embed_loop=not args.no_embed_loop,
+            )
+        )
+    elif args.command == "ingest":
+        from . import ingest as bench_ingest
+
+        sys.stdout.write(
+            bench_ingest.run(
+                embedder=_embedder(args.embedder),
+                base=args.base,
+                embedded=args.embedded,
+                given=args.given,
+                batches=[int(x) for x in args.batches.split(",") if x.strip()],
+            )
+        )
+    return 0
+
+
+def _embedder(name: str) -> Embedder:
+    if name == "hash":
+        from .hashembed import HashEmbedder
+
+        return HashEmbedder()
+    from memsoda_core.embedders import LocalEmbedder
+
+    return LocalEmbedder()
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _stop)
+    raise SystemExit(main())

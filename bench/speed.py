@@ -1,0 +1,291 @@
+"""`python -m bench speed`: recall latency for large tenants among many small ones, side by side
+with the pgvector floor, LangChain's EnsembleRetriever and LlamaIndex's QueryFusionRetriever.
+
+One store holds `small` tenants of `small_facts` facts and one large tenant per size, all loaded
+with COPY (see `synth.py`; random clustered vectors). Each query is run once per system, the
+systems in a rotating order so that the machine's noise falls on all of them alike.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+import tracemalloc
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from psycopg import sql
+
+from memsoda_core import Memory
+from memsoda_core.embedders import Embedder
+
+from . import rivals, synth
+from .common import bench_memory, connect, environment, markdown_table, percentiles
+
+FLOOR = """SELECT f.id FROM {s}.facts f
+WHERE f.dataset = %(dataset)s AND f.project = %(project)s AND f.valid_at <= now()
+  AND (f.invalid_at IS NULL OR f.invalid_at > now()) AND f.confidence >= 0.5
+ORDER BY f.embedding <=> %(qvec)s LIMIT 8"""
+
+
+@dataclass
+class Samples:
+    ms: list[float] = field(default_factory=list)
+    rows: list[int] = field(default_factory=list)
+
+
+@dataclass
+class SizeResult:
+    size: int
+    systems: dict[str, Samples]
+    stages: dict[str, list[float]]
+    peak_kib: float
+    parts: dict[str, Samples] = field(default_factory=dict)
+
+
+PARTS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("one statement, three signals (memsoda's, without Python)", "core", ()),
+    ("vector signal alone (kNN 50, iterative scan)", "default", ("vector",)),
+    ("anchor signal alone (2 hops)", "default", ("anchor",)),
+    ("anchor signal alone (1 hop)", "hop1", ("anchor",)),
+    ("keyword signal alone (OR of terms)", "default", ("keyword",)),
+    ("keyword signal alone (OR, half the terms)", "or_half", ("keyword",)),
+    ("keyword signal alone (AND, plainto_tsquery)", "and", ("keyword",)),
+    ("anchor signal alone (2 hops, hubs from 1% of the scope)", "hub1pct", ("anchor",)),
+    ("anchor signal alone (2 hops, no bridge over 200 facts)", "bridge200", ("anchor",)),
+    ("three signals, no bridge over 200 facts, keyword OR half", "bridge200_half", ("vector", "anchor", "keyword")),
+)
+
+
+def breakdown(memory: Memory, project: str, queries: Sequence[synth.SynthQuery]) -> dict[str, Samples]:
+    """Where a recall's database time goes: each signal's fragment run alone, same parameters."""
+    from dataclasses import replace as dc_replace
+    from datetime import UTC, datetime
+
+    from memsoda_core.options import DEFAULT_OPTIONS
+    from memsoda_core.recall import plan_for
+    from memsoda_core.sql_recall import recall_statement
+    from memsoda_core.validation import Scope
+
+    from . import variants
+
+    configs = {
+        "default": variants.Variant(options=DEFAULT_OPTIONS),
+        "hop1": variants.Variant(options=dc_replace(DEFAULT_OPTIONS, anchor_hops=1)),
+        "or_half": variants.Variant(options=DEFAULT_OPTIONS, keyword=variants.KeywordForm.OR_HALF),
+        "and": variants.Variant(options=DEFAULT_OPTIONS, keyword=variants.KeywordForm.AND),
+        "hub1pct": variants.Variant(options=dc_replace(DEFAULT_OPTIONS, hub_min_share=0.01)),
+        "bridge200": variants.Variant(options=DEFAULT_OPTIONS, bridge_max_facts=200),
+        "bridge200_half": variants.Variant(
+            options=DEFAULT_OPTIONS, bridge_max_facts=200, keyword=variants.KeywordForm.OR_HALF
+        ),
+    }
+    schema = memory.info.schema
+    statements = {
+        label: recall_statement(schema, plan_for("q", True, DEFAULT_OPTIONS))
+        if config == "core"
+        else variants.statement(schema, configs[config], signals)
+        for label, config, signals in PARTS
+    }
+    scope = Scope(dataset=synth.DATASET, project=project)
+    out = {label: Samples() for label in statements}
+    with connect(memory.dsn) as conn:
+        for i, q in enumerate(queries):
+            for label in list(statements)[i % len(statements) :] + list(statements)[: i % len(statements)]:
+                config = configs.get(dict((p[0], p[1]) for p in PARTS)[label], configs["default"])
+                bound = variants.params(
+                    bridge_max_facts=config.bridge_max_facts,
+                    scope=scope,
+                    query=q.text,
+                    embedding=q.values,
+                    at=datetime.now(UTC),
+                    options=config.options,
+                    tsconfig=memory.info.text_search_config,
+                )
+                start = time.perf_counter()
+                rows = conn.execute(statements[label], bound).fetchall()
+                out[label].ms.append((time.perf_counter() - start) * 1000)
+                out[label].rows.append(len(rows))
+    return out
+
+
+def _systems(
+    memory: Memory, conn: Any, project: str, lc: dict[str, Any], li: dict[str, Any], embed_loop: bool
+) -> dict[str, Callable[[synth.SynthQuery], int]]:
+    floor = sql.SQL(FLOOR).format(s=sql.Identifier(memory.info.schema))
+    calls: dict[str, Callable[[synth.SynthQuery], int]] = {
+        "memsoda recall": lambda q: len(
+            memory.recall(q.text, dataset=synth.DATASET, project=project, query_embedding=q.values).facts
+        ),
+        "floor: bare kNN top-8": lambda q: len(
+            conn.execute(floor, {"dataset": synth.DATASET, "project": project, "qvec": q.vector}).fetchall()
+        ),
+    }
+    if project in lc:
+        calls["LangChain EnsembleRetriever"] = lambda q: len(lc[project].invoke(q.text))
+    if project in li:
+        from llama_index.core.schema import QueryBundle
+
+        calls["LlamaIndex QueryFusionRetriever"] = lambda q: len(
+            li[project].retrieve(QueryBundle(q.text, embedding=list(q.values)))
+        )
+    if embed_loop:
+        calls["memsoda recall, embedder in the loop"] = lambda q: len(
+            memory.recall(q.text + " ", dataset=synth.DATASET, project=project).facts
+        )
+    return calls
+
+
+def measure(
+    memory: Memory,
+    project: str,
+    queries: Sequence[synth.SynthQuery],
+    *,
+    warmup: int,
+    lc: dict[str, Any],
+    li: dict[str, Any],
+    embed_loop: bool,
+) -> SizeResult:
+    with connect(memory.dsn) as conn:
+        calls = _systems(memory, conn, project, lc, li, embed_loop)
+        names = list(calls)
+        for q in queries[:warmup]:
+            for name in names:
+                calls[name](q)
+        results = {name: Samples() for name in names}
+        for i, q in enumerate(queries[warmup:]):
+            order = names[i % len(names) :] + names[: i % len(names)]
+            for name in order:
+                start = time.perf_counter()
+                count = calls[name](q)
+                results[name].ms.append((time.perf_counter() - start) * 1000)
+                results[name].rows.append(count)
+    stages: dict[str, list[float]] = {}
+    peaks = []
+    for q in queries[warmup : warmup + 20]:
+        tracemalloc.start()
+        result = memory.recall(q.text, dataset=synth.DATASET, project=project, query_embedding=q.values)
+        peaks.append(tracemalloc.get_traced_memory()[1] / 1024)
+        tracemalloc.stop()
+        for stage, value in result.timings_ms.items():
+            stages.setdefault(stage, []).append(value)
+    return SizeResult(size=0, systems=results, stages=stages, peak_kib=statistics.median(peaks) if peaks else 0.0)
+
+
+def run(
+    *,
+    embedder: Embedder,
+    sizes: Sequence[int] = (10_000, 100_000),
+    small: int = 100,
+    small_facts: int = 1000,
+    queries: int = 200,
+    warmup: int = 20,
+    rivals_on: bool = True,
+    embed_loop: bool = True,
+    seed: int = 7,
+) -> str:
+    """The whole speed benchmark; returns markdown."""
+    dims = int(embedder.dimensions)
+    words = synth.vocabulary(3000, random.Random(seed))
+    out: list[str] = []
+    with bench_memory(embedder) as memory:
+        started = time.perf_counter()
+        tenants = [
+            synth.generate(
+                synth.Tenant(project=f"small{i:03d}", facts=small_facts), dims=dims, words=words, seed=seed * 1000 + i
+            )
+            for i in range(small)
+        ]
+        large = [f"large{size}" for size in sizes]
+        tenants += [
+            synth.generate(synth.Tenant(project=name, facts=size), dims=dims, words=words, seed=seed + size)
+            for name, size in zip(large, sizes, strict=True)
+        ]
+        generated = time.perf_counter() - started
+        total = sum(len(t.facts) for t in tenants)
+        workload = {
+            name: synth.queries(t, warmup + queries, words=words, seed=seed)
+            for t in tenants
+            for name in [t.project]
+            if name in large
+        }
+        with connect(memory.dsn) as conn:
+            report = synth.load(conn, memory.info.schema, tenants)
+            lc: dict[str, Any] = {}
+            li: dict[str, Any] = {}
+            setup: dict[str, float] = {}
+            if rivals_on:
+                lookup = rivals.Lookup({q.text: q.vector.tolist() for qs in workload.values() for q in qs}, dims)
+                mark = time.perf_counter()
+                try:
+                    lc = rivals.langchain_setup(conn, memory.dsn, tenants, large, lookup, prefix=memory.info.schema)
+                    setup["LangChain"] = time.perf_counter() - mark
+                except ImportError as exc:
+                    out.append(f"LangChain skipped (not installed): {exc}\n")
+                mark = time.perf_counter()
+                try:
+                    li = rivals.llamaindex_setup(conn, memory.dsn, tenants, large, lookup, prefix=memory.info.schema)
+                    setup["LlamaIndex"] = time.perf_counter() - mark
+                except ImportError as exc:
+                    out.append(f"LlamaIndex skipped (not installed): {exc}\n")
+        out.insert(0, f"Run: {environment(memory.dsn)}; store embedder {embedder.model} ({dims}-d).\n")
+        out.append(
+            f"Tables: {total:,} facts in {len(tenants)} tenants ({small} x {small_facts:,} + "
+            f"{', '.join(f'{s:,}' for s in sizes)}); random clustered unit vectors ({dims}-d), ~20% invalidated. "
+            f"Generated in {generated:.1f} s; COPY {report.copy_s:.1f} s ({report.copy_rate:,.0f} facts/s, "
+            f"indexes dropped), index build + ANALYZE {report.index_s:.1f} s"
+            + "".join(f"; {name} load + index {s:.1f} s" for name, s in setup.items())
+            + ".\n"
+        )
+        try:
+            for size, project in zip(sizes, large, strict=True):
+                result = measure(memory, project, workload[project], warmup=warmup, lc=lc, li=li, embed_loop=embed_loop)
+                result.size = size
+                result.parts = breakdown(memory, project, workload[project][warmup:])
+                out.append(table(result, len(workload[project]) - warmup))
+        finally:
+            rivals.close(lc)
+            rivals.close(li)
+            with connect(memory.dsn) as conn:
+                rivals.drop(conn, memory.info.schema)
+    return "\n".join(out) + "\n"
+
+
+def table(result: SizeResult, n: int) -> str:
+    base = percentiles(result.systems["memsoda recall"].ms)
+    floor = percentiles(result.systems["floor: bare kNN top-8"].ms)
+    rows = []
+    for name, samples in result.systems.items():
+        p = percentiles(samples.ms)
+        rows.append(
+            [
+                name,
+                p["p50"],
+                p["p95"],
+                p["p99"],
+                f"{p['p50'] / floor['p50']:.2f}x",
+                f"{p['p50'] / base['p50']:.2f}x",
+                f"{statistics.fmean(samples.rows):.1f}",
+            ]
+        )
+    stages = ", ".join(f"{k} {statistics.median(v):.2f}" for k, v in result.stages.items())
+    parts = [
+        [label, *(percentiles(s.ms)[k] for k in ("p50", "p95", "p99")), f"{statistics.fmean(s.rows):.1f}"]
+        for label, s in result.parts.items()
+    ]
+    breakdown_table = (
+        "\n\nWhere the database time goes (each fragment alone, same queries):\n\n"
+        + markdown_table(["statement", "p50 ms", "p95 ms", "p99 ms", "hit rows"], parts)
+        if parts
+        else ""
+    )
+    return (
+        f"### large tenant of {result.size:,} facts ({n} queries, precomputed query vectors)\n\n"
+        + markdown_table(
+            ["system", "p50 ms", "p95 ms", "p99 ms", "p50 / floor", "p50 / memsoda", "rows returned"], rows
+        )
+        + f"\n\nmemsoda stages (median ms): {stages}; Python peak allocation per recall (median): "
+        f"{result.peak_kib:,.0f} KiB." + breakdown_table + "\n"
+    )

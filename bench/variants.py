@@ -1,0 +1,208 @@
+"""Recall statements for the quality variants, built from memsoda's own fragments.
+
+The default variant is exactly `memsoda_core.sql_recall`'s fragments (checked against
+`Memory.recall` on every query); the others swap one piece:
+- the keyword query form (`KeywordForm`): the core's OR of terms without the terms of named hubs,
+  the same OR keeping hub terms, or `plainto_tsquery` (AND of every term, what most hybrid stores use);
+- `validity=False`: vector and keyword over every stored row, ignoring validity and confidence
+  (what a retriever with no notion of time returns);
+- the anchor list's order is changed after the fact (`physical_order`), since "no ORDER BY" is
+  what the reference shipped and a statement cannot ask for it deterministically.
+
+Each statement returns (signal, fact_id, rank); fusion is `memsoda_core.fusion.rrf`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from psycopg import sql
+
+from memsoda_core import sql_recall
+from memsoda_core.fusion import rrf
+from memsoda_core.options import RecallOptions
+from memsoda_core.recall import statement_params
+from memsoda_core.sql_recall import RecallPlan
+from memsoda_core.text import normalize_query
+from memsoda_core.validation import Scope
+
+
+class KeywordForm(StrEnum):
+    OR = "or"
+    """memsoda's default: OR of the query's terms, minus the terms of hubs named in the query."""
+    OR_WITH_HUBS = "or_with_hubs"
+    """OR of every term, hub names included."""
+    AND = "and"
+    """plainto_tsquery over the whole query: every non-stopword term must match."""
+    OR_HALF = "or_half"
+    """OR of the terms (hub names dropped), keeping facts that match at least half of the
+    query's non-stopword terms."""
+
+
+_KEYWORD_QUERY = {
+    KeywordForm.OR_WITH_HUBS: """
+    keyword_query AS (
+        SELECT to_tsquery(%(tsconfig)s::regconfig, coalesce(string_agg(t.term, ' | '), '')) AS q,
+               coalesce(array_agg(t.term), ARRAY[]::text[]) AS terms
+        FROM unnest(%(terms)s::text[]) AS t(term)),""",
+    KeywordForm.AND: """
+    keyword_query AS (
+        SELECT plainto_tsquery(%(tsconfig)s::regconfig, %(raw_query)s) AS q,
+               %(terms)s::text[] AS terms),""",
+}
+
+_HALF = """
+    keyword_query AS (
+        SELECT to_tsquery(%(tsconfig)s::regconfig, coalesce(string_agg(t.term, ' | '), '')) AS q,
+               coalesce(array_agg(t.part) FILTER (WHERE numnode(t.part) > 0), ARRAY[]::tsquery[]) AS parts
+        FROM (SELECT u.term, to_tsquery(%(tsconfig)s::regconfig, u.term) AS part
+              FROM unnest(%(terms)s::text[]) AS u(term)
+              WHERE u.term NOT IN (SELECT string_to_table(terms, ' ') FROM named WHERE is_hub)) t),
+    keyword_hits AS (
+        SELECT f.id AS fact_id,
+               row_number() OVER (ORDER BY ts_rank(f.tsv, kq.q) DESC, f.valid_at DESC, f.id DESC) AS rank
+        FROM keyword_query kq
+        JOIN {s}.facts f ON {where} AND f.tsv @@ kq.q
+        WHERE 2 * (SELECT count(*) FROM unnest(kq.parts) p WHERE f.tsv @@ p) >= cardinality(kq.parts)
+        ORDER BY rank
+        LIMIT %(keyword_limit)s)"""
+
+_KEYWORD_HITS = """
+    keyword_hits AS (
+        SELECT f.id AS fact_id,
+               row_number() OVER (ORDER BY ts_rank(f.tsv, kq.q) DESC, f.valid_at DESC, f.id DESC) AS rank
+        FROM keyword_query kq
+        JOIN {s}.facts f ON {where} AND f.tsv @@ kq.q
+        ORDER BY rank
+        LIMIT %(keyword_limit)s)"""
+
+_LIVE = sql.SQL(
+    "f.dataset = %(dataset)s AND f.project = %(project)s AND f.valid_at <= %(at)s"
+    " AND (f.invalid_at IS NULL OR f.invalid_at > %(at)s) AND f.confidence >= %(min_confidence)s"
+)
+_ANY = sql.SQL("f.dataset = %(dataset)s AND f.project = %(project)s")
+
+_UNFILTERED_VECTOR = """
+    vector_hits AS (
+        SELECT id AS fact_id, row_number() OVER (ORDER BY distance, id DESC) AS rank
+        FROM (SELECT f.id, f.embedding <=> %(qvec)s AS distance FROM {s}.facts f
+              WHERE {where} ORDER BY f.embedding <=> %(qvec)s LIMIT %(vector_limit)s) v)"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Variant:
+    """One way of running the signals: recall options, keyword form, and the validity filter."""
+
+    options: RecallOptions
+    keyword: KeywordForm = KeywordForm.OR
+    validity: bool = True
+    bridge_max_facts: int | None = None
+    """A prototype of a core option: entities touching this many facts or more are never second-hop
+    bridges (the hub floor still applies). None: the core's anchor fragment unchanged."""
+
+
+_BRIDGE_TEST = "AND b.fact_count < (SELECT n FROM hub_floor))"
+_BRIDGE_CAPPED = "AND b.fact_count < least((SELECT n FROM hub_floor), %(bridge_max_facts)s::bigint))"
+
+
+def bridge_cap_available() -> bool:
+    """The prototype patches the core's (private) second-hop template; true while it still can."""
+    return _BRIDGE_TEST in sql_recall._HOP2
+
+
+def _anchor(schema: str, plan: RecallPlan, cap: int | None) -> sql.Composable:
+    if cap is None:
+        return sql_recall.anchor_ctes(schema, plan)
+    if not bridge_cap_available():
+        raise RuntimeError(
+            "memsoda_core.sql_recall._HOP2 changed: update the bridge-cap prototype in bench/variants.py"
+        )
+    original = sql_recall._HOP2
+    sql_recall._HOP2 = original.replace(_BRIDGE_TEST, _BRIDGE_CAPPED)
+    try:
+        return sql_recall.anchor_ctes(schema, plan)
+    finally:
+        sql_recall._HOP2 = original
+
+
+def _keyword(schema: str, form: KeywordForm, *, live: bool) -> sql.Composable:
+    if form is KeywordForm.OR and live:
+        return sql_recall.keyword_ctes(schema)
+    if form is KeywordForm.OR_HALF:
+        return sql.SQL(_HALF).format(s=sql.Identifier(schema), where=_LIVE if live else _ANY)
+    hits = sql.SQL(_KEYWORD_HITS).format(s=sql.Identifier(schema), where=_LIVE if live else _ANY)
+    query = _KEYWORD_QUERY[KeywordForm.OR_WITH_HUBS if form is KeywordForm.OR else form]
+    return sql.Composed([sql.SQL(query), hits])
+
+
+def statement(schema: str, variant: Variant, signals: Sequence[str] = ("vector", "anchor", "keyword")) -> sql.Composed:
+    """The chosen signals of `variant` in one statement returning (signal, fact_id, rank).
+    Without validity there is no anchor signal (only vector and keyword)."""
+    s = sql.Identifier(schema)
+    ctes: list[sql.Composable] = []
+    if "anchor" in signals or "keyword" in signals:
+        ctes += [sql_recall.hub_floor_cte(schema), sql_recall.named_cte(schema)]
+    chosen = [name for name in signals if variant.validity or name != "anchor"]
+    if "vector" in chosen:
+        ctes.append(
+            sql_recall.vector_cte(schema) if variant.validity else sql.SQL(_UNFILTERED_VECTOR).format(s=s, where=_ANY)
+        )
+    if "anchor" in chosen:
+        plan = RecallPlan(vector=True, anchor=True, keyword=True, recent=False, hops=variant.options.anchor_hops)
+        ctes += [sql_recall.near_cte(schema), _anchor(schema, plan, variant.bridge_max_facts)]
+    if "keyword" in chosen:
+        ctes.append(_keyword(schema, variant.keyword, live=variant.validity))
+    hits = sql.SQL(" UNION ALL ").join(
+        sql.SQL("SELECT {name}::text, fact_id, rank FROM {table}").format(
+            name=sql.Literal(name), table=sql.Identifier(f"{name}_hits")
+        )
+        for name in chosen
+    )
+    return sql.Composed(
+        [sql.SQL("WITH"), sql.SQL(",").join(ctes), sql.SQL(" SELECT * FROM ({}) h ORDER BY 1, 3").format(hits)]
+    )
+
+
+def params(
+    *,
+    scope: Scope,
+    query: str,
+    embedding: Sequence[float],
+    at: datetime,
+    options: RecallOptions,
+    tsconfig: str,
+    bridge_max_facts: int | None = None,
+) -> dict[str, Any]:
+    """memsoda's own statement parameters, plus the raw query for `plainto_tsquery`."""
+    bound = statement_params(
+        scope=scope, query=query, embedding=embedding, at=at, options=options, text_search_config=tsconfig
+    )
+    bound["raw_query"] = normalize_query(query)
+    bound["bridge_max_facts"] = bridge_max_facts
+    return bound
+
+
+def lists_from_rows(rows: Sequence[Sequence[Any]]) -> dict[str, list[int]]:
+    """signal -> fact ids, best first."""
+    lists: dict[str, list[tuple[int, int]]] = {}
+    for signal, fact_id, rank in rows:
+        lists.setdefault(str(signal), []).append((int(rank), int(fact_id)))
+    return {signal: [fid for _, fid in sorted(entries)] for signal, entries in lists.items()}
+
+
+def physical_order(ids: Sequence[int], limit: int) -> list[int]:
+    """The anchor list as a statement without ORDER BY returns it on a freshly loaded table:
+    insertion (id) order, cut at the list length."""
+    return sorted(ids)[:limit]
+
+
+def fuse(
+    lists: Mapping[str, Sequence[int]], signals: Sequence[str], *, k: int, recency: Mapping[int, float], top: int
+) -> list[int]:
+    """RRF over the chosen signals' lists; the top `top` fact ids."""
+    chosen = {name: lists.get(name, []) for name in signals}
+    return [entry.fact_id for entry in rrf(chosen, k=k, tiebreak=recency)][:top]

@@ -1,0 +1,101 @@
+"""Smoke runs of every `python -m bench` command at a tiny size, so the benchmarks keep working.
+
+They check the shape of the output (tables, rows, the agreement check), never timings: speed and
+quality are measured by the benchmarks themselves (bench/RESULTS.md). The fast hashing embedder
+stands in for the model; the store is the session's PostgreSQL, each run in a schema of its own.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+# bench/ is a directory of the repository, not an installed package: make it importable however
+# pytest was started (the `pytest` script does not put the repository root on sys.path).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.__main__ import main
+from bench.labelled import KINDS, MEMORIES, load
+from bench.metrics import mrr_at, ndcg_at, recall_at, stale_at
+
+
+@pytest.fixture
+def bench_dsn(pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("MEMSODA_DSN", pg_dsn)
+    return pg_dsn
+
+
+def test_labelled_sets_are_complete() -> None:
+    persona = load("persona")
+    assert len(persona.facts) >= 300
+    assert len(persona.queries) >= 100
+    assert {q.kind for q in persona.queries} == set(KINDS)
+    assert {q.hops for q in persona.queries if q.kind == "bridge"} == {1, 2}
+    assert all(q.stale for q in persona.queries if q.kind == "invalidated")
+    entities = {f["subject"] for f in persona.facts} | {
+        f["object"] for f in persona.facts if f["object_type"] != "LITERAL"
+    }
+    assert len(entities) >= 50
+    chat = load("chat")
+    speakers = {"caroline", "melanie"}
+    assert sum(f["subject"] in speakers for f in chat.facts) / len(chat.facts) > 0.8
+    assert sum(any(s in q.text.lower() for s in speakers) for q in chat.queries) / len(chat.queries) > 0.8
+    assert set(MEMORIES) == {"persona", "chat"}
+
+
+def test_metrics() -> None:
+    ranked = ["a", "b", "c"]
+    assert recall_at(ranked, {"b", "z"}) == 0.5
+    assert mrr_at(ranked, {"c"}) == pytest.approx(1 / 3)
+    assert ndcg_at(ranked, {"a"}) == 1.0
+    assert ndcg_at(["x", "a"], {"a"}) < 1.0
+    assert stale_at(ranked, {"c"}) == 1.0 and stale_at(ranked, {"q"}) == 0.0
+
+
+def test_quality_smoke(bench_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["quality", "--embedder", "hash", "--max-queries", "1"]) == 0
+    out = capsys.readouterr().out
+    for name in MEMORIES:
+        assert f"### {name}:" in out
+    match = re.findall(r"identical to `Memory.recall` on (\d+)/(\d+) queries", out)
+    assert len(match) == 2 and all(a == b for a, b in match)
+    assert "| variant | paraphrase (1) |" in out
+    assert "**full: vector + anchor + keyword (defaults)**" in out
+    assert "vector + keyword RRF, no validity filter" in out
+
+
+def test_speed_smoke(bench_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    args = [
+        "speed",
+        "--embedder",
+        "hash",
+        "--sizes",
+        "400",
+        "--small",
+        "2",
+        "--small-facts",
+        "50",
+        "--queries",
+        "4",
+        "--warmup",
+        "1",
+    ]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "### large tenant of 400 facts" in out
+    assert "| memsoda recall |" in out
+    assert "| floor: bare kNN top-8 |" in out
+    assert "memsoda recall, embedder in the loop" in out
+
+
+def test_ingest_smoke(bench_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        main(["ingest", "--embedder", "hash", "--base", "1000", "--embedded", "20", "--given", "40", "--batches", "20"])
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "| bulk: binary COPY, secondary indexes dropped |" in out
+    assert "| add_facts, vectors given | 40 | 20 |" in out
