@@ -27,7 +27,7 @@ from memsoda_core.validation import Scope
 from . import metrics, variants
 from .common import bench_memory, connect, environment, markdown_table
 from .labelled import KINDS, LabelledMemory, Query, import_record, load
-from .variants import KeywordForm, Variant
+from .variants import UNCAPPED, KeywordForm, Variant
 
 DATASET = "bench-quality"
 WIDE = 1000
@@ -45,7 +45,8 @@ CONFIGS: dict[str, Variant] = {
     ),
     "kw_and": Variant(options=DEFAULT_OPTIONS, keyword=KeywordForm.AND),
     "kw_or_hubs": Variant(options=DEFAULT_OPTIONS, keyword=KeywordForm.OR_WITH_HUBS),
-    "kw_or_half": Variant(options=DEFAULT_OPTIONS, keyword=KeywordForm.OR_HALF),
+    "kw_or": Variant(options=DEFAULT_OPTIONS, keyword=KeywordForm.OR),
+    "bridge_off": Variant(options=DEFAULT_OPTIONS, bridge_max_facts=UNCAPPED),
     "near_060": Variant(options=replace(DEFAULT_OPTIONS, anchor_vector_min=0.6)),
     "near_050": Variant(options=replace(DEFAULT_OPTIONS, anchor_vector_min=0.5)),
     "named_only": Variant(options=replace(DEFAULT_OPTIONS, anchor_vector_top_k=0)),
@@ -72,9 +73,9 @@ class Row:
 
 ROWS: tuple[Row, ...] = (
     Row(label="vector only", config="default", signals=("vector",)),
-    Row(label="keyword only (OR of terms, hub names dropped)", config="default", signals=("keyword",)),
+    Row(label="keyword only (plain OR of terms, hub names dropped)", config="kw_or", signals=("keyword",)),
     Row(label="keyword only (AND: plainto_tsquery)", config="kw_and", signals=("keyword",)),
-    Row(label="keyword only (OR, facts matching half the terms)", config="kw_or_half", signals=("keyword",)),
+    Row(label="keyword only (OR, facts matching half the terms: the default)", config="default", signals=("keyword",)),
     Row(label="anchor only (2 hops, by relevance)", config="default", signals=("anchor",)),
     Row(label="anchor only (1 hop, by relevance)", config="hop1", signals=("anchor",)),
     Row(
@@ -83,7 +84,7 @@ ROWS: tuple[Row, ...] = (
         signals=("anchor",),
         physical=True,
     ),
-    Row(label="vector + keyword RRF (EnsembleRetriever's fusion)", config="default", signals=("vector", "keyword")),
+    Row(label="vector + keyword RRF (EnsembleRetriever's fusion)", config="kw_or", signals=("vector", "keyword")),
     Row(
         label="vector + keyword RRF, no validity filter (plain EnsembleRetriever)",
         config="no_validity",
@@ -100,8 +101,9 @@ ROWS: tuple[Row, ...] = (
     ),
     Row(label="full, keyword AND (plainto_tsquery)", config="kw_and", signals=ALL),
     Row(label="full, keyword OR keeping hub names", config="kw_or_hubs", signals=ALL),
-    Row(label="full, keyword OR matching half the terms", config="kw_or_half", signals=ALL),
-    Row(label="full, no second-hop bridge touching 8+ facts (prototype cap)", config="bridge8", signals=ALL),
+    Row(label="full, plain keyword OR (the previous default)", config="kw_or", signals=ALL),
+    Row(label="full, second-hop bridges capped at 8 facts", config="bridge8", signals=ALL),
+    Row(label="full, second-hop bridges uncapped", config="bridge_off", signals=ALL),
     Row(label="full, named anchors only (no near entities)", config="named_only", signals=ALL),
     Row(label="full, near entities at similarity >= 0.6", config="near_060", signals=ALL),
     Row(label="full, near entities at similarity >= 0.5", config="near_050", signals=ALL),
@@ -124,7 +126,6 @@ ROWS: tuple[Row, ...] = (
         signals=ALL,
         embedding="selective",
     ),
-    Row(label="full, keyword OR half, selective enrichment", config="kw_or_half", signals=ALL, embedding="selective"),
 )
 
 

@@ -48,14 +48,13 @@ class SizeResult:
 PARTS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("one statement, three signals (memsoda's, without Python)", "core", ()),
     ("vector signal alone (kNN 50, iterative scan)", "default", ("vector",)),
-    ("anchor signal alone (2 hops)", "default", ("anchor",)),
+    ("anchor signal alone (2 hops, bridges up to 50 facts: the default)", "default", ("anchor",)),
+    ("anchor signal alone (2 hops, bridges uncapped)", "bridge_off", ("anchor",)),
     ("anchor signal alone (1 hop)", "hop1", ("anchor",)),
-    ("keyword signal alone (OR of terms)", "default", ("keyword",)),
-    ("keyword signal alone (OR, half the terms)", "or_half", ("keyword",)),
+    ("keyword signal alone (OR, half the terms: the default)", "default", ("keyword",)),
+    ("keyword signal alone (plain OR of terms)", "or", ("keyword",)),
     ("keyword signal alone (AND, plainto_tsquery)", "and", ("keyword",)),
     ("anchor signal alone (2 hops, hubs from 1% of the scope)", "hub1pct", ("anchor",)),
-    ("anchor signal alone (2 hops, no bridge over 200 facts)", "bridge200", ("anchor",)),
-    ("three signals, no bridge over 200 facts, keyword OR half", "bridge200_half", ("vector", "anchor", "keyword")),
 )
 
 
@@ -74,13 +73,10 @@ def breakdown(memory: Memory, project: str, queries: Sequence[synth.SynthQuery])
     configs = {
         "default": variants.Variant(options=DEFAULT_OPTIONS),
         "hop1": variants.Variant(options=dc_replace(DEFAULT_OPTIONS, anchor_hops=1)),
-        "or_half": variants.Variant(options=DEFAULT_OPTIONS, keyword=variants.KeywordForm.OR_HALF),
+        "or": variants.Variant(options=DEFAULT_OPTIONS, keyword=variants.KeywordForm.OR),
         "and": variants.Variant(options=DEFAULT_OPTIONS, keyword=variants.KeywordForm.AND),
         "hub1pct": variants.Variant(options=dc_replace(DEFAULT_OPTIONS, hub_min_share=0.01)),
-        "bridge200": variants.Variant(options=DEFAULT_OPTIONS, bridge_max_facts=200),
-        "bridge200_half": variants.Variant(
-            options=DEFAULT_OPTIONS, bridge_max_facts=200, keyword=variants.KeywordForm.OR_HALF
-        ),
+        "bridge_off": variants.Variant(options=DEFAULT_OPTIONS, bridge_max_facts=variants.UNCAPPED),
     }
     schema = memory.info.schema
     statements = {

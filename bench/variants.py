@@ -2,8 +2,8 @@
 
 The default variant is exactly `memsoda_core.sql_recall`'s fragments (checked against
 `Memory.recall` on every query); the others swap one piece:
-- the keyword query form (`KeywordForm`): the core's OR of terms without the terms of named hubs,
-  the same OR keeping hub terms, or `plainto_tsquery` (AND of every term, what most hybrid stores use);
+- the keyword query form (`KeywordForm`): the core's "OR, at least half the lexemes", plain OR
+  (with or without the terms of named hubs), or `plainto_tsquery` (AND, what most hybrid stores use);
 - `validity=False`: vector and keyword over every stored row, ignoring validity and confidence
   (what a retriever with no notion of time returns);
 - the anchor list's order is changed after the fact (`physical_order`), since "no ORDER BY" is
@@ -33,17 +33,24 @@ from memsoda_core.validation import Scope
 
 class KeywordForm(StrEnum):
     OR = "or"
-    """memsoda's default: OR of the query's terms, minus the terms of hubs named in the query."""
+    """Plain OR of the query's terms, minus the terms of hubs named in the query (memsoda's
+    default before the benchmark)."""
     OR_WITH_HUBS = "or_with_hubs"
     """OR of every term, hub names included."""
     AND = "and"
     """plainto_tsquery over the whole query: every non-stopword term must match."""
     OR_HALF = "or_half"
-    """OR of the terms (hub names dropped), keeping facts that match at least half of the
-    query's non-stopword terms."""
+    """memsoda's default: OR of the terms (hub names dropped), keeping facts that match at least
+    half of the query's non-stopword terms."""
 
 
 _KEYWORD_QUERY = {
+    KeywordForm.OR: """
+    keyword_query AS (
+        SELECT to_tsquery(%(tsconfig)s::regconfig, coalesce(string_agg(t.term, ' | '), '')) AS q,
+               coalesce(array_agg(t.term), ARRAY[]::text[]) AS terms
+        FROM unnest(%(terms)s::text[]) AS t(term)
+        WHERE t.term NOT IN (SELECT string_to_table(terms, ' ') FROM named WHERE is_hub)),""",
     KeywordForm.OR_WITH_HUBS: """
     keyword_query AS (
         SELECT to_tsquery(%(tsconfig)s::regconfig, coalesce(string_agg(t.term, ' | '), '')) AS q,
@@ -98,39 +105,19 @@ class Variant:
     """One way of running the signals: recall options, keyword form, and the validity filter."""
 
     options: RecallOptions
-    keyword: KeywordForm = KeywordForm.OR
+    keyword: KeywordForm = KeywordForm.OR_HALF
     validity: bool = True
     bridge_max_facts: int | None = None
-    """A prototype of a core option: entities touching this many facts or more are never second-hop
-    bridges (the hub floor still applies). None: the core's anchor fragment unchanged."""
+    """Second-hop bridges touching more facts are skipped (the core's `bridge_max_facts`);
+    None: the options' value."""
 
 
-_BRIDGE_TEST = "AND b.fact_count < (SELECT n FROM hub_floor))"
-_BRIDGE_CAPPED = "AND b.fact_count < least((SELECT n FROM hub_floor), %(bridge_max_facts)s::bigint))"
-
-
-def bridge_cap_available() -> bool:
-    """The prototype patches the core's (private) second-hop template; true while it still can."""
-    return _BRIDGE_TEST in sql_recall._HOP2
-
-
-def _anchor(schema: str, plan: RecallPlan, cap: int | None) -> sql.Composable:
-    if cap is None:
-        return sql_recall.anchor_ctes(schema, plan)
-    if not bridge_cap_available():
-        raise RuntimeError(
-            "memsoda_core.sql_recall._HOP2 changed: update the bridge-cap prototype in bench/variants.py"
-        )
-    original = sql_recall._HOP2
-    sql_recall._HOP2 = original.replace(_BRIDGE_TEST, _BRIDGE_CAPPED)
-    try:
-        return sql_recall.anchor_ctes(schema, plan)
-    finally:
-        sql_recall._HOP2 = original
+UNCAPPED = 2**62
+"""A `bridge_max_facts` that never binds (the core before the cap existed)."""
 
 
 def _keyword(schema: str, form: KeywordForm, *, live: bool) -> sql.Composable:
-    if form is KeywordForm.OR and live:
+    if form is KeywordForm.OR_HALF and live:
         return sql_recall.keyword_ctes(schema)
     if form is KeywordForm.OR_HALF:
         return sql.SQL(_HALF).format(s=sql.Identifier(schema), where=_LIVE if live else _ANY)
@@ -153,7 +140,7 @@ def statement(schema: str, variant: Variant, signals: Sequence[str] = ("vector",
         )
     if "anchor" in chosen:
         plan = RecallPlan(vector=True, anchor=True, keyword=True, recent=False, hops=variant.options.anchor_hops)
-        ctes += [sql_recall.near_cte(schema), _anchor(schema, plan, variant.bridge_max_facts)]
+        ctes += [sql_recall.near_cte(schema), sql_recall.anchor_ctes(schema, plan)]
     if "keyword" in chosen:
         ctes.append(_keyword(schema, variant.keyword, live=variant.validity))
     hits = sql.SQL(" UNION ALL ").join(
@@ -182,7 +169,8 @@ def params(
         scope=scope, query=query, embedding=embedding, at=at, options=options, text_search_config=tsconfig
     )
     bound["raw_query"] = normalize_query(query)
-    bound["bridge_max_facts"] = bridge_max_facts
+    if bridge_max_facts is not None:
+        bound["bridge_max_facts"] = bridge_max_facts
     return bound
 
 

@@ -127,7 +127,7 @@ def test_recall_json_parses(cli: Any, netflix: dict[str, str]) -> None:
 
 
 def test_recall_explain_shows_ranks_per_signal(cli: Any, netflix: dict[str, str]) -> None:
-    result = cli("recall", "anything good on Netflix tonight?", *scope_args(netflix), "--explain", "-k", "2")
+    result = cli("recall", "what streams on Netflix tonight?", *scope_args(netflix), "--explain", "-k", "2")
     assert result.exit_code == 0, result.output
     table = result.stdout.split("# ENTITIES", 1)[1]
     header = next(line for line in table.splitlines() if "fact" in line and "score" in line)
@@ -135,7 +135,7 @@ def test_recall_explain_shows_ranks_per_signal(cli: Any, netflix: dict[str, str]
         assert column in header
     assert "second hop via 'breaking bad'" in table
     assert "touches 'netflix', named in the query" in table
-    assert "matched terms: netflix" in table
+    assert "matched terms: streams, netflix" in table
     assert "honda civic" not in result.stdout  # k=2
 
 

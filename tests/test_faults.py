@@ -174,7 +174,7 @@ async def test_recall_degrades_for_more_embedder_faults(
         await memory.add_facts(FACTS, **scope)
         await memory.add_episodes(EPISODES, **scope)
         faulty.break_now()
-        result = await memory.recall("anything good on netflix tonight?", **scope, include=["episodes"])
+        result = await memory.recall("what streams on netflix tonight?", **scope, include=["episodes"])
         assert result.degraded is True
         assert result.degraded_reason and "embedding failed" in result.degraded_reason
         signals = {signal for s in result.facts for signal in s.ranks}
@@ -184,7 +184,7 @@ async def test_recall_degrades_for_more_embedder_faults(
         with pytest.raises(EmbeddingError):
             await memory.add_facts(FACTS[:1], **scope)
         faulty.heal()  # a failure is not cached: the next recall of the same text is whole again
-        again = await memory.recall("anything good on netflix tonight?", **scope, include=["episodes"])
+        again = await memory.recall("what streams on netflix tonight?", **scope, include=["episodes"])
         assert again.degraded is False and "vector" in {sig for s in again.facts for sig in s.ranks}
     finally:
         await memory.close()
