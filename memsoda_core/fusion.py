@@ -6,6 +6,7 @@ scores: cosine, ts_rank and "touches an anchor" are not on comparable scales.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -20,23 +21,30 @@ class Fused:
 
 
 def rrf(lists: Mapping[str, Sequence[int]], *, k: int = 60, tiebreak: Mapping[int, float] | None = None) -> list[Fused]:
-    """Fuse ranked lists of fact ids (best first) by RRF with constant `k`.
+    """Fuse ranked lists of fact ids (best first; position 1 is rank 1) by RRF with constant `k`.
 
     A fact appearing in several lists sums its contributions, so agreement beats a single top
     rank. Ties are broken by the best single rank, then by `tiebreak` (higher first, e.g. a
     timestamp), then by the larger id, so the order is total and repeatable.
     """
-    scores: dict[int, float] = {}
     ranks: dict[int, dict[str, int]] = {}
     for signal, ids in lists.items():
         for position, fact_id in enumerate(ids, start=1):
-            if signal in ranks.get(fact_id, {}):
-                continue  # a list holds each fact once; keep its first (best) position
-            scores[fact_id] = scores.get(fact_id, 0.0) + 1.0 / (k + position)
-            ranks.setdefault(fact_id, {})[signal] = position
+            ranks.setdefault(fact_id, {}).setdefault(signal, position)  # keep a list's best position
+    return rrf_ranks(ranks, k=k, tiebreak=tiebreak)
+
+
+def rrf_ranks(
+    ranks: Mapping[int, Mapping[str, int]], *, k: int = 60, tiebreak: Mapping[int, float] | None = None
+) -> list[Fused]:
+    """`rrf` over known ranks (fact id -> signal -> 1-based rank), for when only some members of
+    each list are at hand (the recall statement returns just the facts fusion keeps)."""
+    # fsum is exactly rounded, so equal rank sets give equal scores whatever the signal order:
+    # ties are then broken the same way here and in the statement's own selection (sql_recall).
+    scores = {fact_id: math.fsum(1.0 / (k + r) for r in by_signal.values()) for fact_id, by_signal in ranks.items()}
     extra = tiebreak or {}
 
     def order(fact_id: int) -> tuple[float, int, float, int]:
         return (-scores[fact_id], min(ranks[fact_id].values()), -extra.get(fact_id, 0.0), -fact_id)
 
-    return [Fused(fact_id=i, score=scores[i], ranks=ranks[i]) for i in sorted(scores, key=order)]
+    return [Fused(fact_id=i, score=scores[i], ranks=dict(ranks[i])) for i in sorted(scores, key=order)]

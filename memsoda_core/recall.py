@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .fusion import rrf
+from .fusion import rrf_ranks
 from .models import Episode, Fact, RecallResult, ScoredFact, Signal, SignalHit
 from .options import RecallOptions
 from .render import anchor_entities, group_by_anchor, render
@@ -142,10 +142,11 @@ def explain(
 
 
 def fuse_rows(rows: Sequence[Sequence[Any]], options: RecallOptions) -> list[ScoredFact]:
-    """Rows of the recall statement -> the top `facts_in_context` facts by RRF, best first."""
+    """Rows of the recall statement -> the top `facts_in_context` facts by RRF, best first. The rows
+    carry each hit's rank in its full signal list (the statement returns only the kept facts)."""
     facts: dict[int, Fact] = {}
     hits: dict[int, list[SignalHit]] = {}
-    lists: dict[str, list[tuple[int, int]]] = {}
+    ranks: dict[int, dict[str, int]] = {}
     for row in rows:
         signal, rank, hop, via, via_named, via_similarity, similarity, matched = row[:_HIT_COLUMN_COUNT]
         fact = decode_fact(row[_HIT_COLUMN_COUNT:])
@@ -153,9 +154,8 @@ def fuse_rows(rows: Sequence[Sequence[Any]], options: RecallOptions) -> list[Sco
         hits.setdefault(fact.id, []).append(
             explain(signal, rank, hop, via, via_named, via_similarity, similarity, matched)
         )
-        lists.setdefault(signal, []).append((int(rank), fact.id))
-    ordered = {signal: [fid for _, fid in sorted(entries)] for signal, entries in sorted(lists.items())}
-    fused = rrf(ordered, k=options.rrf_k, tiebreak={fid: f.valid_at.timestamp() for fid, f in facts.items()})
+        ranks.setdefault(fact.id, {})[signal] = int(rank)
+    fused = rrf_ranks(ranks, k=options.rrf_k, tiebreak={fid: f.valid_at.timestamp() for fid, f in facts.items()})
     order = ("vector", "anchor", "keyword", "recent")
     return [
         ScoredFact(

@@ -510,3 +510,23 @@ async def test_bare_query_embedding_runs_vector_and_near_anchors(
     assert result.facts[0].fact.text == "user drives honda civic"
     assert {signal for s in result.facts for signal in s.ranks} <= {"vector", "anchor"}
     assert "near the query" in result.facts[0].reasons["anchor"]
+
+
+async def test_kept_facts_carry_their_true_ranks_and_match_a_wider_fusion(
+    memory: Either, scope: dict[str, str]
+) -> None:
+    """The statement returns only the facts fusion keeps; their ranks must still be their ranks in
+    the full signal lists, so a small k gives exactly the head of a large k."""
+    await memory.add_facts(
+        [
+            {"subject": "user", "predicate": "visited", "object": f"town number {i}", "object_type": "PLACE"}
+            for i in range(30)
+        ]
+        + [{"subject": "user", "predicate": "plays", "object": "the cello", "object_type": "LITERAL"}],
+        **scope,
+    )
+    query = "which town did the user visit, and does the user play cello"
+    small = await memory.recall(query, **scope, facts_in_context=3)
+    wide = await memory.recall(query, **scope, facts_in_context=40)
+    assert [s.to_dict() for s in small.facts] == [s.to_dict() for s in wide.facts[:3]]
+    assert max(rank for s in wide.facts for rank in s.ranks.values()) > 3
