@@ -46,3 +46,32 @@ def context_metadata(result: RecallResult, *, episodes: bool) -> dict[str, Any]:
     flag and reason, synthesis and errors; episodes only when they were asked for."""
     dropped = {"context", "timings_ms"} | (set() if episodes else {"episodes"})
     return {key: value for key, value in result.to_dict().items() if key not in dropped}
+
+
+class WrappedEmbedder:
+    """Base of the framework embedder wrappers: the recorded `model` name and a `dimensions`
+    measured once (by embedding one short text) when not given. Subclasses supply the four
+    embedding methods of the `Embedder` protocol."""
+
+    def __init__(self, wrapped: object, model: str | None, dimensions: int | None, *, wrapper: str) -> None:
+        if not model:
+            raise ConfigurationError(
+                f"cannot tell which model {type(wrapped).__name__} uses: pass {wrapper}(..., model='name')"
+            )
+        self._model = model
+        self._dimensions = dimensions
+
+    @property
+    def model(self) -> str:
+        """The model identifier recorded in the store."""
+        return self._model
+
+    @property
+    def dimensions(self) -> int:
+        """Vector length (measured once when not given)."""
+        if self._dimensions is None:
+            self._dimensions = len(self.embed_query("dimension probe"))
+        return self._dimensions
+
+    def embed_query(self, text: str) -> list[float]:  # pragma: no cover - overridden
+        raise NotImplementedError

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from langchain_core.embeddings import Embeddings
 
-from memsoda_core import ConfigurationError
+from memsoda_core.adapting import WrappedEmbedder
 
 
-class LangChainEmbedder:
+class LangChainEmbedder(WrappedEmbedder):
     """Wraps a LangChain `Embeddings` so `Memory.open(embedder=...)` accepts it.
 
     `model` is recorded in the store (a different model later is refused); it defaults to the
@@ -17,25 +17,8 @@ class LangChainEmbedder:
 
     def __init__(self, embeddings: Embeddings, *, model: str | None = None, dimensions: int | None = None) -> None:
         found = model or getattr(embeddings, "model", None) or getattr(embeddings, "model_name", None)
-        if not isinstance(found, str) or not found:
-            raise ConfigurationError(
-                f"cannot tell which model {type(embeddings).__name__} uses: pass LangChainEmbedder(..., model='name')"
-            )
+        super().__init__(embeddings, found if isinstance(found, str) else None, dimensions, wrapper="LangChainEmbedder")
         self.embeddings = embeddings
-        self._model = found
-        self._dimensions = dimensions
-
-    @property
-    def model(self) -> str:
-        """The model identifier recorded in the store."""
-        return self._model
-
-    @property
-    def dimensions(self) -> int:
-        """Vector length (measured once when not given)."""
-        if self._dimensions is None:
-            self._dimensions = len(self.embeddings.embed_query("dimension probe"))
-        return self._dimensions
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         """One vector per text, in order."""

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
 
-from memsoda_core import ConfigurationError
+from memsoda_core.adapting import WrappedEmbedder
 
 
-class LlamaIndexEmbedder:
+class LlamaIndexEmbedder(WrappedEmbedder):
     """Wraps a LlamaIndex `BaseEmbedding` so `Memory.open(embedder=...)` accepts it.
 
     `model` is recorded in the store (a different model later is refused); it defaults to the
@@ -17,25 +17,8 @@ class LlamaIndexEmbedder:
 
     def __init__(self, embedding: BaseEmbedding, *, model: str | None = None, dimensions: int | None = None) -> None:
         found = model or (embedding.model_name if embedding.model_name != "unknown" else None)
-        if not found:
-            raise ConfigurationError(
-                f"cannot tell which model {type(embedding).__name__} uses: pass LlamaIndexEmbedder(..., model='name')"
-            )
+        super().__init__(embedding, found, dimensions, wrapper="LlamaIndexEmbedder")
         self.embedding = embedding
-        self._model = found
-        self._dimensions = dimensions
-
-    @property
-    def model(self) -> str:
-        """The model identifier recorded in the store."""
-        return self._model
-
-    @property
-    def dimensions(self) -> int:
-        """Vector length (measured once when not given)."""
-        if self._dimensions is None:
-            self._dimensions = len(self.embedding.get_query_embedding("dimension probe"))
-        return self._dimensions
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         """One vector per text, in order."""
