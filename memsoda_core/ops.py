@@ -182,7 +182,7 @@ ANALYZE_FROM = 256
 def crossed_doubling(before: int, after: int) -> bool:
     """True when a scope's fact count passes 256, 512, 1024, ...: statistics are then refreshed
     in the same transaction. A never-analyzed store plans recall as nested loops on one-row
-    estimates (measured 175 ms instead of 13 ms at 200 facts); autovacuum may take a minute to
+    estimates (bench.soak --no-analyze measured 175 ms instead of 13 ms at 200 facts); autovacuum may take a minute to
     notice. Doubling bounds it to log2(n) refreshes per scope."""
     threshold = ANALYZE_FROM
     while threshold <= after:

@@ -55,7 +55,7 @@ def _prune_dead_handles(pgdata: Path) -> None:
 
 def server_settings() -> dict[str, str]:
     """Settings written once into a new data directory. The package's defaults (128MB shared
-    buffers) are far below a memory's working set; a recall over a 100k-fact tenant measured
+    buffers) are far below a memory's working set; PERF-NOTES measured a recall over a 100k-fact tenant at
     45 ms at 128MB and 25 ms at 2GB. `MEMSODA_PG_SHARED_BUFFERS` overrides the buffer size."""
     import psutil
 

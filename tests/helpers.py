@@ -1,9 +1,11 @@
-"""Test embedders that wrap the real offline model: they count calls or fail on purpose."""
+"""Shared test data, and test embedders that wrap the real offline model: they count calls or
+fail on purpose."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 from memsoda_core import LocalEmbedder
 
@@ -97,3 +99,16 @@ class OtherModel(CountingEmbedder):
     @property
     def dimensions(self) -> int:
         return self._dimensions or self.inner.dimensions
+
+
+ADAPTER_FACTS: list[dict[str, Any]] = [
+    {"subject": "user", "predicate": "drives", "object": "honda civic", "object_type": "PRODUCT"},
+    {"subject": "honda civic", "predicate": "has color", "object": "blue", "object_type": "LITERAL"},
+    {"subject": "user", "predicate": "lives in", "object": "lisbon", "object_type": "LOCATION"},
+    {"subject": "user", "predicate": "works at", "object": "acme corp", "object_type": "ORG"},
+    {"subject": "user", "predicate": "has sister", "object": "ana", "object_type": "PERSON"},
+    {"subject": "ana", "predicate": "lives in", "object": "porto", "object_type": "LOCATION"},
+    {"subject": "user", "predicate": "prefers", "object": "green tea", "object_type": "LITERAL"},
+]
+"""The small memory both adapter test modules recall from."""
+ADAPTER_QUERY = "what car does the user drive?"

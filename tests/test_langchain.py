@@ -10,6 +10,9 @@ from typing import Any
 
 import pydantic
 import pytest
+from helpers import ADAPTER_FACTS as FACTS
+from helpers import ADAPTER_QUERY as QUERY
+from helpers import CountingEmbedder
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding, Embeddings
@@ -18,47 +21,6 @@ from langchain_tests.integration_tests import RetrieversIntegrationTests
 
 from memsoda_core import AsyncMemory, ConfigurationError, LocalEmbedder, Memory
 from memsoda_langchain import LangChainEmbedder, MemsodaRetriever
-
-FACTS: list[dict[str, Any]] = [
-    {"subject": "user", "predicate": "drives", "object": "honda civic", "object_type": "PRODUCT"},
-    {"subject": "honda civic", "predicate": "has color", "object": "blue", "object_type": "LITERAL"},
-    {"subject": "user", "predicate": "lives in", "object": "lisbon", "object_type": "LOCATION"},
-    {"subject": "user", "predicate": "works at", "object": "acme corp", "object_type": "ORG"},
-    {"subject": "user", "predicate": "has sister", "object": "ana", "object_type": "PERSON"},
-    {"subject": "ana", "predicate": "lives in", "object": "porto", "object_type": "LOCATION"},
-    {"subject": "user", "predicate": "prefers", "object": "green tea", "object_type": "LITERAL"},
-]
-QUERY = "what car does the user drive?"
-
-
-class CountingEmbedder:
-    """The real embedder, counting how often it is asked for a query vector."""
-
-    def __init__(self, inner: LocalEmbedder) -> None:
-        self.inner = inner
-        self.query_calls = 0
-
-    @property
-    def model(self) -> str:
-        return self.inner.model
-
-    @property
-    def dimensions(self) -> int:
-        return self.inner.dimensions
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        return self.inner.embed_documents(texts)
-
-    def embed_query(self, text: str) -> list[float]:
-        self.query_calls += 1
-        return self.inner.embed_query(text)
-
-    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
-        return self.inner.embed_documents(texts)
-
-    async def aembed_query(self, text: str) -> list[float]:
-        self.query_calls += 1
-        return self.inner.embed_query(text)
 
 
 class LocalLangChainEmbeddings(Embeddings):
