@@ -7,12 +7,12 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
 from ..base import release_target, resolve_target, translate_db_error
 from ..embedders import Embedder
 from ..errors import EmbeddingError
 from ..memory import Memory
+from ..schema import read_meta_statement
 from .common import Settings, shared_embedder
 from .output import spinner
 
@@ -25,8 +25,7 @@ def read_meta(conn: psycopg.Connection[Any], schema: str) -> dict[str, str] | No
     (exists,) = conn.execute(_META_EXISTS, (schema,)).fetchone() or (False,)
     if not exists:
         return None
-    query = sql.SQL("SELECT key, value FROM {s}.meta").format(s=sql.Identifier(schema))
-    return {str(k): str(v) for k, v in conn.execute(query).fetchall()}
+    return {str(k): str(v) for k, v in conn.execute(read_meta_statement(schema)).fetchall()}
 
 
 class StoredSpace:
