@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ingest = commands.add_parser("ingest", help="write throughput: add_facts with and without the model, COPY")
     ingest.add_argument("--base", type=int, default=20_000, help="facts preloaded (COPY) before measuring")
+    ingest.add_argument("--large", type=int, default=20_000, help="facts of the preloaded tenant with its own indexes")
     ingest.add_argument("--embedded", type=int, default=1_000, help="facts written with the model in the loop")
     ingest.add_argument("--given", type=int, default=10_000, help="facts written with vectors given")
     ingest.add_argument("--batches", default="100,500", help="add_facts batch sizes with vectors given")
@@ -87,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             bench_ingest.run(
                 embedder=_embedder(args.embedder),
                 base=args.base,
+                large=args.large,
                 embedded=args.embedded,
                 given=args.given,
                 batches=[int(x) for x in args.batches.split(",") if x.strip()],

@@ -25,6 +25,7 @@ from .base import (
     check_import_args,
     check_pool_args,
     embedding_failure,
+    maintenance_failed,
     open_args,
     open_sink,
     probe_wait,
@@ -40,7 +41,8 @@ from .errors import MemsodaError
 from .models import EpisodeInput, FactInput, ImportReport, RecallResult
 from .ops import open_store
 from .options import RecallOptions
-from .steps import EmbedDocuments, EmbedQuery, Execute, Operation, Synthesize
+from .sql_tenant_index import DEFAULT_MIN_FACTS as DEFAULT_TENANT_INDEX_MIN_FACTS
+from .steps import EmbedDocuments, EmbedQuery, Execute, Maintain, Operation, Synthesize
 
 T = TypeVar("T")
 
@@ -72,12 +74,15 @@ class AsyncMemory(MemoryBase):
         pool_timeout: float = 10.0,
         text_search_config: str = "english",
         cache_size: int = 1024,
+        tenant_index_min_facts: int = DEFAULT_TENANT_INDEX_MIN_FACTS,
     ) -> AsyncMemory:
         """Open (creating or upgrading the schema) the store at `dsn`, `MEMSODA_DSN`, or the embedded
         server under `home` / `MEMSODA_HOME`. `embedder` defaults to OpenAI when `OPENAI_API_KEY` is
-        set, else the offline all-MiniLM-L6-v2 model."""
+        set, else the offline all-MiniLM-L6-v2 model. A dataset/project gets its own vector and
+        keyword indexes once it holds `tenant_index_min_facts` facts (built concurrently by the
+        write that crosses it); smaller ones are searched exactly."""
         check_pool_args(pool_size, pool_timeout)
-        args = await asyncio.to_thread(open_args, embedder, schema, text_search_config)
+        args = await asyncio.to_thread(open_args, embedder, schema, text_search_config, tenant_index_min_facts)
         target = await asyncio.to_thread(resolve_target, dsn, home)
         self = cls()
         try:
@@ -174,6 +179,8 @@ class AsyncMemory(MemoryBase):
                 async with (await connection()).cursor() as cursor:
                     await cursor.execute(request.statement, request.params)
                     reply = await cursor.fetchall() if cursor.description is not None else []
+            elif isinstance(request, Maintain):
+                reply = await self._maintain(await connection(), request)
             elif isinstance(request, EmbedQuery | EmbedDocuments):
                 try:
                     reply = await self._embed(request)
@@ -185,6 +192,21 @@ class AsyncMemory(MemoryBase):
                     reply = await self._synthesizer.asynthesize(request.context, request.query)
                 except Exception as exc:
                     error = exc
+
+    @staticmethod
+    async def _maintain(conn: psycopg.AsyncConnection[Any], request: Maintain) -> list[Any] | None:
+        await conn.commit()
+        try:
+            await conn.set_autocommit(True)
+            try:
+                async with conn.cursor() as cursor:
+                    await cursor.execute(request.statement, request.params)
+                    return await cursor.fetchall() if cursor.description is not None else []
+            finally:
+                await conn.set_autocommit(False)
+        except psycopg.Error as exc:
+            maintenance_failed(request, exc)
+            return None
 
     async def _embed(self, request: EmbedQuery | EmbedDocuments) -> list[Any]:
         dims = self._info.dimensions
@@ -276,6 +298,12 @@ class AsyncMemory(MemoryBase):
     async def stats(self, *, dataset: str | None = None, project: str | None = None) -> list[dict[str, Any]]:
         """Per scope: facts, live facts, entities, episodes."""
         return await self._run(self._stats_op(dataset, project))
+
+    async def maintain(self) -> list[str]:
+        """Refresh statistics and build the tenant indexes of every dataset/project at or above
+        `tenant_index_min_facts` facts that lacks them (writes through memsoda do this on their
+        own; call it after loading rows with COPY). Returns the names of the indexes built."""
+        return await self._run(self._maintain_op())
 
     async def export_jsonl(self, target: str | os.PathLike[str] | TextIO, *, dataset: str, project: str) -> int:
         """Write the scope's facts and episodes as JSON lines; returns the number of lines."""

@@ -3,6 +3,7 @@ cache, connection settings and error translation. The two classes add only the I
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -30,7 +31,7 @@ from .errors import (
 from .models import EpisodeInput, FactInput, ImportReport, IncludeOption, RecallResult
 from .ops import StoreInfo
 from .options import DEFAULT_OPTIONS, RecallOptions
-from .steps import Operation
+from .steps import Maintain, Operation
 from .synthesis import Synthesizer, as_synthesizer
 from .validation import (
     Scope,
@@ -42,6 +43,8 @@ from .validation import (
     check_scope,
     parse_time,
 )
+
+logger = logging.getLogger(__name__)
 
 INCLUDE_OPTIONS: frozenset[str] = frozenset({"raw", "episodes", "synthesis"})
 
@@ -200,6 +203,11 @@ def embedding_failure(exc: BaseException) -> EmbeddingError:
     return EmbeddingError(f"the embedder failed: {type(exc).__name__}: {exc}")
 
 
+def maintenance_failed(request: Maintain, exc: BaseException) -> None:
+    """Log a failed maintenance statement; the operation goes on (the next write retries it)."""
+    logger.warning("maintenance statement failed, to be retried by a later write: %s (%s)", exc, request.statement)
+
+
 @dataclass(frozen=True, kw_only=True)
 class ParsedImport:
     """A validated JSONL file, ready to write."""
@@ -355,12 +363,21 @@ class MemoryBase:
     def _stats_op(self, dataset: str | None, project: str | None) -> Operation[list[dict[str, Any]]]:
         return ops.stats(self._info, *check_optional_scope(dataset, project))
 
+    def _maintain_op(self) -> Operation[list[str]]:
+        return ops.maintain(self._info)
+
     def _export_op(self, sink: TextIO, dataset: str, project: str) -> Operation[int]:
         return ops.export_jsonl(self._info, check_scope(dataset, project), sink)
 
 
-def open_args(embedder: Embedder | None, schema: str, text_search_config: str) -> dict[str, Any]:
+def open_args(
+    embedder: Embedder | None, schema: str, text_search_config: str, tenant_index_min_facts: int
+) -> dict[str, Any]:
     """Arguments of `ops.open_store` for the chosen embedder (this may load a local model)."""
+    if isinstance(tenant_index_min_facts, bool) or not isinstance(tenant_index_min_facts, int):
+        raise ConfigurationError("tenant_index_min_facts must be an int")
+    if tenant_index_min_facts < 1:
+        raise ConfigurationError("tenant_index_min_facts must be at least 1")
     chosen = check_embedder(embedder)
     return {
         "embedder": chosen,
@@ -369,6 +386,7 @@ def open_args(embedder: Embedder | None, schema: str, text_search_config: str) -
             "model": str(chosen.model),
             "dimensions": int(chosen.dimensions),
             "text_search_config": text_search_config,
+            "tenant_index_min_facts": tenant_index_min_facts,
         },
     }
 

@@ -22,6 +22,7 @@ from .base import (
     check_import_args,
     check_pool_args,
     embedding_failure,
+    maintenance_failed,
     open_args,
     open_sink,
     probe_wait,
@@ -37,7 +38,8 @@ from .errors import MemsodaError
 from .models import EpisodeInput, FactInput, ImportReport, RecallResult
 from .ops import open_store
 from .options import RecallOptions
-from .steps import EmbedDocuments, EmbedQuery, Execute, Operation, Synthesize
+from .sql_tenant_index import DEFAULT_MIN_FACTS as DEFAULT_TENANT_INDEX_MIN_FACTS
+from .steps import EmbedDocuments, EmbedQuery, Execute, Maintain, Operation, Synthesize
 
 T = TypeVar("T")
 
@@ -68,12 +70,15 @@ class Memory(MemoryBase):
         pool_timeout: float = 10.0,
         text_search_config: str = "english",
         cache_size: int = 1024,
+        tenant_index_min_facts: int = DEFAULT_TENANT_INDEX_MIN_FACTS,
     ) -> Memory:
         """Open (creating or upgrading the schema) the store at `dsn`, `MEMSODA_DSN`, or the embedded
         server under `home` / `MEMSODA_HOME`. `embedder` defaults to OpenAI when `OPENAI_API_KEY` is
-        set, else the offline all-MiniLM-L6-v2 model."""
+        set, else the offline all-MiniLM-L6-v2 model. A dataset/project gets its own vector and
+        keyword indexes once it holds `tenant_index_min_facts` facts (built concurrently by the
+        write that crosses it); smaller ones are searched exactly."""
         check_pool_args(pool_size, pool_timeout)
-        args = open_args(embedder, schema, text_search_config)
+        args = open_args(embedder, schema, text_search_config, tenant_index_min_facts)
         target = resolve_target(dsn, home)
         self = cls()
         try:
@@ -166,6 +171,8 @@ class Memory(MemoryBase):
                 with connection().cursor() as cursor:
                     cursor.execute(request.statement, request.params)
                     reply = cursor.fetchall() if cursor.description is not None else []
+            elif isinstance(request, Maintain):
+                reply = self._maintain(connection(), request)
             elif isinstance(request, EmbedQuery | EmbedDocuments):
                 try:
                     reply = self._embed(request)
@@ -177,6 +184,21 @@ class Memory(MemoryBase):
                     reply = self._synthesizer.synthesize(request.context, request.query)
                 except Exception as exc:
                     error = exc
+
+    @staticmethod
+    def _maintain(conn: psycopg.Connection[Any], request: Maintain) -> list[Any] | None:
+        conn.commit()
+        try:
+            conn.autocommit = True
+            try:
+                with conn.cursor() as cursor:
+                    cursor.execute(request.statement, request.params)
+                    return cursor.fetchall() if cursor.description is not None else []
+            finally:
+                conn.autocommit = False
+        except psycopg.Error as exc:
+            maintenance_failed(request, exc)
+            return None
 
     def _embed(self, request: EmbedQuery | EmbedDocuments) -> list[Any]:
         dims = self._info.dimensions
@@ -264,6 +286,12 @@ class Memory(MemoryBase):
     def stats(self, *, dataset: str | None = None, project: str | None = None) -> list[dict[str, Any]]:
         """Per scope: facts, live facts, entities, episodes."""
         return self._run(self._stats_op(dataset, project))
+
+    def maintain(self) -> list[str]:
+        """Refresh statistics and build the tenant indexes of every dataset/project at or above
+        `tenant_index_min_facts` facts that lacks them (writes through memsoda do this on their
+        own; call it after loading rows with COPY). Returns the names of the indexes built."""
+        return self._run(self._maintain_op())
 
     def export_jsonl(self, target: str | os.PathLike[str] | TextIO, *, dataset: str, project: str) -> int:
         """Write the scope's facts and episodes as JSON lines; returns the number of lines."""

@@ -18,7 +18,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from . import schema as ddl
-from . import sql_write
+from . import sql_tenant_index, sql_write
 from .errors import (
     EmbedderMismatchError,
     EmbeddingError,
@@ -32,7 +32,7 @@ from .models import EpisodeInput, FactInput, IncludeOption, RecallResult
 from .options import RecallOptions
 from .recall import assemble, decode_episodes, decode_fact, fuse_rows, plan_for, statement_params
 from .sql_recall import episodes_statement, recall_statement, recent_episodes_statement
-from .steps import EmbedDocuments, EmbedQuery, Execute, Operation, Synthesize
+from .steps import EmbedDocuments, EmbedQuery, Execute, Maintain, Operation, Synthesize
 from .validation import (
     Scope,
     ValidEpisode,
@@ -52,6 +52,8 @@ class StoreInfo:
     model: str
     dimensions: int
     text_search_config: str
+    tenant_index_min_facts: int = sql_tenant_index.DEFAULT_MIN_FACTS
+    """A scope gets its own HNSW and GIN indexes from this many facts (see `sql_tenant_index`)."""
 
 
 def _vectors(rows: Sequence[Sequence[float]]) -> list[np.ndarray[Any, np.dtype[np.float32]]]:
@@ -61,8 +63,11 @@ def _vectors(rows: Sequence[Sequence[float]]) -> list[np.ndarray[Any, np.dtype[n
 # --- opening -------------------------------------------------------------------------------------
 
 
-def open_store(*, schema: str, model: str, dimensions: int, text_search_config: str) -> Operation[StoreInfo]:
-    """Create or upgrade the schema (under an advisory lock), then check the embedder matches."""
+def open_store(
+    *, schema: str, model: str, dimensions: int, text_search_config: str, tenant_index_min_facts: int
+) -> Operation[StoreInfo]:
+    """Create or upgrade the schema (under an advisory lock), check the embedder matches, then
+    build any tenant indexes a large scope lacks (after an upgrade, or an interrupted build)."""
     statement, params = ddl.lock_statement(schema)
     yield Execute(statement, params)
     for bootstrap in ddl.bootstrap_statements(schema):
@@ -94,12 +99,84 @@ def open_store(*, schema: str, model: str, dimensions: int, text_search_config: 
         meta["schema_version"] = str(version)
     for key, value in sorted(meta.items()):
         yield Execute(ddl.write_meta_statement(schema), (key, value))
-    return StoreInfo(
+    info = StoreInfo(
         schema=schema,
         model=stored_model,
         dimensions=stored_dims,
         text_search_config=shape.text_search_config,
+        tenant_index_min_facts=tenant_index_min_facts,
     )
+    yield from ensure_all_tenant_indexes(info)
+    return info
+
+
+# --- tenant indexes -----------------------------------------------------------------------------------
+
+
+def ensure_tenant_indexes(info: StoreInfo, scope: Scope) -> Operation[list[str]]:
+    """Once the scope holds `tenant_index_min_facts` facts, build its missing partial indexes
+    (committing first what the operation wrote); returns the names built. Skipped when another
+    session holds the scope's build lock. An index left invalid by a crashed build is dropped first."""
+    indexes = sql_tenant_index.tenant_indexes(scope)
+    rows = yield Execute(
+        sql_tenant_index.missing_statement(info.schema),
+        {
+            "names": [i.name for i in indexes],
+            "schema": info.schema,
+            "dataset": scope.dataset,
+            "project": scope.project,
+            "min_facts": info.tenant_index_min_facts,
+        },
+    )
+    missing = {str(name): bool(present) for name, present in rows}
+    if not missing:
+        return []
+    lock = {"lock": f"memsoda-index:{info.schema}:{sql_tenant_index.tenant_key(scope)}"}
+    locked = yield Maintain(sql_tenant_index.lock_statement(), lock)
+    if not locked or not locked[0][0]:
+        return []  # another session is building them
+    # Maintain steps never raise (a failure replies None), so the lock is always released.
+    for setting in sql_tenant_index.build_settings():
+        yield Maintain(setting)
+    built = []
+    for index in indexes:
+        if index.name not in missing:
+            continue
+        if missing[index.name]:
+            yield Maintain(sql_tenant_index.drop_statement(info.schema, index))
+        done = yield Maintain(sql_tenant_index.create_statement(info.schema, scope, index))
+        if done is None:
+            break  # what stopped it (a lock timeout, most likely) would stop the others too
+        built.append(index.name)
+    for setting in sql_tenant_index.build_settings(reset=True):
+        yield Maintain(setting)
+    yield Maintain(sql_tenant_index.lock_statement(release=True), lock)
+    return built
+
+
+def ensure_all_tenant_indexes(info: StoreInfo) -> Operation[list[str]]:
+    """`ensure_tenant_indexes` for every scope at or above the size threshold: run at open, so a
+    store from before tenant indexes, or one whose build was interrupted, is brought up to date."""
+    rows = yield Execute(
+        sql_tenant_index.large_scopes_statement(info.schema), {"min_facts": info.tenant_index_min_facts}
+    )
+    built: list[str] = []
+    for dataset, project in rows:
+        built += yield from ensure_tenant_indexes(info, Scope(dataset=dataset, project=project))
+    return built
+
+
+def maintain(info: StoreInfo) -> Operation[list[str]]:
+    """Refresh planner statistics, then build the tenant indexes every large scope lacks (say,
+    after rows were loaded around memsoda with COPY). Returns the names of the indexes built."""
+    yield from refresh_statistics(info)
+    return (yield from ensure_all_tenant_indexes(info))
+
+
+def drop_tenant_indexes(info: StoreInfo, scope: Scope) -> Operation[None]:
+    """Drop a forgotten scope's partial indexes (after the delete is committed)."""
+    for index in sql_tenant_index.tenant_indexes(scope):
+        yield Maintain(sql_tenant_index.drop_statement(info.schema, index))
 
 
 # --- writing ----------------------------------------------------------------------------------------
@@ -202,7 +279,9 @@ def add_facts(
 ) -> Operation[list[int]]:
     """Validate the whole batch, then write it in one transaction. Returns ids in input order."""
     valid = validate_facts(facts, now=now)
-    return (yield from write_facts(info, scope, valid))
+    ids = yield from write_facts(info, scope, valid)
+    yield from ensure_tenant_indexes(info, scope)
+    return ids
 
 
 def invalidate(info: StoreInfo, scope: Scope, fact_id: int, *, at: Any, now: datetime) -> Operation[bool]:
@@ -238,6 +317,7 @@ def supersede(
     (valid,) = validate_facts([new_fact], now=now)
     (new_id,) = yield from write_facts(info, scope, [valid])
     yield from invalidate(info, scope, fact_id, at=valid.valid_at, now=now)
+    yield from ensure_tenant_indexes(info, scope)
     return new_id
 
 
@@ -283,6 +363,7 @@ def forget(info: StoreInfo, scope: Scope, entity: str | None) -> Operation[int]:
         ((count,),) = yield Execute(sql_write.count_facts(info.schema), base)
         for statement in sql_write.forget_scope(info.schema):
             yield Execute(statement, base)
+        yield from drop_tenant_indexes(info, scope)
         return int(count)
     params = {**base, "name": entity}
     ((count,),) = yield Execute(sql_write.forget_entity(info.schema), params)
@@ -494,6 +575,8 @@ def import_records(
             progress(len(chunk))
     if facts or episodes:
         yield from refresh_statistics(info)  # an import is often followed at once by recalls
+        # Built once, after the rows: much faster than maintaining HNSW row by row.
+        yield from ensure_tenant_indexes(info, scope)
     return len(facts), len(episodes)
 
 
@@ -505,6 +588,7 @@ __all__ = [
     "forget",
     "import_records",
     "invalidate",
+    "maintain",
     "open_store",
     "parse_jsonl",
     "recall",

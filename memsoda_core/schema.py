@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from psycopg import sql
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 KEYWORD_SEPARATORS = string.punctuation
 """ASCII punctuation is blanked before full-text indexing, as the query side splits terms on it
@@ -125,7 +125,18 @@ def _v1(shape: StoreShape) -> list[sql.Composed]:
     ]
 
 
-MIGRATIONS: dict[int, Migration] = {1: _v1}
+def _v2(shape: StoreShape) -> list[sql.Composed]:
+    """Tenant-local indexes replace the indexes shared by every tenant (see `sql_tenant_index`):
+    a shared HNSW graph made a filtered kNN for one tenant walk everybody's rows, and a shared
+    GIN index fetched every tenant's matches of a common word."""
+    s = sql.Identifier(shape.schema)
+    return [
+        sql.SQL("DROP INDEX IF EXISTS {s}.{i}").format(s=s, i=sql.Identifier(name))
+        for name in ("facts_embedding_hnsw", "facts_tsv", "entities_embedding_hnsw")
+    ]
+
+
+MIGRATIONS: dict[int, Migration] = {1: _v1, 2: _v2}
 """Version -> DDL. Append only; never edit a released migration."""
 
 

@@ -26,6 +26,17 @@ class Execute:
 
 
 @dataclass(frozen=True)
+class Maintain:
+    """Run one statement outside the operation's transaction, in autocommit mode (what the
+    operation wrote before is committed first); for CREATE INDEX CONCURRENTLY and the like.
+    Reply: list of row tuples, or None if it failed: maintenance never fails a write, it is
+    logged and retried by the next one."""
+
+    statement: sql.Composed
+    params: Mapping[str, Any] | tuple[Any, ...] | None = None
+
+
+@dataclass(frozen=True)
 class EmbedDocuments:
     """Embed texts for storage; reply: checked vectors (EmbeddingError thrown in on failure)."""
 
@@ -48,5 +59,5 @@ class Synthesize:
     query: str | None
 
 
-Request = Execute | EmbedDocuments | EmbedQuery | Synthesize
+Request = Execute | Maintain | EmbedDocuments | EmbedQuery | Synthesize
 Operation = Generator[Request, Any, T]

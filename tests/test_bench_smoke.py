@@ -92,10 +92,11 @@ def test_speed_smoke(bench_dsn: str, capsys: pytest.CaptureFixture[str]) -> None
 
 
 def test_ingest_smoke(bench_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert (
-        main(["ingest", "--embedder", "hash", "--base", "1000", "--embedded", "20", "--given", "40", "--batches", "20"])
-        == 0
-    )
+    args = ["ingest", "--embedder", "hash", "--base", "1000", "--large", "300"]
+    args += ["--embedded", "20", "--given", "40", "--batches", "20"]
+    assert main(args) == 0
     out = capsys.readouterr().out
     assert "| bulk: binary COPY, secondary indexes dropped |" in out
-    assert "| add_facts, vectors given | 40 | 20 |" in out
+    assert "| add_facts, vectors given, into an indexed tenant | 40 | 20 |" in out
+    assert "| add_facts, vectors given, into a new tenant | 40 | 20 |" in out
+    assert "| import_jsonl, vectors given, into a new tenant | 40 | 500 |" in out

@@ -40,6 +40,7 @@ from memsoda_core import (
     ValidationError,
 )
 from memsoda_core.limits import MAX_BATCH, MAX_NAME_CHARS
+from memsoda_core.schema import SCHEMA_VERSION
 
 NETFLIX = [
     {"subject": "breaking bad", "predicate": "streams on", "object": "netflix", "object_type": "PRODUCT"},
@@ -83,7 +84,7 @@ def test_schema_creation_is_idempotent(pg_dsn: str, embedder: LocalEmbedder, sco
         assert second.recall("netflix", **scope).facts
     with psycopg.connect(pg_dsn) as conn:
         meta = dict(conn.execute("SELECT key, value FROM memsoda.meta").fetchall())
-    assert meta["schema_version"] == "1"
+    assert meta["schema_version"] == str(SCHEMA_VERSION)
     assert meta["model"] == embedder.model
     assert meta["dimensions"] == "384"
 

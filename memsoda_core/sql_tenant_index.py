@@ -1,0 +1,124 @@
+"""SQL of tenant-local indexes: a scope's own HNSW and GIN indexes once it is large.
+
+One HNSW index shared by every tenant makes a filtered kNN walk the whole graph: for a tenant that
+holds 1% of the table, pgvector visits about a hundred rows of other tenants for each one it keeps
+(bench/RESULTS.md: 35 ms for a 10k-fact tenant among 210k facts, 14 ms with its own indexes). So
+no index covers all tenants. A scope under `tenant_index_min_facts` facts is searched exactly
+through the (dataset, project) b-trees (about 1.2 µs a fact); from that size on it gets partial
+indexes, `WHERE dataset = '…' AND project = '…'`, which the planner matches for the custom plans
+memsoda always uses. They are built with CREATE INDEX CONCURRENTLY, outside any transaction, so
+other tenants keep reading and writing meanwhile; a session advisory lock keeps two processes from
+building the same ones, and an index left invalid by a crashed build is dropped and rebuilt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from psycopg import sql
+
+from .validation import Scope
+
+DEFAULT_MIN_FACTS = 2_000
+"""Below this, an exact scan of the scope (~2.5 ms) is as fast as an HNSW search and costs nothing
+on writes; above it, exact scans grow by ~1.2 ms per 1,000 facts (bench/RESULTS.md)."""
+
+BUILD_MAINTENANCE_WORK_MEM = "1GB"
+"""HNSW builds are several times faster when the graph fits in memory (PERF-NOTES: 100k rows took
+117 s at the 64MB default); set for the building session only."""
+
+
+@dataclass(frozen=True)
+class TenantIndex:
+    """One partial index of a scope."""
+
+    name: str
+    table: str
+    method: str
+    column: str
+
+
+def tenant_key(scope: Scope) -> str:
+    """A short, collision-safe digest of (dataset, project) for index and lock names."""
+    raw = f"{len(scope.dataset)}:{scope.dataset}{scope.project}".encode()
+    return hashlib.blake2b(raw, digest_size=8).hexdigest()
+
+
+def tenant_indexes(scope: Scope) -> tuple[TenantIndex, ...]:
+    """The partial indexes a large scope gets: fact vectors, entity-name vectors, fact keywords."""
+    key = tenant_key(scope)
+    return (
+        TenantIndex(f"facts_vec_{key}", "facts", "hnsw", "embedding vector_cosine_ops"),
+        TenantIndex(f"entities_vec_{key}", "entities", "hnsw", "embedding vector_cosine_ops"),
+        TenantIndex(f"facts_tsv_{key}", "facts", "gin", "tsv"),
+    )
+
+
+def missing_statement(schema: str) -> sql.Composed:
+    """Which of %(names)s are not valid indexes yet (absent, or left invalid), for the scope
+    %(dataset)s / %(project)s once it holds %(min_facts)s facts; no rows for a smaller scope."""
+    return sql.SQL(
+        """SELECT n.name, c.oid IS NOT NULL AS present
+           FROM {s}.scopes sc
+           CROSS JOIN unnest(%(names)s::text[]) AS n(name)
+           LEFT JOIN pg_namespace ns ON ns.nspname = %(schema)s
+           LEFT JOIN pg_class c ON c.relnamespace = ns.oid AND c.relname = n.name
+           LEFT JOIN pg_index i ON i.indexrelid = c.oid
+           WHERE sc.dataset = %(dataset)s AND sc.project = %(project)s AND sc.fact_count >= %(min_facts)s
+             AND i.indisvalid IS NOT TRUE
+           ORDER BY n.name"""
+    ).format(s=sql.Identifier(schema))
+
+
+def lock_statement(*, release: bool = False) -> sql.Composed:
+    """Try (or release) the session advisory lock for building %(lock)s's indexes."""
+    function = "pg_advisory_unlock" if release else "pg_try_advisory_lock"
+    return sql.SQL("SELECT {f}(hashtext(%(lock)s))").format(f=sql.Identifier(function))
+
+
+def drop_statement(schema: str, index: TenantIndex) -> sql.Composed:
+    return sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {s}.{n}").format(
+        s=sql.Identifier(schema), n=sql.Identifier(index.name)
+    )
+
+
+def create_statement(schema: str, scope: Scope, index: TenantIndex) -> sql.Composed:
+    """CREATE INDEX CONCURRENTLY for one scope. DDL takes no bound parameters, so the tenant is
+    written as quoted literals (`sql.Literal`), which the planner needs anyway to match the index."""
+    return sql.SQL(
+        "CREATE INDEX CONCURRENTLY IF NOT EXISTS {n} ON {s}.{t} USING {m} ({c})"
+        " WHERE dataset = {dataset} AND project = {project}"
+    ).format(
+        n=sql.Identifier(index.name),
+        s=sql.Identifier(schema),
+        t=sql.Identifier(index.table),
+        m=sql.SQL(index.method),
+        c=sql.SQL(index.column),
+        dataset=sql.Literal(scope.dataset),
+        project=sql.Literal(scope.project),
+    )
+
+
+BUILD_LOCK_TIMEOUT = "5s"
+"""CREATE/DROP INDEX CONCURRENTLY wait for every transaction older than themselves, in the whole
+database; an application session left idle in a transaction would hold the write that triggered
+the build forever. With this timeout the build gives up (leaving an invalid index that the next
+write drops and rebuilds) instead."""
+
+
+def build_settings(*, reset: bool = False) -> list[sql.Composed]:
+    """Session settings for building (or, with `reset`, back to the defaults)."""
+    if reset:
+        return [sql.SQL("RESET maintenance_work_mem").format(), sql.SQL("RESET lock_timeout").format()]
+    return [
+        sql.SQL("SET maintenance_work_mem = {}").format(sql.Literal(BUILD_MAINTENANCE_WORK_MEM)),
+        sql.SQL("SET lock_timeout = {}").format(sql.Literal(BUILD_LOCK_TIMEOUT)),
+    ]
+
+
+def large_scopes_statement(schema: str) -> sql.Composed:
+    """Scopes at or above %(min_facts)s facts."""
+    return sql.SQL(
+        "SELECT dataset, project FROM {s}.scopes WHERE fact_count >= %(min_facts)s ORDER BY dataset, project"
+    ).format(s=sql.Identifier(schema))

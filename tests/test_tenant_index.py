@@ -1,0 +1,158 @@
+"""Tenant-local indexes: built when a scope grows past the threshold, used by recall, rebuilt
+when left invalid, dropped with the scope."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from memsoda_core import ConfigurationError, Memory
+from memsoda_core.sql_tenant_index import tenant_indexes
+from memsoda_core.validation import Scope
+
+THRESHOLD = 12
+
+
+def _facts(n: int, offset: int = 0) -> list[dict[str, Any]]:
+    return [
+        {
+            "subject": f"Person{(i + offset) % 5}",
+            "predicate": "visited",
+            "object": f"Town{i + offset}",
+            "object_type": "LOCATION",
+            "valid_at": "2024-01-01T00:00:00Z",
+        }
+        for i in range(n)
+    ]
+
+
+def _valid_indexes(conn: psycopg.Connection[Any], schema: str) -> dict[str, bool]:
+    rows = conn.execute(
+        """SELECT c.relname, i.indisvalid FROM pg_index i
+           JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+           WHERE n.nspname = %s""",
+        (schema,),
+    ).fetchall()
+    return {str(name): bool(valid) for name, valid in rows}
+
+
+@pytest.fixture
+def small_threshold(pg_dsn: str, embedder: Any) -> Iterator[Memory]:
+    schema = "tenant_index_test"
+    memory = Memory.open(pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD)
+    try:
+        yield memory
+    finally:
+        memory.close()
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+
+
+def test_indexes_appear_when_the_scope_crosses_the_threshold(small_threshold: Memory, pg_dsn: str) -> None:
+    memory = small_threshold
+    names = {index.name for index in tenant_indexes(Scope(dataset="d", project="big"))}
+    memory.add_facts(_facts(THRESHOLD - 1), dataset="d", project="big")
+    memory.add_facts(_facts(THRESHOLD), dataset="d", project="small")  # another scope crossing alone
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        assert not names & set(_valid_indexes(conn, memory.info.schema))
+        memory.add_facts(_facts(1, offset=100), dataset="d", project="big")
+        present = _valid_indexes(conn, memory.info.schema)
+    assert {name: present.get(name) for name in names} == dict.fromkeys(names, True)
+    # no index shared by every tenant is left
+    assert not {"facts_embedding_hnsw", "facts_tsv", "entities_embedding_hnsw"} & set(present)
+
+
+def test_recall_uses_the_tenant_index_and_finds_the_same_facts(small_threshold: Memory, pg_dsn: str) -> None:
+    memory = small_threshold
+    memory.add_facts(_facts(10), dataset="d", project="exact")
+    memory.add_facts(_facts(10), dataset="d", project="indexed")
+    memory.add_facts(_facts(10, offset=10), dataset="d", project="indexed")
+    exact = memory.recall("Who visited Town3?", dataset="d", project="exact")
+    indexed = memory.recall("Who visited Town3?", dataset="d", project="indexed")
+    assert exact.facts[0].fact.object == "town3"
+    assert indexed.facts[0].fact.object == "town3"
+    vector_index = tenant_indexes(Scope(dataset="d", project="indexed"))[0].name
+    with memory._pool.connection() as conn:  # a pooled connection: memsoda's session settings
+        conn.execute("SET enable_seqscan = off")  # 20 rows: make the choice the one at scale
+        plan = "\n".join(
+            row[0]
+            for row in conn.execute(
+                sql.SQL(
+                    """EXPLAIN SELECT id FROM {}.facts WHERE dataset = 'd' AND project = 'indexed'
+                       ORDER BY embedding <=> %s::vector LIMIT 8"""
+                ).format(sql.Identifier(memory.info.schema)),
+                (str(memory.embedder.embed_query("Town3")),),
+            ).fetchall()
+        )
+    assert vector_index in plan
+
+
+def test_an_invalid_index_left_by_a_crash_is_rebuilt_at_open(pg_dsn: str, embedder: Any) -> None:
+    schema = "tenant_index_crash"
+    index = tenant_indexes(Scope(dataset="d", project="p"))[0].name
+    try:
+        with Memory.open(pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD) as memory:
+            memory.add_facts(_facts(THRESHOLD), dataset="d", project="p")
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(
+                "UPDATE pg_index SET indisvalid = false WHERE indexrelid = %s::regclass", (f"{schema}.{index}",)
+            )
+            assert _valid_indexes(conn, schema)[index] is False
+        with Memory.open(pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD) as memory:
+            assert memory.recall("Town1", dataset="d", project="p").facts
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            assert _valid_indexes(conn, schema)[index] is True
+    finally:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def test_forgetting_a_scope_drops_its_indexes(small_threshold: Memory, pg_dsn: str) -> None:
+    memory = small_threshold
+    memory.add_facts(_facts(THRESHOLD), dataset="d", project="gone")
+    names = {index.name for index in tenant_indexes(Scope(dataset="d", project="gone"))}
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        assert names <= set(_valid_indexes(conn, memory.info.schema))
+    assert memory.forget(dataset="d", project="gone") == THRESHOLD
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        assert not names & set(_valid_indexes(conn, memory.info.schema))
+
+
+def test_maintain_builds_indexes_for_rows_loaded_around_memsoda(small_threshold: Memory, pg_dsn: str) -> None:
+    memory = small_threshold
+    memory.add_facts(_facts(THRESHOLD), dataset="d", project="copied")
+    names = [index.name for index in tenant_indexes(Scope(dataset="d", project="copied"))]
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        for name in names:
+            conn.execute(sql.SQL("DROP INDEX {}.{}").format(sql.Identifier(memory.info.schema), sql.Identifier(name)))
+    assert sorted(memory.maintain()) == sorted(names)
+    assert memory.maintain() == []
+
+
+def test_threshold_must_be_a_positive_int(pg_dsn: str, embedder: Any) -> None:
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ConfigurationError, match="tenant_index_min_facts"):
+            Memory.open(pg_dsn, embedder, schema="never_made", tenant_index_min_facts=bad)  # type: ignore[arg-type]
+
+
+def test_a_session_idle_in_transaction_delays_the_build_but_never_hangs_the_write(
+    small_threshold: Memory, pg_dsn: str
+) -> None:
+    memory = small_threshold
+    names = {index.name for index in tenant_indexes(Scope(dataset="d", project="blocked"))}
+    with psycopg.connect(pg_dsn) as idle:
+        idle.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        idle.execute("SELECT 1")  # idle in a transaction that holds a snapshot
+        ids = memory.add_facts(_facts(THRESHOLD), dataset="d", project="blocked")  # returns: lock_timeout
+        assert len(ids) == THRESHOLD
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            assert not {n for n, valid in _valid_indexes(conn, memory.info.schema).items() if valid} & names
+    memory.add_facts(_facts(1, offset=50), dataset="d", project="blocked")  # the next write builds them
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        present = _valid_indexes(conn, memory.info.schema)
+    assert {name: present.get(name) for name in names} == dict.fromkeys(names, True)
+    assert memory.stats(dataset="d", project="blocked")[0]["facts"] == THRESHOLD + 1
