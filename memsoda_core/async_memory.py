@@ -54,6 +54,11 @@ async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
     await conn.commit()
 
 
+async def _end_autocommit(conn: psycopg.AsyncConnection[Any]) -> None:
+    if not conn.closed:
+        await conn.set_autocommit(False)
+
+
 class AsyncMemory(MemoryBase):
     """Long-term memory of facts in PostgreSQL + pgvector, for asyncio. Open with
     `await AsyncMemory.open()`; the methods are those of `Memory`, as coroutines."""
@@ -134,13 +139,19 @@ class AsyncMemory(MemoryBase):
 
     # --- the runner: the only place that does I/O --------------------------------------------------
 
-    async def _run(self, op: Operation[T]) -> T:
+    async def _run(self, op: Operation[T], *, read_only: bool = False) -> T:
+        """Drive `op` on one pooled connection, in one transaction; `read_only` operations of a
+        single consistent statement run in autocommit mode instead (two round trips fewer)."""
         async with AsyncExitStack() as stack:
             conns: list[psycopg.AsyncConnection[Any]] = []
 
             async def connection() -> psycopg.AsyncConnection[Any]:
                 if not conns:
-                    conns.append(await self._checkout(stack))
+                    conn = await self._checkout(stack)
+                    if read_only:
+                        await conn.set_autocommit(True)
+                        stack.push_async_callback(_end_autocommit, conn)
+                    conns.append(conn)
                 return conns[0]
 
             try:
@@ -208,7 +219,7 @@ class AsyncMemory(MemoryBase):
             maintenance_failed(request, exc)
             return None
 
-    async def _embed(self, request: EmbedQuery | EmbedDocuments) -> list[Any]:
+    async def _embed(self, request: EmbedQuery | EmbedDocuments) -> Any:
         dims = self._info.dimensions
         if isinstance(request, EmbedDocuments):
             try:
@@ -292,7 +303,8 @@ class AsyncMemory(MemoryBase):
                     "anchor_vector_min": anchor_vector_min,
                     "rrf_k": rrf_k,
                 },
-            )
+            ),
+            read_only=True,
         )
 
     async def stats(self, *, dataset: str | None = None, project: str | None = None) -> list[dict[str, Any]]:

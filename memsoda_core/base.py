@@ -20,6 +20,7 @@ from psycopg import sql
 
 from . import ops
 from .embedders import Embedder, check_vectors, default_embedder
+from .embedders.protocol import Vector
 from .errors import (
     ConfigurationError,
     EmbeddingError,
@@ -134,17 +135,17 @@ class EmbeddingCache:
 
     def __init__(self, size: int = 1024) -> None:
         self._size = size
-        self._items: OrderedDict[str, list[float]] = OrderedDict()
+        self._items: OrderedDict[str, Vector] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, text: str) -> list[float] | None:
+    def get(self, text: str) -> Vector | None:
         with self._lock:
             vector = self._items.get(text)
             if vector is not None:
                 self._items.move_to_end(text)
             return vector
 
-    def put(self, text: str, vector: list[float]) -> None:
+    def put(self, text: str, vector: Vector) -> None:
         if self._size <= 0:
             return
         with self._lock:

@@ -51,6 +51,11 @@ def _configure(conn: psycopg.Connection[Any]) -> None:
     conn.commit()
 
 
+def _end_autocommit(conn: psycopg.Connection[Any]) -> None:
+    if not conn.closed:
+        conn.autocommit = False
+
+
 class Memory(MemoryBase):
     """Long-term memory of facts in PostgreSQL + pgvector. Open with `Memory.open()`."""
 
@@ -129,13 +134,19 @@ class Memory(MemoryBase):
 
     # --- the runner: the only place that does I/O --------------------------------------------------
 
-    def _run(self, op: Operation[T]) -> T:
+    def _run(self, op: Operation[T], *, read_only: bool = False) -> T:
+        """Drive `op` on one pooled connection, in one transaction; `read_only` operations of a
+        single consistent statement run in autocommit mode instead (two round trips fewer)."""
         with ExitStack() as stack:
             conns: list[psycopg.Connection[Any]] = []
 
             def connection() -> psycopg.Connection[Any]:
                 if not conns:
-                    conns.append(self._checkout(stack))
+                    conn = self._checkout(stack)
+                    if read_only:
+                        conn.autocommit = True
+                        stack.callback(_end_autocommit, conn)
+                    conns.append(conn)
                 return conns[0]
 
             try:
@@ -200,7 +211,7 @@ class Memory(MemoryBase):
             maintenance_failed(request, exc)
             return None
 
-    def _embed(self, request: EmbedQuery | EmbedDocuments) -> list[Any]:
+    def _embed(self, request: EmbedQuery | EmbedDocuments) -> Any:
         dims = self._info.dimensions
         if isinstance(request, EmbedDocuments):
             try:
@@ -280,7 +291,8 @@ class Memory(MemoryBase):
                     "anchor_vector_min": anchor_vector_min,
                     "rrf_k": rrf_k,
                 },
-            )
+            ),
+            read_only=True,
         )
 
     def stats(self, *, dataset: str | None = None, project: str | None = None) -> list[dict[str, Any]]:

@@ -30,6 +30,11 @@ class RecallOptions:
     """A second-hop bridge touching more facts than this is skipped: a busy entity under the hub
     share (5-14% of a 100k-fact tenant) made the anchor signal 180 ms instead of 18 ms, and a cap
     as low as 8 changed no quality figure in bench/RESULTS.md."""
+    anchor_max_facts: int = 100
+    """Facts read per anchor, most recently written first: an entity under the hub share can still
+    touch thousands of facts in a large tenant (a 100k-fact tenant's anchor signal had a 148 ms
+    p95), and no such entity exists in the labelled memories, where hubs start at 63 and 28 facts.
+    The vector and keyword signals still reach its older facts."""
     vector_candidates: int = 50
     """Length of the vector signal's list."""
     keyword_candidates: int = 50
@@ -61,7 +66,7 @@ class RecallOptions:
         for name in ("anchor_vector_top_k", "rrf_k", "hub_min_facts", "episodes_k", "bridge_max_facts"):
             if getattr(self, name) < 0:
                 raise LimitError(f"{name} must not be negative")
-        for name in ("vector_candidates", "keyword_candidates", "anchor_candidates"):
+        for name in ("vector_candidates", "keyword_candidates", "anchor_candidates", "anchor_max_facts"):
             if not 1 <= getattr(self, name) <= 1000:
                 raise LimitError(f"{name} must be between 1 and 1000")
         if self.embed_timeout_s <= 0:

@@ -12,7 +12,7 @@ from .fusion import rrf_ranks
 from .models import Episode, Fact, RecallResult, ScoredFact, Signal, SignalHit
 from .options import RecallOptions
 from .render import anchor_entities, group_by_anchor, render
-from .sql_recall import RecallPlan
+from .sql_recall import HALF_RULE_MAX_LEXEMES, RecallPlan
 from .text import keyword_terms, name_spans, normalize_query
 from .validation import Scope
 
@@ -39,7 +39,7 @@ def statement_params(
     *,
     scope: Scope,
     query: str | None,
-    embedding: Sequence[float] | None,
+    embedding: Sequence[float] | np.ndarray[Any, Any] | None,
     at: datetime,
     options: RecallOptions,
     text_search_config: str,
@@ -64,9 +64,11 @@ def statement_params(
         "anchor_limit": options.anchor_candidates,
         "keyword_limit": options.keyword_candidates,
         "keyword_pool": options.keyword_candidates * 4,
+        "half_max_lexemes": HALF_RULE_MAX_LEXEMES,
         "recent_limit": options.facts_in_context if query is None else options.vector_candidates,
         "episodes_k": options.episodes_k,
         "bridge_max_facts": options.bridge_max_facts,
+        "anchor_max_facts": options.anchor_max_facts,
         "rrf_k": options.rrf_k,
         "facts_in_context": options.facts_in_context,
     }

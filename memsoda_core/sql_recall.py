@@ -7,13 +7,15 @@ data and query always give the same lists.
 
 Parameters (all bound): dataset, project, at, min_confidence, qvec (only with an embedding), spans,
 span_terms, terms, tsconfig, hub_min_facts, hub_min_share, near_k, near_min, and the per-signal
-limits vector_limit, anchor_limit, keyword_limit, keyword_pool, recent_limit, bridge_max_facts, and
-rrf_k and facts_in_context for the in-statement selection of the facts fusion keeps.
+limits vector_limit, anchor_limit, anchor_max_facts, keyword_limit, keyword_pool, half_max_lexemes,
+recent_limit, bridge_max_facts, and rrf_k and facts_in_context for the in-statement selection of
+the facts fusion keeps.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from psycopg import sql
 
@@ -133,7 +135,10 @@ _ANCHOR = """
                row_number() OVER (ORDER BY count(*) DESC, {distance} ASC NULLS LAST,
                                   f.valid_at DESC, fe.fact_id DESC) AS hop1_rank
         FROM anchors a
-        JOIN {s}.fact_entities fe ON {scope_fe} AND fe.entity_id = a.id
+        CROSS JOIN LATERAL (SELECT fe.fact_id FROM {s}.fact_entities fe
+                            WHERE {scope_fe} AND fe.entity_id = a.id
+                            ORDER BY fe.fact_id DESC
+                            LIMIT %(anchor_max_facts)s) fe
         JOIN {s}.facts f ON {where_f} AND f.id = fe.fact_id
         GROUP BY fe.fact_id, f.embedding, f.valid_at),{hop2}
     anchor_hits AS (
@@ -147,8 +152,9 @@ _ANCHOR = """
 
 
 def anchor_ctes(schema: str, plan: RecallPlan) -> sql.Composed:
-    """Anchors (named + near, never hubs), the facts touching them, then the second hop through the
-    other non-hub entities of those facts; ordered by relevance, never by physical row order.
+    """Anchors (named + near, never hubs), the facts touching them (the `anchor_max_facts` most
+    recently written per anchor), then the second hop through the other non-hub entities of those
+    facts; ordered by relevance, never by physical row order.
 
     Hop-1 facts rank by how many anchors they touch, then by similarity to the query, recency, id.
     Hop-2 facts rank after all hop-1 facts, by the specificity of their bridges (the sum of
@@ -185,16 +191,23 @@ def vector_cte(schema: str) -> sql.Composed:
     )
 
 
+HALF_RULE_MAX_LEXEMES = 10
+"""Up to this many query lexemes, the half rule is one tsquery the GIN index answers: an OR of every
+conjunction of ceil(n/2) lexemes (at most C(10,5) = 252), so only facts that pass it are fetched
+and ranked. Longer queries fall back to ranking the OR matches and keeping the best
+`keyword_pool` of them before the rule is checked."""
+
+
 def keyword_ctes(schema: str) -> sql.Composed:
     """Full-text search: an OR of the query's terms (stemmed by the store's config), minus the terms
     of any hub named in the query (a match on nothing but a hub's name is noise), keeping facts that
-    match at least half of the query's remaining lexemes (stopwords do not count).
+    match at least half of the query's remaining lexemes (stopwords do not count), ranked by ts_rank.
 
     Plain OR let one common word ("drink", "group", "keep") put junk at keyword rank 1, which RRF
     weighs like vector rank 1; the half rule lifted all-query MRR from 0.69 to 0.74 (persona) and
     0.68 to 0.71 (chat) in bench/RESULTS.md, while still finding 94-96% of exact-term answers alone.
-    AND (plainto_tsquery) lost half of them. The rule is applied to the best `keyword_pool` rows by
-    ts_rank, so its cost does not grow with every row a common word matches."""
+    AND (plainto_tsquery) lost half of them. The rule is written as a tsquery (`keyword_half`), so
+    its cost follows the facts that pass it, not every fact one common word matches."""
     return _fragment(
         """
     keyword_query AS (
@@ -204,10 +217,21 @@ def keyword_ctes(schema: str) -> sql.Composed:
                                              coalesce(string_agg(t.term, ' '), ''))) AS lexemes
         FROM unnest(%(terms)s::text[]) AS t(term)
         WHERE t.term NOT IN (SELECT string_to_table(terms, ' ') FROM named WHERE is_hub)),
+    keyword_half AS (
+        SELECT CASE WHEN cardinality(kq.lexemes) BETWEEN 1 AND %(half_max_lexemes)s
+                    THEN (SELECT string_agg(c.conjunction, ' | ')
+                          FROM generate_series(1, (1 << cardinality(kq.lexemes)) - 1) AS m(mask)
+                          CROSS JOIN LATERAL (
+                              SELECT '(' || string_agg(quote_literal(l.lexeme), ' & ') || ')' AS conjunction
+                              FROM unnest(kq.lexemes) WITH ORDINALITY AS l(lexeme, i)
+                              WHERE m.mask & (1 << (l.i::int - 1)) <> 0) c
+                          WHERE bit_count(m.mask::bit(32)) = (cardinality(kq.lexemes) + 1) / 2)::tsquery
+                    ELSE kq.q END AS q
+        FROM keyword_query kq),
     keyword_pool AS (
         SELECT f.id, f.tsv, f.valid_at, ts_rank(f.tsv, kq.q) AS score
-        FROM keyword_query kq
-        JOIN {s}.facts f ON {where_f} AND f.tsv @@ kq.q
+        FROM keyword_query kq, keyword_half kh
+        JOIN {s}.facts f ON {where_f} AND f.tsv @@ kh.q
         ORDER BY score DESC, f.valid_at DESC, f.id DESC
         LIMIT %(keyword_pool)s),
     keyword_hits AS (
@@ -272,8 +296,10 @@ _FINAL = """,
 `facts_in_context` facts, and `fusion.rrf` over them reproduces that order exactly."""
 
 
+@lru_cache(maxsize=256)
 def recall_statement(schema: str, plan: RecallPlan) -> sql.Composed:
-    """The whole recall as one statement returning, per hit: the hit columns, then the fact's."""
+    """The whole recall as one statement returning, per hit: the hit columns, then the fact's.
+    Memoized: a store asks for the same few (schema, plan) pairs on every recall."""
     ctes: list[sql.Composable] = []
     signals: list[str] = []
     if plan.anchor or plan.keyword:

@@ -28,7 +28,7 @@ def upsert_entities(schema: str) -> sql.Composed:
     return sql.SQL(
         """INSERT INTO {s}.entities AS e (dataset, project, name, type, embedding, fact_count)
            SELECT %(dataset)s, %(project)s, u.name, u.type, u.embedding, u.touches
-           FROM unnest(%(names)s::text[], %(types)s::text[], %(embeddings)s::vector[], %(touches)s::int[])
+           FROM unnest(%(names)s::text[], %(types)s::text[], %(embeddings)b::vector[], %(touches)s::int[])
                 AS u(name, type, embedding, touches)
            ON CONFLICT (dataset, project, name) DO UPDATE
            SET type = CASE WHEN e.type = 'OTHER' THEN EXCLUDED.type ELSE e.type END,
@@ -50,7 +50,7 @@ def insert_facts(schema: str) -> sql.Composed:
                        %(object_types)s::text[], %(subject_ids)s::bigint[], %(object_ids)s::bigint[],
                        %(anchor_ids)s::bigint[], %(valid_ats)s::timestamptz[],
                        %(invalid_ats)s::timestamptz[], %(confidences)s::real[],
-                       %(quotes)s::text[], %(embeddings)s::vector[])
+                       %(quotes)s::text[], %(embeddings)b::vector[])
                 WITH ORDINALITY AS u(subject, predicate, object, object_type, subject_id, object_id,
                                      anchor_id, valid_at, invalid_at, confidence, source_quote,
                                      embedding, ord)
@@ -79,6 +79,15 @@ def bump_scope(schema: str) -> sql.Composed:
     ).format(s=sql.Identifier(schema))
 
 
+def facts_pages() -> sql.Composed:
+    """(pages of the facts table at its last ANALYZE, pages now) for schema %(schema)s."""
+    return sql.SQL(
+        """SELECT c.relpages, pg_relation_size(c.oid) / current_setting('block_size')::int
+           FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+           WHERE n.nspname = %(schema)s AND c.relname = 'facts'"""
+    ).format()
+
+
 def invalidate_fact(schema: str) -> sql.Composed:
     """Close a fact's validity at `at`. Returns (id, valid_at, invalid_at before the change)."""
     return sql.SQL(
@@ -105,7 +114,7 @@ def insert_episodes(schema: str) -> sql.Composed:
         """INSERT INTO {s}.episodes (dataset, project, thread_id, text, created_at, embedding)
            SELECT %(dataset)s, %(project)s, u.thread_id, u.text, u.created_at, u.embedding
            FROM unnest(%(thread_ids)s::text[], %(texts)s::text[], %(created_ats)s::timestamptz[],
-                       %(embeddings)s::vector[]) WITH ORDINALITY AS u(thread_id, text, created_at, embedding, ord)
+                       %(embeddings)b::vector[]) WITH ORDINALITY AS u(thread_id, text, created_at, embedding, ord)
            ORDER BY u.ord
            RETURNING id"""
     ).format(s=sql.Identifier(schema))

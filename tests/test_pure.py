@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 import pytest
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 from memsoda_core import Fact, RecallOptions, ScoredFact, SignalHit
 from memsoda_core.errors import ConfigurationError, LimitError
 from memsoda_core.fusion import rrf
+from memsoda_core.ops import statistics_stale
 from memsoda_core.render import anchor_entities, group_by_anchor, render
 from memsoda_core.sql_recall import RecallPlan, recall_statement
 from memsoda_core.text import collapse_line, keyword_terms, name_spans, normalize_name, normalize_query
@@ -201,7 +203,7 @@ def test_every_fragment_filters_tenant_liveness_and_confidence() -> None:
     text = recall_statement("memsoda", RecallPlan(vector=True, anchor=True, keyword=True, recent=True)).as_string(None)
     for cte in ("vector_hits AS", "hop1 AS", "hop2 AS", "keyword_pool AS", "recent_hits AS"):
         body = text[text.index(cte) :]
-        body = body[: body.index("LIMIT")]
+        body = body[: re.search(r"\n    [a-z_0-9]+ AS \(|\n    SELECT h\.signal", body[len(cte) :]).start() + len(cte)]
         assert '"f".dataset = %(dataset)s AND "f".project = %(project)s' in body, cte
         assert '"f".confidence >= %(min_confidence)s' in body, cte
         assert '"f".invalid_at > %(at)s' in body, cte
@@ -211,3 +213,10 @@ def test_statement_is_composed_with_identifiers_not_pasted_names() -> None:
     hostile = 'x"; DROP TABLE facts; --'
     text = recall_statement(hostile, RecallPlan(vector=True, anchor=True, keyword=True, recent=False)).as_string(None)
     assert '"x""; DROP TABLE facts; --".facts' in text
+
+
+def test_statistics_are_refreshed_when_the_facts_table_doubles() -> None:
+    assert not statistics_stale(0, 63)  # too small to matter
+    assert statistics_stale(0, 64)  # never analyzed, ~256 facts
+    assert not statistics_stale(100, 199)
+    assert statistics_stale(100, 200)

@@ -19,6 +19,7 @@ import psycopg
 import pytest
 from conftest import Either
 from helpers import FaultyEmbedder, OtherModel
+from psycopg import sql
 
 from memsoda_core import (
     AsyncMemory,
@@ -75,6 +76,24 @@ def count_rows(dsn: str, table: str, dataset: str) -> int:
 
 
 # --- schema ------------------------------------------------------------------------------------
+
+
+def test_a_fresh_store_is_analyzed_once_it_holds_a_few_hundred_facts(pg_dsn: str, embedder: LocalEmbedder) -> None:
+    schema = "fresh_stats"
+    facts = [{"subject": f"p{i % 7}", "predicate": "noted", "object": f"item {i}"} for i in range(400)]
+    try:
+        with Memory.open(pg_dsn, embedder, schema=schema) as memory:
+            memory.add_facts(facts[:10], dataset="d", project="p")
+            with psycopg.connect(pg_dsn) as conn:
+                before = conn.execute("SELECT reltuples FROM pg_class WHERE oid = %s::regclass", (f"{schema}.facts",))
+                assert before.fetchone() == (-1,)  # never analyzed
+            memory.add_facts(facts[10:], dataset="d", project="p")
+            with psycopg.connect(pg_dsn) as conn:
+                after = conn.execute("SELECT reltuples FROM pg_class WHERE oid = %s::regclass", (f"{schema}.facts",))
+                assert after.fetchone() == (400,)
+    finally:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 def test_schema_creation_is_idempotent(pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]) -> None:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import math
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
 
 from ..errors import EmbeddingError
 
@@ -39,8 +40,12 @@ class Embedder(Protocol):
         ...
 
 
-def check_vectors(vectors: object, *, count: int, dimensions: int) -> list[list[float]]:
-    """Vectors as returned by an embedder, checked: the right count, the right length, all finite.
+Vector = np.ndarray[Any, np.dtype[np.float32]]
+
+
+def check_vectors(vectors: object, *, count: int, dimensions: int) -> list[Vector]:
+    """Vectors as returned by an embedder, checked: the right count, the right length, all finite;
+    as float32 arrays (what the store holds, and what pgvector sends in binary).
 
     Raises EmbeddingError naming what is wrong, so a bad embedder never writes a bad row."""
     if isinstance(vectors, str | bytes) or not hasattr(vectors, "__iter__"):
@@ -48,19 +53,22 @@ def check_vectors(vectors: object, *, count: int, dimensions: int) -> list[list[
     rows = list(vectors)
     if len(rows) != count:
         raise EmbeddingError(f"embedder returned {len(rows)} vectors for {count} texts")
-    checked: list[list[float]] = []
+    checked: list[Vector] = []
     for row in rows:
         try:
             if isinstance(row, str | bytes):
                 raise TypeError("a vector cannot be a string")
-            values = [float(x) for x in row]
+            with np.errstate(over="ignore"):  # a value beyond float32 becomes inf, refused below
+                values = np.asarray(row, dtype=np.float32)
+            if values.ndim != 1:
+                raise TypeError(f"expected a flat sequence of numbers, got {values.ndim} dimensions")
         except (TypeError, ValueError) as exc:
             raise EmbeddingError(f"embedder returned something that is not a vector of numbers: {exc}") from None
         if len(values) != dimensions:
             raise EmbeddingError(f"embedder returned a vector of dimension {len(values)}, expected {dimensions}")
-        if not all(math.isfinite(x) for x in values):
+        if not np.isfinite(values).all():
             raise EmbeddingError("embedder returned a vector with NaN or infinite values")
-        if not any(values):
+        if not values.any():
             raise EmbeddingError("embedder returned an all-zero vector, which has no cosine direction")
         checked.append(values)
     return checked
