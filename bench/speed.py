@@ -46,7 +46,7 @@ class SizeResult:
 
 
 PARTS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("one statement, three signals (memsoda's, without Python)", "core", ()),
+    ("memsoda's recall statements, one after the other (no Python, no fact read)", "core", ()),
     ("vector signal alone (kNN 50, iterative scan)", "default", ("vector",)),
     ("anchor signal alone (2 hops, bridges up to 50 facts: the default)", "default", ("anchor",)),
     ("anchor signal alone (2 hops, bridges uncapped)", "bridge_off", ("anchor",)),
@@ -65,7 +65,7 @@ def breakdown(memory: Memory, project: str, queries: Sequence[synth.SynthQuery])
 
     from memsoda_core.options import DEFAULT_OPTIONS
     from memsoda_core.recall import plan_for
-    from memsoda_core.sql_recall import recall_statement
+    from memsoda_core.sql_recall import recall_statements
     from memsoda_core.validation import Scope
 
     from . import variants
@@ -80,9 +80,9 @@ def breakdown(memory: Memory, project: str, queries: Sequence[synth.SynthQuery])
     }
     schema = memory.info.schema
     statements = {
-        label: recall_statement(schema, plan_for("q", True, DEFAULT_OPTIONS))
+        label: recall_statements(schema, plan_for("q", True, DEFAULT_OPTIONS))
         if config == "core"
-        else variants.statement(schema, configs[config], signals)
+        else (variants.statement(schema, configs[config], signals),)
         for label, config, signals in PARTS
     }
     scope = Scope(dataset=synth.DATASET, project=project)
@@ -101,19 +101,28 @@ def breakdown(memory: Memory, project: str, queries: Sequence[synth.SynthQuery])
                     tsconfig=memory.info.text_search_config,
                 )
                 start = time.perf_counter()
-                rows = conn.execute(statements[label], bound).fetchall()
+                rows = [row for statement in statements[label] for row in conn.execute(statement, bound).fetchall()]
                 out[label].ms.append((time.perf_counter() - start) * 1000)
                 out[label].rows.append(len(rows))
     return out
 
 
 def _systems(
-    memory: Memory, conn: Any, project: str, lc: dict[str, Any], li: dict[str, Any], embed_loop: bool
+    memory: Memory,
+    serial: Memory,
+    conn: Any,
+    project: str,
+    lc: dict[str, Any],
+    li: dict[str, Any],
+    embed_loop: bool,
 ) -> dict[str, Callable[[synth.SynthQuery], int]]:
     floor = sql.SQL(FLOOR).format(s=sql.Identifier(memory.info.schema))
     calls: dict[str, Callable[[synth.SynthQuery], int]] = {
         "memsoda recall": lambda q: len(
             memory.recall(q.text, dataset=synth.DATASET, project=project, query_embedding=q.values).facts
+        ),
+        "memsoda recall, statements one after the other (pool_size=1)": lambda q: len(
+            serial.recall(q.text, dataset=synth.DATASET, project=project, query_embedding=q.values).facts
         ),
         "floor: bare kNN top-8": lambda q: len(
             conn.execute(floor, {"dataset": synth.DATASET, "project": project, "qvec": q.vector}).fetchall()
@@ -144,8 +153,9 @@ def measure(
     li: dict[str, Any],
     embed_loop: bool,
 ) -> SizeResult:
-    with connect(memory.dsn) as conn:
-        calls = _systems(memory, conn, project, lc, li, embed_loop)
+    serial = Memory.open(memory.dsn, memory.embedder, schema=memory.info.schema, pool_size=1)
+    with serial, connect(memory.dsn) as conn:
+        calls = _systems(memory, serial, conn, project, lc, li, embed_loop)
         names = list(calls)
         for q in queries[:warmup]:
             for name in names:
@@ -160,13 +170,15 @@ def measure(
                 results[name].rows.append(count)
     stages: dict[str, list[float]] = {}
     peaks = []
-    for q in queries[warmup : warmup + 20]:
-        tracemalloc.start()
+    for q in queries[warmup : warmup + 40]:
         result = memory.recall(q.text, dataset=synth.DATASET, project=project, query_embedding=q.values)
-        peaks.append(tracemalloc.get_traced_memory()[1] / 1024)
-        tracemalloc.stop()
         for stage, value in result.timings_ms.items():
             stages.setdefault(stage, []).append(value)
+    for q in queries[warmup : warmup + 20]:  # apart: tracemalloc slows Python down several times
+        tracemalloc.start()
+        memory.recall(q.text, dataset=synth.DATASET, project=project, query_embedding=q.values)
+        peaks.append(tracemalloc.get_traced_memory()[1] / 1024)
+        tracemalloc.stop()
     return SizeResult(size=0, systems=results, stages=stages, peak_kib=statistics.median(peaks) if peaks else 0.0)
 
 

@@ -19,8 +19,10 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from .base import (
     CONNECTION_KWARGS,
+    POOL_MIN_SIZE,
     PROBE_CONNECT_TIMEOUT_S,
     SESSION_SETTINGS,
+    SPARE_CONNECTION_WAIT_S,
     MemoryBase,
     check_import_args,
     check_pool_args,
@@ -42,7 +44,7 @@ from .models import EpisodeInput, FactInput, ImportReport, RecallResult
 from .ops import open_store
 from .options import RecallOptions
 from .sql_tenant_index import DEFAULT_MIN_FACTS as DEFAULT_TENANT_INDEX_MIN_FACTS
-from .steps import EmbedDocuments, EmbedQuery, Execute, Maintain, Operation, Synthesize
+from .steps import Concurrently, EmbedDocuments, EmbedQuery, Execute, Maintain, Operation, Synthesize
 
 T = TypeVar("T")
 
@@ -52,6 +54,12 @@ async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
     for statement in SESSION_SETTINGS:
         await conn.execute(statement)
     await conn.commit()
+
+
+async def _fetch(conn: psycopg.AsyncConnection[Any], request: Execute) -> list[Any]:
+    async with conn.cursor() as cursor:
+        await cursor.execute(request.statement, request.params)
+        return await cursor.fetchall() if cursor.description is not None else []
 
 
 async def _end_autocommit(conn: psycopg.AsyncConnection[Any]) -> None:
@@ -95,7 +103,7 @@ class AsyncMemory(MemoryBase):
                 info = await self._drive(open_store(**args["op"]), lambda: _ready(conn))
             self._pool = AsyncConnectionPool(
                 target.dsn,
-                min_size=1,
+                min_size=min(POOL_MIN_SIZE, pool_size),
                 max_size=pool_size,
                 timeout=pool_timeout,
                 kwargs=CONNECTION_KWARGS,
@@ -187,9 +195,9 @@ class AsyncMemory(MemoryBase):
                 return stop.value  # type: ignore[no-any-return]
             reply, error = None, None
             if isinstance(request, Execute):
-                async with (await connection()).cursor() as cursor:
-                    await cursor.execute(request.statement, request.params)
-                    reply = await cursor.fetchall() if cursor.description is not None else []
+                reply = await _fetch(await connection(), request)
+            elif isinstance(request, Concurrently):
+                reply = await self._concurrently(await connection(), request.statements)
             elif isinstance(request, Maintain):
                 reply = await self._maintain(await connection(), request)
             elif isinstance(request, EmbedQuery | EmbedDocuments):
@@ -203,6 +211,38 @@ class AsyncMemory(MemoryBase):
                     reply = await self._synthesizer.asynthesize(request.context, request.query)
                 except Exception as exc:
                     error = exc
+
+    async def _concurrently(self, conn: psycopg.AsyncConnection[Any], statements: Sequence[Execute]) -> list[list[Any]]:
+        """The first statement on `conn`; the others on spare pooled connections at the same
+        time, or after it on `conn` when the pool has none to spare."""
+        spares: list[psycopg.AsyncConnection[Any]] = []
+        for _ in statements[1:]:
+            try:
+                spare = await self._pool.getconn(timeout=SPARE_CONNECTION_WAIT_S)
+            except PoolTimeout:
+                break
+            await spare.set_autocommit(True)
+            spares.append(spare)
+
+        async def mine() -> list[list[Any]]:
+            first = [await _fetch(conn, statements[0])]
+            return first + [await _fetch(conn, statement) for statement in statements[1 + len(spares) :]]
+
+        try:
+            results = await asyncio.gather(
+                mine(),
+                *(_fetch(spare, statement) for spare, statement in zip(spares, statements[1:], strict=False)),
+                return_exceptions=True,
+            )
+        finally:
+            for spare in spares:
+                await _end_autocommit(spare)
+                await self._pool.putconn(spare)
+        for outcome in results:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        own: list[list[Any]] = results[0]
+        return own[:1] + list(results[1:]) + own[1:]
 
     @staticmethod
     async def _maintain(conn: psycopg.AsyncConnection[Any], request: Maintain) -> list[Any] | None:

@@ -100,6 +100,14 @@ PROBE_AFTER_S = 1.0
 """While waiting for a pooled connection, check this often whether PostgreSQL is reachable."""
 PROBE_CONNECT_TIMEOUT_S = 2
 
+SPARE_CONNECTION_WAIT_S = 0.002
+"""How long a recall waits for a second pooled connection to run its statements at once; without
+one (a busy pool) it runs them one after the other on its own connection, so recalls never wait
+on each other for spare connections."""
+
+POOL_MIN_SIZE = 2
+"""Connections kept open: a recall's two statements run at once on two of them."""
+
 
 def probe_wait(deadline: float) -> float:
     """How long to wait for a pooled connection before probing the server again."""

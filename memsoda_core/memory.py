@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import ExitStack
 from types import TracebackType
 from typing import Any, TextIO, TypeVar
@@ -15,8 +16,10 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from .base import (
     CONNECTION_KWARGS,
+    POOL_MIN_SIZE,
     PROBE_CONNECT_TIMEOUT_S,
     SESSION_SETTINGS,
+    SPARE_CONNECTION_WAIT_S,
     MemoryBase,
     call_with_timeout,
     check_import_args,
@@ -39,7 +42,7 @@ from .models import EpisodeInput, FactInput, ImportReport, RecallResult
 from .ops import open_store
 from .options import RecallOptions
 from .sql_tenant_index import DEFAULT_MIN_FACTS as DEFAULT_TENANT_INDEX_MIN_FACTS
-from .steps import EmbedDocuments, EmbedQuery, Execute, Maintain, Operation, Synthesize
+from .steps import Concurrently, EmbedDocuments, EmbedQuery, Execute, Maintain, Operation, Synthesize
 
 T = TypeVar("T")
 
@@ -51,6 +54,12 @@ def _configure(conn: psycopg.Connection[Any]) -> None:
     conn.commit()
 
 
+def _fetch(conn: psycopg.Connection[Any], request: Execute) -> list[Any]:
+    with conn.cursor() as cursor:
+        cursor.execute(request.statement, request.params)
+        return cursor.fetchall() if cursor.description is not None else []
+
+
 def _end_autocommit(conn: psycopg.Connection[Any]) -> None:
     if not conn.closed:
         conn.autocommit = False
@@ -60,6 +69,7 @@ class Memory(MemoryBase):
     """Long-term memory of facts in PostgreSQL + pgvector. Open with `Memory.open()`."""
 
     _pool: ConnectionPool[psycopg.Connection[Any]]
+    _executor: ThreadPoolExecutor
 
     @classmethod
     def open(
@@ -91,7 +101,7 @@ class Memory(MemoryBase):
                 info = self._drive(open_store(**args["op"]), lambda: conn)
             self._pool = ConnectionPool(
                 target.dsn,
-                min_size=1,
+                min_size=min(POOL_MIN_SIZE, pool_size),
                 max_size=pool_size,
                 timeout=pool_timeout,
                 kwargs=CONNECTION_KWARGS,
@@ -114,10 +124,12 @@ class Memory(MemoryBase):
             cache_size=cache_size,
         )
         self._pool_timeout = pool_timeout
+        self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memsoda-recall")
         return self
 
     def close(self) -> None:
         """Close the pool, and stop the embedded server if this was its last user."""
+        self._executor.shutdown(wait=True)
         self._pool.close()
         release_target(self._target)
 
@@ -179,9 +191,9 @@ class Memory(MemoryBase):
                 return stop.value  # type: ignore[no-any-return]
             reply, error = None, None
             if isinstance(request, Execute):
-                with connection().cursor() as cursor:
-                    cursor.execute(request.statement, request.params)
-                    reply = cursor.fetchall() if cursor.description is not None else []
+                reply = _fetch(connection(), request)
+            elif isinstance(request, Concurrently):
+                reply = self._concurrently(connection(), request.statements)
             elif isinstance(request, Maintain):
                 reply = self._maintain(connection(), request)
             elif isinstance(request, EmbedQuery | EmbedDocuments):
@@ -195,6 +207,32 @@ class Memory(MemoryBase):
                     reply = self._synthesizer.synthesize(request.context, request.query)
                 except Exception as exc:
                     error = exc
+
+    def _concurrently(self, conn: psycopg.Connection[Any], statements: Sequence[Execute]) -> list[list[Any]]:
+        """The first statement on `conn`; the others on spare pooled connections in threads, or
+        after it on `conn` when the pool has none to spare."""
+        spares: list[psycopg.Connection[Any]] = []
+        for _ in statements[1:]:
+            try:
+                spare = self._pool.getconn(timeout=SPARE_CONNECTION_WAIT_S)
+            except PoolTimeout:
+                break
+            spare.autocommit = True
+            spares.append(spare)
+        futures = [
+            self._executor.submit(_fetch, spare, statement)
+            for spare, statement in zip(spares, statements[1:], strict=False)
+        ]
+        try:
+            mine = [_fetch(conn, statements[0])]
+            mine += [_fetch(conn, statement) for statement in statements[1 + len(spares) :]]
+            theirs = [future.result() for future in futures]
+        finally:
+            wait(futures)
+            for spare in spares:
+                _end_autocommit(spare)
+                self._pool.putconn(spare)
+        return mine[:1] + theirs + mine[1:]
 
     @staticmethod
     def _maintain(conn: psycopg.Connection[Any], request: Maintain) -> list[Any] | None:

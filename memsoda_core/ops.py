@@ -30,9 +30,17 @@ from .errors import (
 )
 from .models import EpisodeInput, FactInput, IncludeOption, RecallResult
 from .options import RecallOptions
-from .recall import assemble, decode_episodes, decode_fact, fuse_rows, plan_for, statement_params
-from .sql_recall import episodes_statement, recall_statement, recent_episodes_statement
-from .steps import EmbedDocuments, EmbedQuery, Execute, Maintain, Operation, Synthesize
+from .recall import (
+    assemble,
+    decode_episodes,
+    decode_fact,
+    fuse_hits,
+    plan_for,
+    scored_facts,
+    statement_params,
+)
+from .sql_recall import episodes_statement, facts_statement, recall_statements, recent_episodes_statement
+from .steps import Concurrently, EmbedDocuments, EmbedQuery, Execute, Maintain, Operation, Synthesize
 from .validation import (
     Scope,
     ValidEpisode,
@@ -385,7 +393,8 @@ def recall(
     as_of: datetime | None,
     now: datetime,
 ) -> Operation[RecallResult]:
-    """The three signals in one statement, RRF, grouping and rendering; see `recall.py`."""
+    """The signals in two statements run at once, RRF, the kept facts read, grouping and
+    rendering; see `recall.py`."""
     timings: dict[str, float] = {}
     started = time.perf_counter()
     embedding: Sequence[float] | np.ndarray[Any, Any] | None = None
@@ -408,11 +417,16 @@ def recall(
         text_search_config=info.text_search_config,
     )
     mark = time.perf_counter()
-    rows = yield Execute(recall_statement(info.schema, plan_for(query, embedding is not None, options)), params)
+    statements = recall_statements(info.schema, plan_for(query, embedding is not None, options))
+    results = yield Concurrently(tuple(Execute(statement, params) for statement in statements))
     timings["query"] = _ms(mark)
     mark = time.perf_counter()
-    scored = fuse_rows(rows, options)
+    kept = fuse_hits((row for rows in results for row in rows), options)
     timings["fuse"] = _ms(mark)
+    mark = time.perf_counter()
+    fact_rows = yield Execute(facts_statement(info.schema), {**params, "fact_ids": [k.fact_id for k in kept]})
+    scored = scored_facts(kept, fact_rows)
+    timings["facts"] = _ms(mark)
     episodes = []
     if "episodes" in include:
         mark = time.perf_counter()

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -17,7 +18,6 @@ from .text import keyword_terms, name_spans, normalize_query
 from .validation import Scope
 
 FACT_COLUMN_COUNT = 15
-_HIT_COLUMN_COUNT = 8
 
 
 def plan_for(query: str | None, has_embedding: bool, options: RecallOptions) -> RecallPlan:
@@ -143,29 +143,55 @@ def explain(
     return SignalHit(signal=signal, rank=int(rank), reason=reason, similarity=sim)
 
 
-def fuse_rows(rows: Sequence[Sequence[Any]], options: RecallOptions) -> list[ScoredFact]:
-    """Rows of the recall statement -> the top `facts_in_context` facts by RRF, best first. The rows
-    carry each hit's rank in its full signal list (the statement returns only the kept facts)."""
-    facts: dict[int, Fact] = {}
-    hits: dict[int, list[SignalHit]] = {}
+@dataclass(frozen=True, kw_only=True)
+class Kept:
+    """A fact fusion kept, before its columns are read: its id, RRF score and signal hits."""
+
+    fact_id: int
+    score: float
+    hits: tuple[SignalHit, ...]
+
+
+_SIGNAL_ORDER = ("vector", "anchor", "keyword", "recent")
+
+
+def _signal_order(hit_row: Sequence[Any]) -> int:
+    return _SIGNAL_ORDER.index(hit_row[0])
+
+
+def fuse_hits(rows: Iterable[Sequence[Any]], options: RecallOptions) -> list[Kept]:
+    """Hit rows of the recall statements -> the top `facts_in_context` fact ids by RRF, best first
+    (ties: best single rank, then the more recent valid_at, then the larger id)."""
+    found: dict[int, list[Sequence[Any]]] = {}
     ranks: dict[int, dict[str, int]] = {}
+    recency: dict[int, float] = {}
     for row in rows:
-        signal, rank, hop, via, via_named, via_similarity, similarity, matched = row[:_HIT_COLUMN_COUNT]
-        fact = decode_fact(row[_HIT_COLUMN_COUNT:])
-        facts[fact.id] = fact
-        hits.setdefault(fact.id, []).append(
-            explain(signal, rank, hop, via, via_named, via_similarity, similarity, matched)
-        )
-        ranks.setdefault(fact.id, {})[signal] = int(rank)
-    fused = rrf_ranks(ranks, k=options.rrf_k, tiebreak={fid: f.valid_at.timestamp() for fid, f in facts.items()})
-    order = ("vector", "anchor", "keyword", "recent")
+        signal, fact_id, rank, valid_at = row[:4]
+        found.setdefault(fact_id, []).append(row)
+        ranks.setdefault(fact_id, {})[signal] = rank
+        recency[fact_id] = valid_at.timestamp()
+    fused = rrf_ranks(ranks, k=options.rrf_k, tiebreak=recency)
     return [
-        ScoredFact(
-            fact=facts[entry.fact_id],
+        Kept(
+            fact_id=int(entry.fact_id),
             score=round(entry.score, 9),
-            hits=tuple(sorted(hits[entry.fact_id], key=lambda h: order.index(h.signal))),
+            hits=tuple(
+                explain(signal, rank, *details)  # explained only for the facts kept
+                for signal, _, rank, _, *details in sorted(found[entry.fact_id], key=_signal_order)
+            ),
         )
         for entry in fused[: options.facts_in_context]
+    ]
+
+
+def scored_facts(kept: Sequence[Kept], fact_rows: Iterable[Sequence[Any]]) -> list[ScoredFact]:
+    """Attach the facts' columns to what fusion kept, in fusion's order. A fact deleted between
+    the two reads (a concurrent `forget`) is left out."""
+    facts = {fact.id: fact for fact in map(decode_fact, fact_rows)}
+    return [
+        ScoredFact(fact=facts[entry.fact_id], score=entry.score, hits=entry.hits)
+        for entry in kept
+        if entry.fact_id in facts
     ]
 
 

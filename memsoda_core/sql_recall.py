@@ -1,15 +1,15 @@
-"""SQL builders of recall: one fragment per signal, assembled into one statement (one round trip).
+"""SQL builders of recall: one fragment per signal, assembled into two independent statements
+(vector + keyword, anchor) that can run at once, then one that reads the facts fusion kept.
 
 Every fragment carries the tenant, liveness and confidence predicates itself, so no signal ever
-ranks a row that a later filter would drop. The statement returns one row per (signal, fact) hit
-with the fact's columns; ranks are 1-based and ties are broken by recency, then id, so the same
-data and query always give the same lists.
+ranks a row that a later filter would drop. A statement returns one row per (signal, fact) hit;
+ranks are 1-based and ties are broken by recency, then id, so the same data and query always give
+the same lists.
 
 Parameters (all bound): dataset, project, at, min_confidence, qvec (only with an embedding), spans,
 span_terms, terms, tsconfig, hub_min_facts, hub_min_share, near_k, near_min, and the per-signal
 limits vector_limit, anchor_limit, anchor_max_facts, keyword_limit, keyword_pool, half_max_lexemes,
-recent_limit, bridge_max_facts, and rrf_k and facts_in_context for the in-statement selection of
-the facts fusion keeps.
+recent_limit and bridge_max_facts.
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ _ANCHOR = """
         JOIN {s}.facts f ON {where_f} AND f.id = fe.fact_id
         GROUP BY fe.fact_id, f.embedding, f.valid_at),{hop2}
     anchor_hits AS (
-        SELECT fact_id, hop, via, via_named, via_similarity, distance,
+        SELECT fact_id, hop, via, via_named, via_similarity, distance, valid_at,
                row_number() OVER (ORDER BY hop, matches DESC, distance ASC NULLS LAST,
                                   valid_at DESC, fact_id DESC) AS rank
         FROM (SELECT fact_id, 1 AS hop, matches, via, via_named, via_similarity, distance, valid_at
@@ -180,9 +180,9 @@ def vector_cte(schema: str) -> sql.Composed:
     return _fragment(
         """
     vector_hits AS (
-        SELECT id AS fact_id, distance,
+        SELECT id AS fact_id, distance, valid_at,
                row_number() OVER (ORDER BY distance, id DESC) AS rank
-        FROM (SELECT f.id, f.embedding <=> %(qvec)s AS distance
+        FROM (SELECT f.id, f.embedding <=> %(qvec)s AS distance, f.valid_at
               FROM {s}.facts f
               WHERE {where_f}
               ORDER BY f.embedding <=> %(qvec)s
@@ -235,7 +235,7 @@ def keyword_ctes(schema: str) -> sql.Composed:
         ORDER BY score DESC, f.valid_at DESC, f.id DESC
         LIMIT %(keyword_pool)s),
     keyword_hits AS (
-        SELECT p.id AS fact_id,
+        SELECT p.id AS fact_id, p.valid_at,
                ARRAY(SELECT t FROM unnest(kq.terms) t
                      WHERE p.tsv @@ to_tsquery(%(tsconfig)s::regconfig, t)) AS matched,
                row_number() OVER (ORDER BY p.score DESC, p.valid_at DESC, p.id DESC) AS rank
@@ -254,7 +254,7 @@ def recent_cte(schema: str) -> sql.Composed:
     return _fragment(
         """
     recent_hits AS (
-        SELECT f.id AS fact_id, row_number() OVER (ORDER BY f.valid_at DESC, f.id DESC) AS rank
+        SELECT f.id AS fact_id, f.valid_at, row_number() OVER (ORDER BY f.valid_at DESC, f.id DESC) AS rank
         FROM {s}.facts f
         WHERE {where_f}
         ORDER BY f.valid_at DESC, f.id DESC
@@ -264,69 +264,74 @@ def recent_cte(schema: str) -> sql.Composed:
 
 
 _HITS = {
-    "vector": "SELECT 'vector', fact_id, rank, NULL::int, NULL::text, NULL::boolean, NULL::float8,"
+    "vector": "SELECT 'vector', fact_id, rank, valid_at, NULL::int, NULL::text, NULL::boolean, NULL::float8,"
     " 1 - distance, NULL::text[] FROM vector_hits",
-    "anchor": "SELECT 'anchor', fact_id, rank, hop, via, via_named, via_similarity, 1 - distance,"
+    "anchor": "SELECT 'anchor', fact_id, rank, valid_at, hop, via, via_named, via_similarity, 1 - distance,"
     " NULL::text[] FROM anchor_hits",
-    "keyword": "SELECT 'keyword', fact_id, rank, NULL::int, NULL::text, NULL::boolean, NULL::float8,"
+    "keyword": "SELECT 'keyword', fact_id, rank, valid_at, NULL::int, NULL::text, NULL::boolean, NULL::float8,"
     " NULL::float8, matched FROM keyword_hits",
-    "recent": "SELECT 'recent', fact_id, rank, NULL::int, NULL::text, NULL::boolean, NULL::float8,"
+    "recent": "SELECT 'recent', fact_id, rank, valid_at, NULL::int, NULL::text, NULL::boolean, NULL::float8,"
     " NULL::float8, NULL::text[] FROM recent_hits",
 }
+"""Every hit row: signal, fact_id, rank, valid_at (fusion's recency tie-break), hop, via, via_named,
+via_similarity, similarity, matched."""
 
-_FINAL = """,
-    hits (signal, fact_id, rank, hop, via, via_named, via_similarity, similarity, matched) AS (
-        {hits}),
-    chosen AS (
-        SELECT fused.fact_id
-        FROM (SELECT fact_id, sum(1.0 / (%(rrf_k)s + rank)) AS score, min(rank) AS best
-              FROM hits GROUP BY fact_id) fused
-        JOIN {s}.facts f ON {scope_f} AND f.id = fused.fact_id
-        ORDER BY fused.score DESC, fused.best, f.valid_at DESC, fused.fact_id DESC
-        LIMIT %(facts_in_context)s)
-    SELECT h.signal, h.rank, h.hop, h.via, h.via_named, h.via_similarity, h.similarity, h.matched,
-           {fact_columns}
-    FROM hits h
-    JOIN chosen c ON c.fact_id = h.fact_id
-    JOIN {s}.facts f ON {scope_f} AND f.id = h.fact_id
-    JOIN {s}.entities a ON {scope_a} AND a.id = f.anchor_id
-    ORDER BY h.signal, h.rank"""
-"""Only the facts RRF will keep are decoded: `chosen` applies the same fusion and tie-breaks as
-`fusion.rrf` (score, best single rank, recency, id), so the rows sent back are those of the top
-`facts_in_context` facts, and `fusion.rrf` over them reproduces that order exactly."""
+STATEMENT_GROUPS: tuple[tuple[str, ...], ...] = (("vector", "keyword", "recent"), ("anchor",))
+"""The signals each recall statement runs. The runner may execute the statements at once on two
+connections: the anchor signal costs about as much as the other two together (bench/RESULTS.md),
+so the two halves take about the same time, and a recall about half of their sum."""
+
+
+def _signal_ctes(schema: str, plan: RecallPlan, signal: str) -> list[sql.Composable]:
+    if signal == "vector":
+        return [vector_cte(schema)]
+    if signal == "anchor":
+        return [near_cte(schema), anchor_ctes(schema, plan)] if plan.vector else [anchor_ctes(schema, plan)]
+    if signal == "keyword":
+        return [keyword_ctes(schema)]
+    return [recent_cte(schema)]
+
+
+def planned_signals(plan: RecallPlan) -> tuple[str, ...]:
+    """The signals `plan` runs, in a fixed order."""
+    wanted = {"vector": plan.vector, "anchor": plan.anchor, "keyword": plan.keyword, "recent": plan.recent}
+    return tuple(name for name in ("vector", "anchor", "keyword", "recent") if wanted[name])
+
+
+def hits_statement(schema: str, plan: RecallPlan, signals: tuple[str, ...]) -> sql.Composed:
+    """One statement running `signals` of `plan`, returning their hit rows (see `_HITS`)."""
+    if not signals:
+        raise ValueError("a recall statement needs at least one signal")
+    ctes: list[sql.Composable] = []
+    if "anchor" in signals or "keyword" in signals:
+        ctes += [hub_floor_cte(schema), named_cte(schema)]
+    for signal in signals:
+        ctes += _signal_ctes(schema, plan, signal)
+    hits = sql.SQL(" UNION ALL ").join(sql.SQL(_HITS[name]) for name in signals)
+    return sql.Composed([sql.SQL("WITH"), sql.SQL(",").join(ctes), sql.SQL(" "), hits])
 
 
 @lru_cache(maxsize=256)
-def recall_statement(schema: str, plan: RecallPlan) -> sql.Composed:
-    """The whole recall as one statement returning, per hit: the hit columns, then the fact's.
-    Memoized: a store asks for the same few (schema, plan) pairs on every recall."""
-    ctes: list[sql.Composable] = []
-    signals: list[str] = []
-    if plan.anchor or plan.keyword:
-        ctes += [hub_floor_cte(schema), named_cte(schema)]
-    if plan.vector:
-        ctes.append(vector_cte(schema))
-        signals.append("vector")
-    if plan.anchor:
-        if plan.vector:
-            ctes.append(near_cte(schema))
-        ctes.append(anchor_ctes(schema, plan))
-        signals.append("anchor")
-    if plan.keyword:
-        ctes.append(keyword_ctes(schema))
-        signals.append("keyword")
-    if plan.recent:
-        ctes.append(recent_cte(schema))
-        signals.append("recent")
-    if not signals:
+def recall_statements(schema: str, plan: RecallPlan) -> tuple[sql.Composed, ...]:
+    """The statements of a recall (one per non-empty group of `STATEMENT_GROUPS`), independent of
+    each other. Memoized: a store asks for the same few (schema, plan) pairs on every recall."""
+    planned = planned_signals(plan)
+    if not planned:
         raise ValueError("a recall plan needs at least one signal")
-    final = _fragment(
-        _FINAL,
+    groups = (tuple(name for name in group if name in planned) for group in STATEMENT_GROUPS)
+    return tuple(hits_statement(schema, plan, group) for group in groups if group)
+
+
+def facts_statement(schema: str) -> sql.Composed:
+    """The columns of the facts fusion kept (%(fact_ids)s), in the scope."""
+    return _fragment(
+        """SELECT {fact_columns}
+           FROM {s}.facts f
+           JOIN {s}.entities a ON {scope_a} AND a.id = f.anchor_id
+           WHERE {scope_f} AND f.id = ANY(%(fact_ids)s::bigint[])""",
         schema,
-        hits=sql.SQL(" UNION ALL ").join(sql.SQL(_HITS[name]) for name in signals),
         fact_columns=fact_columns(schema),
     )
-    return sql.Composed([sql.SQL("WITH"), sql.SQL(",").join(ctes), final])
 
 
 def episodes_statement(schema: str) -> sql.Composed:

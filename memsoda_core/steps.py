@@ -21,8 +21,17 @@ T = TypeVar("T")
 class Execute:
     """Run one statement inside the operation's transaction; reply: list of row tuples."""
 
-    statement: sql.Composable
+    statement: sql.Composed
     params: Mapping[str, Any] | tuple[Any, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Concurrently:
+    """Run independent read-only statements, at once where the pool has a spare connection (each
+    outside any transaction, so each sees its own snapshot); reply: one list of rows per statement,
+    in order. Used by recall only, which runs in autocommit mode."""
+
+    statements: tuple[Execute, ...]
 
 
 @dataclass(frozen=True)
@@ -59,5 +68,5 @@ class Synthesize:
     query: str | None
 
 
-Request = Execute | Maintain | EmbedDocuments | EmbedQuery | Synthesize
+Request = Execute | Concurrently | Maintain | EmbedDocuments | EmbedQuery | Synthesize
 Operation = Generator[Request, Any, T]

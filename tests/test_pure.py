@@ -14,7 +14,7 @@ from memsoda_core.errors import ConfigurationError, LimitError
 from memsoda_core.fusion import rrf
 from memsoda_core.ops import statistics_stale
 from memsoda_core.render import anchor_entities, group_by_anchor, render
-from memsoda_core.sql_recall import RecallPlan, recall_statement
+from memsoda_core.sql_recall import RecallPlan, hits_statement, planned_signals
 from memsoda_core.text import collapse_line, keyword_terms, name_spans, normalize_name, normalize_query
 
 
@@ -200,10 +200,11 @@ def test_options_defaults_are_the_references() -> None:
 
 
 def test_every_fragment_filters_tenant_liveness_and_confidence() -> None:
-    text = recall_statement("memsoda", RecallPlan(vector=True, anchor=True, keyword=True, recent=True)).as_string(None)
+    plan = RecallPlan(vector=True, anchor=True, keyword=True, recent=True)
+    text = hits_statement("memsoda", plan, planned_signals(plan)).as_string(None)
     for cte in ("vector_hits AS", "hop1 AS", "hop2 AS", "keyword_pool AS", "recent_hits AS"):
         body = text[text.index(cte) :]
-        body = body[: re.search(r"\n    [a-z_0-9]+ AS \(|\n    SELECT h\.signal", body[len(cte) :]).start() + len(cte)]
+        body = body[: re.search(r"\n    [a-z_0-9]+ AS \(| SELECT 'vector'", body[len(cte) :]).start() + len(cte)]
         assert '"f".dataset = %(dataset)s AND "f".project = %(project)s' in body, cte
         assert '"f".confidence >= %(min_confidence)s' in body, cte
         assert '"f".invalid_at > %(at)s' in body, cte
@@ -211,7 +212,8 @@ def test_every_fragment_filters_tenant_liveness_and_confidence() -> None:
 
 def test_statement_is_composed_with_identifiers_not_pasted_names() -> None:
     hostile = 'x"; DROP TABLE facts; --'
-    text = recall_statement(hostile, RecallPlan(vector=True, anchor=True, keyword=True, recent=False)).as_string(None)
+    plan = RecallPlan(vector=True, anchor=True, keyword=True, recent=False)
+    text = hits_statement(hostile, plan, planned_signals(plan)).as_string(None)
     assert '"x""; DROP TABLE facts; --".facts' in text
 
 

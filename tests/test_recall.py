@@ -530,3 +530,26 @@ async def test_kept_facts_carry_their_true_ranks_and_match_a_wider_fusion(
     wide = await memory.recall(query, **scope, facts_in_context=40)
     assert [s.to_dict() for s in small.facts] == [s.to_dict() for s in wide.facts[:3]]
     assert max(rank for s in wide.facts for rank in s.ranks.values()) > 3
+
+
+# --- the two statements run at once, or one after the other ----------------------------------
+
+
+async def test_recall_is_the_same_with_or_without_a_spare_connection(
+    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]
+) -> None:
+    """pool_size=1 leaves no spare connection, so the statements run one after the other."""
+    with Memory.open(pg_dsn, embedder) as wide, Memory.open(pg_dsn, embedder, pool_size=1) as narrow:
+        wide.add_facts(BRIDGE_WITH_MENTION, **scope)
+        expected = wide.recall(NETFLIX_QUERY, **scope)
+        serial = narrow.recall(NETFLIX_QUERY, **scope)
+        stats = narrow._pool.get_stats()
+    async with await AsyncMemory.open(pg_dsn, embedder) as async_wide:
+        concurrent = await async_wide.recall(NETFLIX_QUERY, **scope)
+    async with await AsyncMemory.open(pg_dsn, embedder, pool_size=1) as async_narrow:
+        async_serial = await async_narrow.recall(NETFLIX_QUERY, **scope)
+    assert stats["pool_max"] == 1
+    assert "anchor" in by_text(expected, "user favourite show is breaking bad").ranks  # both statements ran
+    for other in (serial, concurrent, async_serial):
+        assert other.context == expected.context
+        assert [f.to_dict() for f in other.facts] == [f.to_dict() for f in expected.facts]
