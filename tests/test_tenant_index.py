@@ -4,13 +4,16 @@ when left invalid, dropped with the scope."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg import sql
 
-from memsoda_core import ConfigurationError, Memory
+from memsoda_core import ConfigurationError, Memory, RecallOptions
+from memsoda_core.recall import plan_for, statement_params
+from memsoda_core.sql_recall import recall_statements
 from memsoda_core.sql_tenant_index import tenant_indexes
 from memsoda_core.validation import Scope
 
@@ -156,3 +159,38 @@ def test_a_session_idle_in_transaction_delays_the_build_but_never_hangs_the_writ
         present = _valid_indexes(conn, memory.info.schema)
     assert {name: present.get(name) for name in names} == dict.fromkeys(names, True)
     assert memory.stats(dataset="d", project="blocked")[0]["facts"] == THRESHOLD + 1
+
+
+def test_the_vector_list_is_full_through_a_tenant_index_despite_filtered_rows(small_threshold: Memory) -> None:
+    """pgvector's HNSW scan filters after the fact; memsoda's iterative scans keep going until the
+    list is full, so invalidated and low-confidence rows never shorten it."""
+    memory = small_threshold
+    facts = _facts(60)
+    for i, fact in enumerate(facts):
+        if i % 3 == 0:
+            fact["invalid_at"] = "2024-06-01T00:00:00Z"
+        elif i % 3 == 1:
+            fact["confidence"] = 0.2
+    memory.add_facts(facts, dataset="d", project="filtered")
+    options = RecallOptions(vector_candidates=15)
+    scope = Scope(dataset="d", project="filtered")
+    query = "who visited a town"
+    params = statement_params(
+        scope=scope,
+        query=query,
+        embedding=memory.embedder.embed_query(query),
+        at=datetime.now(UTC),
+        options=options,
+        text_search_config=memory.info.text_search_config,
+    )
+    vector_statement = recall_statements(memory.info.schema, plan_for(query, True, options))[0]
+    with memory._pool.connection() as conn:  # memsoda's session settings (iterative scans)
+        conn.execute("SET enable_seqscan = off")  # 60 rows: make the choice the one at scale
+        conn.execute("SET hnsw.ef_search = 10")  # one plain HNSW pass would yield 10 rows, ~3 of them live
+        plan = "\n".join(r[0] for r in conn.execute(sql.SQL("EXPLAIN ") + vector_statement, params).fetchall())
+        rows = conn.execute(vector_statement, params).fetchall()
+    assert tenant_indexes(scope)[0].name in plan
+    vector_ids = [row[1] for row in rows if row[0] == "vector"]
+    assert len(vector_ids) == 15  # 20 live facts above the floor, list asked for 15
+    live = {i for i, fact in enumerate(facts) if "invalid_at" not in fact and "confidence" not in fact}
+    assert len(live) == 20
