@@ -177,6 +177,18 @@ def run(
                         f"tenant of {large:,}+ facts: its HNSW (facts, entities) and GIN maintained per row",
                     ]
                 )
+            small = min(given, threshold - 1)
+            for batch in batches:
+                seconds = _add(fast, sample[:small], f"small-{batch}", batch)
+                rows.append(
+                    [
+                        "add_facts, vectors given, into a small tenant",
+                        f"{small:,}",
+                        str(batch),
+                        f"{small / seconds:,.0f}",
+                        f"under {threshold:,} facts: searched exactly, no vector index to maintain",
+                    ]
+                )
             for batch in batches:
                 seconds = _add(fast, sample[:given], f"new-{batch}", batch)
                 rows.append(

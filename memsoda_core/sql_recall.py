@@ -14,6 +14,7 @@ recent_limit and bridge_max_facts.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -311,26 +312,42 @@ def hits_statement(schema: str, plan: RecallPlan, signals: tuple[str, ...]) -> s
     return sql.Composed([sql.SQL("WITH"), sql.SQL(",").join(ctes), sql.SQL(" "), hits])
 
 
+PARSE_CACHE_BYTES = 4096
+"""psycopg caches the parsing of a statement's placeholders only up to this length
+(`psycopg._queries.MAX_CACHED_STATEMENT_LENGTH`); a longer statement is parsed again on every call
+(~0.8 ms here, twice per recall). Rendered recall statements stay under it for schema names of up
+to 20 characters (a test checks); the default is "memsoda"."""
+
+
+def rendered(statement: sql.Composed) -> sql.SQL:
+    """`statement` as plain SQL text, indentation dropped: composed once, not at every execution,
+    and short enough for psycopg's parse cache. Lines are kept, so no token ever merges."""
+    return sql.SQL(re.sub(r"[ \t]*\n[ \t]*", "\n", statement.as_string(None)))
+
+
 @lru_cache(maxsize=256)
-def recall_statements(schema: str, plan: RecallPlan) -> tuple[sql.Composed, ...]:
+def recall_statements(schema: str, plan: RecallPlan) -> tuple[sql.SQL, ...]:
     """The statements of a recall (one per non-empty group of `STATEMENT_GROUPS`), independent of
-    each other. Memoized: a store asks for the same few (schema, plan) pairs on every recall."""
+    each other, rendered. Memoized: a store asks for the same few (schema, plan) pairs every time."""
     planned = planned_signals(plan)
     if not planned:
         raise ValueError("a recall plan needs at least one signal")
     groups = (tuple(name for name in group if name in planned) for group in STATEMENT_GROUPS)
-    return tuple(hits_statement(schema, plan, group) for group in groups if group)
+    return tuple(rendered(hits_statement(schema, plan, group)) for group in groups if group)
 
 
-def facts_statement(schema: str) -> sql.Composed:
+@lru_cache(maxsize=64)
+def facts_statement(schema: str) -> sql.SQL:
     """The columns of the facts fusion kept (%(fact_ids)s), in the scope."""
-    return _fragment(
-        """SELECT {fact_columns}
+    return rendered(
+        _fragment(
+            """SELECT {fact_columns}
            FROM {s}.facts f
            JOIN {s}.entities a ON {scope_a} AND a.id = f.anchor_id
            WHERE {scope_f} AND f.id = ANY(%(fact_ids)s::bigint[])""",
-        schema,
-        fact_columns=fact_columns(schema),
+            schema,
+            fact_columns=fact_columns(schema),
+        )
     )
 
 

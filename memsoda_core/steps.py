@@ -21,7 +21,7 @@ T = TypeVar("T")
 class Execute:
     """Run one statement inside the operation's transaction; reply: list of row tuples."""
 
-    statement: sql.Composed
+    statement: sql.Composed | sql.SQL
     params: Mapping[str, Any] | tuple[Any, ...] | None = None
 
 

@@ -99,4 +99,5 @@ def test_ingest_smoke(bench_dsn: str, capsys: pytest.CaptureFixture[str]) -> Non
     assert "| bulk: binary COPY, secondary indexes dropped |" in out
     assert "| add_facts, vectors given, into an indexed tenant | 40 | 20 |" in out
     assert "| add_facts, vectors given, into a new tenant | 40 | 20 |" in out
+    assert "| add_facts, vectors given, into a small tenant | 40 | 20 |" in out
     assert "| import_jsonl, vectors given, into a new tenant | 40 | 500 |" in out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from datetime import UTC, datetime
 
@@ -14,7 +15,7 @@ from memsoda_core.errors import ConfigurationError, LimitError
 from memsoda_core.fusion import rrf
 from memsoda_core.ops import statistics_stale
 from memsoda_core.render import anchor_entities, group_by_anchor, render
-from memsoda_core.sql_recall import RecallPlan, hits_statement, planned_signals
+from memsoda_core.sql_recall import PARSE_CACHE_BYTES, RecallPlan, hits_statement, planned_signals, recall_statements
 from memsoda_core.text import collapse_line, keyword_terms, name_spans, normalize_name, normalize_query
 
 
@@ -222,3 +223,14 @@ def test_statistics_are_refreshed_when_the_facts_table_doubles() -> None:
     assert statistics_stale(0, 64)  # never analyzed, ~256 facts
     assert not statistics_stale(100, 199)
     assert statistics_stale(100, 200)
+
+
+def test_rendered_recall_statements_fit_psycopgs_parse_cache() -> None:
+    for vector, anchor, keyword, recent in itertools.product((True, False), repeat=4):
+        plan = RecallPlan(vector=vector, anchor=anchor, keyword=keyword, recent=recent)
+        if not planned_signals(plan):
+            continue
+        for statement in recall_statements("schema_of_20_chars__", plan):
+            text = statement.as_string(None)
+            assert len(text.encode()) <= PARSE_CACHE_BYTES, plan
+            assert "%(dataset)s" in text and "  " not in text.replace("' | '", "").replace("' & '", "")
