@@ -182,9 +182,23 @@ def maintain(info: StoreInfo) -> Operation[list[str]]:
 
 
 def drop_tenant_indexes(info: StoreInfo, scope: Scope) -> Operation[None]:
-    """Drop a forgotten scope's partial indexes (after the delete is committed)."""
-    for index in sql_tenant_index.tenant_indexes(scope):
-        yield Maintain(sql_tenant_index.drop_statement(info.schema, index))
+    """Drop a forgotten scope's partial indexes (after the delete is committed), with the build's
+    lock timeout: like a build, DROP INDEX CONCURRENTLY waits for older transactions. One left
+    behind by a timeout costs disk only (it matches no row) and is dropped by a later forget."""
+    indexes = sql_tenant_index.tenant_indexes(scope)
+    rows = yield Execute(
+        sql_tenant_index.present_statement(), {"names": [i.name for i in indexes], "schema": info.schema}
+    )
+    present = {str(name) for (name,) in rows}
+    if not present:
+        return
+    for setting in sql_tenant_index.build_settings():
+        yield Maintain(setting)
+    for index in indexes:
+        if index.name in present:
+            yield Maintain(sql_tenant_index.drop_statement(info.schema, index))
+    for setting in sql_tenant_index.build_settings(reset=True):
+        yield Maintain(setting)
 
 
 # --- writing ----------------------------------------------------------------------------------------

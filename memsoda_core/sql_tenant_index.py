@@ -71,6 +71,15 @@ def missing_statement(schema: str) -> sql.Composed:
     ).format(s=sql.Identifier(schema))
 
 
+def present_statement() -> sql.Composed:
+    """Which of %(names)s exist (valid or not) in schema %(schema)s."""
+    return sql.SQL(
+        """SELECT c.relname FROM pg_class c JOIN pg_namespace ns ON ns.oid = c.relnamespace
+           WHERE ns.nspname = %(schema)s AND c.relname = ANY(%(names)s::text[])
+           ORDER BY c.relname"""
+    ).format()
+
+
 def lock_statement(*, release: bool = False) -> sql.Composed:
     """Try (or release) the session advisory lock for building %(lock)s's indexes."""
     function = "pg_advisory_unlock" if release else "pg_try_advisory_lock"
