@@ -216,19 +216,18 @@ class AsyncMemory(MemoryBase):
         """The first statement on `conn`; the others on spare pooled connections at the same
         time, or after it on `conn` when the pool has none to spare."""
         spares: list[psycopg.AsyncConnection[Any]] = []
-        for _ in statements[1:]:
-            try:
-                spare = await self._pool.getconn(timeout=SPARE_CONNECTION_WAIT_S)
-            except PoolTimeout:
-                break
-            await spare.set_autocommit(True)
-            spares.append(spare)
 
         async def mine() -> list[list[Any]]:
             first = [await _fetch(conn, statements[0])]
             return first + [await _fetch(conn, statement) for statement in statements[1 + len(spares) :]]
 
         try:
+            for _ in statements[1:]:
+                try:
+                    spares.append(await self._pool.getconn(timeout=SPARE_CONNECTION_WAIT_S))
+                except PoolTimeout:
+                    break
+                await spares[-1].set_autocommit(True)
             results = await asyncio.gather(
                 mine(),
                 *(_fetch(spare, statement) for spare, statement in zip(spares, statements[1:], strict=False)),
@@ -236,8 +235,10 @@ class AsyncMemory(MemoryBase):
             )
         finally:
             for spare in spares:
-                await _end_autocommit(spare)
-                await self._pool.putconn(spare)
+                try:
+                    await _end_autocommit(spare)
+                finally:
+                    await self._pool.putconn(spare)
         for outcome in results:
             if isinstance(outcome, BaseException):
                 raise outcome

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import ExitStack
 from types import TracebackType
 from typing import Any, TextIO, TypeVar
@@ -212,26 +212,28 @@ class Memory(MemoryBase):
         """The first statement on `conn`; the others on spare pooled connections in threads, or
         after it on `conn` when the pool has none to spare."""
         spares: list[psycopg.Connection[Any]] = []
-        for _ in statements[1:]:
-            try:
-                spare = self._pool.getconn(timeout=SPARE_CONNECTION_WAIT_S)
-            except PoolTimeout:
-                break
-            spare.autocommit = True
-            spares.append(spare)
-        futures = [
-            self._executor.submit(_fetch, spare, statement)
-            for spare, statement in zip(spares, statements[1:], strict=False)
-        ]
+        futures: list[Future[list[Any]]] = []
         try:
+            for _ in statements[1:]:
+                try:
+                    spares.append(self._pool.getconn(timeout=SPARE_CONNECTION_WAIT_S))
+                except PoolTimeout:
+                    break
+                spares[-1].autocommit = True
+            futures = [
+                self._executor.submit(_fetch, spare, statement)
+                for spare, statement in zip(spares, statements[1:], strict=False)
+            ]
             mine = [_fetch(conn, statements[0])]
             mine += [_fetch(conn, statement) for statement in statements[1 + len(spares) :]]
             theirs = [future.result() for future in futures]
         finally:
             wait(futures)
             for spare in spares:
-                _end_autocommit(spare)
-                self._pool.putconn(spare)
+                try:
+                    _end_autocommit(spare)
+                finally:
+                    self._pool.putconn(spare)
         return mine[:1] + theirs + mine[1:]
 
     @staticmethod
