@@ -33,7 +33,7 @@ class RecallOptions:
     anchor_max_facts: int = 100
     """Facts read per anchor, most recently written first: an entity under the hub share can still
     touch thousands of facts in a large tenant (a 100k-fact tenant's anchor signal had a 148 ms
-    p95), and no such entity exists in the labelled memories, where hubs start at 63 and 28 facts.
+    p95), and no such entity exists in the labelled memories, where hubs start at 64 and 28 facts.
     The vector and keyword signals still reach its older facts."""
     vector_candidates: int = 50
     """Length of the vector signal's list."""
