@@ -43,7 +43,6 @@ from .errors import MemsodaError
 from .models import EpisodeInput, FactInput, ImportReport, RecallResult
 from .ops import open_store
 from .options import RecallOptions
-from .sql_tenant_index import DEFAULT_MIN_FACTS as DEFAULT_TENANT_INDEX_MIN_FACTS
 from .steps import Concurrently, EmbedDocuments, EmbedQuery, Execute, Maintain, Operation, Synthesize
 
 T = TypeVar("T")
@@ -87,13 +86,14 @@ class AsyncMemory(MemoryBase):
         pool_timeout: float = 10.0,
         text_search_config: str = "english",
         cache_size: int = 1024,
-        tenant_index_min_facts: int = DEFAULT_TENANT_INDEX_MIN_FACTS,
+        tenant_index_min_facts: int | None = None,
     ) -> AsyncMemory:
         """Open (creating or upgrading the schema) the store at `dsn`, `MEMSODA_DSN`, or the embedded
         server under `home` / `MEMSODA_HOME`. `embedder` defaults to OpenAI when `OPENAI_API_KEY` is
         set, else the offline all-MiniLM-L6-v2 model. A dataset/project gets its own vector and
         keyword indexes once it holds `tenant_index_min_facts` facts (built concurrently by the
-        write that crosses it); smaller ones are searched exactly."""
+        write that crosses it); smaller ones are searched exactly. The threshold is recorded in the
+        store; None uses the recorded one (2,000 for a new store)."""
         check_pool_args(pool_size, pool_timeout)
         args = await asyncio.to_thread(open_args, embedder, schema, text_search_config, tenant_index_min_facts)
         target = await asyncio.to_thread(resolve_target, dsn, home)

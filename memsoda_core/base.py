@@ -380,13 +380,14 @@ class MemoryBase:
 
 
 def open_args(
-    embedder: Embedder | None, schema: str, text_search_config: str, tenant_index_min_facts: int
+    embedder: Embedder | None, schema: str, text_search_config: str, tenant_index_min_facts: int | None
 ) -> dict[str, Any]:
     """Arguments of `ops.open_store` for the chosen embedder (this may load a local model)."""
-    if isinstance(tenant_index_min_facts, bool) or not isinstance(tenant_index_min_facts, int):
-        raise ConfigurationError("tenant_index_min_facts must be an int")
-    if tenant_index_min_facts < 1:
-        raise ConfigurationError("tenant_index_min_facts must be at least 1")
+    if tenant_index_min_facts is not None:
+        if isinstance(tenant_index_min_facts, bool) or not isinstance(tenant_index_min_facts, int):
+            raise ConfigurationError("tenant_index_min_facts must be an int or None")
+        if tenant_index_min_facts < 1:
+            raise ConfigurationError("tenant_index_min_facts must be at least 1")
     chosen = check_embedder(embedder)
     return {
         "embedder": chosen,

@@ -70,12 +70,16 @@ def _vectors(rows: Sequence[Sequence[float]]) -> list[np.ndarray[Any, np.dtype[n
 
 # --- opening -------------------------------------------------------------------------------------
 
+TENANT_INDEX_KEY = "tenant_index_min_facts"
+"""Meta key of the store's threshold for tenant indexes (set by the last open that gave one)."""
+
 
 def open_store(
-    *, schema: str, model: str, dimensions: int, text_search_config: str, tenant_index_min_facts: int
+    *, schema: str, model: str, dimensions: int, text_search_config: str, tenant_index_min_facts: int | None
 ) -> Operation[StoreInfo]:
-    """Create or upgrade the schema (under an advisory lock), check the embedder matches, then
-    build any tenant indexes a large scope lacks (after an upgrade, or an interrupted build)."""
+    """Create or upgrade the schema (under an advisory lock), check the embedder matches, record
+    `tenant_index_min_facts` if given (else use the recorded one, or the default), then build any
+    tenant indexes a large scope lacks (after an upgrade, or an interrupted build)."""
     statement, params = ddl.lock_statement(schema)
     yield Execute(statement, params)
     for bootstrap in ddl.bootstrap_statements(schema):
@@ -105,6 +109,8 @@ def open_store(
         for statement_ in migration(shape):
             yield Execute(statement_)
         meta["schema_version"] = str(version)
+    if tenant_index_min_facts is not None:
+        meta[TENANT_INDEX_KEY] = str(tenant_index_min_facts)  # recorded, so every process agrees
     for key, value in sorted(meta.items()):
         yield Execute(ddl.write_meta_statement(schema), (key, value))
     info = StoreInfo(
@@ -112,7 +118,7 @@ def open_store(
         model=stored_model,
         dimensions=stored_dims,
         text_search_config=shape.text_search_config,
-        tenant_index_min_facts=tenant_index_min_facts,
+        tenant_index_min_facts=int(meta.get(TENANT_INDEX_KEY, sql_tenant_index.DEFAULT_MIN_FACTS)),
     )
     yield from ensure_all_tenant_indexes(info)
     return info

@@ -3,6 +3,7 @@ when left invalid, dropped with the scope."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -10,8 +11,10 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
+from typer.testing import CliRunner
 
 from memsoda_core import ConfigurationError, Memory, RecallOptions
+from memsoda_core.cli import app
 from memsoda_core.recall import plan_for, statement_params
 from memsoda_core.sql_recall import recall_statements
 from memsoda_core.sql_tenant_index import tenant_indexes
@@ -194,3 +197,26 @@ def test_the_vector_list_is_full_through_a_tenant_index_despite_filtered_rows(sm
     assert len(vector_ids) == 15  # 20 live facts above the floor, list asked for 15
     live = {i for i, fact in enumerate(facts) if "invalid_at" not in fact and "confidence" not in fact}
     assert len(live) == 20
+
+
+def test_the_threshold_is_recorded_in_the_store_and_used_by_the_cli_maintain(pg_dsn: str, embedder: Any) -> None:
+    schema = "tenant_index_recorded"
+    index = tenant_indexes(Scope(dataset="d", project="p"))[0].name
+    try:
+        with Memory.open(pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD) as memory:
+            memory.add_facts(_facts(THRESHOLD), dataset="d", project="p")
+        with Memory.open(pg_dsn, embedder, schema=schema) as memory:  # no threshold given: the recorded one
+            assert memory.info.tenant_index_min_facts == THRESHOLD
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP INDEX {}.{}").format(sql.Identifier(schema), sql.Identifier(index)))
+        result = CliRunner().invoke(
+            app, ["--dsn", pg_dsn, "--schema", schema, "maintain", "--json"], env={"COLUMNS": "200", "NO_COLOR": "1"}
+        )
+        assert result.exit_code == 0, result.output
+        # opening the store already rebuilt it (with the recorded threshold), so maintain finds nothing left
+        assert json.loads(result.output) == {"built": [], "tenant_index_min_facts": THRESHOLD}
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            assert _valid_indexes(conn, schema)[index] is True
+    finally:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))

@@ -87,6 +87,7 @@ app.command("import")(jsonl.import_)
 app.command()(jsonl.export)
 app.command()(recall.forget)
 app.command()(stats.stats)
+app.command()(stats.maintain)
 app.command()(doctor.doctor)
 
 server_app.command("start")(server.server_start)

@@ -1,4 +1,5 @@
-"""`stats`: facts, live facts, entities and episodes per dataset/project."""
+"""`stats`: facts, live facts, entities and episodes per dataset/project; `maintain`: statistics
+and the indexes of large datasets/projects."""
 
 from __future__ import annotations
 
@@ -35,3 +36,18 @@ def stats(
     for row in rows:
         result.add_row(*(Text(str(row[name])) for name in _COLUMNS))
     out().print(result)
+
+
+def maintain(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """Refresh statistics and build the indexes that large datasets/projects lack (after loading
+    rows around memsoda, e.g. with COPY). Writes through memsoda build them on their own."""
+    with open_memory(settings_of(ctx), embeds=False) as memory:
+        built = memory.maintain()
+        threshold = memory.info.tenant_index_min_facts
+    if as_json:
+        print_json({"built": built, "tenant_index_min_facts": threshold})
+        return
+    if not built:
+        out().print(f"statistics refreshed; every dataset/project of {threshold:,}+ facts has its indexes")
+        return
+    out().print(f"statistics refreshed; built {len(built)} index(es): {', '.join(built)}")
