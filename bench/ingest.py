@@ -166,40 +166,27 @@ def run(
         )
         threshold = memory.info.tenant_index_min_facts
         with Memory.open(memory.dsn, GivenVectors(memory.info.model, dims), schema=memory.info.schema) as fast:
-            for batch in batches:
-                seconds = _add(fast, sample[:given], "indexed", batch)
-                rows.append(
-                    [
-                        "add_facts, vectors given, into an indexed tenant",
-                        f"{given:,}",
-                        str(batch),
-                        f"{given / seconds:,.0f}",
-                        f"tenant of {large:,}+ facts: its HNSW (facts, entities) and GIN maintained per row",
-                    ]
-                )
             small = min(given, threshold - 1)
-            for batch in batches:
-                seconds = _add(fast, sample[:small], f"small-{batch}", batch)
-                rows.append(
-                    [
-                        "add_facts, vectors given, into a small tenant",
-                        f"{small:,}",
-                        str(batch),
-                        f"{small / seconds:,.0f}",
-                        f"under {threshold:,} facts: searched exactly, no vector index to maintain",
-                    ]
-                )
-            for batch in batches:
-                seconds = _add(fast, sample[:given], f"new-{batch}", batch)
-                rows.append(
-                    [
-                        "add_facts, vectors given, into a new tenant",
-                        f"{given:,}",
-                        str(batch),
-                        f"{given / seconds:,.0f}",
-                        f"no vector index until {threshold:,} facts; the write that crosses it builds them",
-                    ]
-                )
+            paths = (
+                ("an indexed tenant", given, "indexed",
+                 f"tenant of {large:,}+ facts: its HNSW (facts, entities) and GIN maintained per row"),
+                ("a small tenant", small, "small-{batch}",
+                 f"under {threshold:,} facts: searched exactly, no vector index to maintain"),
+                ("a new tenant", given, "new-{batch}",
+                 f"no vector index until {threshold:,} facts; the write that crosses it builds them"),
+            )  # fmt: skip
+            for target, count, project, note in paths:  # project: the tenant written, per batch size
+                for batch in batches:
+                    seconds = _add(fast, sample[:count], project.format(batch=batch), batch)
+                    rows.append(
+                        [
+                            f"add_facts, vectors given, into {target}",
+                            f"{count:,}",
+                            str(batch),
+                            f"{count / seconds:,.0f}",
+                            note,
+                        ]
+                    )
             source = _jsonl(sample[:given])
             started = time.perf_counter()
             fast.import_jsonl(source, dataset="ingest", project="imported")

@@ -229,18 +229,16 @@ def run(
             setup: dict[str, float] = {}
             if rivals_on:
                 lookup = rivals.Lookup({q.text: q.vector.tolist() for qs in workload.values() for q in qs}, dims)
-                mark = time.perf_counter()
-                try:
-                    lc = rivals.langchain_setup(conn, memory.dsn, tenants, large, lookup, prefix=memory.info.schema)
-                    setup["LangChain"] = time.perf_counter() - mark
-                except ImportError as exc:
-                    out.append(f"LangChain skipped (not installed): {exc}\n")
-                mark = time.perf_counter()
-                try:
-                    li = rivals.llamaindex_setup(conn, memory.dsn, tenants, large, lookup, prefix=memory.info.schema)
-                    setup["LlamaIndex"] = time.perf_counter() - mark
-                except ImportError as exc:
-                    out.append(f"LlamaIndex skipped (not installed): {exc}\n")
+                for name, loader, loaded in (
+                    ("LangChain", rivals.langchain_setup, lc),
+                    ("LlamaIndex", rivals.llamaindex_setup, li),
+                ):
+                    mark = time.perf_counter()
+                    try:
+                        loaded.update(loader(conn, memory.dsn, tenants, large, lookup, prefix=memory.info.schema))
+                        setup[name] = time.perf_counter() - mark
+                    except ImportError as exc:
+                        out.append(f"{name} skipped (not installed): {exc}\n")
         out.insert(0, f"Run: {environment(memory.dsn)}; store embedder {embedder.model} ({dims}-d).\n")
         out.append(
             f"Tables: {total:,} facts in {len(tenants)} tenants ({small} x {small_facts:,} + "

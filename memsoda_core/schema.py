@@ -155,6 +155,11 @@ def bootstrap_statements(schema: str) -> list[sql.Composed]:
     ]
 
 
+def meta_exists_statement() -> sql.Composed:
+    """Whether schema %(schema)s has memsoda's meta table (a store was created there)."""
+    return sql.SQL("SELECT to_regclass(format('%%I.meta', %(schema)s::text)) IS NOT NULL").format()
+
+
 def read_meta_statement(schema: str) -> sql.Composed:
     return sql.SQL("SELECT key, value FROM {s}.meta").format(s=sql.Identifier(schema))
 

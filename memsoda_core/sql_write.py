@@ -69,13 +69,11 @@ def insert_fact_entities(schema: str) -> sql.Composed:
 
 
 def bump_scope(schema: str) -> sql.Composed:
-    """Add `delta` to the scope's fact count (creating the scope row on first write); returns the
-    new count."""
+    """Add `delta` to the scope's fact count, creating the scope row on its first write."""
     return sql.SQL(
         """INSERT INTO {s}.scopes AS sc (dataset, project, fact_count)
            VALUES (%(dataset)s, %(project)s, %(delta)s)
-           ON CONFLICT (dataset, project) DO UPDATE SET fact_count = sc.fact_count + EXCLUDED.fact_count
-           RETURNING sc.fact_count"""
+           ON CONFLICT (dataset, project) DO UPDATE SET fact_count = sc.fact_count + EXCLUDED.fact_count"""
     ).format(s=sql.Identifier(schema))
 
 

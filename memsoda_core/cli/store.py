@@ -12,17 +12,16 @@ from ..base import release_target, resolve_target, translate_db_error
 from ..embedders import Embedder
 from ..errors import EmbeddingError
 from ..memory import Memory
-from ..schema import read_meta_statement
+from ..schema import meta_exists_statement, read_meta_statement
 from .common import Settings, shared_embedder
 from .output import spinner
 
-_META_EXISTS = "SELECT to_regclass(format('%%I.meta', %s::text)) IS NOT NULL"
 _NOT_EMBEDDING = "this command does not embed text"
 
 
 def read_meta(conn: psycopg.Connection[Any], schema: str) -> dict[str, str] | None:
     """The store's meta table, or None when memsoda has not created it yet."""
-    (exists,) = conn.execute(_META_EXISTS, (schema,)).fetchone() or (False,)
+    (exists,) = conn.execute(meta_exists_statement(), {"schema": schema}).fetchone() or (False,)
     if not exists:
         return None
     return {str(k): str(v) for k, v in conn.execute(read_meta_statement(schema)).fetchall()}
