@@ -6,6 +6,7 @@ scores: cosine, ts_rank and "touches an anchor" are not on comparable scales.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -35,10 +36,14 @@ def rrf(lists: Mapping[str, Sequence[int]], *, k: int = 60, tiebreak: Mapping[in
 
 
 def rrf_ranks(
-    ranks: Mapping[int, Mapping[str, int]], *, k: int = 60, tiebreak: Mapping[int, float] | None = None
+    ranks: Mapping[int, Mapping[str, int]],
+    *,
+    k: int = 60,
+    tiebreak: Mapping[int, float] | None = None,
+    limit: int | None = None,
 ) -> list[Fused]:
     """`rrf` over known ranks (fact id -> signal -> 1-based rank), for when only some members of
-    each list are at hand (the recall statement returns just the facts fusion keeps)."""
+    each list are at hand; with `limit`, only the best `limit` entries (a partial sort)."""
     # fsum is exactly rounded, so equal rank sets give equal scores whatever the signal order:
     # ties are then broken the same way here and in the statement's own selection (sql_recall).
     scores = {fact_id: math.fsum(1.0 / (k + r) for r in by_signal.values()) for fact_id, by_signal in ranks.items()}
@@ -47,4 +52,5 @@ def rrf_ranks(
     def order(fact_id: int) -> tuple[float, int, float, int]:
         return (-scores[fact_id], min(ranks[fact_id].values()), -extra.get(fact_id, 0.0), -fact_id)
 
-    return [Fused(fact_id=i, score=scores[i], ranks=dict(ranks[i])) for i in sorted(scores, key=order)]
+    best = sorted(scores, key=order) if limit is None else heapq.nsmallest(limit, scores, key=order)
+    return [Fused(fact_id=i, score=scores[i], ranks=dict(ranks[i])) for i in best]

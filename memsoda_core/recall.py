@@ -14,7 +14,7 @@ from .models import Episode, Fact, RecallResult, ScoredFact, Signal, SignalHit
 from .options import RecallOptions
 from .render import anchor_entities, group_by_anchor, render
 from .sql_recall import HALF_RULE_MAX_LEXEMES, RecallPlan
-from .text import keyword_terms, name_spans, normalize_query
+from .text import name_spans, normalize_query, normalized_terms
 from .validation import Scope
 
 FACT_COLUMN_COUNT = 15
@@ -53,8 +53,8 @@ def statement_params(
         "at": at,
         "min_confidence": options.min_confidence,
         "spans": spans,
-        "span_terms": [" ".join(keyword_terms(span)) for span in spans],
-        "terms": keyword_terms(normalized),
+        "span_terms": [" ".join(normalized_terms(span)) for span in spans],
+        "terms": normalized_terms(normalized),
         "tsconfig": text_search_config,
         "hub_min_facts": options.hub_min_facts,
         "hub_min_share": options.hub_min_share,
@@ -170,7 +170,7 @@ def fuse_hits(rows: Iterable[Sequence[Any]], options: RecallOptions) -> list[Kep
         found.setdefault(fact_id, []).append(row)
         ranks.setdefault(fact_id, {})[signal] = rank
         recency[fact_id] = valid_at.timestamp()
-    fused = rrf_ranks(ranks, k=options.rrf_k, tiebreak=recency)
+    fused = rrf_ranks(ranks, k=options.rrf_k, tiebreak=recency, limit=options.facts_in_context)
     return [
         Kept(
             fact_id=int(entry.fact_id),
@@ -180,7 +180,7 @@ def fuse_hits(rows: Iterable[Sequence[Any]], options: RecallOptions) -> list[Kep
                 for signal, _, rank, _, *details in sorted(found[entry.fact_id], key=_signal_order)
             ),
         )
-        for entry in fused[: options.facts_in_context]
+        for entry in fused
     ]
 
 

@@ -108,18 +108,18 @@ _HOP2 = """
         FROM (SELECT fact_id FROM hop1 ORDER BY hop1_rank LIMIT %(anchor_limit)s) h
         JOIN {s}.fact_entities fe ON {scope_fe} AND fe.fact_id = h.fact_id
         JOIN {s}.entities b ON {scope_b} AND b.id = fe.entity_id
-        WHERE fe.entity_id NOT IN (SELECT id FROM anchors)
+        WHERE (SELECT count(*) FROM hop1) < %(anchor_limit)s
+          AND fe.entity_id NOT IN (SELECT id FROM anchors)
           AND b.fact_count < (SELECT n FROM hub_floor)
           AND b.fact_count <= %(bridge_max_facts)s),
     hop2 AS (
-        SELECT fe.fact_id, sum(1.0 / greatest(b.fact_count, 1)) AS matches, min(b.name) AS via,
-               NULL::boolean AS via_named,
-               NULL::float8 AS via_similarity, {distance} AS distance, f.valid_at
-        FROM bridges b
-        JOIN {s}.fact_entities fe ON {scope_fe} AND fe.entity_id = b.entity_id
-        JOIN {s}.facts f ON {where_f} AND f.id = fe.fact_id
-        WHERE fe.fact_id NOT IN (SELECT fact_id FROM hop1_all)
-        GROUP BY fe.fact_id, f.embedding, f.valid_at),"""
+        SELECT t.fact_id, t.matches, t.via, {distance} AS distance, f.valid_at
+        FROM (SELECT fe.fact_id, sum(1.0 / greatest(b.fact_count, 1)) AS matches, min(b.name) AS via
+              FROM bridges b
+              JOIN {s}.fact_entities fe ON {scope_fe} AND fe.entity_id = b.entity_id
+              WHERE fe.fact_id NOT IN (SELECT fact_id FROM hop1_all)
+              GROUP BY fe.fact_id) t
+        JOIN {s}.facts f ON {where_f} AND f.id = t.fact_id),"""
 
 _ANCHOR = """
     anchors AS (
@@ -131,17 +131,18 @@ _ANCHOR = """
         SELECT DISTINCT fe.fact_id
         FROM anchors a JOIN {s}.fact_entities fe ON {scope_fe} AND fe.entity_id = a.id),
     hop1 AS (
-        SELECT fe.fact_id, count(*)::numeric AS matches, min(a.name) AS via, bool_or(a.named) AS via_named,
-               max(a.similarity) AS via_similarity, {distance} AS distance, f.valid_at,
-               row_number() OVER (ORDER BY count(*) DESC, {distance} ASC NULLS LAST,
-                                  f.valid_at DESC, fe.fact_id DESC) AS hop1_rank
-        FROM anchors a
-        CROSS JOIN LATERAL (SELECT fe.fact_id FROM {s}.fact_entities fe
-                            WHERE {scope_fe} AND fe.entity_id = a.id
-                            ORDER BY fe.fact_id DESC
-                            LIMIT %(anchor_max_facts)s) fe
-        JOIN {s}.facts f ON {where_f} AND f.id = fe.fact_id
-        GROUP BY fe.fact_id, f.embedding, f.valid_at),{hop2}
+        SELECT t.fact_id, t.matches, t.via, t.via_named, t.via_similarity, {distance} AS distance, f.valid_at,
+               row_number() OVER (ORDER BY t.matches DESC, {distance} ASC NULLS LAST,
+                                  f.valid_at DESC, t.fact_id DESC) AS hop1_rank
+        FROM (SELECT fe.fact_id, count(*)::numeric AS matches, min(a.name) AS via,
+                     bool_or(a.named) AS via_named, max(a.similarity) AS via_similarity
+              FROM anchors a
+              CROSS JOIN LATERAL (SELECT fe.fact_id FROM {s}.fact_entities fe
+                                  WHERE {scope_fe} AND fe.entity_id = a.id
+                                  ORDER BY fe.fact_id DESC
+                                  LIMIT %(anchor_max_facts)s) fe
+              GROUP BY fe.fact_id) t
+        JOIN {s}.facts f ON {where_f} AND f.id = t.fact_id),{hop2}
     anchor_hits AS (
         SELECT fact_id, hop, via, via_named, via_similarity, distance, valid_at,
                row_number() OVER (ORDER BY hop, matches DESC, distance ASC NULLS LAST,
@@ -168,9 +169,7 @@ def anchor_ctes(schema: str, plan: RecallPlan) -> sql.Composed:
     two_hops = plan.hops >= 2
     hop2 = _fragment(_HOP2, schema, distance=distance) if two_hops else sql.SQL("")
     hop2_union = sql.SQL(
-        "UNION ALL SELECT fact_id, 2, matches, via, via_named, via_similarity, distance, valid_at FROM hop2"
-        if two_hops
-        else ""
+        "UNION ALL SELECT fact_id, 2, matches, via, NULL, NULL, distance, valid_at FROM hop2" if two_hops else ""
     )
     return _fragment(_ANCHOR, schema, distance=distance, near_union=near_union, hop2=hop2, hop2_union=hop2_union)
 
@@ -214,6 +213,7 @@ def keyword_ctes(schema: str) -> sql.Composed:
     keyword_query AS (
         SELECT to_tsquery(%(tsconfig)s::regconfig, coalesce(string_agg(t.term, ' | '), '')) AS q,
                coalesce(array_agg(t.term), ARRAY[]::text[]) AS terms,
+               coalesce(array_agg(to_tsquery(%(tsconfig)s::regconfig, t.term)), ARRAY[]::tsquery[]) AS term_queries,
                tsvector_to_array(to_tsvector(%(tsconfig)s::regconfig,
                                              coalesce(string_agg(t.term, ' '), ''))) AS lexemes
         FROM unnest(%(terms)s::text[]) AS t(term)
@@ -237,13 +237,14 @@ def keyword_ctes(schema: str) -> sql.Composed:
         LIMIT %(keyword_pool)s),
     keyword_hits AS (
         SELECT p.id AS fact_id, p.valid_at,
-               ARRAY(SELECT t FROM unnest(kq.terms) t
-                     WHERE p.tsv @@ to_tsquery(%(tsconfig)s::regconfig, t)) AS matched,
+               ARRAY(SELECT u.term FROM unnest(kq.terms, kq.term_queries) AS u(term, q)
+                     WHERE p.tsv @@ u.q) AS matched,
                row_number() OVER (ORDER BY p.score DESC, p.valid_at DESC, p.id DESC) AS rank
         FROM keyword_pool p, keyword_query kq
-        WHERE 2 * cardinality(ARRAY(SELECT unnest(tsvector_to_array(p.tsv))
-                                    INTERSECT SELECT unnest(kq.lexemes)))
-              >= cardinality(kq.lexemes)
+        WHERE CASE WHEN cardinality(kq.lexemes) <= %(half_max_lexemes)s THEN true
+                   ELSE 2 * cardinality(ARRAY(SELECT unnest(tsvector_to_array(p.tsv))
+                                              INTERSECT SELECT unnest(kq.lexemes)))
+                        >= cardinality(kq.lexemes) END
         ORDER BY rank
         LIMIT %(keyword_limit)s)""",
         schema,

@@ -18,6 +18,10 @@ _MAX_TERMS = 64
 def collapse_line(text: str) -> str:
     """Make `text` one line: every control, separator or line-break character becomes a space,
     bidirectional overrides are dropped, runs of spaces collapse, and the ends are trimmed."""
+    if text.isprintable():
+        # No control, separator (but the space), line break or format character (bidi controls are
+        # format characters): str.split's whitespace is then exactly the space. The common case.
+        return " ".join(text.split())
     out: list[str] = []
     for char in text:
         if char in _BIDI_CONTROLS:
@@ -62,8 +66,13 @@ def name_spans(normalized_query: str) -> list[str]:
 def keyword_terms(text: str) -> list[str]:
     """Distinct alphanumeric terms, lower-cased, in order. Safe to join with ` | ` into a tsquery:
     they hold no tsquery operator, quote or backslash."""
+    return normalized_terms(normalize_query(text))
+
+
+def normalized_terms(normalized: str) -> list[str]:
+    """`keyword_terms` of a text already in `normalize_query` form (a query, or a span of one)."""
     seen: dict[str, None] = {}
-    for match in _TERM.finditer(normalize_query(text)):
+    for match in _TERM.finditer(normalized):
         seen.setdefault(match.group(), None)
         if len(seen) >= _MAX_TERMS:
             break

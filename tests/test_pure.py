@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import unicodedata
 from datetime import UTC, datetime
 
 import pytest
@@ -12,11 +13,18 @@ from hypothesis import strategies as st
 
 from memsoda_core import Fact, RecallOptions, ScoredFact, SignalHit
 from memsoda_core.errors import ConfigurationError, LimitError
-from memsoda_core.fusion import rrf
+from memsoda_core.fusion import rrf, rrf_ranks
 from memsoda_core.ops import statistics_stale
 from memsoda_core.render import anchor_entities, group_by_anchor, render
 from memsoda_core.sql_recall import PARSE_CACHE_BYTES, RecallPlan, hits_statement, planned_signals, recall_statements
-from memsoda_core.text import collapse_line, keyword_terms, name_spans, normalize_name, normalize_query
+from memsoda_core.text import (
+    collapse_line,
+    keyword_terms,
+    name_spans,
+    normalize_name,
+    normalize_query,
+    normalized_terms,
+)
 
 
 def fact(fid: int, subject: str, predicate: str, obj: str, anchor: str, anchor_type: str, valid: str) -> Fact:
@@ -66,6 +74,19 @@ def test_rrf_fuses_by_id_and_breaks_ties_deterministically() -> None:
     first = rrf({"a": [1, 2], "b": [2, 1]}, k=60, tiebreak={1: 5.0, 2: 9.0})
     second = rrf({"b": [2, 1], "a": [1, 2]}, k=60, tiebreak={1: 5.0, 2: 9.0})
     assert [f.fact_id for f in first] == [f.fact_id for f in second] == [2, 1]
+
+
+@given(
+    st.dictionaries(
+        st.integers(1, 50),
+        st.dictionaries(st.sampled_from(["vector", "anchor", "keyword"]), st.integers(1, 8), min_size=1),
+    ),
+    st.integers(0, 12),
+)
+def test_rrf_with_a_limit_is_the_head_of_the_full_order(ranks: dict[int, dict[str, int]], limit: int) -> None:
+    tiebreak = {fact_id: float(fact_id % 3) for fact_id in ranks}
+    full = rrf_ranks(ranks, k=60, tiebreak=tiebreak)
+    assert rrf_ranks(ranks, k=60, tiebreak=tiebreak, limit=limit) == full[:limit]
 
 
 # --- rendering -----------------------------------------------------------------------------------
@@ -138,7 +159,23 @@ def test_collapse_line_examples() -> None:
     assert collapse_line("  \n ") == ""
 
 
+@given(st.text())
+def test_collapse_line_fast_path_agrees_with_the_character_walk(text: str) -> None:
+    walked = "".join(
+        " " if unicodedata.category(c) in {"Cc", "Zs", "Zl", "Zp"} else c
+        for c in text
+        if c not in "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+    )
+    assert collapse_line(text) == " ".join(walked.split())
+
+
 # --- text ----------------------------------------------------------------------------------------
+
+
+@given(st.text())
+def test_terms_of_a_normalized_span_are_its_keyword_terms(query: str) -> None:
+    for span in name_spans(normalize_query(query))[:50]:
+        assert normalized_terms(span) == keyword_terms(span)
 
 
 def test_normalize_name() -> None:
