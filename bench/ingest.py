@@ -1,8 +1,8 @@
 """`python -m bench ingest`: write throughput into an indexed store.
 
 - `Memory.add_facts` with the store's embedder in the loop (the local model by default);
-- `Memory.add_facts` with vectors given: memsoda has no parameter for precomputed fact vectors,
-  so an embedder that hands back ready vectors stands in for one (its cost is ~0);
+- `Memory.add_facts(..., vectors=...)` with the facts' vectors given; entity names are still
+  embedded by the store's embedder, here a stand-in that hands back ready vectors (cost ~0);
 - into a tenant that has its own indexes, and into a new one (no vector index below
   `tenant_index_min_facts`);
 - `Memory.import_jsonl`, the bulk path of the public API (rows first, tenant indexes built once);
@@ -85,11 +85,19 @@ def fact_dicts(data: synth.TenantData) -> list[dict[str, Any]]:
     return out
 
 
-def _add(memory: Memory, facts: Sequence[dict[str, Any]], project: str, batch: int) -> float:
+def _add(
+    memory: Memory, facts: Sequence[dict[str, Any]], project: str, batch: int, vectors: np.ndarray | None = None
+) -> float:
     started = time.perf_counter()
     for start in range(0, len(facts), batch):
-        memory.add_facts(list(facts[start : start + batch]), dataset="ingest", project=project)
+        given = None if vectors is None else vectors[start : start + batch]
+        memory.add_facts(list(facts[start : start + batch]), dataset="ingest", project=project, vectors=given)
     return time.perf_counter() - started
+
+
+def _unit_vectors(count: int, dims: int, seed: int) -> np.ndarray:
+    values = np.random.default_rng(seed).standard_normal((count, dims)).astype(np.float32)
+    return values / np.linalg.norm(values, axis=1, keepdims=True)
 
 
 def _jsonl(facts: Sequence[dict[str, Any]]) -> io.StringIO:
@@ -175,9 +183,10 @@ def run(
                 ("a new tenant", given, "new-{batch}",
                  f"no vector index until {threshold:,} facts; the write that crosses it builds them"),
             )  # fmt: skip
+            vectors = _unit_vectors(given, dims, seed)
             for target, count, project, note in paths:  # project: the tenant written, per batch size
                 for batch in batches:
-                    seconds = _add(fast, sample[:count], project.format(batch=batch), batch)
+                    seconds = _add(fast, sample[:count], project.format(batch=batch), batch, vectors[:count])
                     rows.append(
                         [
                             f"add_facts, vectors given, into {target}",

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+import numpy as np
 import psycopg
 from psycopg import sql
 
@@ -288,9 +289,21 @@ class MemoryBase:
     # Operation builders: validate arguments here, eagerly, so bad input raises at the call.
 
     def _add_facts_op(
-        self, facts: Sequence[FactInput | Mapping[str, Any]], dataset: str, project: str
+        self,
+        facts: Sequence[FactInput | Mapping[str, Any]],
+        dataset: str,
+        project: str,
+        vectors: Sequence[Sequence[float]] | np.ndarray[Any, Any] | None,
     ) -> Operation[list[int]]:
-        return ops.add_facts(self._info, check_scope(dataset, project), facts, now=self._now())
+        given = None
+        if vectors is not None:
+            try:
+                given = check_vectors(
+                    vectors, count=len(facts), dimensions=self._info.dimensions, source="vectors holds"
+                )
+            except EmbeddingError as exc:
+                raise ValidationError(f"vectors are not usable: {exc}") from None
+        return ops.add_facts(self._info, check_scope(dataset, project), facts, now=self._now(), vectors=given)
 
     def _invalidate_op(self, fact_id: int, dataset: str, project: str, at: Any) -> Operation[bool]:
         return ops.invalidate(self._info, check_scope(dataset, project), fact_id, at=at, now=self._now())

@@ -10,6 +10,7 @@ from contextlib import ExitStack
 from types import TracebackType
 from typing import Any, TextIO, TypeVar
 
+import numpy as np
 import psycopg
 from pgvector.psycopg import register_vector
 from psycopg_pool import ConnectionPool, PoolTimeout
@@ -272,10 +273,19 @@ class Memory(MemoryBase):
 
     # --- public API --------------------------------------------------------------------------------
 
-    def add_facts(self, facts: Sequence[FactInput | Mapping[str, Any]], *, dataset: str, project: str) -> list[int]:
+    def add_facts(
+        self,
+        facts: Sequence[FactInput | Mapping[str, Any]],
+        *,
+        dataset: str,
+        project: str,
+        vectors: Sequence[Sequence[float]] | np.ndarray[Any, Any] | None = None,
+    ) -> list[int]:
         """Store facts (dicts or FactInput) in one transaction with one embedding call; returns
-        their ids in input order. Invalid input raises before anything is written."""
-        return self._run(self._add_facts_op(facts, dataset, project))
+        their ids in input order. `vectors`, one per fact, are stored as the facts' embeddings
+        instead of embedding their texts (entity names are still embedded by the store's
+        embedder). Invalid input raises before anything is written."""
+        return self._run(self._add_facts_op(facts, dataset, project, vectors))
 
     def invalidate(self, fact_id: int, *, dataset: str, project: str, at: Any = None) -> bool:
         """End a fact's validity at `at` (default now). False if it had already ended by then."""

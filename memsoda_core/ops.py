@@ -19,6 +19,7 @@ import numpy as np
 
 from . import schema as ddl
 from . import sql_tenant_index, sql_write
+from .embedders.protocol import Vector
 from .errors import (
     EmbedderMismatchError,
     EmbeddingError,
@@ -228,18 +229,30 @@ def _entity_rows(facts: Sequence[ValidFact]) -> tuple[list[str], list[str], list
     return names, [types[n] for n in names], [touches[n] for n in names]
 
 
-def write_facts(info: StoreInfo, scope: Scope, facts: Sequence[ValidFact]) -> Operation[list[int]]:
-    """One embedding call for the batch (facts and entity names), then the inserts."""
+def write_facts(
+    info: StoreInfo, scope: Scope, facts: Sequence[ValidFact], vectors: Sequence[Vector] | None = None
+) -> Operation[list[int]]:
+    """One embedding call for the batch (the facts, unless their `vectors` are given, and the
+    names of entities the scope does not have yet), then the inserts."""
     if not facts:
         return []
-    names, types, touches = _entity_rows(facts)
-    texts = [fact.embedding_text for fact in facts]
-    vectors = yield EmbedDocuments(tuple(texts + names))
-    fact_vectors, name_vectors = _vectors(vectors[: len(texts)]), _vectors(vectors[len(texts) :])
     base = {"dataset": scope.dataset, "project": scope.project}
+    names, types, touches = _entity_rows(facts)
+    known = {name for (name,) in (yield Execute(sql_write.known_entities(info.schema), {**base, "names": names}))}
+    new_names = [name for name in names if name not in known]
+    texts = [] if vectors is not None else [fact.embedding_text for fact in facts]
+    embedded = (yield EmbedDocuments(tuple(texts + new_names))) if texts or new_names else []
+    fact_vectors = list(vectors) if vectors is not None else _vectors(embedded[: len(texts)])
+    new_vectors = dict(zip(new_names, _vectors(embedded[len(texts) :]), strict=True))
     rows = yield Execute(
         sql_write.upsert_entities(info.schema),
-        {**base, "names": names, "types": types, "embeddings": name_vectors, "touches": touches},
+        {
+            **base,
+            "names": names,
+            "types": types,
+            "embeddings": [new_vectors.get(name) for name in names],
+            "touches": touches,
+        },
     )
     entity_ids = {name: int(eid) for eid, name in rows}
     id_rows = yield Execute(
@@ -303,11 +316,17 @@ def refresh_statistics(info: StoreInfo) -> Operation[None]:
 
 
 def add_facts(
-    info: StoreInfo, scope: Scope, facts: Sequence[FactInput | Mapping[str, Any]], *, now: datetime
+    info: StoreInfo,
+    scope: Scope,
+    facts: Sequence[FactInput | Mapping[str, Any]],
+    *,
+    now: datetime,
+    vectors: Sequence[Vector] | None = None,
 ) -> Operation[list[int]]:
-    """Validate the whole batch, then write it in one transaction. Returns ids in input order."""
+    """Validate the whole batch, then write it in one transaction. Returns ids in input order.
+    `vectors` (checked, one per fact) replace embedding the facts' texts."""
     valid = validate_facts(facts, now=now)
-    ids = yield from write_facts(info, scope, valid)
+    ids = yield from write_facts(info, scope, valid, vectors)
     yield from ensure_tenant_indexes(info, scope)
     return ids
 

@@ -21,13 +21,30 @@ def fact_columns(schema: str) -> sql.Composed:
     return _FACT_COLUMNS.format(s=sql.Identifier(schema))
 
 
+def known_entities(schema: str) -> sql.Composed:
+    """Which of %(names)s the scope already has, locked FOR KEY SHARE until the write commits: a
+    concurrent `forget` cannot delete them in between (other writers are not blocked), so their
+    stored name embeddings can be reused instead of embedding the names again."""
+    return sql.SQL(
+        """SELECT name FROM {s}.entities
+           WHERE dataset = %(dataset)s AND project = %(project)s AND name = ANY(%(names)s::text[])
+           ORDER BY name
+           FOR KEY SHARE"""
+    ).format(s=sql.Identifier(schema))
+
+
 def upsert_entities(schema: str) -> sql.Composed:
     """Create or reuse entities by normalized name; add this batch's fact counts. Returns (id, name).
+    A NULL embedding means "the entity exists (see `known_entities`): keep its stored one".
 
     A type other than OTHER wins over OTHER, so a later, more specific type is kept."""
     return sql.SQL(
         """INSERT INTO {s}.entities AS e (dataset, project, name, type, embedding, fact_count)
-           SELECT %(dataset)s, %(project)s, u.name, u.type, u.embedding, u.touches
+           SELECT %(dataset)s, %(project)s, u.name, u.type,
+                  coalesce(u.embedding, (SELECT k.embedding FROM {s}.entities k
+                                         WHERE k.dataset = %(dataset)s AND k.project = %(project)s
+                                           AND k.name = u.name)),
+                  u.touches
            FROM unnest(%(names)s::text[], %(types)s::text[], %(embeddings)b::vector[], %(touches)s::int[])
                 AS u(name, type, embedding, touches)
            ON CONFLICT (dataset, project, name) DO UPDATE

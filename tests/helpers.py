@@ -11,12 +11,13 @@ from memsoda_core import LocalEmbedder
 
 
 class CountingEmbedder:
-    """The real model, counting how often each method is called."""
+    """The real model, counting how often each method is called and keeping the documents' texts."""
 
     def __init__(self, inner: LocalEmbedder) -> None:
         self.inner = inner
         self.query_calls = 0
         self.document_calls = 0
+        self.documents: list[str] = []
 
     @property
     def model(self) -> str:
@@ -28,6 +29,7 @@ class CountingEmbedder:
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         self.document_calls += 1
+        self.documents += texts
         return self.inner.embed_documents(texts)
 
     def embed_query(self, text: str) -> list[float]:
@@ -36,6 +38,7 @@ class CountingEmbedder:
 
     async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
         self.document_calls += 1
+        self.documents += texts
         return self.inner.embed_documents(texts)
 
     async def aembed_query(self, text: str) -> list[float]:

@@ -15,10 +15,11 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psycopg
 import pytest
 from conftest import Either
-from helpers import FaultyEmbedder, OtherModel
+from helpers import CountingEmbedder, FaultyEmbedder, OtherModel
 from psycopg import sql
 
 from memsoda_core import (
@@ -221,6 +222,70 @@ async def test_fact_embedding_is_anchor_enriched(
     stored = json.loads(row[0])
     assert stored == pytest.approx(expected, abs=1e-5)
     assert stored != pytest.approx(bare, abs=1e-3)
+
+
+async def test_given_vectors_are_stored_instead_of_embedding_the_facts(
+    memory: Either, pg_dsn: str, scope: dict[str, str], embedder: LocalEmbedder
+) -> None:
+    # the vector of an unrelated text, so only the given vector can explain what is stored and found
+    given = embedder.embed_documents(["the orbital mechanics of jupiter's moons", "pasta recipes"])
+    ids = await memory.add_facts(NETFLIX[:2], **scope, vectors=np.asarray(given))
+    with psycopg.connect(pg_dsn) as conn:
+        stored = [
+            json.loads(text)
+            for (text,) in conn.execute(
+                "SELECT embedding::text FROM memsoda.facts WHERE dataset = %s ORDER BY id", (scope["dataset"],)
+            ).fetchall()
+        ]
+        names = conn.execute(
+            "SELECT count(*) FROM memsoda.entities WHERE dataset = %s AND embedding IS NOT NULL",
+            (scope["dataset"],),
+        ).fetchone()
+    assert stored[0] == pytest.approx(given[0], abs=1e-6) and stored[1] == pytest.approx(given[1], abs=1e-6)
+    assert names == (3,)  # entity names are still embedded by the store's embedder
+    result = await memory.recall(query_embedding=given[0], **scope)
+    assert result.facts[0].fact.id == ids[0]
+    assert result.facts[0].hits[0].similarity == pytest.approx(1.0, abs=1e-4)
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_only_new_entity_names_are_embedded(
+    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str], flavour: str
+) -> None:
+    counting = CountingEmbedder(embedder)
+    memory = Either(Memory.open(pg_dsn, counting) if flavour == "sync" else await AsyncMemory.open(pg_dsn, counting))
+    try:
+        await memory.add_facts(NETFLIX[:2], **scope)
+        assert sorted(counting.documents[2:]) == ["breaking bad", "netflix", "user"]
+        counting.documents.clear()
+        again = {"subject": "user", "predicate": "rewatches", "object": "breaking bad", "object_type": "SHOW"}
+        await memory.add_facts([again, {**again, "object": "better call saul"}], **scope)
+        assert counting.documents[2:] == ["better call saul"]  # the others' stored vectors are reused
+        calls = counting.document_calls
+        await memory.add_facts([again], **scope, vectors=[embedder.embed_documents(["x"])[0]])
+        assert counting.document_calls == calls  # nothing left to embed: no call at all
+        result = await memory.recall("what do I rewatch?", **scope)
+        assert {scored.fact.anchor for scored in result.facts} >= {"breaking bad", "better call saul"}
+    finally:
+        await memory.close()
+
+
+@pytest.mark.parametrize(
+    ("vectors", "message"),
+    [
+        ([[0.1] * 384], "1 vectors for 2 texts"),
+        ([[0.1] * 384, [0.1] * 383], "dimension 383, expected 384"),
+        ([[0.1] * 384, [float("nan")] * 384], "NaN"),
+        ([[0.1] * 384, [0.0] * 384], "all-zero"),
+        ("not vectors", "expected a list of vectors"),
+    ],
+)
+async def test_unusable_given_vectors_raise_and_write_nothing(
+    memory: Either, scope: dict[str, str], vectors: Any, message: str
+) -> None:
+    with pytest.raises(ValidationError, match=message):
+        await memory.add_facts(NETFLIX[:2], **scope, vectors=vectors)
+    assert await memory.stats(**scope) == []
 
 
 async def test_mentions_and_explicit_anchor(memory: Either, scope: dict[str, str]) -> None:

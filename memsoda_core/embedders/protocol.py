@@ -43,16 +43,17 @@ class Embedder(Protocol):
 Vector = np.ndarray[Any, np.dtype[np.float32]]
 
 
-def check_vectors(vectors: object, *, count: int, dimensions: int) -> list[Vector]:
-    """Vectors as returned by an embedder, checked: the right count, the right length, all finite;
-    as float32 arrays (what the store holds, and what pgvector sends in binary).
+def check_vectors(vectors: object, *, count: int, dimensions: int, source: str = "embedder returned") -> list[Vector]:
+    """Vectors as returned by an embedder (or given by the caller: `source` names them in errors),
+    checked: the right count, the right length, all finite; as float32 arrays (what the store
+    holds, and what pgvector sends in binary).
 
     Raises EmbeddingError naming what is wrong, so a bad embedder never writes a bad row."""
     if isinstance(vectors, str | bytes) or not hasattr(vectors, "__iter__"):
-        raise EmbeddingError(f"embedder returned {type(vectors).__name__}, expected a list of vectors")
+        raise EmbeddingError(f"{source} {type(vectors).__name__}, expected a list of vectors")
     rows = list(vectors)
     if len(rows) != count:
-        raise EmbeddingError(f"embedder returned {len(rows)} vectors for {count} texts")
+        raise EmbeddingError(f"{source} {len(rows)} vectors for {count} texts")
     checked: list[Vector] = []
     for row in rows:
         try:
@@ -63,12 +64,12 @@ def check_vectors(vectors: object, *, count: int, dimensions: int) -> list[Vecto
             if values.ndim != 1:
                 raise TypeError(f"expected a flat sequence of numbers, got {values.ndim} dimensions")
         except (TypeError, ValueError) as exc:
-            raise EmbeddingError(f"embedder returned something that is not a vector of numbers: {exc}") from None
+            raise EmbeddingError(f"{source} something that is not a vector of numbers: {exc}") from None
         if len(values) != dimensions:
-            raise EmbeddingError(f"embedder returned a vector of dimension {len(values)}, expected {dimensions}")
+            raise EmbeddingError(f"{source} a vector of dimension {len(values)}, expected {dimensions}")
         if not np.isfinite(values).all():
-            raise EmbeddingError("embedder returned a vector with NaN or infinite values")
+            raise EmbeddingError(f"{source} a vector with NaN or infinite values")
         if not values.any():
-            raise EmbeddingError("embedder returned an all-zero vector, which has no cosine direction")
+            raise EmbeddingError(f"{source} an all-zero vector, which has no cosine direction")
         checked.append(values)
     return checked
