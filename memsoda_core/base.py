@@ -371,8 +371,14 @@ class MemoryBase:
         return ParsedImport(scope=scope, facts=facts, episodes=episodes, errors=errors)
 
     def _import_op(
-        self, parsed: ParsedImport, batch_size: int, progress: Callable[[int], None] | None
+        self,
+        parsed: ParsedImport,
+        batch_size: int,
+        progress: Callable[[int], None] | None,
+        rebuild_index: bool | None,
     ) -> Operation[tuple[int, int]]:
+        if rebuild_index is not None and not isinstance(rebuild_index, bool):
+            raise ValidationError("rebuild_index must be True, False or None")
         return ops.import_records(
             self._info,
             parsed.scope,
@@ -380,6 +386,7 @@ class MemoryBase:
             parsed.episodes,
             batch_size=batch_size,
             progress=progress,
+            rebuild_index=rebuild_index,
         )
 
     def _stats_op(self, dataset: str | None, project: str | None) -> Operation[list[dict[str, Any]]]:

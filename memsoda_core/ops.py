@@ -188,6 +188,35 @@ def maintain(info: StoreInfo) -> Operation[list[str]]:
     return (yield from ensure_all_tenant_indexes(info))
 
 
+IMPORT_REBUILD_SHARE = 4
+"""An import bringing at least 1/4 as many facts as its scope holds sets the scope's fact HNSW aside
+and rebuilds it once after the rows (`set_aside_fact_index`)."""
+
+
+def set_aside_fact_index(info: StoreInfo, scope: Scope, incoming: int, rebuild: bool | None) -> Operation[bool]:
+    """Before an import into a scope with its own fact HNSW: drop that index when `rebuild` (None:
+    when the import is large), so the rows are written without per-row HNSW maintenance; the
+    import's `ensure_tenant_indexes` builds it again once. Here a build ran at ~4,300 facts/s and
+    per-row maintenance at ~600 (bench/RESULTS.md), so rebuilding the whole scope wins while the
+    import is above ~1/7 of it; 1/4 leaves a margin. Meanwhile the scope's vector search is exact
+    (correct, slower). Returns whether it dropped."""
+    if rebuild is False:
+        return False
+    ((held,),) = yield Execute(sql_write.count_facts(info.schema), {"dataset": scope.dataset, "project": scope.project})
+    if held < info.tenant_index_min_facts or (rebuild is None and incoming * IMPORT_REBUILD_SHARE < held):
+        return False
+    facts_index = sql_tenant_index.tenant_indexes(scope)[0]
+    rows = yield Execute(sql_tenant_index.present_statement(), {"names": [facts_index.name], "schema": info.schema})
+    if not rows:
+        return False
+    for setting in sql_tenant_index.build_settings():
+        yield Maintain(setting)
+    dropped = yield Maintain(sql_tenant_index.drop_statement(info.schema, facts_index))
+    for setting in sql_tenant_index.build_settings(reset=True):
+        yield Maintain(setting)
+    return dropped is not None
+
+
 def drop_tenant_indexes(info: StoreInfo, scope: Scope) -> Operation[None]:
     """Drop a forgotten scope's partial indexes (after the delete is committed), with the build's
     lock timeout: like a build, DROP INDEX CONCURRENTLY waits for older transactions. One left
@@ -614,8 +643,12 @@ def import_records(
     *,
     batch_size: int,
     progress: Callable[[int], None] | None,
+    rebuild_index: bool | None = None,
 ) -> Operation[tuple[int, int]]:
-    """Write validated records in batches inside one transaction: all or nothing."""
+    """Write validated records in batches inside one transaction: all or nothing. An import into
+    a scope with its own fact HNSW may rebuild it after the rows (`set_aside_fact_index`)."""
+    if facts:
+        yield from set_aside_fact_index(info, scope, len(facts), rebuild_index)
     for start in range(0, len(facts), batch_size):
         batch = facts[start : start + batch_size]
         yield from write_facts(info, scope, batch)
@@ -627,8 +660,8 @@ def import_records(
         if progress is not None:
             progress(len(chunk))
     if facts or episodes:
-        yield from refresh_statistics(info)  # an import is often followed at once by recalls
-        # Built once, after the rows: much faster than maintaining HNSW row by row.
+        # Built once, after the rows: much faster than maintaining HNSW row by row. (Statistics are
+        # refreshed by `write_facts` whenever the table has doubled, as for any write.)
         yield from ensure_tenant_indexes(info, scope)
     return len(facts), len(episodes)
 

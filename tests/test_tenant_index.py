@@ -3,6 +3,7 @@ when left invalid, dropped with the scope."""
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,7 +15,7 @@ import pytest
 from psycopg import sql
 from typer.testing import CliRunner
 
-from memsoda_core import ConfigurationError, Memory, RecallOptions
+from memsoda_core import ConfigurationError, Memory, RecallOptions, ValidationError
 from memsoda_core.cli import app
 from memsoda_core.recall import plan_for, statement_params
 from memsoda_core.sql_recall import recall_statements
@@ -141,6 +142,43 @@ def test_maintain_builds_indexes_for_rows_loaded_around_memsoda(small_threshold:
             conn.execute(sql.SQL("DROP INDEX {}.{}").format(sql.Identifier(memory.info.schema), sql.Identifier(name)))
     assert sorted(memory.maintain()) == sorted(names)
     assert memory.maintain() == []
+
+
+def _index_oids(pg_dsn: str, schema: str) -> dict[str, int]:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            """SELECT c.relname, c.oid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+               JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND i.indisvalid""",
+            (schema,),
+        ).fetchall()
+    return {str(name): int(oid) for name, oid in rows}
+
+
+def test_a_large_import_rebuilds_the_fact_index_after_the_rows_and_a_small_one_keeps_it(
+    small_threshold: Memory, pg_dsn: str
+) -> None:
+    memory = small_threshold
+    scope = {"dataset": "d", "project": "imported"}
+    memory.add_facts(_facts(4 * THRESHOLD), **scope)
+    facts_index, entities_index, _ = (index.name for index in tenant_indexes(Scope(**scope)))
+    before = _index_oids(pg_dsn, memory.info.schema)
+    small = "\n".join(json.dumps(fact) for fact in _facts(THRESHOLD - 1, offset=500))  # under 1/4 of 48
+    memory.import_jsonl(io.StringIO(small), **scope)
+    assert _index_oids(pg_dsn, memory.info.schema)[facts_index] == before[facts_index]
+    large = "\n".join(json.dumps(fact) for fact in _facts(THRESHOLD + 3, offset=1000))  # over 1/4 of 59
+    memory.import_jsonl(io.StringIO(large), **scope)
+    after = _index_oids(pg_dsn, memory.info.schema)
+    assert after[facts_index] != before[facts_index]  # dropped, then built again, valid
+    assert after[entities_index] == before[entities_index]  # only the fact HNSW is set aside
+    result = memory.recall("who visited Town1005?", **scope)
+    assert result.facts[0].fact.object == "town1005"
+    # the caller decides either way
+    memory.import_jsonl(io.StringIO(large.replace("Town1", "Town2")), **scope, rebuild_index=False)
+    assert _index_oids(pg_dsn, memory.info.schema)[facts_index] == after[facts_index]
+    memory.import_jsonl(io.StringIO(small.replace("Town", "Village")), **scope, rebuild_index=True)
+    assert _index_oids(pg_dsn, memory.info.schema)[facts_index] != after[facts_index]
+    with pytest.raises(ValidationError, match="rebuild_index"):
+        memory.import_jsonl(io.StringIO(small), **scope, rebuild_index="yes")  # type: ignore[arg-type]
 
 
 def test_threshold_must_be_a_positive_int(pg_dsn: str, embedder: Any) -> None:

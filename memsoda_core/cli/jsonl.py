@@ -46,6 +46,16 @@ def import_(
     ] = OnError.RAISE,
     batch_size: Annotated[int, typer.Option(help="Facts embedded per call.")] = 500,
     progress: Annotated[bool, typer.Option(help="Show a progress bar on long files.")] = True,
+    rebuild_index: Annotated[
+        bool | None,
+        typer.Option(
+            "--rebuild-index/--keep-index",
+            help="Into a scope with its own vector index: drop it and build it once after the rows"
+            " (faster; vector search is exact meanwhile), or keep it. Default: rebuild when the file"
+            " brings at least 1/4 as many facts as the scope holds.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Import facts and episodes from a JSONL file in one transaction (all or nothing)."""
     try:
@@ -64,6 +74,7 @@ def import_(
                 on_error=on_error.value,
                 batch_size=batch_size,
                 progress=progress and records >= _PROGRESS_FROM,
+                rebuild_index=rebuild_index,
             )
     except ValidationError as exc:
         raise type(exc)(f"{exc} (nothing was imported)") from exc
