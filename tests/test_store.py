@@ -42,7 +42,7 @@ from memsoda_core import (
     ValidationError,
 )
 from memsoda_core.limits import MAX_BATCH, MAX_NAME_CHARS
-from memsoda_core.schema import SCHEMA_VERSION
+from memsoda_core.schema import ENTITY_FILLFACTOR, SCHEMA_VERSION
 
 NETFLIX = [
     {"subject": "breaking bad", "predicate": "streams on", "object": "netflix", "object_type": "PRODUCT"},
@@ -107,6 +107,29 @@ def test_schema_creation_is_idempotent(pg_dsn: str, embedder: LocalEmbedder, sco
     assert meta["schema_version"] == str(SCHEMA_VERSION)
     assert meta["model"] == embedder.model
     assert meta["dimensions"] == "384"
+
+
+def test_a_store_of_an_older_version_is_upgraded_at_open(pg_dsn: str, embedder: LocalEmbedder) -> None:
+    def fillfactor(conn: psycopg.Connection[Any]) -> Any:
+        return conn.execute("SELECT reloptions FROM pg_class WHERE oid = 'upgrade_test.entities'::regclass").fetchone()
+
+    try:
+        with Memory.open(pg_dsn, embedder, schema="upgrade_test"):
+            pass
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            assert fillfactor(conn) == ([f"fillfactor={ENTITY_FILLFACTOR}"],)
+            # what a version-2 store looked like
+            conn.execute("ALTER TABLE upgrade_test.entities RESET (fillfactor)")
+            conn.execute("UPDATE upgrade_test.meta SET value = '2' WHERE key = 'schema_version'")
+        with Memory.open(pg_dsn, embedder, schema="upgrade_test"):
+            pass
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            assert fillfactor(conn) == ([f"fillfactor={ENTITY_FILLFACTOR}"],)
+            version = conn.execute("SELECT value FROM upgrade_test.meta WHERE key = 'schema_version'").fetchone()
+            assert version == (str(SCHEMA_VERSION),)
+    finally:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute("DROP SCHEMA IF EXISTS upgrade_test CASCADE")
 
 
 def test_other_schema_name_is_a_separate_store(pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]) -> None:

@@ -248,11 +248,17 @@ def test_the_threshold_is_recorded_in_the_store_and_used_by_the_cli_maintain(pg_
             assert memory.info.tenant_index_min_facts == THRESHOLD
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP INDEX {}.{}").format(sql.Identifier(schema), sql.Identifier(index)))
-        result = CliRunner().invoke(
-            app, ["--dsn", pg_dsn, "--schema", schema, "maintain", "--json"], env={"COLUMNS": "200", "NO_COLOR": "1"}
-        )
+        env = {"COLUMNS": "200", "NO_COLOR": "1"}
+        doctor = CliRunner().invoke(app, ["--dsn", pg_dsn, "--schema", schema, "doctor", "--json"], env=env)
+        (check,) = [c for c in json.loads(doctor.output) if c["name"] == "tenant indexes"]
+        assert check["status"] == "warn" and f"d/p ({index})" in check["detail"]
+        assert "memsoda maintain" in check["fix"]
+        result = CliRunner().invoke(app, ["--dsn", pg_dsn, "--schema", schema, "maintain", "--json"], env=env)
         assert result.exit_code == 0, result.output
         # opening the store already rebuilt it (with the recorded threshold), so maintain finds nothing left
         assert json.loads(result.output) == {"built": [], "tenant_index_min_facts": THRESHOLD}
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             assert _valid_indexes(conn, schema)[index] is True
+        doctor = CliRunner().invoke(app, ["--dsn", pg_dsn, "--schema", schema, "doctor", "--json"], env=env)
+        (check,) = [c for c in json.loads(doctor.output) if c["name"] == "tenant indexes"]
+        assert check["status"] == "ok" and check["detail"].startswith("1 scope of 12+ facts")

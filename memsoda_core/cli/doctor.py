@@ -12,7 +12,10 @@ from rich.text import Text
 
 from ..base import release_target, resolve_target
 from ..errors import EmbeddingError, MemsodaError
+from ..ops import TENANT_INDEX_KEY
 from ..schema import SCHEMA_VERSION
+from ..sql_tenant_index import DEFAULT_MIN_FACTS, large_scopes_statement, missing_statement, tenant_indexes
+from ..validation import Scope
 from .common import JsonOpt, Settings, home_of, settings_of, shared_embedder
 from .output import one_line, out, print_json, spinner, table
 from .store import read_meta
@@ -78,6 +81,8 @@ def run_checks(settings: Settings) -> list[Check]:
                 checks.extend(_server_checks(conn, where))
                 meta = read_meta(conn, settings.schema)
                 checks.append(_schema_check(meta, settings.schema))
+                if meta is not None and int(meta.get("schema_version", "0")) >= TENANT_INDEX_SCHEMA:
+                    checks.append(_tenant_index_check(conn, settings.schema, meta))
         except psycopg.Error as exc:
             checks.append(
                 Check(
@@ -164,6 +169,43 @@ def _schema_check(meta: dict[str, str] | None, schema: str) -> Check:
             fix=f"it is upgraded to version {SCHEMA_VERSION} the next time memsoda opens it",
         )
     return Check(name="schema", status="ok", detail=f"schema {schema!r} version {version} ({space})")
+
+
+TENANT_INDEX_SCHEMA = 2
+"""The schema version from which large scopes have their own indexes."""
+
+
+def _tenant_index_check(conn: Any, schema: str, meta: dict[str, str]) -> Check:
+    """Whether every scope past the store's threshold has its own valid HNSW and GIN indexes."""
+    threshold = int(meta.get(TENANT_INDEX_KEY, DEFAULT_MIN_FACTS))
+    large = conn.execute(large_scopes_statement(schema), {"min_facts": threshold}).fetchall()
+    lacking: list[str] = []
+    for dataset, project in large:
+        scope = Scope(dataset=dataset, project=project)
+        params = {
+            "names": [index.name for index in tenant_indexes(scope)],
+            "schema": schema,
+            "dataset": dataset,
+            "project": project,
+            "min_facts": threshold,
+        }
+        missing = [str(name) for name, _ in conn.execute(missing_statement(schema), params).fetchall()]
+        if missing:
+            lacking.append(f"{dataset}/{project} ({', '.join(missing)})")
+    if lacking:
+        shown = "; ".join(lacking[:5]) + (f"; and {len(lacking) - 5} more" if len(lacking) > 5 else "")
+        return Check(
+            name="tenant indexes",
+            status="warn",
+            detail=f"{len(lacking)} of {len(large)} scopes of {threshold:,}+ facts lack valid indexes: {shown}",
+            fix="run `memsoda maintain` (Memory.maintain() does the same); their recalls use exact scans until then",
+        )
+    return Check(
+        name="tenant indexes",
+        status="ok",
+        detail=f"{len(large)} scope{'' if len(large) == 1 else 's'} of {threshold:,}+ facts, each with its own"
+        " vector and keyword indexes",
+    )
 
 
 def _embedder_checks(meta: dict[str, str] | None) -> list[Check]:
