@@ -259,20 +259,38 @@ def _entity_rows(facts: Sequence[ValidFact]) -> tuple[list[str], list[str], list
 
 
 def write_facts(
-    info: StoreInfo, scope: Scope, facts: Sequence[ValidFact], vectors: Sequence[Vector] | None = None
+    info: StoreInfo,
+    scope: Scope,
+    facts: Sequence[ValidFact],
+    vectors: Sequence[Vector] | None = None,
+    *,
+    peek: bool = True,
 ) -> Operation[list[int]]:
     """One embedding call for the batch (the facts, unless their `vectors` are given, and the
-    names of entities the scope does not have yet), then the inserts."""
+    names of entities the scope does not have yet), made before the transaction opens; then the
+    inserts.
+
+    With `peek`, which entities exist is read outside the transaction first (no lock is held while
+    a model embeds), then confirmed FOR KEY SHARE inside it; a name deleted in between by a
+    concurrent `forget` is embedded then (a second, rare call). Without it (a batch of an import,
+    whose transaction is already open and must not be committed), they are read and locked at once."""
     if not facts:
         return []
     base = {"dataset": scope.dataset, "project": scope.project}
     names, types, touches = _entity_rows(facts)
-    known = {name for (name,) in (yield Execute(sql_write.known_entities(info.schema), {**base, "names": names}))}
+    lookup = Maintain if peek else Execute
+    found = yield lookup(sql_write.known_entities(info.schema, lock=not peek), {**base, "names": names})
+    known = {name for (name,) in found or ()}
     new_names = [name for name in names if name not in known]
     texts = [] if vectors is not None else [fact.embedding_text for fact in facts]
     embedded = (yield EmbedDocuments(tuple(texts + new_names))) if texts or new_names else []
     fact_vectors = list(vectors) if vectors is not None else _vectors(embedded[: len(texts)])
     new_vectors = dict(zip(new_names, _vectors(embedded[len(texts) :]), strict=True))
+    if known and peek:
+        locked = yield Execute(sql_write.known_entities(info.schema, lock=True), {**base, "names": sorted(known)})
+        gone = sorted(known - {name for (name,) in locked})
+        if gone:
+            new_vectors.update(zip(gone, _vectors((yield EmbedDocuments(tuple(gone)))), strict=True))
     rows = yield Execute(
         sql_write.upsert_entities(info.schema),
         {
@@ -651,7 +669,7 @@ def import_records(
         yield from set_aside_fact_index(info, scope, len(facts), rebuild_index)
     for start in range(0, len(facts), batch_size):
         batch = facts[start : start + batch_size]
-        yield from write_facts(info, scope, batch)
+        yield from write_facts(info, scope, batch, peek=False)
         if progress is not None:
             progress(len(batch))
     for start in range(0, len(episodes), batch_size):

@@ -21,16 +21,15 @@ def fact_columns(schema: str) -> sql.Composed:
     return _FACT_COLUMNS.format(s=sql.Identifier(schema))
 
 
-def known_entities(schema: str) -> sql.Composed:
-    """Which of %(names)s the scope already has, locked FOR KEY SHARE until the write commits: a
-    concurrent `forget` cannot delete them in between (other writers are not blocked), so their
-    stored name embeddings can be reused instead of embedding the names again."""
+def known_entities(schema: str, *, lock: bool = False) -> sql.Composed:
+    """Which of %(names)s the scope already has. With `lock`, they are locked FOR KEY SHARE until
+    the write commits: a concurrent `forget` cannot delete them in between (other writers are not
+    blocked), so their stored name embeddings can be reused instead of embedding the names again."""
     return sql.SQL(
         """SELECT name FROM {s}.entities
            WHERE dataset = %(dataset)s AND project = %(project)s AND name = ANY(%(names)s::text[])
-           ORDER BY name
-           FOR KEY SHARE"""
-    ).format(s=sql.Identifier(schema))
+           ORDER BY name{lock}"""
+    ).format(s=sql.Identifier(schema), lock=sql.SQL(" FOR KEY SHARE" if lock else ""))
 
 
 def upsert_entities(schema: str) -> sql.Composed:

@@ -37,9 +37,10 @@ class Concurrently:
 @dataclass(frozen=True)
 class Maintain:
     """Run one statement outside the operation's transaction, in autocommit mode (what the
-    operation wrote before is committed first); for CREATE INDEX CONCURRENTLY and the like.
-    Reply: list of row tuples, or None if it failed: maintenance never fails a write, it is
-    logged and retried by the next one."""
+    operation wrote before is committed first); for CREATE INDEX CONCURRENTLY and the like, and
+    for best-effort reads that must not open the transaction early (`ops.write_facts` looks up
+    known entities before embedding). Reply: list of row tuples, or None if it failed:
+    maintenance never fails a write, it is logged and retried by the next one."""
 
     statement: sql.Composed
     params: Mapping[str, Any] | tuple[Any, ...] | None = None

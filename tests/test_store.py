@@ -293,6 +293,46 @@ async def test_only_new_entity_names_are_embedded(
         await memory.close()
 
 
+class HookedEmbedder(CountingEmbedder):
+    """The real model; `hook` runs inside each embed_documents call (sync API only)."""
+
+    def __init__(self, inner: LocalEmbedder, hook: Any) -> None:
+        super().__init__(inner)
+        self.hook = hook
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.hook(texts)
+        return super().embed_documents(texts)
+
+
+def test_no_transaction_is_open_while_the_model_embeds_and_a_concurrent_forget_is_survived(
+    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]
+) -> None:
+    seen: list[tuple[list[str], int]] = []
+    delete_netflix = False
+
+    def hook(texts: list[str]) -> None:
+        if delete_netflix and "netflix" not in texts:  # between the look-up and the write
+            assert other.forget(**scope, entity="netflix") == 1
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            (idle,) = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE state LIKE 'idle in transaction%%'"
+                " AND datname = current_database()"
+            ).fetchone()  # type: ignore[misc]
+        seen.append((texts, int(idle)))
+
+    with Memory.open(pg_dsn, embedder) as other, Memory.open(pg_dsn, HookedEmbedder(embedder, hook)) as memory:
+        memory.add_facts(NETFLIX[:1], **scope)
+        delete_netflix = True
+        again = {"subject": "user", "predicate": "watches", "object": "netflix", "object_type": "PRODUCT"}
+        (fact_id,) = memory.add_facts([again], **scope)
+        assert [idle for _, idle in seen] == [0, 0, 1]  # only the rare re-embedding runs inside the write
+        assert seen[1][0] == ["user watches netflix. About: netflix.", "user"]  # netflix was known then
+        assert seen[2][0] == ["netflix"]  # gone before the write: embedded again
+        result = memory.recall("what do I watch?", **scope)
+    assert any(s.fact.id == fact_id and s.fact.anchor == "netflix" for s in result.facts)
+
+
 @pytest.mark.parametrize(
     ("vectors", "message"),
     [
