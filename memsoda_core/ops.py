@@ -196,10 +196,11 @@ and rebuilds it once after the rows (`set_aside_fact_index`)."""
 def set_aside_fact_index(info: StoreInfo, scope: Scope, incoming: int, rebuild: bool | None) -> Operation[bool]:
     """Before an import into a scope with its own fact HNSW: drop that index when `rebuild` (None:
     when the import is large), so the rows are written without per-row HNSW maintenance; the
-    import's `ensure_tenant_indexes` builds it again once. Here a build ran at ~4,300 facts/s and
-    per-row maintenance at ~600 (bench/RESULTS.md), so rebuilding the whole scope wins while the
-    import is above ~1/7 of it; 1/4 leaves a margin. Meanwhile the scope's vector search is exact
-    (correct, slower). Returns whether it dropped."""
+    import's `ensure_tenant_indexes` builds it again once. On this project's 2-core machine a build
+    ran at ~4,000 facts/s and per-row maintenance at ~600, even on a bare table holding nothing but
+    the HNSW index (one-off measurements, bench/RESULTS.md "Ingest"), so rebuilding the whole scope
+    wins while the import is above ~1/7 of it; 1/4 leaves a margin. Meanwhile the scope's vector
+    search is exact (correct, slower). Returns whether it dropped."""
     if rebuild is False:
         return False
     ((held,),) = yield Execute(sql_write.count_facts(info.schema), {"dataset": scope.dataset, "project": scope.project})

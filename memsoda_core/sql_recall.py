@@ -105,7 +105,7 @@ def near_cte(schema: str) -> sql.Composed:
 _HOP2 = """
     bridges AS (
         SELECT DISTINCT fe.entity_id, b.name, b.fact_count
-        FROM (SELECT fact_id FROM hop1 ORDER BY hop1_rank LIMIT %(anchor_limit)s) h
+        FROM hop1 h
         JOIN {s}.fact_entities fe ON {scope_fe} AND fe.fact_id = h.fact_id
         JOIN {s}.entities b ON {scope_b} AND b.id = fe.entity_id
         WHERE (SELECT count(*) FROM hop1) < %(anchor_limit)s
@@ -131,9 +131,7 @@ _ANCHOR = """
         SELECT DISTINCT fe.fact_id
         FROM anchors a JOIN {s}.fact_entities fe ON {scope_fe} AND fe.entity_id = a.id),
     hop1 AS (
-        SELECT t.fact_id, t.matches, t.via, t.via_named, t.via_similarity, {distance} AS distance, f.valid_at,
-               row_number() OVER (ORDER BY t.matches DESC, {distance} ASC NULLS LAST,
-                                  f.valid_at DESC, t.fact_id DESC) AS hop1_rank
+        SELECT t.fact_id, t.matches, t.via, t.via_named, t.via_similarity, {distance} AS distance, f.valid_at
         FROM (SELECT fe.fact_id, count(*)::numeric AS matches, min(a.name) AS via,
                      bool_or(a.named) AS via_named, max(a.similarity) AS via_similarity
               FROM anchors a
@@ -161,7 +159,9 @@ def anchor_ctes(schema: str, plan: RecallPlan) -> sql.Composed:
     Hop-1 facts rank by how many anchors they touch, then by similarity to the query, recency, id.
     Hop-2 facts rank after all hop-1 facts, by the specificity of their bridges (the sum of
     1 / fact_count over the bridges they touch: a bridge shared by few facts says more than one
-    shared by many), then the same tie-breaks."""
+    shared by many), then the same tie-breaks. So when hop 1 alone fills the list
+    (`anchor_limit` facts), no hop-2 fact could be kept and the second hop is not computed; when
+    it runs, every hop-1 fact seeds it."""
     distance = sql.SQL("f.embedding <=> %(qvec)s" if plan.vector else "NULL::float8")
     near_union = sql.SQL(
         "UNION ALL SELECT id, name, false, similarity FROM near WHERE NOT is_hub" if plan.vector else ""
