@@ -9,7 +9,7 @@ import asyncio
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, suppress
 from types import TracebackType
 from typing import Any, TextIO, TypeVar
 
@@ -20,6 +20,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from .base import (
     CONNECTION_KWARGS,
+    PEEK_CONNECTION_WAIT_S,
     POOL_MIN_SIZE,
     PROBE_CONNECT_TIMEOUT_S,
     SESSION_SETTINGS,
@@ -31,6 +32,7 @@ from .base import (
     maintenance_failed,
     open_args,
     open_sink,
+    peek_failed,
     probe_wait,
     progress_callback,
     read_jsonl,
@@ -44,7 +46,7 @@ from .errors import MemsodaError
 from .models import EpisodeInput, FactInput, ImportReport, RecallResult
 from .ops import open_store
 from .options import RecallOptions
-from .steps import Concurrently, EmbedDocuments, EmbedQuery, Execute, Maintain, Operation, Synthesize
+from .steps import Concurrently, EmbedDocuments, EmbedQuery, Execute, Maintain, Operation, Peek, Synthesize
 
 T = TypeVar("T")
 
@@ -201,6 +203,8 @@ class AsyncMemory(MemoryBase):
                 reply = await self._concurrently(await connection(), request.statements)
             elif isinstance(request, Maintain):
                 reply = await self._maintain(await connection(), request)
+            elif isinstance(request, Peek):
+                reply = await self._peek(request)
             elif isinstance(request, EmbedQuery | EmbedDocuments):
                 try:
                     reply = await self._embed(request)
@@ -245,6 +249,14 @@ class AsyncMemory(MemoryBase):
                 raise outcome
         own: list[list[Any]] = results[0]
         return own[:1] + list(results[1:]) + own[1:]
+
+    async def _peek(self, request: Peek) -> list[Any] | None:
+        try:
+            async with self._pool.connection(timeout=PEEK_CONNECTION_WAIT_S) as conn:
+                return await _fetch(conn, Execute(request.statement, request.params))
+        except (psycopg.Error, PoolTimeout) as exc:
+            peek_failed(request, exc)
+            return None
 
     @staticmethod
     async def _maintain(conn: psycopg.AsyncConnection[Any], request: Maintain) -> list[Any] | None:
@@ -390,10 +402,15 @@ class AsyncMemory(MemoryBase):
         it once after the rows (several times faster than maintaining it row by row, but the
         scope's vector search is exact, so slower, until it is back); `False` keeps it; `None`
         (default) rebuilds when the import brings at least 1/4 as many facts as the scope holds."""
-        check_import_args(on_error, batch_size)
+        check_import_args(on_error, batch_size, rebuild_index)
         parsed = self._parse_import(read_jsonl(source), dataset, project, on_error)
         with progress_callback(parsed.total, progress) as advance:
-            counts = await self._run(self._import_op(parsed, batch_size, advance, rebuild_index))
+            try:
+                counts = await self._run(self._import_op(parsed, batch_size, advance, rebuild_index))
+            except Exception:
+                with suppress(MemsodaError):  # best effort; the next write or open retries it
+                    await self._run(self._restore_indexes_op(parsed))
+                raise
         return parsed.report(*counts)
 
 

@@ -33,7 +33,7 @@ from .errors import (
 from .models import EpisodeInput, FactInput, ImportReport, IncludeOption, RecallResult
 from .ops import StoreInfo
 from .options import DEFAULT_OPTIONS, RecallOptions
-from .steps import Maintain, Operation
+from .steps import Maintain, Operation, Peek
 from .synthesis import Synthesizer, as_synthesizer
 from .validation import (
     Scope,
@@ -105,6 +105,11 @@ SPARE_CONNECTION_WAIT_S = 0.002
 """How long a recall waits for a second pooled connection to run its statements at once; without
 one (a busy pool) it runs them one after the other on its own connection, so recalls never wait
 on each other for spare connections."""
+
+PEEK_CONNECTION_WAIT_S = 0.05
+"""How long a write waits for a connection to look up known entities before embedding (`Peek`).
+The look-up only saves work, so on a busy pool it is skipped (every name is embedded) rather than
+adding a wait to the one the write's own connection may need."""
 
 POOL_MIN_SIZE = 2
 """Connections kept open: a recall's two statements run at once on two of them."""
@@ -213,6 +218,11 @@ def embedding_failure(exc: BaseException) -> EmbeddingError:
     return EmbeddingError(f"the embedder failed: {type(exc).__name__}: {exc}")
 
 
+def peek_failed(request: Peek, exc: BaseException) -> None:
+    """Log a failed best-effort read; the operation goes on without what it would have told."""
+    logger.info("best-effort read failed, going on without it: %s (%s)", exc, request.statement)
+
+
 def maintenance_failed(request: Maintain, exc: BaseException) -> None:
     """Log a failed maintenance statement; the operation goes on (the next write retries it)."""
     logger.warning("maintenance statement failed, to be retried by a later write: %s (%s)", exc, request.statement)
@@ -295,15 +305,7 @@ class MemoryBase:
         project: str,
         vectors: Sequence[Sequence[float]] | np.ndarray[Any, Any] | None,
     ) -> Operation[list[int]]:
-        given = None
-        if vectors is not None:
-            try:
-                given = check_vectors(
-                    vectors, count=len(facts), dimensions=self._info.dimensions, source="vectors holds"
-                )
-            except EmbeddingError as exc:
-                raise ValidationError(f"vectors are not usable: {exc}") from None
-        return ops.add_facts(self._info, check_scope(dataset, project), facts, now=self._now(), vectors=given)
+        return ops.add_facts(self._info, check_scope(dataset, project), facts, now=self._now(), vectors=vectors)
 
     def _invalidate_op(self, fact_id: int, dataset: str, project: str, at: Any) -> Operation[bool]:
         return ops.invalidate(self._info, check_scope(dataset, project), fact_id, at=at, now=self._now())
@@ -377,8 +379,6 @@ class MemoryBase:
         progress: Callable[[int], None] | None,
         rebuild_index: bool | None,
     ) -> Operation[tuple[int, int]]:
-        if rebuild_index is not None and not isinstance(rebuild_index, bool):
-            raise ValidationError("rebuild_index must be True, False or None")
         return ops.import_records(
             self._info,
             parsed.scope,
@@ -388,6 +388,10 @@ class MemoryBase:
             progress=progress,
             rebuild_index=rebuild_index,
         )
+
+    def _restore_indexes_op(self, parsed: ParsedImport) -> Operation[list[str]]:
+        """After a failed import: build the scope's indexes it may have set aside."""
+        return ops.ensure_tenant_indexes(self._info, parsed.scope)
 
     def _stats_op(self, dataset: str | None, project: str | None) -> Operation[list[dict[str, Any]]]:
         return ops.stats(self._info, *check_optional_scope(dataset, project))
@@ -470,7 +474,9 @@ def open_sink(target: str | os.PathLike[str] | TextIO) -> Iterator[TextIO]:
 IMPORT_ON_ERROR = ("raise", "skip")
 
 
-def check_import_args(on_error: str, batch_size: int) -> None:
+def check_import_args(on_error: str, batch_size: int, rebuild_index: bool | None) -> None:
+    if rebuild_index is not None and not isinstance(rebuild_index, bool):
+        raise ValidationError(f"rebuild_index must be True, False or None, got {rebuild_index!r}")
     if on_error not in IMPORT_ON_ERROR:
         raise ValidationError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
     if not 1 <= batch_size <= 10_000:

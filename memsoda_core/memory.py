@@ -6,7 +6,7 @@ import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from types import TracebackType
 from typing import Any, TextIO, TypeVar
 
@@ -17,6 +17,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from .base import (
     CONNECTION_KWARGS,
+    PEEK_CONNECTION_WAIT_S,
     POOL_MIN_SIZE,
     PROBE_CONNECT_TIMEOUT_S,
     SESSION_SETTINGS,
@@ -29,6 +30,7 @@ from .base import (
     maintenance_failed,
     open_args,
     open_sink,
+    peek_failed,
     probe_wait,
     progress_callback,
     read_jsonl,
@@ -42,7 +44,7 @@ from .errors import MemsodaError
 from .models import EpisodeInput, FactInput, ImportReport, RecallResult
 from .ops import open_store
 from .options import RecallOptions
-from .steps import Concurrently, EmbedDocuments, EmbedQuery, Execute, Maintain, Operation, Synthesize
+from .steps import Concurrently, EmbedDocuments, EmbedQuery, Execute, Maintain, Operation, Peek, Synthesize
 
 T = TypeVar("T")
 
@@ -197,6 +199,8 @@ class Memory(MemoryBase):
                 reply = self._concurrently(connection(), request.statements)
             elif isinstance(request, Maintain):
                 reply = self._maintain(connection(), request)
+            elif isinstance(request, Peek):
+                reply = self._peek(request)
             elif isinstance(request, EmbedQuery | EmbedDocuments):
                 try:
                     reply = self._embed(request)
@@ -236,6 +240,14 @@ class Memory(MemoryBase):
                 finally:
                     self._pool.putconn(spare)
         return mine[:1] + theirs + mine[1:]
+
+    def _peek(self, request: Peek) -> list[Any] | None:
+        try:
+            with self._pool.connection(timeout=PEEK_CONNECTION_WAIT_S) as conn:
+                return _fetch(conn, Execute(request.statement, request.params))
+        except (psycopg.Error, PoolTimeout) as exc:
+            peek_failed(request, exc)
+            return None
 
     @staticmethod
     def _maintain(conn: psycopg.Connection[Any], request: Maintain) -> list[Any] | None:
@@ -379,8 +391,13 @@ class Memory(MemoryBase):
         it once after the rows (several times faster than maintaining it row by row, but the
         scope's vector search is exact, so slower, until it is back); `False` keeps it; `None`
         (default) rebuilds when the import brings at least 1/4 as many facts as the scope holds."""
-        check_import_args(on_error, batch_size)
+        check_import_args(on_error, batch_size, rebuild_index)
         parsed = self._parse_import(read_jsonl(source), dataset, project, on_error)
         with progress_callback(parsed.total, progress) as advance:
-            counts = self._run(self._import_op(parsed, batch_size, advance, rebuild_index))
+            try:
+                counts = self._run(self._import_op(parsed, batch_size, advance, rebuild_index))
+            except Exception:
+                with suppress(MemsodaError):  # best effort; the next write or open retries it
+                    self._run(self._restore_indexes_op(parsed))
+                raise
         return parsed.report(*counts)

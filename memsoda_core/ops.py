@@ -2,8 +2,9 @@
 
 An operation yields `steps` requests and receives their results; it runs in one transaction that
 the runner opens at the first `Execute` and commits when the operation returns (rolled back if it
-raises). Embedding requests come before the first `Execute`, so no connection is held while a
-model runs.
+raises). Embedding requests come before the first `Execute` (a write's `Peek` borrows a connection
+and returns it at once), so no connection is held while a model runs; an import's later batches
+are the exception, as they write inside the transaction of the whole file.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from datetime import datetime
 from typing import Any, TextIO
 
 import numpy as np
+from psycopg import sql
 
 from . import schema as ddl
 from . import sql_tenant_index, sql_write
-from .embedders.protocol import Vector
+from .embedders.protocol import Vector, check_vectors
 from .errors import (
     EmbedderMismatchError,
     EmbeddingError,
@@ -41,7 +43,7 @@ from .recall import (
     statement_params,
 )
 from .sql_recall import episodes_statement, facts_statement, recall_statements, recent_episodes_statement
-from .steps import Concurrently, EmbedDocuments, EmbedQuery, Execute, Maintain, Operation, Synthesize
+from .steps import Concurrently, EmbedDocuments, EmbedQuery, Execute, Maintain, Operation, Peek, Synthesize
 from .validation import (
     Scope,
     ValidEpisode,
@@ -135,38 +137,41 @@ def ensure_tenant_indexes(info: StoreInfo, scope: Scope) -> Operation[list[str]]
     indexes = sql_tenant_index.tenant_indexes(scope)
     rows = yield Execute(
         sql_tenant_index.missing_statement(info.schema),
-        {
-            "names": [i.name for i in indexes],
-            "schema": info.schema,
-            "dataset": scope.dataset,
-            "project": scope.project,
-            "min_facts": info.tenant_index_min_facts,
-        },
+        sql_tenant_index.missing_params(info.schema, scope, info.tenant_index_min_facts),
     )
     missing = {str(name): bool(present) for name, present in rows}
     if not missing:
         return []
-    lock = {"lock": f"memsoda-index:{info.schema}:{sql_tenant_index.tenant_key(scope)}"}
+    lock = sql_tenant_index.lock_key(info.schema, scope)
     locked = yield Maintain(sql_tenant_index.lock_statement(), lock)
     if not locked or not locked[0][0]:
-        return []  # another session is building them
+        return []  # another session is building them, or an import has set them aside
     # Maintain steps never raise (a failure replies None), so the lock is always released.
+    steps: list[tuple[str | None, sql.Composed]] = []  # (the index it builds, if any; its DDL)
+    for index in indexes:
+        if index.name in missing:
+            if missing[index.name]:  # left invalid by a crashed build
+                steps.append((None, sql_tenant_index.drop_statement(info.schema, index)))
+            steps.append((index.name, sql_tenant_index.create_statement(info.schema, scope, index)))
+    succeeded = yield from _index_ddl([statement for _, statement in steps])
+    yield Maintain(sql_tenant_index.lock_statement(release=True), lock)
+    return [name for name, _ in steps[:succeeded] if name is not None]
+
+
+def _index_ddl(statements: Sequence[sql.Composed]) -> Operation[int]:
+    """Run index DDL outside the transaction, under the build settings (memory, lock timeout),
+    stopping at the first failure (what stopped it, a lock timeout most likely, would stop the
+    rest too). Returns how many succeeded."""
     for setting in sql_tenant_index.build_settings():
         yield Maintain(setting)
-    built = []
-    for index in indexes:
-        if index.name not in missing:
-            continue
-        if missing[index.name]:
-            yield Maintain(sql_tenant_index.drop_statement(info.schema, index))
-        done = yield Maintain(sql_tenant_index.create_statement(info.schema, scope, index))
-        if done is None:
-            break  # what stopped it (a lock timeout, most likely) would stop the others too
-        built.append(index.name)
+    succeeded = 0
+    for statement in statements:
+        if (yield Maintain(statement)) is None:
+            break
+        succeeded += 1
     for setting in sql_tenant_index.build_settings(reset=True):
         yield Maintain(setting)
-    yield Maintain(sql_tenant_index.lock_statement(release=True), lock)
-    return built
+    return succeeded
 
 
 def ensure_all_tenant_indexes(info: StoreInfo) -> Operation[list[str]]:
@@ -196,26 +201,37 @@ and rebuilds it once after the rows (`set_aside_fact_index`)."""
 def set_aside_fact_index(info: StoreInfo, scope: Scope, incoming: int, rebuild: bool | None) -> Operation[bool]:
     """Before an import into a scope with its own fact HNSW: drop that index when `rebuild` (None:
     when the import is large), so the rows are written without per-row HNSW maintenance; the
-    import's `ensure_tenant_indexes` builds it again once. On this project's 2-core machine a build
-    ran at ~4,000 facts/s and per-row maintenance at ~600, even on a bare table holding nothing but
-    the HNSW index (one-off measurements, bench/RESULTS.md "Ingest"), so rebuilding the whole scope
-    wins while the import is above ~1/7 of it; 1/4 leaves a margin. Meanwhile the scope's vector
-    search is exact (correct, slower). Returns whether it dropped."""
+    import's `ensure_tenant_indexes` builds it again once (and the runner tries again if the
+    import fails). On this project's 2-core machine a build ran at ~4,000 facts/s and per-row
+    maintenance at ~600, even on a bare table holding nothing but the HNSW index (one-off
+    measurements, bench/RESULTS.md "Ingest"), so rebuilding the whole scope wins while the import is
+    above ~1/7 of it; 1/4 leaves a margin. Meanwhile the scope's vector search is exact (correct,
+    slower).
+
+    The scope's build lock is taken first (nothing is dropped while another session builds) and
+    handed over to the import's transaction, so writers into the scope meanwhile do not start a
+    build that would wait for the import; it is released when the import commits or rolls back.
+    Returns whether the index was dropped."""
     if rebuild is False:
         return False
-    ((held,),) = yield Execute(sql_write.count_facts(info.schema), {"dataset": scope.dataset, "project": scope.project})
+    rows = yield Execute(
+        sql_tenant_index.scope_facts_statement(info.schema), {"dataset": scope.dataset, "project": scope.project}
+    )
+    held = int(rows[0][0]) if rows else 0
     if held < info.tenant_index_min_facts or (rebuild is None and incoming * IMPORT_REBUILD_SHARE < held):
         return False
-    facts_index = sql_tenant_index.tenant_indexes(scope)[0]
-    rows = yield Execute(sql_tenant_index.present_statement(), {"names": [facts_index.name], "schema": info.schema})
-    if not rows:
+    index = sql_tenant_index.fact_vector_index(scope)
+    present = yield Execute(sql_tenant_index.present_statement(), {"names": [index.name], "schema": info.schema})
+    if not present:
         return False
-    for setting in sql_tenant_index.build_settings():
-        yield Maintain(setting)
-    dropped = yield Maintain(sql_tenant_index.drop_statement(info.schema, facts_index))
-    for setting in sql_tenant_index.build_settings(reset=True):
-        yield Maintain(setting)
-    return dropped is not None
+    lock = sql_tenant_index.lock_key(info.schema, scope)
+    locked = yield Maintain(sql_tenant_index.lock_statement(), lock)
+    if not locked or not locked[0][0]:
+        return False  # being built elsewhere: keep it
+    dropped = yield from _index_ddl([sql_tenant_index.drop_statement(info.schema, index)])
+    yield Execute(sql_tenant_index.transaction_lock_statement(), lock)  # opens the import's transaction
+    yield Execute(sql_tenant_index.lock_statement(release=True), lock)
+    return bool(dropped)
 
 
 def drop_tenant_indexes(info: StoreInfo, scope: Scope) -> Operation[None]:
@@ -227,15 +243,7 @@ def drop_tenant_indexes(info: StoreInfo, scope: Scope) -> Operation[None]:
         sql_tenant_index.present_statement(), {"names": [i.name for i in indexes], "schema": info.schema}
     )
     present = {str(name) for (name,) in rows}
-    if not present:
-        return
-    for setting in sql_tenant_index.build_settings():
-        yield Maintain(setting)
-    for index in indexes:
-        if index.name in present:
-            yield Maintain(sql_tenant_index.drop_statement(info.schema, index))
-    for setting in sql_tenant_index.build_settings(reset=True):
-        yield Maintain(setting)
+    yield from _index_ddl([sql_tenant_index.drop_statement(info.schema, i) for i in indexes if i.name in present])
 
 
 # --- writing ----------------------------------------------------------------------------------------
@@ -263,24 +271,27 @@ def write_facts(
     info: StoreInfo,
     scope: Scope,
     facts: Sequence[ValidFact],
-    vectors: Sequence[Vector] | None = None,
+    vectors: Sequence[Vector] | None,
     *,
-    peek: bool = True,
+    peek: bool,
 ) -> Operation[list[int]]:
     """One embedding call for the batch (the facts, unless their `vectors` are given, and the
-    names of entities the scope does not have yet), made before the transaction opens; then the
-    inserts.
+    names of entities the scope does not have yet), then the inserts.
 
-    With `peek`, which entities exist is read outside the transaction first (no lock is held while
-    a model embeds), then confirmed FOR KEY SHARE inside it; a name deleted in between by a
-    concurrent `forget` is embedded then (a second, rare call). Without it (a batch of an import,
-    whose transaction is already open and must not be committed), they are read and locked at once."""
+    With `peek` (the operation's first step), which entities exist is read first on a borrowed
+    connection (`Peek`), so neither a connection nor a transaction is held while a model embeds;
+    inside the transaction they are then locked FOR KEY SHARE, and a name a concurrent `forget`
+    deleted in between is embedded there (a second, rare call). Without it (the batches of an
+    import, whose transaction is open already), they are read and locked at once, and the
+    embedding runs inside that transaction."""
     if not facts:
         return []
     base = {"dataset": scope.dataset, "project": scope.project}
     names, types, touches = _entity_rows(facts)
-    lookup = Maintain if peek else Execute
-    found = yield lookup(sql_write.known_entities(info.schema, lock=not peek), {**base, "names": names})
+    if peek:
+        found = yield Peek(sql_write.known_entities(info.schema), {**base, "names": names})
+    else:
+        found = yield Execute(sql_write.known_entities(info.schema, lock=True), {**base, "names": names})
     known = {name for (name,) in found or ()}
     new_names = [name for name in names if name not in known]
     texts = [] if vectors is not None else [fact.embedding_text for fact in facts]
@@ -369,12 +380,18 @@ def add_facts(
     facts: Sequence[FactInput | Mapping[str, Any]],
     *,
     now: datetime,
-    vectors: Sequence[Vector] | None = None,
+    vectors: Sequence[Sequence[float]] | np.ndarray[Any, Any] | None = None,
 ) -> Operation[list[int]]:
-    """Validate the whole batch, then write it in one transaction. Returns ids in input order.
-    `vectors` (checked, one per fact) replace embedding the facts' texts."""
+    """Validate the whole batch (and `vectors`, one per fact, which replace embedding the facts'
+    texts), then write it in one transaction. Returns ids in input order."""
     valid = validate_facts(facts, now=now)
-    ids = yield from write_facts(info, scope, valid, vectors)
+    given = None
+    if vectors is not None:
+        try:
+            given = check_vectors(vectors, count=len(valid), dimensions=info.dimensions, source="got", items="facts")
+        except EmbeddingError as exc:
+            raise ValidationError(f"vectors are not usable: {exc}") from None
+    ids = yield from write_facts(info, scope, valid, given, peek=True)
     yield from ensure_tenant_indexes(info, scope)
     return ids
 
@@ -410,7 +427,7 @@ def supersede(
 ) -> Operation[int]:
     """Store `new_fact` and end `fact_id` at the new fact's valid_at, in one transaction."""
     (valid,) = validate_facts([new_fact], now=now)
-    (new_id,) = yield from write_facts(info, scope, [valid])
+    (new_id,) = yield from write_facts(info, scope, [valid], None, peek=True)
     yield from invalidate(info, scope, fact_id, at=valid.valid_at, now=now)
     yield from ensure_tenant_indexes(info, scope)
     return new_id
@@ -670,7 +687,7 @@ def import_records(
         yield from set_aside_fact_index(info, scope, len(facts), rebuild_index)
     for start in range(0, len(facts), batch_size):
         batch = facts[start : start + batch_size]
-        yield from write_facts(info, scope, batch, peek=False)
+        yield from write_facts(info, scope, batch, None, peek=False)
         if progress is not None:
             progress(len(batch))
     for start in range(0, len(episodes), batch_size):

@@ -48,14 +48,24 @@ def tenant_key(scope: Scope) -> str:
     return hashlib.blake2b(raw, digest_size=8).hexdigest()
 
 
+def fact_vector_index(scope: Scope) -> TenantIndex:
+    """The scope's HNSW index over fact embeddings (the one every write into the scope maintains)."""
+    return TenantIndex(f"facts_vec_{tenant_key(scope)}", "facts", "hnsw", "embedding vector_cosine_ops")
+
+
 def tenant_indexes(scope: Scope) -> tuple[TenantIndex, ...]:
     """The partial indexes a large scope gets: fact vectors, entity-name vectors, fact keywords."""
     key = tenant_key(scope)
     return (
-        TenantIndex(f"facts_vec_{key}", "facts", "hnsw", "embedding vector_cosine_ops"),
+        fact_vector_index(scope),
         TenantIndex(f"entities_vec_{key}", "entities", "hnsw", "embedding vector_cosine_ops"),
         TenantIndex(f"facts_tsv_{key}", "facts", "gin", "tsv"),
     )
+
+
+def lock_key(schema: str, scope: Scope) -> dict[str, str]:
+    """The parameter of `lock_statement` for building (or setting aside) the scope's indexes."""
+    return {"lock": f"memsoda-index:{schema}:{tenant_key(scope)}"}
 
 
 def missing_statement(schema: str) -> sql.Composed:
@@ -87,6 +97,12 @@ def lock_statement(*, release: bool = False) -> sql.Composed:
     """Try (or release) the session advisory lock for building %(lock)s's indexes."""
     function = "pg_advisory_unlock" if release else "pg_try_advisory_lock"
     return sql.SQL("SELECT {f}(hashtext(%(lock)s))").format(f=sql.Identifier(function))
+
+
+def transaction_lock_statement() -> sql.Composed:
+    """Take %(lock)s's build lock until the current transaction ends (the session holding it
+    already gets it at once, and can then release its session lock)."""
+    return sql.SQL("SELECT pg_advisory_xact_lock(hashtext(%(lock)s))").format()
 
 
 def drop_statement(schema: str, index: TenantIndex) -> sql.Composed:
@@ -127,6 +143,24 @@ def build_settings(*, reset: bool = False) -> list[sql.Composed]:
         sql.SQL("SET maintenance_work_mem = {}").format(sql.Literal(BUILD_MAINTENANCE_WORK_MEM)),
         sql.SQL("SET lock_timeout = {}").format(sql.Literal(BUILD_LOCK_TIMEOUT)),
     ]
+
+
+def scope_facts_statement(schema: str) -> sql.Composed:
+    """The fact count of scope %(dataset)s / %(project)s (no row for a scope never written)."""
+    return sql.SQL("SELECT fact_count FROM {s}.scopes WHERE dataset = %(dataset)s AND project = %(project)s").format(
+        s=sql.Identifier(schema)
+    )
+
+
+def missing_params(schema: str, scope: Scope, min_facts: int) -> dict[str, object]:
+    """The parameters of `missing_statement` for `scope`."""
+    return {
+        "names": [index.name for index in tenant_indexes(scope)],
+        "schema": schema,
+        "dataset": scope.dataset,
+        "project": scope.project,
+        "min_facts": min_facts,
+    }
 
 
 def large_scopes_statement(schema: str) -> sql.Composed:

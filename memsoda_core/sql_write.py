@@ -34,7 +34,9 @@ def known_entities(schema: str, *, lock: bool = False) -> sql.Composed:
 
 def upsert_entities(schema: str) -> sql.Composed:
     """Create or reuse entities by normalized name; add this batch's fact counts. Returns (id, name).
-    A NULL embedding means "the entity exists (see `known_entities`): keep its stored one".
+    A NULL embedding means "the entity exists (locked by `known_entities`): keep its stored one".
+    The coalesce is needed although such a row always conflicts: NOT NULL is checked on the
+    proposed row before ON CONFLICT resolves.
 
     A type other than OTHER wins over OTHER, so a later, more specific type is kept."""
     return sql.SQL(

@@ -37,12 +37,21 @@ class Concurrently:
 @dataclass(frozen=True)
 class Maintain:
     """Run one statement outside the operation's transaction, in autocommit mode (what the
-    operation wrote before is committed first); for CREATE INDEX CONCURRENTLY and the like, and
-    for best-effort reads that must not open the transaction early (`ops.write_facts` looks up
-    known entities before embedding). Reply: list of row tuples, or None if it failed:
-    maintenance never fails a write, it is logged and retried by the next one."""
+    operation wrote before is committed first); for CREATE INDEX CONCURRENTLY and the like.
+    Reply: list of row tuples, or None if it failed: maintenance never fails a write, it is
+    logged and retried by the next one."""
 
     statement: sql.Composed
+    params: Mapping[str, Any] | tuple[Any, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Peek:
+    """A best-effort read on a connection borrowed for it alone and returned at once, before the
+    operation's own connection is taken (so none is held while a model embeds next). Reply: list
+    of row tuples, or None if it failed; the operation must not depend on it for correctness."""
+
+    statement: sql.Composed | sql.SQL
     params: Mapping[str, Any] | tuple[Any, ...] | None = None
 
 
@@ -69,5 +78,5 @@ class Synthesize:
     query: str | None
 
 
-Request = Execute | Concurrently | Maintain | EmbedDocuments | EmbedQuery | Synthesize
+Request = Execute | Concurrently | Maintain | Peek | EmbedDocuments | EmbedQuery | Synthesize
 Operation = Generator[Request, Any, T]

@@ -79,6 +79,46 @@ async def test_ref_second_hop_explains_its_bridge(memory: Either, scope: dict[st
     assert by_text(streams, "breaking bad streams on netflix").reasons["keyword"] == "matched terms: streams, netflix"
 
 
+async def test_the_second_hop_runs_only_while_the_first_leaves_room(memory: Either, scope: dict[str, str]) -> None:
+    await memory.add_facts(BRIDGE, **scope)
+    favourite = "user favourite show is breaking bad"
+    # hop 1 is one fact ("breaking bad streams on netflix"): it fills a list of one
+    full = await memory.recall(NETFLIX_QUERY, **scope, options=RecallOptions(anchor_candidates=1))
+    assert "anchor" not in by_text(full, favourite).ranks
+    room = await memory.recall(NETFLIX_QUERY, **scope, options=RecallOptions(anchor_candidates=2))
+    assert by_text(room, favourite).ranks["anchor"] == 2
+
+
+async def test_the_half_rule_holds_for_queries_longer_than_its_tsquery_form(
+    memory: Either, scope: dict[str, str]
+) -> None:
+    # 12 lexemes: more than the half rule's tsquery form takes (10), so the row-by-row check runs
+    words = [
+        "alpha",
+        "bravo",
+        "charlie",
+        "delta",
+        "echo",
+        "foxtrot",
+        "golf",
+        "hotel",
+        "india",
+        "juliet",
+        "kilo",
+        "lima",
+    ]
+    await memory.add_facts(
+        [
+            {"subject": "user", "predicate": "noted", "object": " ".join(words[:6])},  # 6 of 12: kept
+            {"subject": "user", "predicate": "noted", "object": " ".join(words[6:11])},  # 5 of 12: not
+        ],
+        **scope,
+    )
+    result = await memory.recall(" ".join(words), **scope)
+    assert "keyword" in by_text(result, "user noted " + " ".join(words[:6])).ranks
+    assert "keyword" not in by_text(result, "user noted " + " ".join(words[6:11])).ranks
+
+
 async def test_ref_anchor_is_ordered_by_relevance_not_physical_order(memory: Either, scope: dict[str, str]) -> None:
     """The reference's known issue: the anchor list had no ORDER BY. Facts touching `netflix` are
     inserted least relevant first; the anchor list must put the relevant one first anyway."""

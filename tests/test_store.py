@@ -260,12 +260,13 @@ async def test_given_vectors_are_stored_instead_of_embedding_the_facts(
                 "SELECT embedding::text FROM memsoda.facts WHERE dataset = %s ORDER BY id", (scope["dataset"],)
             ).fetchall()
         ]
-        names = conn.execute(
-            "SELECT count(*) FROM memsoda.entities WHERE dataset = %s AND embedding IS NOT NULL",
+        (name_vector,) = conn.execute(
+            "SELECT embedding::text FROM memsoda.entities WHERE dataset = %s AND name = 'netflix'",
             (scope["dataset"],),
-        ).fetchone()
+        ).fetchone()  # type: ignore[misc]
     assert stored[0] == pytest.approx(given[0], abs=1e-6) and stored[1] == pytest.approx(given[1], abs=1e-6)
-    assert names == (3,)  # entity names are still embedded by the store's embedder
+    # entity names are still embedded by the store's embedder
+    assert json.loads(name_vector) == pytest.approx(embedder.embed_documents(["netflix"])[0], abs=1e-5)
     result = await memory.recall(query_embedding=given[0], **scope)
     assert result.facts[0].fact.id == ids[0]
     assert result.facts[0].hits[0].similarity == pytest.approx(1.0, abs=1e-4)
@@ -309,11 +310,14 @@ def test_no_transaction_is_open_while_the_model_embeds_and_a_concurrent_forget_i
     pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]
 ) -> None:
     seen: list[tuple[list[str], int]] = []
+    in_use: list[int] = []
     delete_netflix = False
 
     def hook(texts: list[str]) -> None:
         if delete_netflix and "netflix" not in texts:  # between the look-up and the write
             assert other.forget(**scope, entity="netflix") == 1
+        stats = memory._pool.get_stats()
+        in_use.append(stats["pool_size"] - stats["pool_available"])
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             (idle,) = conn.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE state LIKE 'idle in transaction%%'"
@@ -322,11 +326,13 @@ def test_no_transaction_is_open_while_the_model_embeds_and_a_concurrent_forget_i
         seen.append((texts, int(idle)))
 
     with Memory.open(pg_dsn, embedder) as other, Memory.open(pg_dsn, HookedEmbedder(embedder, hook)) as memory:
+        memory._pool.wait()  # its minimum of connections opened, so the counts below are checked-out ones
         memory.add_facts(NETFLIX[:1], **scope)
         delete_netflix = True
         again = {"subject": "user", "predicate": "watches", "object": "netflix", "object_type": "PRODUCT"}
         (fact_id,) = memory.add_facts([again], **scope)
         assert [idle for _, idle in seen] == [0, 0, 1]  # only the rare re-embedding runs inside the write
+        assert in_use == [0, 0, 1]  # and no pooled connection is held while the model runs before that
         assert seen[1][0] == ["user watches netflix. About: netflix.", "user"]  # netflix was known then
         assert seen[2][0] == ["netflix"]  # gone before the write: embedded again
         result = memory.recall("what do I watch?", **scope)
@@ -336,11 +342,11 @@ def test_no_transaction_is_open_while_the_model_embeds_and_a_concurrent_forget_i
 @pytest.mark.parametrize(
     ("vectors", "message"),
     [
-        ([[0.1] * 384], "1 vectors for 2 texts"),
+        ([[0.1] * 384], "got 1 vectors for 2 facts"),
         ([[0.1] * 384, [0.1] * 383], "dimension 383, expected 384"),
         ([[0.1] * 384, [float("nan")] * 384], "NaN"),
         ([[0.1] * 384, [0.0] * 384], "all-zero"),
-        ("not vectors", "expected a list of vectors"),
+        ("not vectors", "got str, expected a list of vectors"),
     ],
 )
 async def test_unusable_given_vectors_raise_and_write_nothing(

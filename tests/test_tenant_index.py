@@ -12,10 +12,11 @@ from typing import Any
 
 import psycopg
 import pytest
+from helpers import CountingEmbedder
 from psycopg import sql
 from typer.testing import CliRunner
 
-from memsoda_core import ConfigurationError, Memory, RecallOptions, ValidationError
+from memsoda_core import ConfigurationError, EmbeddingError, Memory, RecallOptions, ValidationError
 from memsoda_core.cli import app
 from memsoda_core.recall import plan_for, statement_params
 from memsoda_core.sql_recall import recall_statements
@@ -179,6 +180,37 @@ def test_a_large_import_rebuilds_the_fact_index_after_the_rows_and_a_small_one_k
     assert _index_oids(pg_dsn, memory.info.schema)[facts_index] != after[facts_index]
     with pytest.raises(ValidationError, match="rebuild_index"):
         memory.import_jsonl(io.StringIO(small), **scope, rebuild_index="yes")  # type: ignore[arg-type]
+
+
+class FailsOnCall(CountingEmbedder):
+    """The real model, raising on its `n`-th embed_documents call (counted from 1)."""
+
+    def __init__(self, inner: Any, n: int) -> None:
+        super().__init__(inner)
+        self.n = n
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        if self.document_calls + 1 == self.n:
+            self.document_calls += 1
+            raise RuntimeError("the embedding service went away")
+        return super().embed_documents(texts)
+
+
+def test_a_failed_import_gives_back_the_index_it_set_aside(pg_dsn: str, embedder: Any) -> None:
+    scope = {"dataset": "d", "project": "failed"}
+    with dropped_after(pg_dsn, "tenant_index_failed_import") as schema:
+        with Memory.open(pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD) as memory:
+            memory.add_facts(_facts(THRESHOLD), **scope)
+        facts_index = tenant_indexes(Scope(**scope))[0].name
+        before = _index_oids(pg_dsn, schema)[facts_index]
+        failing = FailsOnCall(embedder, n=2)  # the second batch of the import
+        lines = "\n".join(json.dumps(fact) for fact in _facts(THRESHOLD, offset=300))
+        with Memory.open(pg_dsn, failing, schema=schema) as memory:
+            with pytest.raises(EmbeddingError):
+                memory.import_jsonl(io.StringIO(lines), **scope, batch_size=THRESHOLD // 2)
+            assert memory.stats(**scope)[0]["facts"] == THRESHOLD  # nothing of the import
+        after = _index_oids(pg_dsn, schema)
+        assert after[facts_index] != before  # it was set aside, and is back (valid) after the failure
 
 
 def test_threshold_must_be_a_positive_int(pg_dsn: str, embedder: Any) -> None:

@@ -14,7 +14,7 @@ from ..base import release_target, resolve_target
 from ..errors import EmbeddingError, MemsodaError
 from ..ops import TENANT_INDEX_KEY
 from ..schema import SCHEMA_VERSION
-from ..sql_tenant_index import DEFAULT_MIN_FACTS, large_scopes_statement, missing_statement, tenant_indexes
+from ..sql_tenant_index import DEFAULT_MIN_FACTS, large_scopes_statement, missing_params, missing_statement
 from ..validation import Scope
 from .common import JsonOpt, Settings, home_of, settings_of, shared_embedder
 from .output import one_line, out, print_json, spinner, table
@@ -181,14 +181,7 @@ def _tenant_index_check(conn: Any, schema: str, meta: dict[str, str]) -> Check:
     large = conn.execute(large_scopes_statement(schema), {"min_facts": threshold}).fetchall()
     lacking: list[str] = []
     for dataset, project in large:
-        scope = Scope(dataset=dataset, project=project)
-        params = {
-            "names": [index.name for index in tenant_indexes(scope)],
-            "schema": schema,
-            "dataset": dataset,
-            "project": project,
-            "min_facts": threshold,
-        }
+        params = missing_params(schema, Scope(dataset=dataset, project=project), threshold)
         missing = [str(name) for name, _ in conn.execute(missing_statement(schema), params).fetchall()]
         if missing:
             lacking.append(f"{dataset}/{project} ({', '.join(missing)})")

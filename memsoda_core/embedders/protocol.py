@@ -43,17 +43,19 @@ class Embedder(Protocol):
 Vector = np.ndarray[Any, np.dtype[np.float32]]
 
 
-def check_vectors(vectors: object, *, count: int, dimensions: int, source: str = "embedder returned") -> list[Vector]:
-    """Vectors as returned by an embedder (or given by the caller: `source` names them in errors),
-    checked: the right count, the right length, all finite; as float32 arrays (what the store
-    holds, and what pgvector sends in binary).
+def check_vectors(
+    vectors: object, *, count: int, dimensions: int, source: str = "embedder returned", items: str = "texts"
+) -> list[Vector]:
+    """Vectors as returned by an embedder for `count` `items` (or given by the caller: `source`
+    starts the error messages), checked: the right count, the right length, all finite; as
+    float32 arrays (what the store holds, and what pgvector sends in binary).
 
     Raises EmbeddingError naming what is wrong, so a bad embedder never writes a bad row."""
     if isinstance(vectors, str | bytes) or not hasattr(vectors, "__iter__"):
         raise EmbeddingError(f"{source} {type(vectors).__name__}, expected a list of vectors")
     rows = list(vectors)
     if len(rows) != count:
-        raise EmbeddingError(f"{source} {len(rows)} vectors for {count} texts")
+        raise EmbeddingError(f"{source} {len(rows)} vectors for {count} {items}")
     checked: list[Vector] = []
     for row in rows:
         try:
