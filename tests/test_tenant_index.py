@@ -12,11 +12,12 @@ from typing import Any
 
 import psycopg
 import pytest
+from conftest import Either
 from helpers import CountingEmbedder
 from psycopg import sql
 from typer.testing import CliRunner
 
-from memsoda_core import ConfigurationError, EmbeddingError, Memory, RecallOptions, ValidationError
+from memsoda_core import AsyncMemory, ConfigurationError, EmbeddingError, Memory, RecallOptions, ValidationError
 from memsoda_core.cli import app
 from memsoda_core.recall import plan_for, statement_params
 from memsoda_core.sql_recall import recall_statements
@@ -195,20 +196,32 @@ class FailsOnCall(CountingEmbedder):
             raise RuntimeError("the embedding service went away")
         return super().embed_documents(texts)
 
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self.embed_documents(texts)
 
-def test_a_failed_import_gives_back_the_index_it_set_aside(pg_dsn: str, embedder: Any) -> None:
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_a_failed_import_gives_back_the_index_it_set_aside(pg_dsn: str, embedder: Any, flavour: str) -> None:
     scope = {"dataset": "d", "project": "failed"}
-    with dropped_after(pg_dsn, "tenant_index_failed_import") as schema:
+    with dropped_after(pg_dsn, f"tenant_index_failed_import_{flavour}") as schema:
         with Memory.open(pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD) as memory:
             memory.add_facts(_facts(THRESHOLD), **scope)
         facts_index = tenant_indexes(Scope(**scope))[0].name
         before = _index_oids(pg_dsn, schema)[facts_index]
         failing = FailsOnCall(embedder, n=2)  # the second batch of the import
         lines = "\n".join(json.dumps(fact) for fact in _facts(THRESHOLD, offset=300))
-        with Memory.open(pg_dsn, failing, schema=schema) as memory:
+        opened = (
+            Memory.open(pg_dsn, failing, schema=schema)
+            if flavour == "sync"
+            else await AsyncMemory.open(pg_dsn, failing, schema=schema)
+        )
+        memory_either = Either(opened)
+        try:
             with pytest.raises(EmbeddingError):
-                memory.import_jsonl(io.StringIO(lines), **scope, batch_size=THRESHOLD // 2)
-            assert memory.stats(**scope)[0]["facts"] == THRESHOLD  # nothing of the import
+                await memory_either.import_jsonl(io.StringIO(lines), **scope, batch_size=THRESHOLD // 2)
+            assert (await memory_either.stats(**scope))[0]["facts"] == THRESHOLD  # nothing of the import
+        finally:
+            await memory_either.close()
         after = _index_oids(pg_dsn, schema)
         assert after[facts_index] != before  # it was set aside, and is back (valid) after the failure
 
