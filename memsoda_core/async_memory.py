@@ -151,8 +151,8 @@ class AsyncMemory(MemoryBase):
     # --- the runner: the only place that does I/O --------------------------------------------------
 
     async def _run(self, op: Operation[T], *, read_only: bool = False) -> T:
-        """Drive `op` on one pooled connection, in one transaction; `read_only` operations of a
-        single consistent statement run in autocommit mode instead (two round trips fewer)."""
+        """Drive `op` on one pooled connection, in one transaction; `read_only` operations (recall,
+        whose statements each stand alone) run in autocommit mode instead (no BEGIN / COMMIT)."""
         async with AsyncExitStack() as stack:
             conns: list[psycopg.AsyncConnection[Any]] = []
 
@@ -264,9 +264,7 @@ class AsyncMemory(MemoryBase):
         try:
             await conn.set_autocommit(True)
             try:
-                async with conn.cursor() as cursor:
-                    await cursor.execute(request.statement, request.params)
-                    return await cursor.fetchall() if cursor.description is not None else []
+                return await _fetch(conn, Execute(request.statement, request.params))
             finally:
                 await conn.set_autocommit(False)
         except psycopg.Error as exc:

@@ -150,8 +150,8 @@ class Memory(MemoryBase):
     # --- the runner: the only place that does I/O --------------------------------------------------
 
     def _run(self, op: Operation[T], *, read_only: bool = False) -> T:
-        """Drive `op` on one pooled connection, in one transaction; `read_only` operations of a
-        single consistent statement run in autocommit mode instead (two round trips fewer)."""
+        """Drive `op` on one pooled connection, in one transaction; `read_only` operations (recall,
+        whose statements each stand alone) run in autocommit mode instead (no BEGIN / COMMIT)."""
         with ExitStack() as stack:
             conns: list[psycopg.Connection[Any]] = []
 
@@ -255,9 +255,7 @@ class Memory(MemoryBase):
         try:
             conn.autocommit = True
             try:
-                with conn.cursor() as cursor:
-                    cursor.execute(request.statement, request.params)
-                    return cursor.fetchall() if cursor.description is not None else []
+                return _fetch(conn, Execute(request.statement, request.params))
             finally:
                 conn.autocommit = False
         except psycopg.Error as exc:

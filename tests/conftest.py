@@ -70,6 +70,13 @@ class Either:
         return call
 
 
+async def open_memory(flavour: str, dsn: str, embedder: Any, **kwargs: Any) -> Either:
+    """A Memory ("sync") or an AsyncMemory ("async") opened with `kwargs`, behind `Either`."""
+    if flavour == "sync":
+        return Either(Memory.open(dsn, embedder, **kwargs))
+    return Either(await AsyncMemory.open(dsn, embedder, **kwargs))
+
+
 @pytest.fixture(params=["sync", "async"])
 async def memory(request: pytest.FixtureRequest, pg_dsn: str, embedder: LocalEmbedder) -> AsyncIterator[Either]:
     """A Memory and an AsyncMemory on the test server (each test runs once with each)."""

@@ -27,11 +27,10 @@ from typing import Any
 
 import psycopg
 import pytest
-from conftest import Either
+from conftest import Either, open_memory
 from helpers import FaultyEmbedder
 
 from memsoda_core import (
-    AsyncMemory,
     ConfigurationError,
     EmbeddingError,
     LimitError,
@@ -62,12 +61,6 @@ EPISODES = [
 def jsonl(facts: Sequence[dict[str, Any]], episodes: Sequence[dict[str, Any]] = ()) -> io.StringIO:
     lines = [json.dumps(f) for f in facts] + [json.dumps({"kind": "episode", **e}) for e in episodes]
     return io.StringIO("\n".join(lines) + "\n")
-
-
-async def open_memory(flavour: str, dsn: str, embedder: Any, **kwargs: Any) -> Either:
-    if flavour == "sync":
-        return Either(Memory.open(dsn, embedder, **kwargs))
-    return Either(await AsyncMemory.open(dsn, embedder, **kwargs))
 
 
 # --- embedder faults ---------------------------------------------------------------------------------

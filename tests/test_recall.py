@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import Either
+from conftest import Either, open_memory
 from helpers import CountingEmbedder, FaultyEmbedder
 
 from memsoda_core import AsyncMemory, LocalEmbedder, Memory, RecallOptions, ValidationError
@@ -336,12 +336,7 @@ async def test_ref_failed_embedding_degrades_to_keyword_anchor_and_recency(
 ) -> None:
     faulty = FaultyEmbedder(embedder, delay_s=1.0)
     options = RecallOptions(embed_timeout_s=0.3)
-    opened = (
-        Memory.open(pg_dsn, faulty, options=options)
-        if flavour == "sync"
-        else await AsyncMemory.open(pg_dsn, faulty, options=options)
-    )
-    memory = Either(opened)
+    memory = await open_memory(flavour, pg_dsn, faulty, options=options)
     try:
         await memory.add_facts(BRIDGE, **scope)
         faulty.mode = mode

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
-from conftest import Either
+from conftest import Either, open_memory
 from helpers import CountingEmbedder, FaultyEmbedder, OtherModel
 from psycopg import sql
 
@@ -277,7 +277,7 @@ async def test_only_new_entity_names_are_embedded(
     pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str], flavour: str
 ) -> None:
     counting = CountingEmbedder(embedder)
-    memory = Either(Memory.open(pg_dsn, counting) if flavour == "sync" else await AsyncMemory.open(pg_dsn, counting))
+    memory = await open_memory(flavour, pg_dsn, counting)
     try:
         await memory.add_facts(NETFLIX[:2], **scope)
         assert sorted(counting.documents[2:]) == ["breaking bad", "netflix", "user"]
@@ -573,7 +573,7 @@ async def test_failed_embedding_writes_nothing(
     pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str], mode: str, flavour: str
 ) -> None:
     faulty = FaultyEmbedder(embedder)
-    memory = Either(Memory.open(pg_dsn, faulty) if flavour == "sync" else await AsyncMemory.open(pg_dsn, faulty))
+    memory = await open_memory(flavour, pg_dsn, faulty)
     try:
         await memory.add_facts(NETFLIX[:1], **scope)
         faulty.mode = mode

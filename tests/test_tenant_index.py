@@ -12,12 +12,12 @@ from typing import Any
 
 import psycopg
 import pytest
-from conftest import Either
+from conftest import open_memory
 from helpers import CountingEmbedder
 from psycopg import sql
 from typer.testing import CliRunner
 
-from memsoda_core import AsyncMemory, ConfigurationError, EmbeddingError, Memory, RecallOptions, ValidationError
+from memsoda_core import ConfigurationError, EmbeddingError, Memory, RecallOptions, ValidationError
 from memsoda_core.cli import app
 from memsoda_core.recall import plan_for, statement_params
 from memsoda_core.sql_recall import recall_statements
@@ -210,12 +210,7 @@ async def test_a_failed_import_gives_back_the_index_it_set_aside(pg_dsn: str, em
         before = _index_oids(pg_dsn, schema)[facts_index]
         failing = FailsOnCall(embedder, n=2)  # the second batch of the import
         lines = "\n".join(json.dumps(fact) for fact in _facts(THRESHOLD, offset=300))
-        opened = (
-            Memory.open(pg_dsn, failing, schema=schema)
-            if flavour == "sync"
-            else await AsyncMemory.open(pg_dsn, failing, schema=schema)
-        )
-        memory_either = Either(opened)
+        memory_either = await open_memory(flavour, pg_dsn, failing, schema=schema)
         try:
             with pytest.raises(EmbeddingError):
                 await memory_either.import_jsonl(io.StringIO(lines), **scope, batch_size=THRESHOLD // 2)
