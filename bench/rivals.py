@@ -79,12 +79,12 @@ def langchain_setup(
     conn: psycopg.Connection[Any],
     dsn: str,
     tenants: Sequence[TenantData],
-    large: Sequence[str],
+    measured: Sequence[str],
     lookup: Lookup,
     *,
     prefix: str,
 ) -> dict[str, Any]:
-    """Load the rows and return project -> EnsembleRetriever for each large tenant."""
+    """Load the rows and return project -> EnsembleRetriever for each measured tenant."""
     from langchain_classic.retrievers import EnsembleRetriever
     from langchain_community.retrievers import BM25Retriever
     from langchain_core.embeddings import Embeddings
@@ -133,7 +133,7 @@ def langchain_setup(
     _bulk(conn, lc_schema, "facts", fill)
     retrievers: dict[str, Any] = {"_engine": engine}
     for data in tenants:
-        if data.project not in large:
+        if data.project not in measured:
             continue
         vector = store.as_retriever(search_kwargs={"k": 8, "filter": {"project": data.project}})
         bm25 = BM25Retriever.from_texts([f"{s} {p} {o}" for s, p, o in fact_texts(data)], k=8)
@@ -148,12 +148,12 @@ def llamaindex_setup(
     conn: psycopg.Connection[Any],
     dsn: str,
     tenants: Sequence[TenantData],
-    large: Sequence[str],
+    measured: Sequence[str],
     lookup: Lookup,
     *,
     prefix: str,
 ) -> dict[str, Any]:
-    """Load the rows and return project -> QueryFusionRetriever for each large tenant."""
+    """Load the rows and return project -> QueryFusionRetriever for each measured tenant."""
     from llama_index.core import VectorStoreIndex
     from llama_index.core.embeddings import BaseEmbedding
     from llama_index.core.llms import MockLLM
@@ -221,7 +221,7 @@ def llamaindex_setup(
     _bulk(conn, li_schema, "data_facts", fill)
     index = VectorStoreIndex.from_vector_store(store, embed_model=LookupEmbedding())
     retrievers: dict[str, Any] = {"_store": store}
-    for project in large:
+    for project in measured:
         filters = MetadataFilters(filters=[MetadataFilter(key="project", value=project)])
         dense = index.as_retriever(similarity_top_k=8, filters=filters)
         sparse = index.as_retriever(

@@ -43,6 +43,7 @@ class SizeResult:
     stages: dict[str, list[float]]
     peak_kib: float
     parts: dict[str, Samples] = field(default_factory=dict)
+    kind: str = "large"
 
 
 PARTS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
@@ -207,6 +208,9 @@ def run(
             for i in range(small)
         ]
         large = [f"large{size}" for size in sizes]
+        # the first small tenant is measured too: most memories are small, and they have no tenant index
+        measured = ([tenants[0].project] if small else []) + large
+        measured_sizes = ([small_facts] if small else []) + list(sizes)
         tenants += [
             synth.generate(synth.Tenant(project=name, facts=size), dims=dims, words=words, seed=seed + size)
             for name, size in zip(large, sizes, strict=True)
@@ -217,7 +221,7 @@ def run(
             name: synth.queries(t, warmup + queries, words=words, seed=seed)
             for t in tenants
             for name in [t.project]
-            if name in large
+            if name in measured
         }
         with connect(memory.dsn) as conn:
             report = synth.load(conn, memory.info.schema, tenants)
@@ -235,7 +239,7 @@ def run(
                 ):
                     mark = time.perf_counter()
                     try:
-                        loaded.update(loader(conn, memory.dsn, tenants, large, lookup, prefix=memory.info.schema))
+                        loaded.update(loader(conn, memory.dsn, tenants, measured, lookup, prefix=memory.info.schema))
                         setup[name] = time.perf_counter() - mark
                     except ImportError as exc:
                         out.append(f"{name} skipped (not installed): {exc}\n")
@@ -249,9 +253,10 @@ def run(
             f"{tenant_index_s:.1f} s" + "".join(f"; {name} load + index {s:.1f} s" for name, s in setup.items()) + ".\n"
         )
         try:
-            for size, project in zip(sizes, large, strict=True):
+            for size, project in zip(measured_sizes, measured, strict=True):
                 result = measure(memory, project, workload[project], warmup=warmup, lc=lc, li=li, embed_loop=embed_loop)
                 result.size = size
+                result.kind = "large" if project in large else "small"
                 result.parts = breakdown(memory, project, workload[project][warmup:])
                 out.append(table(result, len(workload[project]) - warmup))
         finally:
@@ -291,7 +296,7 @@ def table(result: SizeResult, n: int) -> str:
         else ""
     )
     return (
-        f"### large tenant of {result.size:,} facts ({n} queries, precomputed query vectors)\n\n"
+        f"### {result.kind} tenant of {result.size:,} facts ({n} queries, precomputed query vectors)\n\n"
         + markdown_table(
             ["system", "p50 ms", "p95 ms", "p99 ms", "p50 / floor", "p50 / memsoda", "rows returned"], rows
         )

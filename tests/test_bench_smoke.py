@@ -86,6 +86,7 @@ def test_speed_smoke(bench_dsn: str, capsys: pytest.CaptureFixture[str]) -> None
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "### large tenant of 400 facts" in out
+    assert "### small tenant of 50 facts" in out  # the first small tenant is measured too
     assert "| memsoda recall |" in out
     assert "| floor: bare kNN top-8 |" in out
     assert "memsoda recall, embedder in the loop" in out
