@@ -60,7 +60,7 @@ async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
 
 async def _fetch(conn: psycopg.AsyncConnection[Any], request: Execute) -> list[Any]:
     async with conn.cursor() as cursor:
-        await cursor.execute(request.statement, request.params)
+        await cursor.execute(request.statement, request.params, prepare=request.prepare)
         return await cursor.fetchall() if cursor.description is not None else []
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -13,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 import numpy as np
 import psycopg
@@ -33,6 +34,7 @@ from .errors import (
 from .models import EpisodeInput, FactInput, ImportReport, IncludeOption, RecallResult
 from .ops import StoreInfo
 from .options import DEFAULT_OPTIONS, RecallOptions
+from .scope_sizes import ScopeSizes
 from .steps import Maintain, Operation, Peek
 from .synthesis import Synthesizer, as_synthesizer
 from .validation import (
@@ -46,6 +48,8 @@ from .validation import (
     parse_time,
 )
 
+T = TypeVar("T")
+
 logger = logging.getLogger(__name__)
 
 INCLUDE_OPTIONS: frozenset[str] = frozenset({"raw", "episodes", "synthesis"})
@@ -57,10 +61,15 @@ SESSION_SETTINGS = (
 )
 """Run on every new pooled connection."""
 
+PREPARE_ONLY_WHEN_ASKED = sys.maxsize
+"""psycopg's threshold for preparing a statement by itself: never reached. `None` would disable
+preparing altogether, even the statements memsoda asks for (`Execute.prepare`)."""
+
 CONNECTION_KWARGS: dict[str, Any] = {
     # Automatic prepared statements share one generic plan across tenants of very different sizes
-    # (PERF-NOTES measured 110 ms instead of 11 ms); always plan with the actual parameters.
-    "prepare_threshold": None,
+    # (PERF-NOTES measured 110 ms instead of 11 ms); only statements whose one plan suits every
+    # scope they run for are prepared, on request (see `scope_sizes`).
+    "prepare_threshold": PREPARE_ONLY_WHEN_ASKED,
     "autocommit": False,
 }
 
@@ -271,6 +280,7 @@ class MemoryBase:
         self._options = options or DEFAULT_OPTIONS
         self._synthesizer = as_synthesizer(synthesizer)
         self._cache = EmbeddingCache(cache_size)
+        self._scope_sizes = ScopeSizes()
         self._target = target
 
     @property
@@ -298,6 +308,13 @@ class MemoryBase:
 
     # Operation builders: validate arguments here, eagerly, so bad input raises at the call.
 
+    def _resizing(self, scope: Scope, op: Operation[T]) -> Operation[T]:
+        """`op`, a write that changes how many facts `scope` holds; its remembered size is dropped
+        once the write is done (see `scope_sizes`)."""
+        result = yield from op
+        self._scope_sizes.forget(scope)
+        return result
+
     def _add_facts_op(
         self,
         facts: Sequence[FactInput | Mapping[str, Any]],
@@ -305,7 +322,8 @@ class MemoryBase:
         project: str,
         vectors: Sequence[Sequence[float]] | np.ndarray[Any, Any] | None,
     ) -> Operation[list[int]]:
-        return ops.add_facts(self._info, check_scope(dataset, project), facts, now=self._now(), vectors=vectors)
+        scope = check_scope(dataset, project)
+        return self._resizing(scope, ops.add_facts(self._info, scope, facts, now=self._now(), vectors=vectors))
 
     def _invalidate_op(self, fact_id: int, dataset: str, project: str, at: Any) -> Operation[bool]:
         return ops.invalidate(self._info, check_scope(dataset, project), fact_id, at=at, now=self._now())
@@ -313,7 +331,8 @@ class MemoryBase:
     def _supersede_op(
         self, fact_id: int, new_fact: FactInput | Mapping[str, Any], dataset: str, project: str
     ) -> Operation[int]:
-        return ops.supersede(self._info, check_scope(dataset, project), fact_id, new_fact, now=self._now())
+        scope = check_scope(dataset, project)
+        return self._resizing(scope, ops.supersede(self._info, scope, fact_id, new_fact, now=self._now()))
 
     def _add_episodes_op(
         self, episodes: Sequence[EpisodeInput | Mapping[str, Any]], dataset: str, project: str
@@ -323,7 +342,7 @@ class MemoryBase:
     def _forget_op(self, dataset: str, project: str, entity: str | None) -> Operation[int]:
         scope = check_scope(dataset, project)
         name = None if entity is None else check_entity_name(entity)
-        return ops.forget(self._info, scope, name)
+        return self._resizing(scope, ops.forget(self._info, scope, name))
 
     def _recall_op(
         self,
@@ -365,6 +384,7 @@ class MemoryBase:
             query_embedding=vector,
             as_of=when,
             now=self._now(),
+            scope_sizes=self._scope_sizes,
         )
 
     def _parse_import(self, lines: Sequence[str], dataset: str, project: str, on_error: str) -> ParsedImport:
@@ -379,14 +399,17 @@ class MemoryBase:
         progress: Callable[[int], None] | None,
         rebuild_index: bool | None,
     ) -> Operation[tuple[int, int]]:
-        return ops.import_records(
-            self._info,
+        return self._resizing(
             parsed.scope,
-            parsed.facts,
-            parsed.episodes,
-            batch_size=batch_size,
-            progress=progress,
-            rebuild_index=rebuild_index,
+            ops.import_records(
+                self._info,
+                parsed.scope,
+                parsed.facts,
+                parsed.episodes,
+                batch_size=batch_size,
+                progress=progress,
+                rebuild_index=rebuild_index,
+            ),
         )
 
     def _restore_indexes_op(self, parsed: ParsedImport) -> Operation[list[str]]:

@@ -58,7 +58,7 @@ def _configure(conn: psycopg.Connection[Any]) -> None:
 
 def _fetch(conn: psycopg.Connection[Any], request: Execute) -> list[Any]:
     with conn.cursor() as cursor:
-        cursor.execute(request.statement, request.params)
+        cursor.execute(request.statement, request.params, prepare=request.prepare)
         return cursor.fetchall() if cursor.description is not None else []
 
 

@@ -42,7 +42,14 @@ from .recall import (
     scored_facts,
     statement_params,
 )
-from .sql_recall import episodes_statement, facts_statement, recall_statements, recent_episodes_statement
+from .scope_sizes import ScopeSizes
+from .sql_recall import (
+    episodes_statement,
+    facts_statement,
+    recall_statements,
+    recent_episodes_statement,
+    scope_facts_statement,
+)
 from .steps import Concurrently, EmbedDocuments, EmbedQuery, Execute, Maintain, Operation, Peek, Synthesize
 from .validation import (
     Scope,
@@ -496,9 +503,12 @@ def recall(
     query_embedding: Sequence[float] | np.ndarray[Any, Any] | None,
     as_of: datetime | None,
     now: datetime,
+    scope_sizes: ScopeSizes,
 ) -> Operation[RecallResult]:
     """The signals in two statements run at once, RRF, the kept facts read, grouping and
-    rendering; see `recall.py`."""
+    rendering; see `recall.py`. Statements whose plan fits every scope they serve are prepared
+    (the kept facts' read; the signals of a scope under the tenant-index threshold): see
+    `scope_sizes`, which also remembers the scope's size between recalls."""
     timings: dict[str, float] = {}
     started = time.perf_counter()
     embedding: Sequence[float] | np.ndarray[Any, Any] | None = None
@@ -521,14 +531,20 @@ def recall(
         text_search_config=info.text_search_config,
     )
     mark = time.perf_counter()
+    scope_facts = scope_sizes.get(scope)
+    if scope_facts is None:
+        ((scope_facts,),) = yield Execute(scope_facts_statement(info.schema), params, prepare=True)
+        scope_sizes.put(scope, scope_facts)
+    shared_plan = scope_facts < info.tenant_index_min_facts  # searched exactly: one plan fits all such
     statements = recall_statements(info.schema, plan_for(query, embedding is not None, options))
-    results = yield Concurrently(tuple(Execute(statement, params) for statement in statements))
+    results = yield Concurrently(tuple(Execute(statement, params, prepare=shared_plan) for statement in statements))
     timings["query"] = _ms(mark)
     mark = time.perf_counter()
     kept = fuse_hits((row for rows in results for row in rows), options)
     timings["fuse"] = _ms(mark)
     mark = time.perf_counter()
-    fact_rows = yield Execute(facts_statement(info.schema), {**params, "fact_ids": [k.fact_id for k in kept]})
+    fact_ids = [k.fact_id for k in kept]
+    fact_rows = yield Execute(facts_statement(info.schema), {**params, "fact_ids": fact_ids}, prepare=True)
     scored = scored_facts(kept, fact_rows)
     timings["facts"] = _ms(mark)
     episodes = []

@@ -340,6 +340,17 @@ def recall_statements(schema: str, plan: RecallPlan) -> tuple[sql.SQL, ...]:
 
 
 @lru_cache(maxsize=64)
+def scope_facts_statement(schema: str) -> sql.SQL:
+    """How many facts the scope holds (0 when it holds none)."""
+    return rendered(
+        _fragment(
+            "SELECT coalesce((SELECT sc.fact_count FROM {s}.scopes sc WHERE {scope_sc}), 0)",
+            schema,
+        )
+    )
+
+
+@lru_cache(maxsize=64)
 def facts_statement(schema: str) -> sql.SQL:
     """The columns of the facts fusion kept (%(fact_ids)s), in the scope."""
     return rendered(

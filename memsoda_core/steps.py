@@ -23,6 +23,9 @@ class Execute:
 
     statement: sql.Composed | sql.SQL
     params: Mapping[str, Any] | tuple[Any, ...] | None = None
+    prepare: bool = False
+    """Prepare it on the connection, so the server may keep its plan: only for a statement whose
+    one plan suits every scope it is run for (see `scope_sizes`)."""
 
 
 @dataclass(frozen=True)

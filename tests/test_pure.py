@@ -271,3 +271,22 @@ def test_rendered_recall_statements_fit_psycopgs_parse_cache() -> None:
             text = statement.as_string(None)
             assert len(text.encode()) <= PARSE_CACHE_BYTES, plan
             assert "%(dataset)s" in text and "  " not in text.replace("' | '", "").replace("' & '", "")
+
+
+def test_scope_sizes_expire_forget_and_stay_bounded() -> None:
+    from memsoda_core.scope_sizes import ScopeSizes
+    from memsoda_core.validation import Scope
+
+    a, b, c = (Scope(dataset="d", project=p) for p in "abc")
+    sizes = ScopeSizes(ttl_s=60.0, size=2)
+    assert sizes.get(a) is None
+    sizes.put(a, 10)
+    sizes.put(b, 20)
+    assert sizes.get(a) == 10  # a is now the most recently used
+    sizes.put(c, 30)  # over the bound: b, the least recently used, goes
+    assert (sizes.get(a), sizes.get(b), sizes.get(c)) == (10, None, 30)
+    sizes.forget(a)
+    assert sizes.get(a) is None
+    expired = ScopeSizes(ttl_s=0.0)
+    expired.put(a, 10)
+    assert expired.get(a) is None  # trusted for no time at all

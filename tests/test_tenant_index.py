@@ -344,3 +344,65 @@ def test_the_half_rule_tsquery_is_built_once_per_recall(small_threshold: Memory,
 def _index_names(memory: Memory) -> set[str]:
     with memory._pool.connection() as conn:
         return set(_valid_indexes(conn, memory.info.schema))
+
+
+# --- prepared statements: only where one plan fits every scope ---------------------------------
+
+
+def _plan_counts(memory: Memory) -> dict[str, int]:
+    """Prepared statements of the store's only pooled connection: first line -> plans made."""
+    with memory._pool.connection() as conn:
+        rows = conn.execute("SELECT statement, generic_plans + custom_plans FROM pg_prepared_statements").fetchall()
+    return {str(text).split("\n", 1)[0]: int(plans) for text, plans in rows}
+
+
+@pytest.fixture
+def one_connection(pg_dsn: str, embedder: Any) -> Iterator[Memory]:
+    """A store with one pooled connection (so its prepared statements can be read) and a small
+    tenant-index threshold."""
+    with (
+        dropped_after(pg_dsn, "prepared_test") as schema,
+        Memory.open(pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD, pool_size=1) as memory,
+    ):
+        yield memory
+
+
+def test_signals_are_prepared_for_small_scopes_only(one_connection: Memory) -> None:
+    memory = one_connection
+    memory.add_facts(_facts(THRESHOLD // 2), dataset="d", project="small")
+    memory.add_facts(_facts(THRESHOLD + 2), dataset="d", project="indexed")
+    for _ in range(7):  # past PostgreSQL's five custom plans, when it may switch to a generic one
+        memory.recall("Person1 visited a town", dataset="d", project="indexed")
+    signals = {text for text in _plan_counts(memory) if text == "WITH"}
+    assert not signals  # an indexed scope's statements are planned with its own values every time
+    for _ in range(7):
+        memory.recall("Person1 visited a town", dataset="d", project="small")
+    counts = _plan_counts(memory)
+    assert counts.get("WITH", 0) >= 7  # the small scope's signal statements ran prepared
+    assert any(text.startswith("SELECT f.id") for text in counts)  # the kept facts' read, always
+
+
+def test_a_write_that_grows_a_scope_past_the_threshold_stops_its_prepared_signals(one_connection: Memory) -> None:
+    memory = one_connection
+    memory.add_facts(_facts(THRESHOLD // 2), dataset="d", project="growing")
+    memory.recall("Person1 visited a town", dataset="d", project="growing")  # remembers: small
+    before = _plan_counts(memory)
+    assert before.get("WITH", 0) > 0
+    memory.add_facts(_facts(THRESHOLD, offset=100), dataset="d", project="growing")  # now indexed
+    memory.recall("Person1 visited a town", dataset="d", project="growing")
+    assert _plan_counts(memory).get("WITH", 0) == before["WITH"]  # planned afresh, not from the prepared one
+
+
+def test_prepared_and_freshly_planned_signals_return_the_same_recall(small_threshold: Memory) -> None:
+    memory = small_threshold
+    facts = _facts(THRESHOLD // 2 + 1)
+    facts[0]["invalid_at"] = "2024-06-01T00:00:00Z"
+    memory.add_facts(facts, dataset="d", project="same")
+    queries = ["Person1 visited a town", "Town3", "who went where", None]
+    prepared = [memory.recall(q, dataset="d", project="same") for q in queries * 3]
+    memory._scope_sizes.put(Scope(dataset="d", project="same"), 10**9)  # as if indexed: planned each time
+    fresh = [memory.recall(q, dataset="d", project="same") for q in queries * 3]
+    assert [r.context for r in prepared] == [r.context for r in fresh]
+    assert [[(s.fact.id, s.ranks) for s in r.facts] for r in prepared] == [
+        [(s.fact.id, s.ranks) for s in r.facts] for r in fresh
+    ]
