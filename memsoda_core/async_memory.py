@@ -20,6 +20,8 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from .base import (
     CONNECTION_KWARGS,
+    END_GENERIC_PLAN,
+    FORCE_GENERIC_PLAN,
     PEEK_CONNECTION_WAIT_S,
     POOL_MIN_SIZE,
     PROBE_CONNECT_TIMEOUT_S,
@@ -46,7 +48,17 @@ from .errors import MemsodaError
 from .models import EpisodeInput, FactInput, ImportReport, RecallResult
 from .ops import open_store
 from .options import RecallOptions
-from .steps import Concurrently, EmbedDocuments, EmbedQuery, Execute, Maintain, Operation, Peek, Synthesize
+from .steps import (
+    Concurrently,
+    EmbedDocuments,
+    EmbedQuery,
+    Execute,
+    Maintain,
+    Operation,
+    Peek,
+    Planning,
+    Synthesize,
+)
 
 T = TypeVar("T")
 
@@ -59,8 +71,20 @@ async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
 
 
 async def _fetch(conn: psycopg.AsyncConnection[Any], request: Execute) -> list[Any]:
+    if request.planning is Planning.GENERIC:
+        return await _fetch_generic(conn, request)
     async with conn.cursor() as cursor:
-        await cursor.execute(request.statement, request.params, prepare=request.prepare)
+        await cursor.execute(request.statement, request.params, prepare=request.planning is Planning.CACHED)
+        return await cursor.fetchall() if cursor.description is not None else []
+
+
+async def _fetch_generic(conn: psycopg.AsyncConnection[Any], request: Execute) -> list[Any]:
+    """`request` on its generic plan: see `memory._fetch_generic`."""
+    async with conn.cursor() as cursor:
+        async with conn.pipeline():
+            await conn.execute(FORCE_GENERIC_PLAN)
+            await cursor.execute(request.statement, request.params, prepare=True)
+            await conn.execute(END_GENERIC_PLAN)
         return await cursor.fetchall() if cursor.description is not None else []
 
 

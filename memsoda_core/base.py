@@ -61,9 +61,14 @@ SESSION_SETTINGS = (
 )
 """Run on every new pooled connection."""
 
+FORCE_GENERIC_PLAN = sql.SQL("SET plan_cache_mode = force_generic_plan")
+END_GENERIC_PLAN = sql.SQL("RESET plan_cache_mode")
+"""Sent before and after a `Planning.GENERIC` statement, in one pipeline: one round trip and one
+implicit transaction, so if the statement fails the setting is rolled back with it."""
+
 PREPARE_ONLY_WHEN_ASKED = sys.maxsize
 """psycopg's threshold for preparing a statement by itself: never reached. `None` would disable
-preparing altogether, even the statements memsoda asks for (`Execute.prepare`)."""
+preparing altogether, even the statements memsoda asks for (`Execute.planning`)."""
 
 CONNECTION_KWARGS: dict[str, Any] = {
     # Automatic prepared statements share one generic plan across tenants of very different sizes

@@ -17,6 +17,8 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from .base import (
     CONNECTION_KWARGS,
+    END_GENERIC_PLAN,
+    FORCE_GENERIC_PLAN,
     PEEK_CONNECTION_WAIT_S,
     POOL_MIN_SIZE,
     PROBE_CONNECT_TIMEOUT_S,
@@ -44,7 +46,17 @@ from .errors import MemsodaError
 from .models import EpisodeInput, FactInput, ImportReport, RecallResult
 from .ops import open_store
 from .options import RecallOptions
-from .steps import Concurrently, EmbedDocuments, EmbedQuery, Execute, Maintain, Operation, Peek, Synthesize
+from .steps import (
+    Concurrently,
+    EmbedDocuments,
+    EmbedQuery,
+    Execute,
+    Maintain,
+    Operation,
+    Peek,
+    Planning,
+    Synthesize,
+)
 
 T = TypeVar("T")
 
@@ -57,8 +69,21 @@ def _configure(conn: psycopg.Connection[Any]) -> None:
 
 
 def _fetch(conn: psycopg.Connection[Any], request: Execute) -> list[Any]:
+    if request.planning is Planning.GENERIC:
+        return _fetch_generic(conn, request)
     with conn.cursor() as cursor:
-        cursor.execute(request.statement, request.params, prepare=request.prepare)
+        cursor.execute(request.statement, request.params, prepare=request.planning is Planning.CACHED)
+        return cursor.fetchall() if cursor.description is not None else []
+
+
+def _fetch_generic(conn: psycopg.Connection[Any], request: Execute) -> list[Any]:
+    """`request` on its generic plan: the setting, the statement and the reset go in one pipeline,
+    so one round trip, and one transaction that takes the setting back if the statement fails."""
+    with conn.cursor() as cursor:
+        with conn.pipeline():
+            conn.execute(FORCE_GENERIC_PLAN)
+            cursor.execute(request.statement, request.params, prepare=True)
+            conn.execute(END_GENERIC_PLAN)
         return cursor.fetchall() if cursor.description is not None else []
 
 

@@ -50,7 +50,17 @@ from .sql_recall import (
     recent_episodes_statement,
     scope_facts_statement,
 )
-from .steps import Concurrently, EmbedDocuments, EmbedQuery, Execute, Maintain, Operation, Peek, Synthesize
+from .steps import (
+    Concurrently,
+    EmbedDocuments,
+    EmbedQuery,
+    Execute,
+    Maintain,
+    Operation,
+    Peek,
+    Planning,
+    Synthesize,
+)
 from .validation import (
     Scope,
     ValidEpisode,
@@ -533,18 +543,22 @@ def recall(
     mark = time.perf_counter()
     scope_facts = scope_sizes.get(scope)
     if scope_facts is None:
-        ((scope_facts,),) = yield Execute(scope_facts_statement(info.schema), params, prepare=True)
+        ((scope_facts,),) = yield Execute(scope_facts_statement(info.schema), params, Planning.CACHED)
         scope_sizes.put(scope, scope_facts)
-    shared_plan = scope_facts < info.tenant_index_min_facts  # searched exactly: one plan fits all such
-    statements = recall_statements(info.schema, plan_for(query, embedding is not None, options))
-    results = yield Concurrently(tuple(Execute(statement, params, prepare=shared_plan) for statement in statements))
+    # under the threshold: searched exactly, one plan fits every such scope (PostgreSQL keeps it);
+    # past it: the scope's own statements, naming it where its partial indexes must match, on
+    # their generic plans (PostgreSQL would keep planning them afresh); see `scope_sizes`
+    indexed = scope if scope_facts >= info.tenant_index_min_facts else None
+    planning = Planning.CACHED if indexed is None else Planning.GENERIC
+    statements = recall_statements(info.schema, plan_for(query, embedding is not None, options), indexed)
+    results = yield Concurrently(tuple(Execute(statement, params, planning) for statement in statements))
     timings["query"] = _ms(mark)
     mark = time.perf_counter()
     kept = fuse_hits((row for rows in results for row in rows), options)
     timings["fuse"] = _ms(mark)
     mark = time.perf_counter()
     fact_ids = [k.fact_id for k in kept]
-    fact_rows = yield Execute(facts_statement(info.schema), {**params, "fact_ids": fact_ids}, prepare=True)
+    fact_rows = yield Execute(facts_statement(info.schema), {**params, "fact_ids": fact_ids}, Planning.CACHED)
     scored = scored_facts(kept, fact_rows)
     timings["facts"] = _ms(mark)
     episodes = []

@@ -1,16 +1,13 @@
-"""Which recall statements the server may keep a plan for.
+"""How big a scope is, remembered: recall picks its statements and plans by it.
 
-Planning is most of a small scope's recall: for a 1,000-fact tenant the anchor statement took
-1.3 ms to plan and 0.3 ms to run. A scope under the tenant-index threshold is searched exactly
-(no index of its own), so one plan fits every such scope: its recall statements are prepared on
-the connection, and PostgreSQL keeps a generic plan after its fifth run when that plan costs no
-more than planning each time. A scope with its own indexes is never given a prepared statement:
-only a plan made with its actual tenant values can use its partial indexes (a shared generic plan
-scanned a 100k-fact tenant exactly: PERF-NOTES' 110 ms trap).
+A scope under the tenant-index threshold is searched exactly, so every such scope shares one set
+of prepared statements and their kept plan. A scope with its own partial indexes gets statements
+naming it where those indexes must match, run on their generic plans; a plan shared with other
+scopes could not use them (PERF-NOTES' 110 ms trap). See docs/ARCHITECTURE.md, "Plans".
 
-So recall needs the scope's size. It is read once (a primary-key lookup) and remembered for
-`SCOPE_SIZE_TTL_S`; writes through the same store forget it at once. A size out of date can only
-cost speed, never change a result: both kinds of plan return the same rows.
+The size is read once (a primary-key lookup) and remembered for `SCOPE_SIZE_TTL_S`; writes through
+the same store forget it. A size out of date can only cost speed, never change a result: both
+kinds of statement return the same rows.
 """
 
 from __future__ import annotations

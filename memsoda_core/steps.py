@@ -10,11 +10,25 @@ from __future__ import annotations
 
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, TypeVar
 
 from psycopg import sql
 
 T = TypeVar("T")
+
+
+class Planning(Enum):
+    """How the server plans a statement (see `scope_sizes` for which statements get which)."""
+
+    FRESH = "fresh"
+    """Planned with its actual values at every run: psycopg does not prepare it."""
+    CACHED = "cached"
+    """Prepared on the connection: PostgreSQL plans it with the actual values for five runs, then
+    keeps a generic plan when that costs no more."""
+    GENERIC = "generic"
+    """Prepared and always run on its generic plan (`plan_cache_mode` forced for this statement
+    alone)."""
 
 
 @dataclass(frozen=True)
@@ -23,9 +37,7 @@ class Execute:
 
     statement: sql.Composed | sql.SQL
     params: Mapping[str, Any] | tuple[Any, ...] | None = None
-    prepare: bool = False
-    """Prepare it on the connection, so the server may keep its plan: only for a statement whose
-    one plan suits every scope it is run for (see `scope_sizes`)."""
+    planning: Planning = Planning.FRESH
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from memsoda_core.text import (
     normalize_query,
     normalized_terms,
 )
+from memsoda_core.validation import Scope
 
 
 def fact(fid: int, subject: str, predicate: str, obj: str, anchor: str, anchor_type: str, valid: str) -> Fact:
@@ -267,7 +268,10 @@ def test_rendered_recall_statements_fit_psycopgs_parse_cache() -> None:
         plan = RecallPlan(vector=vector, anchor=anchor, keyword=keyword, recent=recent)
         if not planned_signals(plan):
             continue
-        for statement in recall_statements("schema_of_20_chars__", plan):
+        named = Scope(dataset="d" * 40, project="p" * 40)  # an indexed scope's own statements
+        for statement in recall_statements("schema_of_20_chars__", plan) + recall_statements(
+            "schema_of_20_chars__", plan, named
+        ):
             text = statement.as_string(None)
             assert len(text.encode()) <= PARSE_CACHE_BYTES, plan
             assert "%(dataset)s" in text and "  " not in text.replace("' | '", "").replace("' & '", "")

@@ -346,14 +346,18 @@ def _index_names(memory: Memory) -> set[str]:
         return set(_valid_indexes(conn, memory.info.schema))
 
 
-# --- prepared statements: only where one plan fits every scope ---------------------------------
+# --- plans: kept per connection, never shared between an indexed scope and any other ------------
 
 
-def _plan_counts(memory: Memory) -> dict[str, int]:
-    """Prepared statements of the store's only pooled connection: first line -> plans made."""
+def _prepared(memory: Memory) -> dict[str, tuple[int, int]]:
+    """Prepared statements of the store's only pooled connection: text -> (generic, custom) plans."""
     with memory._pool.connection() as conn:
-        rows = conn.execute("SELECT statement, generic_plans + custom_plans FROM pg_prepared_statements").fetchall()
-    return {str(text).split("\n", 1)[0]: int(plans) for text, plans in rows}
+        rows = conn.execute("SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements").fetchall()
+    return {str(text): (int(generic), int(custom)) for text, generic, custom in rows}
+
+
+def _signal_statements(memory: Memory) -> dict[str, tuple[int, int]]:
+    return {text: plans for text, plans in _prepared(memory).items() if text.startswith("WITH")}
 
 
 @pytest.fixture
@@ -367,42 +371,80 @@ def one_connection(pg_dsn: str, embedder: Any) -> Iterator[Memory]:
         yield memory
 
 
-def test_signals_are_prepared_for_small_scopes_only(one_connection: Memory) -> None:
+def _index_scans(memory: Memory, index: str) -> int:
+    with memory._pool.connection() as conn:
+        conn.execute("SELECT pg_stat_force_next_flush()")  # this backend's counts, flushed at commit
+        conn.commit()
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        ((scans,),) = conn.execute(
+            "SELECT coalesce(sum(idx_scan), 0) FROM pg_stat_user_indexes WHERE indexrelname = %s", (index,)
+        ).fetchall()
+    return int(scans)
+
+
+def test_small_scopes_share_kept_plans_and_an_indexed_scope_gets_generic_plans_that_use_its_indexes(
+    one_connection: Memory,
+) -> None:
     memory = one_connection
     memory.add_facts(_facts(THRESHOLD // 2), dataset="d", project="small")
     memory.add_facts(_facts(THRESHOLD + 2), dataset="d", project="indexed")
-    for _ in range(7):  # past PostgreSQL's five custom plans, when it may switch to a generic one
-        memory.recall("Person1 visited a town", dataset="d", project="indexed")
-    signals = {text for text in _plan_counts(memory) if text == "WITH"}
-    assert not signals  # an indexed scope's statements are planned with its own values every time
-    for _ in range(7):
+    for _ in range(7):  # past PostgreSQL's five custom plans, when it may keep a generic one
         memory.recall("Person1 visited a town", dataset="d", project="small")
-    counts = _plan_counts(memory)
-    assert counts.get("WITH", 0) >= 7  # the small scope's signal statements ran prepared
-    assert any(text.startswith("SELECT f.id") for text in counts)  # the kept facts' read, always
+    shared = _signal_statements(memory)
+    assert len(shared) == 2 and all(generic > 0 for generic, _ in shared.values())
+    assert not any("'small'" in text for text in shared)  # one text for every small scope: values bound
+
+    with memory._pool.connection() as conn:
+        conn.execute("SET enable_seqscan = off")  # 14 rows: make the choice the one at scale
+    vector_index = tenant_indexes(Scope(dataset="d", project="indexed"))[0].name
+    scans = _index_scans(memory, vector_index)
+    for _ in range(3):
+        memory.recall("Person1 visited a town", dataset="d", project="indexed")
+    own = {text: plans for text, plans in _signal_statements(memory).items() if text not in shared}
+    assert len(own) == 2 and all("'indexed'" in text for text in own)  # its own texts name it
+    assert all(custom == 0 and generic == 3 for generic, custom in own.values())  # generic from the first run
+    assert _index_scans(memory, vector_index) > scans  # and that generic plan used the scope's HNSW
+    with memory._pool.connection() as conn:
+        assert conn.execute("SHOW plan_cache_mode").fetchone() == ("auto",)  # forced for those statements only
 
 
-def test_a_write_that_grows_a_scope_past_the_threshold_stops_its_prepared_signals(one_connection: Memory) -> None:
+def test_a_write_that_grows_a_scope_past_the_threshold_moves_it_to_its_own_statements(one_connection: Memory) -> None:
     memory = one_connection
     memory.add_facts(_facts(THRESHOLD // 2), dataset="d", project="growing")
     memory.recall("Person1 visited a town", dataset="d", project="growing")  # remembers: small
-    before = _plan_counts(memory)
-    assert before.get("WITH", 0) > 0
+    assert not any("'growing'" in text for text in _signal_statements(memory))
     memory.add_facts(_facts(THRESHOLD, offset=100), dataset="d", project="growing")  # now indexed
     memory.recall("Person1 visited a town", dataset="d", project="growing")
-    assert _plan_counts(memory).get("WITH", 0) == before["WITH"]  # planned afresh, not from the prepared one
+    assert sum("'growing'" in text for text in _signal_statements(memory)) == 2
 
 
-def test_prepared_and_freshly_planned_signals_return_the_same_recall(small_threshold: Memory) -> None:
+def test_a_failed_generic_statement_leaves_the_session_setting_alone(pg_dsn: str) -> None:
+    from memsoda_core.memory import _fetch
+    from memsoda_core.steps import Execute, Planning
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            _fetch(conn, Execute(sql.SQL("SELECT 1 / %(zero)s"), {"zero": 0}, Planning.GENERIC))
+        assert conn.execute("SHOW plan_cache_mode").fetchone() == ("auto",)
+        assert _fetch(conn, Execute(sql.SQL("SELECT 6 * %(n)s"), {"n": 7}, Planning.GENERIC)) == [(42,)]
+        assert conn.execute("SHOW plan_cache_mode").fetchone() == ("auto",)
+        conn.autocommit = False  # inside an operation's transaction: the same, and the rollback takes it back
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            _fetch(conn, Execute(sql.SQL("SELECT 1 / %(zero)s"), {"zero": 0}, Planning.GENERIC))
+        conn.rollback()
+        assert conn.execute("SHOW plan_cache_mode").fetchone() == ("auto",)
+
+
+def test_shared_and_own_statements_return_the_same_recall(small_threshold: Memory) -> None:
     memory = small_threshold
     facts = _facts(THRESHOLD // 2 + 1)
     facts[0]["invalid_at"] = "2024-06-01T00:00:00Z"
     memory.add_facts(facts, dataset="d", project="same")
     queries = ["Person1 visited a town", "Town3", "who went where", None]
-    prepared = [memory.recall(q, dataset="d", project="same") for q in queries * 3]
-    memory._scope_sizes.put(Scope(dataset="d", project="same"), 10**9)  # as if indexed: planned each time
-    fresh = [memory.recall(q, dataset="d", project="same") for q in queries * 3]
-    assert [r.context for r in prepared] == [r.context for r in fresh]
-    assert [[(s.fact.id, s.ranks) for s in r.facts] for r in prepared] == [
-        [(s.fact.id, s.ranks) for s in r.facts] for r in fresh
+    shared = [memory.recall(q, dataset="d", project="same") for q in queries * 3]
+    memory._scope_sizes.put(Scope(dataset="d", project="same"), 10**9)  # as if indexed: its own statements
+    own = [memory.recall(q, dataset="d", project="same") for q in queries * 3]
+    assert [r.context for r in shared] == [r.context for r in own]
+    assert [[(s.fact.id, s.ranks) for s in r.facts] for r in shared] == [
+        [(s.fact.id, s.ranks) for s in r.facts] for r in own
     ]
