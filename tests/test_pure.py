@@ -269,12 +269,12 @@ def test_rendered_recall_statements_fit_psycopgs_parse_cache() -> None:
         if not planned_signals(plan):
             continue
         named = Scope(dataset="d" * 40, project="p" * 40)  # an indexed scope's own statements
-        for statement in recall_statements("schema_of_20_chars__", plan) + recall_statements(
-            "schema_of_20_chars__", plan, named
-        ):
-            text = statement.as_string(None)
-            assert len(text.encode()) <= PARSE_CACHE_BYTES, plan
-            assert "%(dataset)s" in text and "  " not in text.replace("' | '", "").replace("' & '", "")
+        for scope in (None, named):
+            for statement in recall_statements("schema_of_20_chars__", plan, scope):
+                text = statement.as_string(None)
+                assert len(text.encode()) <= PARSE_CACHE_BYTES, plan
+                assert "  " not in text.replace("' | '", "").replace("' & '", "")
+                assert scope or "%(project)s" in text  # shared statements: the scope is bound
 
 
 def test_scope_sizes_expire_forget_and_stay_bounded() -> None:
