@@ -20,7 +20,7 @@ from pgvector.psycopg import register_vector
 from psycopg import sql
 
 from memsoda_core import Memory
-from memsoda_core.base import SESSION_SETTINGS
+from memsoda_core.base import PREPARE_ONLY_WHEN_ASKED, SESSION_SETTINGS
 from memsoda_core.embedders import Embedder
 
 
@@ -53,8 +53,9 @@ def bench_memory(embedder: Embedder, *, home: str | None = None) -> Iterator[Mem
 
 
 def connect(dsn: str, *, autocommit: bool = True) -> psycopg.Connection[Any]:
-    """A connection configured like memsoda's pool (iterative HNSW scans, custom plans)."""
-    conn = psycopg.connect(dsn, autocommit=autocommit, prepare_threshold=None)
+    """A connection configured like memsoda's pool (iterative HNSW scans; statements are planned
+    afresh unless prepared on purpose, as memsoda does with `Planning`)."""
+    conn = psycopg.connect(dsn, autocommit=autocommit, prepare_threshold=PREPARE_ONLY_WHEN_ASKED)
     register_vector(conn)
     for statement in SESSION_SETTINGS:
         conn.execute(statement)

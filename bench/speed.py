@@ -47,7 +47,7 @@ class SizeResult:
 
 
 PARTS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("memsoda's recall statements, one after the other (no Python, no fact read)", "core", ()),
+    ("memsoda's recall statements as recall runs them, one after the other (no Python, no fact read)", "core", ()),
     ("vector signal alone (kNN 50, iterative scan)", "default", ("vector",)),
     ("anchor signal alone (2 hops, bridges up to 50 facts: the default)", "default", ("anchor",)),
     ("anchor signal alone (2 hops, bridges uncapped)", "bridge_off", ("anchor",)),
@@ -60,13 +60,18 @@ PARTS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 
 
 def breakdown(memory: Memory, project: str, queries: Sequence[synth.SynthQuery]) -> dict[str, Samples]:
-    """Where a recall's database time goes: each signal's fragment run alone, same parameters."""
+    """Where a recall's database time goes: memsoda's statements as `Memory.recall` runs them
+    (kept or generic plans, see `scope_sizes`), then each signal's fragment alone, planned afresh
+    every run, same parameters."""
     from dataclasses import replace as dc_replace
     from datetime import UTC, datetime
 
+    from memsoda_core.memory import _fetch
     from memsoda_core.options import DEFAULT_OPTIONS
     from memsoda_core.recall import plan_for
+    from memsoda_core.scope_sizes import recall_statement_choice
     from memsoda_core.sql_recall import recall_statements
+    from memsoda_core.steps import Execute, Planning
     from memsoda_core.validation import Scope
 
     from . import variants
@@ -80,13 +85,16 @@ def breakdown(memory: Memory, project: str, queries: Sequence[synth.SynthQuery])
         "bridge_off": variants.Variant(options=DEFAULT_OPTIONS, bridge_max_facts=variants.UNCAPPED),
     }
     schema = memory.info.schema
+    scope = Scope(dataset=synth.DATASET, project=project)
+    facts = memory.stats(dataset=synth.DATASET, project=project)[0]["facts"]
+    indexed, core_planning = recall_statement_choice(scope, facts, memory.info.tenant_index_min_facts)
     statements = {
-        label: recall_statements(schema, plan_for("q", True, DEFAULT_OPTIONS))
+        label: recall_statements(schema, plan_for("q", True, DEFAULT_OPTIONS), indexed)
         if config == "core"
         else (variants.statement(schema, configs[config], signals),)
         for label, config, signals in PARTS
     }
-    scope = Scope(dataset=synth.DATASET, project=project)
+    planning = {label: core_planning if config == "core" else Planning.FRESH for label, config, _ in PARTS}
     out = {label: Samples() for label in statements}
     with connect(memory.dsn) as conn:
         for i, q in enumerate(queries):
@@ -102,7 +110,7 @@ def breakdown(memory: Memory, project: str, queries: Sequence[synth.SynthQuery])
                     tsconfig=memory.info.text_search_config,
                 )
                 start = time.perf_counter()
-                rows = [row for statement in statements[label] for row in conn.execute(statement, bound).fetchall()]
+                rows = [row for st in statements[label] for row in _fetch(conn, Execute(st, bound, planning[label]))]
                 out[label].ms.append((time.perf_counter() - start) * 1000)
                 out[label].rows.append(len(rows))
     return out

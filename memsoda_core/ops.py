@@ -42,7 +42,7 @@ from .recall import (
     scored_facts,
     statement_params,
 )
-from .scope_sizes import ScopeSizes
+from .scope_sizes import ScopeSizes, recall_statement_choice
 from .sql_recall import (
     episodes_statement,
     facts_statement,
@@ -545,11 +545,7 @@ def recall(
     if scope_facts is None:
         ((scope_facts,),) = yield Execute(scope_facts_statement(info.schema), params, Planning.CACHED)
         scope_sizes.put(scope, scope_facts)
-    # under the threshold: searched exactly, one plan fits every such scope (PostgreSQL keeps it);
-    # past it: the scope's own statements, naming it where its partial indexes must match, on
-    # their generic plans (PostgreSQL would keep planning them afresh); see `scope_sizes`
-    indexed = scope if scope_facts >= info.tenant_index_min_facts else None
-    planning = Planning.CACHED if indexed is None else Planning.GENERIC
+    indexed, planning = recall_statement_choice(scope, scope_facts, info.tenant_index_min_facts)
     statements = recall_statements(info.schema, plan_for(query, embedding is not None, options), indexed)
     results = yield Concurrently(tuple(Execute(statement, params, planning) for statement in statements))
     timings["query"] = _ms(mark)

@@ -16,6 +16,7 @@ import threading
 import time
 from collections import OrderedDict
 
+from .steps import Planning
 from .validation import Scope
 
 SCOPE_SIZE_TTL_S = 30.0
@@ -58,3 +59,16 @@ class ScopeSizes:
         """Drop what is known of `scope` (it was just written to)."""
         with self._lock:
             self._items.pop(scope, None)
+
+
+def recall_statement_choice(
+    scope: Scope, scope_facts: int, tenant_index_min_facts: int
+) -> tuple[Scope | None, Planning]:
+    """Which statements a recall of `scope` runs and how they are planned: `(None, CACHED)`, the
+    shared statements on a kept plan, under the tenant-index threshold (searched exactly, so one
+    plan fits every such scope); `(scope, GENERIC)`, the scope's own statements naming it where its
+    partial indexes must match, on their generic plans, from it on (PostgreSQL would otherwise keep
+    planning them afresh)."""
+    if scope_facts >= tenant_index_min_facts:
+        return scope, Planning.GENERIC
+    return None, Planning.CACHED
