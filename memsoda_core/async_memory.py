@@ -24,6 +24,7 @@ from .base import (
     FORCE_GENERIC_PLAN,
     PEEK_CONNECTION_WAIT_S,
     POOL_MIN_SIZE,
+    PREPARED_MAX,
     PROBE_CONNECT_TIMEOUT_S,
     SESSION_SETTINGS,
     SPARE_CONNECTION_WAIT_S,
@@ -65,6 +66,7 @@ T = TypeVar("T")
 
 async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
     await register_vector_async(conn)
+    conn.prepared_max = PREPARED_MAX
     for statement in SESSION_SETTINGS:
         await conn.execute(statement)
     await conn.commit()

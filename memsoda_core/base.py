@@ -70,6 +70,11 @@ PREPARE_ONLY_WHEN_ASKED = sys.maxsize
 """psycopg's threshold for preparing a statement by itself: never reached. `None` would disable
 preparing altogether, even the statements memsoda asks for (`Execute.planning`)."""
 
+PREPARED_MAX = 40
+"""Prepared statements kept per pooled connection (psycopg drops the least recently used). Each
+recall statement's kept plan holds ~0.4 MB of server memory (pg_backend_memory_contexts), so 40 is
+~16 MB per connection: the shared statements and the own statements of ~18 indexed scopes."""
+
 CONNECTION_KWARGS: dict[str, Any] = {
     # Automatic prepared statements share one generic plan across tenants of very different sizes
     # (PERF-NOTES measured 110 ms instead of 11 ms); only statements whose one plan suits every

@@ -21,6 +21,7 @@ from .base import (
     FORCE_GENERIC_PLAN,
     PEEK_CONNECTION_WAIT_S,
     POOL_MIN_SIZE,
+    PREPARED_MAX,
     PROBE_CONNECT_TIMEOUT_S,
     SESSION_SETTINGS,
     SPARE_CONNECTION_WAIT_S,
@@ -63,6 +64,7 @@ T = TypeVar("T")
 
 def _configure(conn: psycopg.Connection[Any]) -> None:
     register_vector(conn)
+    conn.prepared_max = PREPARED_MAX
     for statement in SESSION_SETTINGS:
         conn.execute(statement)
     conn.commit()

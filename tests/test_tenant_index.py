@@ -18,6 +18,7 @@ from psycopg import sql
 from typer.testing import CliRunner
 
 from memsoda_core import ConfigurationError, EmbeddingError, Memory, RecallOptions, ValidationError
+from memsoda_core.base import PREPARED_MAX
 from memsoda_core.cli import app
 from memsoda_core.recall import plan_for, statement_params
 from memsoda_core.sql_recall import recall_statements
@@ -395,6 +396,7 @@ def test_small_scopes_share_kept_plans_and_an_indexed_scope_gets_generic_plans_t
     assert not any("'small'" in text for text in shared)  # one text for every small scope: values bound
 
     with memory._pool.connection() as conn:
+        assert conn.prepared_max == PREPARED_MAX  # bounds the server memory the kept plans hold
         conn.execute("SET enable_seqscan = off")  # 14 rows: make the choice the one at scale
     vector_index = tenant_indexes(Scope(dataset="d", project="indexed"))[0].name
     scans = _index_scans(memory, vector_index)
