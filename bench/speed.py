@@ -256,7 +256,7 @@ def run(
             f"Tables: {total:,} facts in {len(tenants)} tenants ({small} x {small_facts:,} + "
             f"{', '.join(f'{s:,}' for s in sizes)}); random clustered unit vectors ({dims}-d), ~20% invalidated. "
             f"Generated in {generated:.1f} s; COPY {report.copy_s:.1f} s ({report.copy_rate:,.0f} facts/s, "
-            f"indexes dropped), index build + ANALYZE {report.index_s:.1f} s, "
+            f"indexes dropped), index build + VACUUM ANALYZE {report.index_s:.1f} s, "
             f"{len(tenant_indexes)} tenant indexes (tenants of {memory.info.tenant_index_min_facts:,}+ facts) "
             f"{tenant_index_s:.1f} s" + "".join(f"; {name} load + index {s:.1f} s" for name, s in setup.items()) + ".\n"
         )
