@@ -22,7 +22,9 @@ from .base import (
     CONNECTION_KWARGS,
     END_GENERIC_PLAN,
     FORCE_GENERIC_PLAN,
+    GENERIC_PLAN_PENDING,
     PEEK_CONNECTION_WAIT_S,
+    PIPELINE_SUPPORTED,
     POOL_MIN_SIZE,
     PREPARED_MAX,
     PROBE_CONNECT_TIMEOUT_S,
@@ -73,24 +75,35 @@ async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
 
 
 async def _fetch(conn: psycopg.AsyncConnection[Any], request: Execute) -> list[Any]:
-    if request.planning is Planning.GENERIC:
+    if request.planning is Planning.GENERIC and PIPELINE_SUPPORTED:
         return await _fetch_generic(conn, request)
     async with conn.cursor() as cursor:
-        await cursor.execute(request.statement, request.params, prepare=request.planning is Planning.CACHED)
+        await cursor.execute(request.statement, request.params, prepare=request.planning is not Planning.FRESH)
         return await cursor.fetchall() if cursor.description is not None else []
 
 
 async def _fetch_generic(conn: psycopg.AsyncConnection[Any], request: Execute) -> list[Any]:
     """`request` on its generic plan: see `memory._fetch_generic`."""
+    GENERIC_PLAN_PENDING.add(conn)
     async with conn.cursor() as cursor:
         async with conn.pipeline():
             await conn.execute(FORCE_GENERIC_PLAN)
             await cursor.execute(request.statement, request.params, prepare=True)
             await conn.execute(END_GENERIC_PLAN)
-        return await cursor.fetchall() if cursor.description is not None else []
+        rows = await cursor.fetchall() if cursor.description is not None else []
+    GENERIC_PLAN_PENDING.discard(conn)
+    return rows
 
 
 async def _end_autocommit(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Back to transactions before the pool lends `conn` again: see `memory._end_autocommit`
+    (here also after a cancelled task)."""
+    if not conn.closed and conn in GENERIC_PLAN_PENDING:
+        try:
+            await conn.execute(END_GENERIC_PLAN)
+        except psycopg.Error:
+            await conn.close()
+        GENERIC_PLAN_PENDING.discard(conn)
     if not conn.closed:
         await conn.set_autocommit(False)
 

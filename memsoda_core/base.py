@@ -8,6 +8,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -63,8 +64,18 @@ SESSION_SETTINGS = (
 
 FORCE_GENERIC_PLAN = sql.SQL("SET plan_cache_mode = force_generic_plan")
 END_GENERIC_PLAN = sql.SQL("RESET plan_cache_mode")
-"""Sent before and after a `Planning.GENERIC` statement, in one pipeline: one round trip and one
-implicit transaction, so if the statement fails the setting is rolled back with it."""
+"""Sent before and after a `Planning.GENERIC` statement, in one pipeline (one round trip). If the
+statement fails on the server, the pipeline's implicit transaction (autocommit) or the operation's
+transaction rolls the setting back; if the client stops in between (an error before sending, a
+cancelled task), the connection stays in `GENERIC_PLAN_PENDING` and the runner restores it when it
+ends autocommit, before the connection goes back to the pool. (Not the pool's `reset` callback:
+with one, psycopg_pool returns every connection through a worker thread, later.)"""
+
+GENERIC_PLAN_PENDING: weakref.WeakSet[Any] = weakref.WeakSet()
+"""Connections where a `Planning.GENERIC` statement started and did not finish."""
+
+PIPELINE_SUPPORTED = psycopg.Pipeline.is_supported()
+"""Pipelines need libpq 14+ (psycopg[binary] ships it); without, GENERIC statements run as CACHED."""
 
 PREPARE_ONLY_WHEN_ASKED = sys.maxsize
 """psycopg's threshold for preparing a statement by itself: never reached. `None` would disable

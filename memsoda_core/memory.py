@@ -19,7 +19,9 @@ from .base import (
     CONNECTION_KWARGS,
     END_GENERIC_PLAN,
     FORCE_GENERIC_PLAN,
+    GENERIC_PLAN_PENDING,
     PEEK_CONNECTION_WAIT_S,
+    PIPELINE_SUPPORTED,
     POOL_MIN_SIZE,
     PREPARED_MAX,
     PROBE_CONNECT_TIMEOUT_S,
@@ -71,25 +73,36 @@ def _configure(conn: psycopg.Connection[Any]) -> None:
 
 
 def _fetch(conn: psycopg.Connection[Any], request: Execute) -> list[Any]:
-    if request.planning is Planning.GENERIC:
+    if request.planning is Planning.GENERIC and PIPELINE_SUPPORTED:
         return _fetch_generic(conn, request)
     with conn.cursor() as cursor:
-        cursor.execute(request.statement, request.params, prepare=request.planning is Planning.CACHED)
+        cursor.execute(request.statement, request.params, prepare=request.planning is not Planning.FRESH)
         return cursor.fetchall() if cursor.description is not None else []
 
 
 def _fetch_generic(conn: psycopg.Connection[Any], request: Execute) -> list[Any]:
-    """`request` on its generic plan: the setting, the statement and the reset go in one pipeline,
-    so one round trip, and one transaction that takes the setting back if the statement fails."""
+    """`request` on its generic plan: the setting, the statement and the reset in one pipeline
+    (see `base.END_GENERIC_PLAN` for how the setting never outlives the statement)."""
+    GENERIC_PLAN_PENDING.add(conn)
     with conn.cursor() as cursor:
         with conn.pipeline():
             conn.execute(FORCE_GENERIC_PLAN)
             cursor.execute(request.statement, request.params, prepare=True)
             conn.execute(END_GENERIC_PLAN)
-        return cursor.fetchall() if cursor.description is not None else []
+        rows = cursor.fetchall() if cursor.description is not None else []
+    GENERIC_PLAN_PENDING.discard(conn)
+    return rows
 
 
 def _end_autocommit(conn: psycopg.Connection[Any]) -> None:
+    """Back to transactions before the pool lends `conn` again; a GENERIC statement left half done
+    on it (a client-side error between its SET and RESET) is finished first."""
+    if not conn.closed and conn in GENERIC_PLAN_PENDING:
+        try:
+            conn.execute(END_GENERIC_PLAN)
+        except psycopg.Error:
+            conn.close()  # the pool drops a closed connection rather than lend it with the setting
+        GENERIC_PLAN_PENDING.discard(conn)
     if not conn.closed:
         conn.autocommit = False
 

@@ -48,7 +48,6 @@ from .sql_recall import (
     facts_statement,
     recall_statements,
     recent_episodes_statement,
-    scope_facts_statement,
 )
 from .steps import (
     Concurrently,
@@ -543,7 +542,8 @@ def recall(
     mark = time.perf_counter()
     scope_facts = scope_sizes.get(scope)
     if scope_facts is None:
-        ((scope_facts,),) = yield Execute(scope_facts_statement(info.schema), params, Planning.CACHED)
+        rows = yield Execute(sql_tenant_index.scope_facts_statement(info.schema), params, Planning.CACHED)
+        scope_facts = rows[0][0] if rows else 0
         scope_sizes.put(scope, scope_facts)
     indexed, planning = recall_statement_choice(scope, scope_facts, info.tenant_index_min_facts)
     statements = recall_statements(info.schema, plan_for(query, embedding is not None, options), indexed)

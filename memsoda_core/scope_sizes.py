@@ -6,9 +6,9 @@ naming it where those indexes must match, run on their generic plans; a plan sha
 scopes could not use them (PERF-NOTES' 110 ms trap). See docs/ARCHITECTURE.md, "Plans".
 
 The size is read once (a primary-key lookup) and remembered for `SCOPE_SIZE_TTL_S`; writes through
-the same store forget it. A size out of date can only cost speed, never change a result: both
-kinds of statement return the same rows.
-"""
+the same store forget it. A size out of date is never wrong SQL, both kinds of statement mean the
+same: a scope that just crossed the threshold is then searched exactly instead of through its
+(approximate) HNSW, more slowly; one that shrank below it runs its own statements."""
 
 from __future__ import annotations
 

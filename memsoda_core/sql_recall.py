@@ -20,6 +20,7 @@ from functools import lru_cache
 
 from psycopg import sql
 
+from .sql_tenant_index import scope_predicate
 from .sql_write import fact_columns
 from .validation import Scope
 
@@ -31,9 +32,7 @@ def _where(alias: str, *, live: bool = True, named: Scope | None = None) -> sql.
     if named is None:
         scope = sql.SQL("{a}.dataset = %(dataset)s AND {a}.project = %(project)s").format(a=a)
     else:
-        scope = sql.SQL("{a}.dataset = {d} AND {a}.project = {p}").format(
-            a=a, d=sql.Literal(named.dataset), p=sql.Literal(named.project)
-        )
+        scope = scope_predicate(named, alias)
     if not live:
         return scope
     return sql.SQL(
@@ -345,10 +344,21 @@ characters each (a test checks); the default schema is "memsoda". Longer names s
 little slower."""
 
 
+_QUOTED_OR_INDENT = re.compile(r"""("(?:[^"]|"")*"|'(?:[^']|'')*')|[ \t]*\n[ \t]*""")
+
+
+def _render_token(match: re.Match[str]) -> str:
+    quoted = match.group(1)
+    return "\n" if quoted is None else quoted.replace("%", "%%")
+
+
 def rendered(statement: sql.Composed) -> sql.SQL:
     """`statement` as plain SQL text, indentation dropped: composed once, not at every execution,
-    and short enough for psycopg's parse cache. Lines are kept, so no token ever merges."""
-    return sql.SQL(re.sub(r"[ \t]*\n[ \t]*", "\n", statement.as_string(None)))
+    and short enough for psycopg's parse cache. Lines are kept, so no token ever merges. Quoted
+    names and literals (a schema, an indexed scope's names) are kept as they are, except that `%`
+    is doubled: psycopg reads the text for placeholders, quotes included. So the text must be run
+    with parameters (every recall statement is)."""
+    return sql.SQL(_QUOTED_OR_INDENT.sub(_render_token, statement.as_string(None)))
 
 
 @lru_cache(maxsize=1024)
@@ -367,17 +377,6 @@ def recall_statements(schema: str, plan: RecallPlan, indexed: Scope | None = Non
         raise ValueError("a recall plan needs at least one signal")
     groups = (tuple(name for name in group if name in planned) for group in STATEMENT_GROUPS)
     return tuple(rendered(hits_statement(schema, plan, group, indexed)) for group in groups if group)
-
-
-@lru_cache(maxsize=64)
-def scope_facts_statement(schema: str) -> sql.SQL:
-    """How many facts the scope holds (0 when it holds none)."""
-    return rendered(
-        _fragment(
-            "SELECT coalesce((SELECT sc.fact_count FROM {s}.scopes sc WHERE {scope_sc}), 0)",
-            schema,
-        )
-    )
 
 
 @lru_cache(maxsize=64)

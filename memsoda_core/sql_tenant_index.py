@@ -7,7 +7,8 @@ facts took 35 ms with shared indexes and 14 ms with its own (a one-off measureme
 has the runs before and after all the changes). So no index covers all tenants. A scope under
 `tenant_index_min_facts` facts is searched exactly through the (dataset, project) b-trees (about
 1.2 µs a fact); from that size on it gets partial indexes, `WHERE dataset = '…' AND project = '…'`,
-which the planner matches for the custom plans memsoda always uses. They are built with CREATE
+which recall's own statements for that scope repeat (`scope_predicate`), so that even the generic
+plan it keeps can use them. They are built with CREATE
 INDEX CONCURRENTLY, outside any transaction, so other tenants keep reading and writing meanwhile;
 a session advisory lock keeps two processes from building the same ones, and an index left
 invalid by a crashed build is dropped and rebuilt.
@@ -111,20 +112,29 @@ def drop_statement(schema: str, index: TenantIndex) -> sql.Composed:
     )
 
 
+def scope_predicate(scope: Scope, alias: str | None = None) -> sql.Composed:
+    """`dataset = '…' AND project = '…'` with the scope's names as quoted literals (`sql.Literal`),
+    columns qualified by `alias` if given: a tenant index's predicate, and the one a query must
+    carry for the planner to use that index in a plan it keeps (`sql_recall.recall_statements`)."""
+    column = (lambda name: sql.SQL("{}.{}").format(sql.Identifier(alias), sql.SQL(name))) if alias else sql.SQL
+    return sql.SQL("{d} = {dataset} AND {p} = {project}").format(
+        d=column("dataset"),
+        p=column("project"),
+        dataset=sql.Literal(scope.dataset),
+        project=sql.Literal(scope.project),
+    )
+
+
 def create_statement(schema: str, scope: Scope, index: TenantIndex) -> sql.Composed:
     """CREATE INDEX CONCURRENTLY for one scope. DDL takes no bound parameters, so the tenant is
-    written as quoted literals (`sql.Literal`), which the planner needs anyway to match the index."""
-    return sql.SQL(
-        "CREATE INDEX CONCURRENTLY IF NOT EXISTS {n} ON {s}.{t} USING {m} ({c})"
-        " WHERE dataset = {dataset} AND project = {project}"
-    ).format(
+    written as quoted literals, which the planner needs anyway to match the index."""
+    return sql.SQL("CREATE INDEX CONCURRENTLY IF NOT EXISTS {n} ON {s}.{t} USING {m} ({c}) WHERE {where}").format(
         n=sql.Identifier(index.name),
         s=sql.Identifier(schema),
         t=sql.Identifier(index.table),
         m=sql.SQL(index.method),
         c=sql.SQL(index.column),
-        dataset=sql.Literal(scope.dataset),
-        project=sql.Literal(scope.project),
+        where=scope_predicate(scope),
     )
 
 

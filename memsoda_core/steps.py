@@ -28,7 +28,8 @@ class Planning(Enum):
     keeps a generic plan when that costs no more."""
     GENERIC = "generic"
     """Prepared and always run on its generic plan (`plan_cache_mode` forced for this statement
-    alone)."""
+    alone). For autocommit connections (recall), where the runner restores a statement left half
+    done before the connection goes back to the pool."""
 
 
 @dataclass(frozen=True)

@@ -275,6 +275,8 @@ def test_rendered_recall_statements_fit_psycopgs_parse_cache() -> None:
                 assert len(text.encode()) <= PARSE_CACHE_BYTES, plan
                 assert "  " not in text.replace("' | '", "").replace("' & '", "")
                 assert scope or "%(project)s" in text  # shared statements: the scope is bound
+        own = " ".join(statement.as_string(None) for statement in recall_statements("s", plan, named))
+        assert ("'" + "p" * 40 + "'" in own) == (vector or keyword)  # named where its indexes must match
 
 
 def test_scope_sizes_expire_forget_and_stay_bounded() -> None:

@@ -17,7 +17,7 @@ from helpers import CountingEmbedder
 from psycopg import sql
 from typer.testing import CliRunner
 
-from memsoda_core import ConfigurationError, EmbeddingError, Memory, RecallOptions, ValidationError
+from memsoda_core import ConfigurationError, EmbeddingError, Memory, MemsodaError, RecallOptions, ValidationError
 from memsoda_core.base import PREPARED_MAX
 from memsoda_core.cli import app
 from memsoda_core.recall import plan_for, statement_params
@@ -331,12 +331,17 @@ def test_the_half_rule_tsquery_is_built_once_per_recall(small_threshold: Memory,
         options=options,
         text_search_config=memory.info.text_search_config,
     )
-    vector_and_keyword = recall_statements(memory.info.schema, plan_for(query, True, options))[0]
+    # as recall runs them: an indexed scope's own statements on a generic plan, else the shared ones
+    indexed = Scope(dataset="d", project=project) if project == "indexed" else None
+    vector_and_keyword = recall_statements(memory.info.schema, plan_for(query, True, options), indexed)[0]
     with memory._pool.connection() as conn:
+        if indexed:
+            conn.execute("SET plan_cache_mode = force_generic_plan")
         ((explained,),) = conn.execute(
             sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) ") + vector_and_keyword, params
         ).fetchall()
         rows = conn.execute(vector_and_keyword, params).fetchall()
+        conn.execute("RESET plan_cache_mode")
     builders = [node for node in _plan_nodes(explained[0]["Plan"]) if node.get("Function Name") == "generate_series"]
     assert builders and all(node["Actual Loops"] == 1 for node in builders)
     assert [row for row in rows if row[0] == "keyword"]  # the rule let matching facts through
@@ -425,16 +430,64 @@ def test_a_failed_generic_statement_leaves_the_session_setting_alone(pg_dsn: str
     from memsoda_core.steps import Execute, Planning
 
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        with pytest.raises(psycopg.errors.DivisionByZero):
+        with pytest.raises(psycopg.errors.DivisionByZero):  # fails on the server: rolled back with it
             _fetch(conn, Execute(sql.SQL("SELECT 1 / %(zero)s"), {"zero": 0}, Planning.GENERIC))
         assert conn.execute("SHOW plan_cache_mode").fetchone() == ("auto",)
         assert _fetch(conn, Execute(sql.SQL("SELECT 6 * %(n)s"), {"n": 7}, Planning.GENERIC)) == [(42,)]
         assert conn.execute("SHOW plan_cache_mode").fetchone() == ("auto",)
-        conn.autocommit = False  # inside an operation's transaction: the same, and the rollback takes it back
-        with pytest.raises(psycopg.errors.DivisionByZero):
-            _fetch(conn, Execute(sql.SQL("SELECT 1 / %(zero)s"), {"zero": 0}, Planning.GENERIC))
-        conn.rollback()
+        conn.autocommit = False  # inside an operation's transaction, the statement resets it itself
+        assert _fetch(conn, Execute(sql.SQL("SELECT 6 * %(n)s"), {"n": 7}, Planning.GENERIC)) == [(42,)]
         assert conn.execute("SHOW plan_cache_mode").fetchone() == ("auto",)
+        conn.rollback()
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_a_generic_statement_the_client_abandons_is_reset_before_the_connection_is_reused(
+    pg_dsn: str, embedder: Any, flavour: str
+) -> None:
+    """An error raised in the client between the SET and the RESET (here: a missing parameter)
+    leaves the SET committed on a recall's autocommit connection; the runner restores it before
+    the connection goes back to the pool."""
+    from memsoda_core.steps import Execute, Operation, Planning
+
+    def abandoned() -> Operation[None]:
+        yield Execute(sql.SQL("SELECT %(missing)s::int"), {}, Planning.GENERIC)
+
+    with dropped_after(pg_dsn, "generic_reset_test") as schema:
+        either = await open_memory(flavour, pg_dsn, embedder, schema=schema, pool_size=1)
+        store = either.raw
+        try:
+            with pytest.raises(MemsodaError):
+                await either._run(abandoned(), read_only=True)  # recall's kind of run
+            if flavour == "sync":
+                with store._pool.connection() as conn:  # the same, only connection
+                    assert conn.execute("SHOW plan_cache_mode").fetchone() == ("auto",)
+            else:
+                async with store._pool.connection() as aconn:
+                    assert await (await aconn.execute("SHOW plan_cache_mode")).fetchone() == ("auto",)
+        finally:
+            await either.close()
+
+
+HOSTILE_SCOPE_NAMES = ["50% off", "a%(dataset)sb", "O'Brien \\ co", "team  \n  A", "ünï ✓"]
+
+
+@pytest.mark.parametrize("project", HOSTILE_SCOPE_NAMES)
+def test_an_indexed_scope_with_any_name_recalls_through_its_own_statements(
+    small_threshold: Memory, project: str
+) -> None:
+    """Its own statements carry its names as literals: quotes, backslashes, `%` (which psycopg
+    reads as a placeholder) and newlines between spaces (which rendering trims elsewhere) must all
+    reach PostgreSQL unchanged, or the search would silently filter on another name."""
+    memory = small_threshold
+    memory.add_facts(_facts(THRESHOLD + 2), dataset="d", project=project)
+    scope = Scope(dataset="d", project=project)
+    assert tenant_indexes(scope)[0].name in _index_names(memory)
+    own = memory.recall("Person1 visited Town3", dataset="d", project=project)
+    memory._scope_sizes.put(scope, 0)  # as if small: the shared statements, with the names bound
+    shared = memory.recall("Person1 visited Town3", dataset="d", project=project)
+    assert own.facts and "vector" in own.facts[0].ranks and "keyword" in own.facts[0].ranks
+    assert [s.fact.text for s in own.facts] == [s.fact.text for s in shared.facts]
 
 
 def test_shared_and_own_statements_return_the_same_recall(small_threshold: Memory) -> None:
