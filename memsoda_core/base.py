@@ -122,8 +122,12 @@ def release_target(target: Target) -> None:
 
 
 def check_schema_name(schema: str) -> str:
+    """Any PostgreSQL name (it is always quoted), except one with `%`, which psycopg would read as
+    a placeholder in every statement that names the schema, or NUL."""
     if not isinstance(schema, str) or not schema or len(schema) > 63:
         raise ConfigurationError("schema must be a non-empty name of at most 63 characters")
+    if "%" in schema or "\x00" in schema:
+        raise ConfigurationError("schema names cannot contain '%' or NUL characters")
     return schema
 
 

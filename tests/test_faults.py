@@ -600,6 +600,12 @@ async def test_wrongly_typed_recall_options_are_a_limit_error(
         await memory.recall("tea", **scope, **override)
 
 
+@pytest.mark.parametrize("schema", ["", "x" * 64, "fifty%off", "nul\x00"])
+def test_unusable_schema_names_are_a_configuration_error(pg_dsn: str, embedder: LocalEmbedder, schema: str) -> None:
+    with pytest.raises(ConfigurationError, match="schema"):
+        Memory.open(pg_dsn, embedder, schema=schema)
+
+
 def test_bad_pool_size_is_a_configuration_error(pg_dsn: str, embedder: LocalEmbedder) -> None:
     with pytest.raises(ConfigurationError):
         Memory.open(pg_dsn, embedder, pool_size=0)
