@@ -209,6 +209,16 @@ def maintain(info: StoreInfo) -> Operation[list[str]]:
     return (yield from ensure_all_tenant_indexes(info))
 
 
+def scope_fact_count(info: StoreInfo, scope: Scope, planning: Planning = Planning.FRESH) -> Operation[int]:
+    """How many facts `scope` holds (0 for a scope never written)."""
+    rows = yield Execute(
+        sql_tenant_index.scope_facts_statement(info.schema),
+        {"dataset": scope.dataset, "project": scope.project},
+        planning,
+    )
+    return int(rows[0][0]) if rows else 0
+
+
 IMPORT_REBUILD_SHARE = 4
 """An import bringing at least 1/4 as many facts as its scope holds sets the scope's fact HNSW aside
 and rebuilds it once after the rows (`set_aside_fact_index`)."""
@@ -230,10 +240,7 @@ def set_aside_fact_index(info: StoreInfo, scope: Scope, incoming: int, rebuild: 
     Returns whether the index was dropped."""
     if rebuild is False:
         return False
-    rows = yield Execute(
-        sql_tenant_index.scope_facts_statement(info.schema), {"dataset": scope.dataset, "project": scope.project}
-    )
-    held = int(rows[0][0]) if rows else 0
+    held = yield from scope_fact_count(info, scope)
     if held < info.tenant_index_min_facts or (rebuild is None and incoming * IMPORT_REBUILD_SHARE < held):
         return False
     index = sql_tenant_index.fact_vector_index(scope)
@@ -542,8 +549,7 @@ def recall(
     mark = time.perf_counter()
     scope_facts = scope_sizes.get(scope)
     if scope_facts is None:
-        rows = yield Execute(sql_tenant_index.scope_facts_statement(info.schema), params, Planning.CACHED)
-        scope_facts = rows[0][0] if rows else 0
+        scope_facts = yield from scope_fact_count(info, scope, Planning.CACHED)
         scope_sizes.put(scope, scope_facts)
     indexed, planning = recall_statement_choice(scope, scope_facts, info.tenant_index_min_facts)
     statements = recall_statements(info.schema, plan_for(query, embedding is not None, options), indexed)

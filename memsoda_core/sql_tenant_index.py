@@ -116,12 +116,9 @@ def scope_predicate(scope: Scope, alias: str | None = None) -> sql.Composed:
     """`dataset = '…' AND project = '…'` with the scope's names as quoted literals (`sql.Literal`),
     columns qualified by `alias` if given: a tenant index's predicate, and the one a query must
     carry for the planner to use that index in a plan it keeps (`sql_recall.recall_statements`)."""
-    column = (lambda name: sql.SQL("{}.{}").format(sql.Identifier(alias), sql.SQL(name))) if alias else sql.SQL
-    return sql.SQL("{d} = {dataset} AND {p} = {project}").format(
-        d=column("dataset"),
-        p=column("project"),
-        dataset=sql.Literal(scope.dataset),
-        project=sql.Literal(scope.project),
+    qualifier = sql.SQL("{}.").format(sql.Identifier(alias)) if alias else sql.SQL("")
+    return sql.SQL("{q}dataset = {dataset} AND {q}project = {project}").format(
+        q=qualifier, dataset=sql.Literal(scope.dataset), project=sql.Literal(scope.project)
     )
 
 

@@ -25,7 +25,7 @@ class Planning(Enum):
     """Planned with its actual values at every run: psycopg does not prepare it."""
     CACHED = "cached"
     """Prepared on the connection: PostgreSQL plans it with the actual values for five runs, then
-    keeps a generic plan when that costs no more."""
+    may keep a generic plan (it does when that plan is estimated to cost no more)."""
     GENERIC = "generic"
     """Prepared and always run on its generic plan (`plan_cache_mode` forced for this statement
     alone). For autocommit connections (recall), where the runner restores a statement left half
