@@ -35,6 +35,7 @@ from .base import (
     check_pool_args,
     embedding_failure,
     maintenance_failed,
+    may_be_dropped,
     open_args,
     open_sink,
     peek_failed,
@@ -74,25 +75,36 @@ async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
     await conn.commit()
 
 
+async def _check(conn: psycopg.AsyncConnection[Any]) -> None:
+    """The pool's check before lending `conn`: see `memory._check`."""
+    if may_be_dropped(conn):
+        await AsyncConnectionPool.check_connection(conn)
+
+
 async def _fetch(conn: psycopg.AsyncConnection[Any], request: Execute) -> list[Any]:
     if request.planning is Planning.GENERIC and PIPELINE_SUPPORTED:
-        return await _fetch_generic(conn, request)
+        return (await _fetch_at_once([conn], [request]))[0]
     async with conn.cursor() as cursor:
         await cursor.execute(request.statement, request.params, prepare=request.planning is not Planning.FRESH)
         return await cursor.fetchall() if cursor.description is not None else []
 
 
-async def _fetch_generic(conn: psycopg.AsyncConnection[Any], request: Execute) -> list[Any]:
-    """`request` on its generic plan: see `memory._fetch_generic`."""
-    GENERIC_PLAN_PENDING.add(conn)
-    async with conn.cursor() as cursor:
-        async with conn.pipeline():
-            await conn.execute(FORCE_GENERIC_PLAN)
-            await cursor.execute(request.statement, request.params, prepare=True)
-            await conn.execute(END_GENERIC_PLAN)
-        rows = await cursor.fetchall() if cursor.description is not None else []
-    GENERIC_PLAN_PENDING.discard(conn)
-    return rows
+async def _fetch_at_once(conns: Sequence[psycopg.AsyncConnection[Any]], requests: Sequence[Execute]) -> list[list[Any]]:
+    """Each request on its own connection, every one sent before any reply is awaited: see
+    `memory._fetch_at_once`."""
+    cursors = [conn.cursor() for conn in conns]
+    async with AsyncExitStack() as pipelines:
+        for conn, cursor, request in zip(conns, cursors, requests, strict=True):
+            await pipelines.enter_async_context(conn.pipeline())
+            if request.planning is Planning.GENERIC:
+                GENERIC_PLAN_PENDING.add(conn)
+                await conn.execute(FORCE_GENERIC_PLAN)
+            await cursor.execute(request.statement, request.params, prepare=request.planning is not Planning.FRESH)
+            if request.planning is Planning.GENERIC:
+                await conn.execute(END_GENERIC_PLAN)
+    for conn in conns:
+        GENERIC_PLAN_PENDING.discard(conn)
+    return [await cursor.fetchall() if cursor.description is not None else [] for cursor in cursors]
 
 
 async def _end_autocommit(conn: psycopg.AsyncConnection[Any]) -> None:
@@ -150,7 +162,7 @@ class AsyncMemory(MemoryBase):
                 timeout=pool_timeout,
                 kwargs=CONNECTION_KWARGS,
                 configure=_configure,
-                check=AsyncConnectionPool.check_connection,
+                check=_check,
                 open=False,
             )
             await self._pool.open()
@@ -257,37 +269,25 @@ class AsyncMemory(MemoryBase):
                     error = exc
 
     async def _concurrently(self, conn: psycopg.AsyncConnection[Any], statements: Sequence[Execute]) -> list[list[Any]]:
-        """The first statement on `conn`; the others on spare pooled connections at the same
-        time, or after it on `conn` when the pool has none to spare."""
+        """The first statement on `conn` and the others on spare pooled connections, all at once;
+        those left without a spare (a busy pool, or no pipelines) after them on `conn`."""
         spares: list[psycopg.AsyncConnection[Any]] = []
-
-        async def mine() -> list[list[Any]]:
-            first = [await _fetch(conn, statements[0])]
-            return first + [await _fetch(conn, statement) for statement in statements[1 + len(spares) :]]
-
         try:
-            for _ in statements[1:]:
+            while PIPELINE_SUPPORTED and len(spares) < len(statements) - 1:
                 try:
                     spares.append(await self._pool.getconn(timeout=SPARE_CONNECTION_WAIT_S))
                 except PoolTimeout:
                     break
                 await spares[-1].set_autocommit(True)
-            results = await asyncio.gather(
-                mine(),
-                *(_fetch(spare, statement) for spare, statement in zip(spares, statements[1:], strict=False)),
-                return_exceptions=True,
-            )
+            together = 1 + len(spares)
+            rows = await _fetch_at_once([conn, *spares], statements[:together])
+            return rows + [await _fetch(conn, statement) for statement in statements[together:]]
         finally:
             for spare in spares:
                 try:
                     await _end_autocommit(spare)
                 finally:
                     await self._pool.putconn(spare)
-        for outcome in results:
-            if isinstance(outcome, BaseException):
-                raise outcome
-        own: list[list[Any]] = results[0]
-        return own[:1] + list(results[1:]) + own[1:]
 
     async def _peek(self, request: Peek) -> list[Any] | None:
         try:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import ExitStack, suppress
 from types import TracebackType
 from typing import Any, TextIO, TypeVar
@@ -33,6 +32,7 @@ from .base import (
     check_pool_args,
     embedding_failure,
     maintenance_failed,
+    may_be_dropped,
     open_args,
     open_sink,
     peek_failed,
@@ -72,26 +72,37 @@ def _configure(conn: psycopg.Connection[Any]) -> None:
     conn.commit()
 
 
+def _check(conn: psycopg.Connection[Any]) -> None:
+    """The pool's check before lending `conn`, a round trip only when `base.may_be_dropped`."""
+    if may_be_dropped(conn):
+        ConnectionPool.check_connection(conn)
+
+
 def _fetch(conn: psycopg.Connection[Any], request: Execute) -> list[Any]:
     if request.planning is Planning.GENERIC and PIPELINE_SUPPORTED:
-        return _fetch_generic(conn, request)
+        return _fetch_at_once([conn], [request])[0]
     with conn.cursor() as cursor:
         cursor.execute(request.statement, request.params, prepare=request.planning is not Planning.FRESH)
         return cursor.fetchall() if cursor.description is not None else []
 
 
-def _fetch_generic(conn: psycopg.Connection[Any], request: Execute) -> list[Any]:
-    """`request` on its generic plan: the setting, the statement and the reset in one pipeline
-    (see `base.END_GENERIC_PLAN` for how the setting never outlives the statement)."""
-    GENERIC_PLAN_PENDING.add(conn)
-    with conn.cursor() as cursor:
-        with conn.pipeline():
-            conn.execute(FORCE_GENERIC_PLAN)
-            cursor.execute(request.statement, request.params, prepare=True)
-            conn.execute(END_GENERIC_PLAN)
-        rows = cursor.fetchall() if cursor.description is not None else []
-    GENERIC_PLAN_PENDING.discard(conn)
-    return rows
+def _fetch_at_once(conns: Sequence[psycopg.Connection[Any]], requests: Sequence[Execute]) -> list[list[Any]]:
+    """Each request on its own connection, every one sent before any reply is awaited (one pipeline
+    per connection, so one thread runs them at once); a GENERIC request between its setting and
+    the reset (see `base.END_GENERIC_PLAN` for how the setting never outlives the statement)."""
+    cursors = [conn.cursor() for conn in conns]
+    with ExitStack() as pipelines:
+        for conn, cursor, request in zip(conns, cursors, requests, strict=True):
+            pipelines.enter_context(conn.pipeline())
+            if request.planning is Planning.GENERIC:
+                GENERIC_PLAN_PENDING.add(conn)
+                conn.execute(FORCE_GENERIC_PLAN)
+            cursor.execute(request.statement, request.params, prepare=request.planning is not Planning.FRESH)
+            if request.planning is Planning.GENERIC:
+                conn.execute(END_GENERIC_PLAN)
+    for conn in conns:
+        GENERIC_PLAN_PENDING.discard(conn)
+    return [cursor.fetchall() if cursor.description is not None else [] for cursor in cursors]
 
 
 def _end_autocommit(conn: psycopg.Connection[Any]) -> None:
@@ -111,7 +122,6 @@ class Memory(MemoryBase):
     """Long-term memory of facts in PostgreSQL + pgvector. Open with `Memory.open()`."""
 
     _pool: ConnectionPool[psycopg.Connection[Any]]
-    _executor: ThreadPoolExecutor
 
     @classmethod
     def open(
@@ -149,7 +159,7 @@ class Memory(MemoryBase):
                 timeout=pool_timeout,
                 kwargs=CONNECTION_KWARGS,
                 configure=_configure,
-                check=ConnectionPool.check_connection,
+                check=_check,
                 open=True,
             )
         except psycopg.Error as exc:
@@ -167,12 +177,10 @@ class Memory(MemoryBase):
             cache_size=cache_size,
         )
         self._pool_timeout = pool_timeout
-        self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memsoda-recall")
         return self
 
     def close(self) -> None:
         """Close the pool, and stop the embedded server if this was its last user."""
-        self._executor.shutdown(wait=True)
         self._pool.close()
         release_target(self._target)
 
@@ -254,32 +262,25 @@ class Memory(MemoryBase):
                     error = exc
 
     def _concurrently(self, conn: psycopg.Connection[Any], statements: Sequence[Execute]) -> list[list[Any]]:
-        """The first statement on `conn`; the others on spare pooled connections in threads, or
-        after it on `conn` when the pool has none to spare."""
+        """The first statement on `conn` and the others on spare pooled connections, all at once;
+        those left without a spare (a busy pool, or no pipelines) after them on `conn`."""
         spares: list[psycopg.Connection[Any]] = []
-        futures: list[Future[list[Any]]] = []
         try:
-            for _ in statements[1:]:
+            while PIPELINE_SUPPORTED and len(spares) < len(statements) - 1:
                 try:
                     spares.append(self._pool.getconn(timeout=SPARE_CONNECTION_WAIT_S))
                 except PoolTimeout:
                     break
                 spares[-1].autocommit = True
-            futures = [
-                self._executor.submit(_fetch, spare, statement)
-                for spare, statement in zip(spares, statements[1:], strict=False)
-            ]
-            mine = [_fetch(conn, statements[0])]
-            mine += [_fetch(conn, statement) for statement in statements[1 + len(spares) :]]
-            theirs = [future.result() for future in futures]
+            together = 1 + len(spares)
+            rows = _fetch_at_once([conn, *spares], statements[:together])
+            return rows + [_fetch(conn, statement) for statement in statements[together:]]
         finally:
-            wait(futures)
             for spare in spares:
                 try:
                     _end_autocommit(spare)
                 finally:
                     self._pool.putconn(spare)
-        return mine[:1] + theirs + mine[1:]
 
     def _peek(self, request: Peek) -> list[Any] | None:
         try:

@@ -317,6 +317,39 @@ async def test_stopped_postgres_fails_fast_and_says_so(
         await memory.close()
 
 
+async def pooled_backend_pids(memory: Either) -> set[int]:
+    """The server process ids of the two connections a fresh pool keeps."""
+    pool = memory.raw._pool
+    if memory.is_async:
+        async with pool.connection() as first, pool.connection() as second:
+            return {first.info.backend_pid, second.info.backend_pid}
+    with pool.connection() as first, pool.connection() as second:
+        return {first.info.backend_pid, second.info.backend_pid}
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_connections_the_server_dropped_are_replaced_before_a_recall_uses_them(
+    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str], flavour: str
+) -> None:
+    memory = await open_memory(flavour, pg_dsn, embedder)
+    try:
+        await memory.add_facts(FACTS, **scope)
+        await memory.recall("what does the user drive", **scope)  # both pooled connections used
+        dropped = await pooled_backend_pids(memory)
+        with psycopg.connect(pg_dsn, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid", [list(dropped)])
+            deadline = time.monotonic() + 30
+            while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = ANY(%s)", [list(dropped)]).fetchone():
+                assert time.monotonic() < deadline, "the terminated backends did not exit"
+                time.sleep(0.05)
+        # no error: the pool sees each dropped connection before lending it, and opens another
+        result = await memory.recall("what does the user drive", **scope)
+        assert "user drives honda civic" in [s.fact.text for s in result.facts]
+        assert not (await pooled_backend_pids(memory)) & dropped
+    finally:
+        await memory.close()
+
+
 # --- a writer killed with SIGKILL in the middle of its transaction ----------------------------------
 
 HASH_EMBEDDER = textwrap.dedent(
