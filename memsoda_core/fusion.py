@@ -46,11 +46,20 @@ def rrf_ranks(
     each list are at hand; with `limit`, only the best `limit` entries (a partial sort)."""
     # fsum is exactly rounded, so equal rank sets give equal scores whatever the signal order:
     # ties are then broken the same way here and in the statement's own selection (sql_recall).
-    scores = {fact_id: math.fsum(1.0 / (k + r) for r in by_signal.values()) for fact_id, by_signal in ranks.items()}
+    scores: dict[int, float] = {}
+    best_rank: dict[int, int] = {}
+    for fact_id, by_signal in ranks.items():
+        if len(by_signal) == 1:  # most facts: one list, and fsum of one term is that term
+            (rank,) = by_signal.values()
+            scores[fact_id] = 1.0 / (k + rank)
+            best_rank[fact_id] = rank
+        else:
+            scores[fact_id] = math.fsum([1.0 / (k + r) for r in by_signal.values()])
+            best_rank[fact_id] = min(by_signal.values())
     extra = tiebreak or {}
 
     def order(fact_id: int) -> tuple[float, int, float, int]:
-        return (-scores[fact_id], min(ranks[fact_id].values()), -extra.get(fact_id, 0.0), -fact_id)
+        return (-scores[fact_id], best_rank[fact_id], -extra.get(fact_id, 0.0), -fact_id)
 
     best = sorted(scores, key=order) if limit is None else heapq.nsmallest(limit, scores, key=order)
     return [Fused(fact_id=i, score=scores[i], ranks=dict(ranks[i])) for i in best]

@@ -166,10 +166,15 @@ def fuse_hits(rows: Iterable[Sequence[Any]], options: RecallOptions) -> list[Kep
     ranks: dict[int, dict[str, int]] = {}
     recency: dict[int, float] = {}
     for row in rows:
-        signal, fact_id, rank, valid_at = row[:4]
-        found.setdefault(fact_id, []).append(row)
-        ranks.setdefault(fact_id, {})[signal] = rank
-        recency[fact_id] = valid_at.timestamp()
+        signal, fact_id, rank, valid_at_us = row[0], row[1], row[2], row[3]
+        hits = found.get(fact_id)
+        if hits is None:
+            found[fact_id] = [row]
+            ranks[fact_id] = {signal: rank}
+            recency[fact_id] = valid_at_us
+        else:
+            hits.append(row)
+            ranks[fact_id][signal] = rank
     fused = rrf_ranks(ranks, k=options.rrf_k, tiebreak=recency, limit=options.facts_in_context)
     return [
         Kept(

@@ -283,17 +283,26 @@ def recent_cte(schema: str) -> sql.Composed:
     )
 
 
+_NO_DETAIL = "NULL::int, NULL::text, NULL::boolean, NULL::float8"
+
+
+_HIT_ROWS = sql.SQL(
+    "SELECT {signal}, fact_id, rank, (extract(epoch FROM valid_at) * 1000000)::int8, {details} FROM {cte}"
+)
+
+
+def _hit_rows(signal: str, details: str, cte: str) -> sql.Composed:
+    return _HIT_ROWS.format(signal=sql.Literal(signal), details=sql.SQL(details), cte=sql.Identifier(cte))
+
+
 _HITS = {
-    "vector": "SELECT 'vector', fact_id, rank, valid_at, NULL::int, NULL::text, NULL::boolean, NULL::float8,"
-    " 1 - distance, NULL::text[] FROM vector_hits",
-    "anchor": "SELECT 'anchor', fact_id, rank, valid_at, hop, via, via_named, via_similarity, 1 - distance,"
-    " NULL::text[] FROM anchor_hits",
-    "keyword": "SELECT 'keyword', fact_id, rank, valid_at, NULL::int, NULL::text, NULL::boolean, NULL::float8,"
-    " NULL::float8, matched FROM keyword_hits",
-    "recent": "SELECT 'recent', fact_id, rank, valid_at, NULL::int, NULL::text, NULL::boolean, NULL::float8,"
-    " NULL::float8, NULL::text[] FROM recent_hits",
+    "vector": _hit_rows("vector", f"{_NO_DETAIL}, 1 - distance, NULL::text[]", "vector_hits"),
+    "anchor": _hit_rows("anchor", "hop, via, via_named, via_similarity, 1 - distance, NULL::text[]", "anchor_hits"),
+    "keyword": _hit_rows("keyword", f"{_NO_DETAIL}, NULL::float8, matched", "keyword_hits"),
+    "recent": _hit_rows("recent", f"{_NO_DETAIL}, NULL::float8, NULL::text[]", "recent_hits"),
 }
-"""Every hit row: signal, fact_id, rank, valid_at (fusion's recency tie-break), hop, via, via_named,
+"""Every hit row: signal, fact_id, rank, valid_at as microseconds since the epoch (fusion's recency
+tie-break: an integer decodes faster than a timestamp and compares the same), hop, via, via_named,
 via_similarity, similarity, matched."""
 
 STATEMENT_GROUPS: tuple[tuple[str, ...], ...] = (("vector", "keyword", "recent"), ("anchor",))
@@ -331,7 +340,7 @@ def hits_statement(
         ctes += [hub_floor_cte(schema), named_cte(schema)]
     for signal in signals:
         ctes += _signal_ctes(schema, plan, signal, indexed)
-    hits = sql.SQL(" UNION ALL ").join(sql.SQL(_HITS[name]) for name in signals)
+    hits = sql.SQL(" UNION ALL ").join(_HITS[name] for name in signals)
     return sql.Composed([sql.SQL("WITH"), sql.SQL(",").join(ctes), sql.SQL(" "), hits])
 
 

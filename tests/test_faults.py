@@ -341,7 +341,7 @@ async def test_connections_the_server_dropped_are_replaced_before_a_recall_uses_
             deadline = time.monotonic() + 30
             while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = ANY(%s)", [list(dropped)]).fetchone():
                 assert time.monotonic() < deadline, "the terminated backends did not exit"
-                time.sleep(0.05)
+                await asyncio.sleep(0.05)
         # no error: the pool sees each dropped connection before lending it, and opens another
         result = await memory.recall("what does the user drive", **scope)
         assert "user drives honda civic" in [s.fact.text for s in result.facts]

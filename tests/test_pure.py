@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import re
 import unicodedata
 from datetime import UTC, datetime
@@ -15,6 +16,7 @@ from memsoda_core import Fact, RecallOptions, ScoredFact, SignalHit
 from memsoda_core.errors import ConfigurationError, LimitError
 from memsoda_core.fusion import rrf, rrf_ranks
 from memsoda_core.ops import statistics_stale
+from memsoda_core.recall import fuse_hits
 from memsoda_core.render import anchor_entities, group_by_anchor, render
 from memsoda_core.sql_recall import PARSE_CACHE_BYTES, RecallPlan, hits_statement, planned_signals, recall_statements
 from memsoda_core.text import (
@@ -88,6 +90,40 @@ def test_rrf_with_a_limit_is_the_head_of_the_full_order(ranks: dict[int, dict[st
     tiebreak = {fact_id: float(fact_id % 3) for fact_id in ranks}
     full = rrf_ranks(ranks, k=60, tiebreak=tiebreak)
     assert rrf_ranks(ranks, k=60, tiebreak=tiebreak, limit=limit) == full[:limit]
+
+
+@given(
+    st.dictionaries(
+        st.integers(1, 50),
+        st.dictionaries(st.sampled_from(["vector", "anchor", "keyword"]), st.integers(1, 60), min_size=1),
+    ),
+    st.integers(1, 3),
+)
+def test_rrf_order_is_score_then_best_rank_then_tiebreak_then_id(ranks: dict[int, dict[str, int]], mod: int) -> None:
+    tiebreak = {fact_id: float(fact_id % mod) for fact_id in ranks}
+
+    def reference(fact_id: int) -> tuple[float, int, float, int]:
+        by_signal = ranks[fact_id].values()
+        return (-math.fsum(1 / (60 + r) for r in by_signal), min(by_signal), -tiebreak[fact_id], -fact_id)
+
+    fused = rrf_ranks(ranks, k=60, tiebreak=tiebreak)
+    assert [f.fact_id for f in fused] == sorted(ranks, key=reference)
+    assert [f.score for f in fused] == [-reference(f.fact_id)[0] for f in fused]
+
+
+def test_fusion_breaks_a_tie_by_the_more_recent_fact_then_explains_each_hit() -> None:
+    no_detail = (None, None, None, None)
+    rows = [
+        ("vector", 7, 1, 1_700_000_000_000_000, *no_detail, 0.9, None),
+        ("keyword", 8, 1, 1_700_000_000_000_001, *no_detail, None, ["civic"]),
+        ("keyword", 7, 3, 1_700_000_000_000_000, *no_detail, None, ["honda"]),
+        ("anchor", 9, 1, 1_800_000_000_000_000, 1, "user", True, None, 0.5, None),
+    ]
+    kept = fuse_hits(rows, RecallOptions(facts_in_context=3))
+    assert [k.fact_id for k in kept] == [7, 9, 8]  # 7 is in two lists; 9 and 8 tie, 9 is more recent
+    assert [h.signal for h in kept[0].hits] == ["vector", "keyword"]
+    assert kept[0].hits[1].reason == "matched terms: honda"
+    assert kept[1].hits[0].reason == "touches 'user', named in the query"
 
 
 # --- rendering -----------------------------------------------------------------------------------
