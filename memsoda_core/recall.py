@@ -14,7 +14,7 @@ from .models import Episode, Fact, RecallResult, ScoredFact, Signal, SignalHit
 from .options import RecallOptions
 from .render import anchor_entities, group_by_anchor, render
 from .sql_recall import HALF_RULE_MAX_LEXEMES, RecallPlan
-from .text import name_spans, normalize_query, normalized_terms
+from .text import name_spans_with_terms, normalize_query, normalized_terms
 from .validation import Scope
 
 FACT_COLUMN_COUNT = 15
@@ -46,14 +46,14 @@ def statement_params(
 ) -> dict[str, Any]:
     """Every bound value of the recall statement."""
     normalized = normalize_query(query) if query else ""
-    spans = name_spans(normalized)
+    spans = name_spans_with_terms(normalized)
     params: dict[str, Any] = {
         "dataset": scope.dataset,
         "project": scope.project,
         "at": at,
         "min_confidence": options.min_confidence,
-        "spans": spans,
-        "span_terms": [" ".join(normalized_terms(span)) for span in spans],
+        "spans": list(spans),
+        "span_terms": list(spans.values()),
         "terms": normalized_terms(normalized),
         "tsconfig": text_search_config,
         "hub_min_facts": options.hub_min_facts,

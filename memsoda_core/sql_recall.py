@@ -93,7 +93,7 @@ def named_cte(schema: str) -> sql.Composed:
         """
     named AS (
         SELECT e.id, e.name, e.fact_count >= (SELECT n FROM hub_floor) AS is_hub, s.terms
-        FROM unnest(%(spans)s::text[], %(span_terms)s::text[]) AS s(span, terms)
+        FROM unnest(%(spans)b::text[], %(span_terms)b::text[]) AS s(span, terms)
         JOIN {s}.entities e ON {scope_e} AND e.name = s.span)""",
         schema,
     )
@@ -233,7 +233,7 @@ def keyword_ctes(schema: str, indexed: Scope | None = None) -> sql.Composed:
                coalesce(array_agg(to_tsquery(%(tsconfig)s::regconfig, t.term)), ARRAY[]::tsquery[]) AS term_queries,
                tsvector_to_array(to_tsvector(%(tsconfig)s::regconfig,
                                              coalesce(string_agg(t.term, ' '), ''))) AS lexemes
-        FROM unnest(%(terms)s::text[]) AS t(term)
+        FROM unnest(%(terms)b::text[]) AS t(term)
         WHERE t.term NOT IN (SELECT string_to_table(terms, ' ') FROM named WHERE is_hub)),
     keyword_half AS MATERIALIZED (
         SELECT CASE WHEN cardinality(kq.lexemes) BETWEEN 1 AND %(half_max_lexemes)s
@@ -396,7 +396,7 @@ def facts_statement(schema: str) -> sql.SQL:
             """SELECT {fact_columns}
            FROM {s}.facts f
            JOIN {s}.entities a ON {scope_a} AND a.id = f.anchor_id
-           WHERE {scope_f} AND f.id = ANY(%(fact_ids)s::bigint[])""",
+           WHERE {scope_f} AND f.id = ANY(%(fact_ids)b::bigint[])""",
             schema,
             fact_columns=fact_columns(schema),
         )

@@ -75,7 +75,7 @@ def missing_statement(schema: str) -> sql.Composed:
     return sql.SQL(
         """SELECT n.name, c.oid IS NOT NULL AS present
            FROM {s}.scopes sc
-           CROSS JOIN unnest(%(names)s::text[]) AS n(name)
+           CROSS JOIN unnest(%(names)b::text[]) AS n(name)
            LEFT JOIN pg_namespace ns ON ns.nspname = %(schema)s
            LEFT JOIN pg_class c ON c.relnamespace = ns.oid AND c.relname = n.name
            LEFT JOIN pg_index i ON i.indexrelid = c.oid
@@ -89,7 +89,7 @@ def present_statement() -> sql.Composed:
     """Which of %(names)s exist (valid or not) in schema %(schema)s."""
     return sql.SQL(
         """SELECT c.relname FROM pg_class c JOIN pg_namespace ns ON ns.oid = c.relnamespace
-           WHERE ns.nspname = %(schema)s AND c.relname = ANY(%(names)s::text[])
+           WHERE ns.nspname = %(schema)s AND c.relname = ANY(%(names)b::text[])
            ORDER BY c.relname"""
     ).format()
 

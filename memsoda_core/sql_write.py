@@ -27,7 +27,7 @@ def known_entities(schema: str, *, lock: bool = False) -> sql.Composed:
     blocked), so their stored name embeddings can be reused instead of embedding the names again."""
     return sql.SQL(
         """SELECT name FROM {s}.entities
-           WHERE dataset = %(dataset)s AND project = %(project)s AND name = ANY(%(names)s::text[])
+           WHERE dataset = %(dataset)s AND project = %(project)s AND name = ANY(%(names)b::text[])
            ORDER BY name{lock}"""
     ).format(s=sql.Identifier(schema), lock=sql.SQL(" FOR KEY SHARE" if lock else ""))
 
@@ -46,7 +46,7 @@ def upsert_entities(schema: str) -> sql.Composed:
                                          WHERE k.dataset = %(dataset)s AND k.project = %(project)s
                                            AND k.name = u.name)),
                   u.touches
-           FROM unnest(%(names)s::text[], %(types)s::text[], %(embeddings)b::vector[], %(touches)s::int[])
+           FROM unnest(%(names)b::text[], %(types)b::text[], %(embeddings)b::vector[], %(touches)b::int[])
                 AS u(name, type, embedding, touches)
            ON CONFLICT (dataset, project, name) DO UPDATE
            SET type = CASE WHEN e.type = 'OTHER' THEN EXCLUDED.type ELSE e.type END,
@@ -64,11 +64,11 @@ def insert_facts(schema: str) -> sql.Composed:
            SELECT %(dataset)s, %(project)s, u.subject, u.predicate, u.object, u.object_type,
                   u.subject_id, u.object_id, u.anchor_id, u.valid_at, u.invalid_at,
                   u.confidence, u.source_quote, u.embedding
-           FROM unnest(%(subjects)s::text[], %(predicates)s::text[], %(objects)s::text[],
-                       %(object_types)s::text[], %(subject_ids)s::bigint[], %(object_ids)s::bigint[],
-                       %(anchor_ids)s::bigint[], %(valid_ats)s::timestamptz[],
-                       %(invalid_ats)s::timestamptz[], %(confidences)s::real[],
-                       %(quotes)s::text[], %(embeddings)b::vector[])
+           FROM unnest(%(subjects)b::text[], %(predicates)b::text[], %(objects)b::text[],
+                       %(object_types)b::text[], %(subject_ids)b::bigint[], %(object_ids)b::bigint[],
+                       %(anchor_ids)b::bigint[], %(valid_ats)b::timestamptz[],
+                       %(invalid_ats)b::timestamptz[], %(confidences)b::real[],
+                       %(quotes)b::text[], %(embeddings)b::vector[])
                 WITH ORDINALITY AS u(subject, predicate, object, object_type, subject_id, object_id,
                                      anchor_id, valid_at, invalid_at, confidence, source_quote,
                                      embedding, ord)
@@ -81,7 +81,7 @@ def insert_fact_entities(schema: str) -> sql.Composed:
     return sql.SQL(
         """INSERT INTO {s}.fact_entities (dataset, project, fact_id, entity_id, roles)
            SELECT %(dataset)s, %(project)s, u.fact_id, u.entity_id, u.roles
-           FROM unnest(%(fact_ids)s::bigint[], %(entity_ids)s::bigint[], %(roles)s::smallint[])
+           FROM unnest(%(fact_ids)b::bigint[], %(entity_ids)b::bigint[], %(roles)b::smallint[])
                 AS u(fact_id, entity_id, roles)"""
     ).format(s=sql.Identifier(schema))
 
@@ -129,7 +129,7 @@ def insert_episodes(schema: str) -> sql.Composed:
     return sql.SQL(
         """INSERT INTO {s}.episodes (dataset, project, thread_id, text, created_at, embedding)
            SELECT %(dataset)s, %(project)s, u.thread_id, u.text, u.created_at, u.embedding
-           FROM unnest(%(thread_ids)s::text[], %(texts)s::text[], %(created_ats)s::timestamptz[],
+           FROM unnest(%(thread_ids)b::text[], %(texts)b::text[], %(created_ats)b::timestamptz[],
                        %(embeddings)b::vector[]) WITH ORDINALITY AS u(thread_id, text, created_at, embedding, ord)
            ORDER BY u.ord
            RETURNING id"""

@@ -51,16 +51,26 @@ def name_spans(normalized_query: str) -> list[str]:
     these spans by equality is a word-boundary match with no regular expression built from stored
     text, and an index lookup instead of a scan over every entity.
     """
-    tokens = [(m.start(), m.end()) for m in _TOKEN.finditer(normalized_query)]
-    seen: dict[str, None] = {}
-    for i, (start, _) in enumerate(tokens):
-        for _, end in tokens[i : i + MAX_NAME_TOKENS]:
+    return list(name_spans_with_terms(normalized_query))
+
+
+def name_spans_with_terms(normalized_query: str) -> dict[str, str]:
+    """`name_spans`, each with its `normalized_terms` joined by spaces, in one pass: a term never
+    crosses a token boundary, so a span's terms are its tokens' terms (no regex per span)."""
+    tokens = [(m.start(), m.end(), _TERM.findall(m.group())) for m in _TOKEN.finditer(normalized_query)]
+    spans: dict[str, str] = {}
+    for i, (start, _, _) in enumerate(tokens):
+        terms: dict[str, None] = {}
+        for _, end, token_terms in tokens[i : i + MAX_NAME_TOKENS]:
             if end - start > MAX_NAME_CHARS:
                 break
-            seen.setdefault(normalized_query[start:end], None)
-            if len(seen) >= _MAX_SPANS:
-                return list(seen)
-    return list(seen)
+            for term in token_terms:
+                if len(terms) < _MAX_TERMS:
+                    terms.setdefault(term, None)
+            spans.setdefault(normalized_query[start:end], " ".join(terms))
+            if len(spans) >= _MAX_SPANS:
+                return spans
+    return spans
 
 
 def keyword_terms(text: str) -> list[str]:

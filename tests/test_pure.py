@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from memsoda_core import Fact, RecallOptions, ScoredFact, SignalHit
 from memsoda_core.errors import ConfigurationError, LimitError
 from memsoda_core.fusion import rrf, rrf_ranks
+from memsoda_core.limits import MAX_NAME_CHARS, MAX_NAME_TOKENS
 from memsoda_core.ops import statistics_stale
 from memsoda_core.recall import fuse_hits
 from memsoda_core.render import anchor_entities, group_by_anchor, render
@@ -23,6 +24,7 @@ from memsoda_core.text import (
     collapse_line,
     keyword_terms,
     name_spans,
+    name_spans_with_terms,
     normalize_name,
     normalize_query,
     normalized_terms,
@@ -213,6 +215,26 @@ def test_collapse_line_fast_path_agrees_with_the_character_walk(text: str) -> No
 def test_terms_of_a_normalized_span_are_its_keyword_terms(query: str) -> None:
     for span in name_spans(normalize_query(query))[:50]:
         assert normalized_terms(span) == keyword_terms(span)
+
+
+def spans_one_by_one(normalized: str) -> dict[str, str]:
+    """The definition: every token range up to the name limits, then each span's terms by regex."""
+    tokens = [(m.start(), m.end()) for m in re.finditer(r"\w+|[^\w\s]", normalized)]
+    spans: dict[str, str] = {}
+    for i, (start, _) in enumerate(tokens):
+        for _, end in tokens[i : i + MAX_NAME_TOKENS]:
+            if end - start > MAX_NAME_CHARS:
+                break
+            span = normalized[start:end]
+            spans.setdefault(span, " ".join(normalized_terms(span)))
+    return spans
+
+
+@given(st.text(alphabet=st.sampled_from("ab_1 .-+é\u00a0\u3000x")) | st.text())
+def test_spans_with_their_terms_match_the_span_by_span_definition(query: str) -> None:
+    normalized = normalize_query(query)
+    assert name_spans_with_terms(normalized) == spans_one_by_one(normalized)
+    assert name_spans(normalized) == list(spans_one_by_one(normalized))
 
 
 def test_normalize_name() -> None:
