@@ -86,7 +86,7 @@ async def _fetch(conn: psycopg.AsyncConnection[Any], request: Execute) -> list[A
         return (await _fetch_at_once([conn], [request]))[0]
     async with conn.cursor() as cursor:
         await cursor.execute(request.statement, request.params, prepare=request.planning is not Planning.FRESH)
-        return await cursor.fetchall() if cursor.description is not None else []
+        return await cursor.fetchall() if cursor.rownumber is not None else []
 
 
 async def _fetch_at_once(conns: Sequence[psycopg.AsyncConnection[Any]], requests: Sequence[Execute]) -> list[list[Any]]:
@@ -104,7 +104,7 @@ async def _fetch_at_once(conns: Sequence[psycopg.AsyncConnection[Any]], requests
                 await conn.execute(END_GENERIC_PLAN)
     for conn in conns:
         GENERIC_PLAN_PENDING.discard(conn)
-    return [await cursor.fetchall() if cursor.description is not None else [] for cursor in cursors]
+    return [await cursor.fetchall() if cursor.rownumber is not None else [] for cursor in cursors]
 
 
 async def _end_autocommit(conn: psycopg.AsyncConnection[Any]) -> None:

@@ -83,7 +83,7 @@ def _fetch(conn: psycopg.Connection[Any], request: Execute) -> list[Any]:
         return _fetch_at_once([conn], [request])[0]
     with conn.cursor() as cursor:
         cursor.execute(request.statement, request.params, prepare=request.planning is not Planning.FRESH)
-        return cursor.fetchall() if cursor.description is not None else []
+        return cursor.fetchall() if cursor.rownumber is not None else []
 
 
 def _fetch_at_once(conns: Sequence[psycopg.Connection[Any]], requests: Sequence[Execute]) -> list[list[Any]]:
@@ -102,7 +102,7 @@ def _fetch_at_once(conns: Sequence[psycopg.Connection[Any]], requests: Sequence[
                 conn.execute(END_GENERIC_PLAN)
     for conn in conns:
         GENERIC_PLAN_PENDING.discard(conn)
-    return [cursor.fetchall() if cursor.description is not None else [] for cursor in cursors]
+    return [cursor.fetchall() if cursor.rownumber is not None else [] for cursor in cursors]
 
 
 def _end_autocommit(conn: psycopg.Connection[Any]) -> None:
