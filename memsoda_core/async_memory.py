@@ -34,6 +34,7 @@ from .base import (
     check_import_args,
     check_pool_args,
     embedding_failure,
+    lend_newest_first,
     maintenance_failed,
     may_be_dropped,
     open_args,
@@ -73,6 +74,15 @@ async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
     for statement in SESSION_SETTINGS:
         await conn.execute(statement)
     await conn.commit()
+
+
+class _Pool(AsyncConnectionPool[psycopg.AsyncConnection[Any]]):
+    """psycopg_pool's async pool, lending the most recently returned connection first (see
+    `base.lend_newest_first`)."""
+
+    async def _get_ready_connection(self, timeout: float | None) -> psycopg.AsyncConnection[Any] | None:  # noqa: ASYNC109 (psycopg_pool's signature)
+        lend_newest_first(getattr(self, "_pool", None))
+        return await super()._get_ready_connection(timeout)
 
 
 async def _check(conn: psycopg.AsyncConnection[Any]) -> None:
@@ -155,7 +165,7 @@ class AsyncMemory(MemoryBase):
         try:
             async with await psycopg.AsyncConnection.connect(target.dsn, **CONNECTION_KWARGS) as conn:
                 info = await self._drive(open_store(**args["op"]), lambda: _ready(conn))
-            self._pool = AsyncConnectionPool(
+            self._pool = _Pool(
                 target.dsn,
                 min_size=min(POOL_MIN_SIZE, pool_size),
                 max_size=pool_size,

@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 import weakref
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -148,6 +148,18 @@ adding a wait to the one the write's own connection may need."""
 
 POOL_MIN_SIZE = 2
 """Connections kept open: a recall's two statements run at once on two of them."""
+
+
+def lend_newest_first(idle: object) -> None:
+    """Before psycopg_pool takes the oldest idle connection (it lends first in, first out), move the
+    newest to the front, so the pool lends last in, first out. A recall uses two connections; with
+    first in, first out every recall got the two that had been idle longest (their server
+    processes and caches cold), and a pool that grew once kept cycling through all of them: a
+    10k-fact tenant's recall took 7.1-7.4 ms p50 that way and 6.3-6.4 ms last in, first out,
+    interleaved with another store's recalls. Connections left at the back idle out (`max_idle`). psycopg_pool has no
+    option for this; `idle` is its private queue, left alone if that ever changes."""
+    if isinstance(idle, deque) and len(idle) > 1:
+        idle.rotate(1)
 
 
 def may_be_dropped(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:

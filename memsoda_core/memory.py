@@ -31,6 +31,7 @@ from .base import (
     check_import_args,
     check_pool_args,
     embedding_failure,
+    lend_newest_first,
     maintenance_failed,
     may_be_dropped,
     open_args,
@@ -70,6 +71,15 @@ def _configure(conn: psycopg.Connection[Any]) -> None:
     for statement in SESSION_SETTINGS:
         conn.execute(statement)
     conn.commit()
+
+
+class _Pool(ConnectionPool[psycopg.Connection[Any]]):
+    """psycopg_pool's pool, lending the most recently returned connection first (see
+    `base.lend_newest_first`)."""
+
+    def _get_ready_connection(self, timeout: float | None) -> psycopg.Connection[Any] | None:
+        lend_newest_first(getattr(self, "_pool", None))
+        return super()._get_ready_connection(timeout)
 
 
 def _check(conn: psycopg.Connection[Any]) -> None:
@@ -152,7 +162,7 @@ class Memory(MemoryBase):
         try:
             with psycopg.connect(target.dsn, **CONNECTION_KWARGS) as conn:
                 info = self._drive(open_store(**args["op"]), lambda: conn)
-            self._pool = ConnectionPool(
+            self._pool = _Pool(
                 target.dsn,
                 min_size=min(POOL_MIN_SIZE, pool_size),
                 max_size=pool_size,

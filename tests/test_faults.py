@@ -350,6 +350,30 @@ async def test_connections_the_server_dropped_are_replaced_before_a_recall_uses_
         await memory.close()
 
 
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_the_pool_lends_the_connection_returned_last(pg_dsn: str, embedder: LocalEmbedder, flavour: str) -> None:
+    memory = await open_memory(flavour, pg_dsn, embedder)
+    pool = memory.raw._pool
+    try:
+        if memory.is_async:
+            taken = [await pool.getconn() for _ in range(3)]
+            for conn in taken:
+                await pool.putconn(conn)
+            again = [await pool.getconn() for _ in range(3)]
+            for conn in again:
+                await pool.putconn(conn)
+        else:
+            taken = [pool.getconn() for _ in range(3)]
+            for conn in taken:
+                pool.putconn(conn)
+            again = [pool.getconn() for _ in range(3)]
+            for conn in again:
+                pool.putconn(conn)
+        assert again == taken[::-1]  # last in, first out: the warm ones first
+    finally:
+        await memory.close()
+
+
 # --- a writer killed with SIGKILL in the middle of its transaction ----------------------------------
 
 HASH_EMBEDDER = textwrap.dedent(
