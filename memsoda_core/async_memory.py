@@ -289,9 +289,9 @@ class AsyncMemory(MemoryBase):
                 except PoolTimeout:
                     break
                 await spares[-1].set_autocommit(True)
-            together = 1 + len(spares)
-            rows = await _fetch_at_once([conn, *spares], statements[:together])
-            return rows + [await _fetch(conn, statement) for statement in statements[together:]]
+            together = len(spares) + 1 if spares else 0
+            at_once = await _fetch_at_once([conn, *spares], statements[:together]) if spares else []
+            return at_once + [await _fetch(conn, statement) for statement in statements[together:]]
         finally:
             for spare in spares:
                 try:

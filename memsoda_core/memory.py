@@ -282,9 +282,9 @@ class Memory(MemoryBase):
                 except PoolTimeout:
                     break
                 spares[-1].autocommit = True
-            together = 1 + len(spares)
-            rows = _fetch_at_once([conn, *spares], statements[:together])
-            return rows + [_fetch(conn, statement) for statement in statements[together:]]
+            together = len(spares) + 1 if spares else 0
+            at_once = _fetch_at_once([conn, *spares], statements[:together]) if spares else []
+            return at_once + [_fetch(conn, statement) for statement in statements[together:]]
         finally:
             for spare in spares:
                 try:

@@ -503,3 +503,38 @@ def test_shared_and_own_statements_return_the_same_recall(small_threshold: Memor
     assert [[(s.fact.id, s.ranks) for s in r.facts] for r in shared] == [
         [(s.fact.id, s.ranks) for s in r.facts] for r in own
     ]
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_without_pipelines_recall_runs_its_statements_one_after_the_other_with_the_same_result(
+    pg_dsn: str, embedder: Any, flavour: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """libpq < 14 has no pipelines: no statements at once, no forced generic plans, same facts."""
+    import memsoda_core.async_memory
+    import memsoda_core.memory
+
+    with dropped_after(pg_dsn, "no_pipeline_test") as schema:
+        memory = await open_memory(flavour, pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD)
+        try:
+            await memory.add_facts(_facts(THRESHOLD // 2), dataset="d", project="small")
+            await memory.add_facts(_facts(THRESHOLD + 2), dataset="d", project="indexed")
+            scopes = [{"dataset": "d", "project": project} for project in ("small", "indexed")]
+            piped = [await memory.recall("Who visited Town3?", **scope) for scope in scopes]
+            runner = memsoda_core.async_memory if memory.is_async else memsoda_core.memory
+            monkeypatch.setattr(runner, "PIPELINE_SUPPORTED", False)
+
+            def no_pipeline(*args: Any) -> Any:
+                raise psycopg.NotSupportedError("libpq too old for pipelines")
+
+            for connection_class in (psycopg.Connection, psycopg.AsyncConnection):
+                monkeypatch.setattr(connection_class, "pipeline", no_pipeline)
+            lent = []
+            getconn = memory.raw._pool.getconn
+            monkeypatch.setattr(memory.raw._pool, "getconn", lambda *a, **k: lent.append(1) or getconn(*a, **k))
+            alone = [await memory.recall("Who visited Town3?", **scope) for scope in scopes]
+        finally:
+            await memory.close()
+    assert len(lent) == len(scopes)  # one connection per recall: no spare was asked for
+    for before, after in zip(piped, alone, strict=True):
+        assert [s.fact.id for s in after.facts] == [s.fact.id for s in before.facts]
+        assert after.facts and after.context == before.context
