@@ -175,7 +175,11 @@ class AsyncMemory(MemoryBase):
                 check=_check,
                 open=False,
             )
-            await self._pool.open()
+            try:
+                await self._pool.open(wait=True, timeout=pool_timeout)  # so the first recall finds its spare
+            except BaseException:
+                await self._pool.close()
+                raise
         except psycopg.Error as exc:
             await asyncio.to_thread(release_target, target)
             raise translate_db_error(exc) from exc

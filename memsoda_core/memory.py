@@ -172,6 +172,11 @@ class Memory(MemoryBase):
                 check=_check,
                 open=True,
             )
+            try:
+                self._pool.wait(timeout=pool_timeout)  # so the first recall finds its spare connection
+            except BaseException:
+                self._pool.close()
+                raise
         except psycopg.Error as exc:
             release_target(target)
             raise translate_db_error(exc) from exc

@@ -44,6 +44,7 @@ from memsoda_core import (
 )
 from memsoda_core import limits as L
 from memsoda_core import server as embedded
+from memsoda_core.base import POOL_MIN_SIZE
 
 FACTS = [
     {"subject": "breaking bad", "predicate": "streams on", "object": "netflix", "object_type": "PRODUCT"},
@@ -370,6 +371,22 @@ async def test_the_pool_lends_the_connection_returned_last(pg_dsn: str, embedder
             for conn in again:
                 pool.putconn(conn)
         assert again == taken[::-1]  # last in, first out: the warm ones first
+    finally:
+        await memory.close()
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_the_first_recall_after_open_runs_its_statements_at_once(
+    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str], flavour: str
+) -> None:
+    memory = await open_memory(flavour, pg_dsn, embedder)
+    try:
+        stats = memory.raw._pool.get_stats()
+        assert stats["pool_available"] == POOL_MIN_SIZE  # open waited for the connections it keeps
+        await memory.recall("what does the user drive", **scope)
+        stats = memory.raw._pool.get_stats()
+        assert stats.get("requests_errors", 0) == 0  # the spare was there: no 2 ms wait, no timeout
+        assert stats["pool_size"] == POOL_MIN_SIZE
     finally:
         await memory.close()
 
