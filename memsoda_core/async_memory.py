@@ -35,6 +35,7 @@ from .base import (
     check_pool_args,
     embedding_failure,
     lend_newest_first,
+    lend_oldest_first,
     maintenance_failed,
     may_be_dropped,
     open_args,
@@ -81,8 +82,15 @@ class _Pool(AsyncConnectionPool[psycopg.AsyncConnection[Any]]):
     `base.lend_newest_first`)."""
 
     async def _get_ready_connection(self, timeout: float | None) -> psycopg.AsyncConnection[Any] | None:  # noqa: ASYNC109 (psycopg_pool's signature)
-        lend_newest_first(getattr(self, "_pool", None))
-        return await super()._get_ready_connection(timeout)
+        idle = getattr(self, "_pool", None)
+        turned = lend_newest_first(idle)
+        try:
+            conn = await super()._get_ready_connection(timeout)
+        except BaseException:
+            if turned:
+                lend_oldest_first(idle)
+            raise
+        return conn
 
 
 async def _check(conn: psycopg.AsyncConnection[Any]) -> None:
@@ -177,6 +185,14 @@ class AsyncMemory(MemoryBase):
             )
             try:
                 await self._pool.open(wait=True, timeout=pool_timeout)  # so the first recall finds its spare
+                self._setup(
+                    info=info,
+                    embedder=args["embedder"],
+                    options=options,
+                    synthesizer=synthesizer,
+                    target=target,
+                    cache_size=cache_size,
+                )
             except BaseException:
                 await self._pool.close()
                 raise
@@ -186,14 +202,6 @@ class AsyncMemory(MemoryBase):
         except BaseException:
             await asyncio.to_thread(release_target, target)
             raise
-        self._setup(
-            info=info,
-            embedder=args["embedder"],
-            options=options,
-            synthesizer=synthesizer,
-            target=target,
-            cache_size=cache_size,
-        )
         self._pool_timeout = pool_timeout
         return self
 

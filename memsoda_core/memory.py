@@ -32,6 +32,7 @@ from .base import (
     check_pool_args,
     embedding_failure,
     lend_newest_first,
+    lend_oldest_first,
     maintenance_failed,
     may_be_dropped,
     open_args,
@@ -78,8 +79,15 @@ class _Pool(ConnectionPool[psycopg.Connection[Any]]):
     `base.lend_newest_first`)."""
 
     def _get_ready_connection(self, timeout: float | None) -> psycopg.Connection[Any] | None:
-        lend_newest_first(getattr(self, "_pool", None))
-        return super()._get_ready_connection(timeout)
+        idle = getattr(self, "_pool", None)
+        turned = lend_newest_first(idle)
+        try:
+            conn = super()._get_ready_connection(timeout)
+        except BaseException:
+            if turned:
+                lend_oldest_first(idle)
+            raise
+        return conn
 
 
 def _check(conn: psycopg.Connection[Any]) -> None:
@@ -174,6 +182,14 @@ class Memory(MemoryBase):
             )
             try:
                 self._pool.wait(timeout=pool_timeout)  # so the first recall finds its spare connection
+                self._setup(
+                    info=info,
+                    embedder=args["embedder"],
+                    options=options,
+                    synthesizer=synthesizer,
+                    target=target,
+                    cache_size=cache_size,
+                )
             except BaseException:
                 self._pool.close()
                 raise
@@ -183,14 +199,6 @@ class Memory(MemoryBase):
         except BaseException:
             release_target(target)
             raise
-        self._setup(
-            info=info,
-            embedder=args["embedder"],
-            options=options,
-            synthesizer=synthesizer,
-            target=target,
-            cache_size=cache_size,
-        )
         self._pool_timeout = pool_timeout
         return self
 

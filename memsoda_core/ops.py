@@ -33,6 +33,7 @@ from .errors import (
 )
 from .models import EpisodeInput, FactInput, IncludeOption, RecallResult
 from .options import RecallOptions
+from .params import BigintArray
 from .recall import (
     assemble,
     decode_episodes,
@@ -559,7 +560,7 @@ def recall(
     kept = fuse_hits((row for rows in results for row in rows), options)
     timings["fuse"] = _ms(mark)
     mark = time.perf_counter()
-    fact_ids = [k.fact_id for k in kept]
+    fact_ids = BigintArray(k.fact_id for k in kept)
     fact_rows = yield Execute(facts_statement(info.schema), {**params, "fact_ids": fact_ids}, Planning.CACHED)
     scored = scored_facts(kept, fact_rows)
     timings["facts"] = _ms(mark)

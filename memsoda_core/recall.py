@@ -12,6 +12,7 @@ import numpy as np
 from .fusion import rrf_ranks
 from .models import Episode, Fact, RecallResult, ScoredFact, Signal, SignalHit
 from .options import RecallOptions
+from .params import TextArray
 from .render import anchor_entities, group_by_anchor, render
 from .sql_recall import HALF_RULE_MAX_LEXEMES, RecallPlan
 from .text import name_spans_with_terms, normalize_query, normalized_terms
@@ -52,9 +53,9 @@ def statement_params(
         "project": scope.project,
         "at": at,
         "min_confidence": options.min_confidence,
-        "spans": list(spans),
-        "span_terms": list(spans.values()),
-        "terms": normalized_terms(normalized),
+        "spans": TextArray(spans),
+        "span_terms": TextArray(spans.values()),
+        "terms": TextArray(normalized_terms(normalized)),
         "tsconfig": text_search_config,
         "hub_min_facts": options.hub_min_facts,
         "hub_min_share": options.hub_min_share,

@@ -29,6 +29,7 @@ import psycopg
 import pytest
 from conftest import Either, open_memory
 from helpers import FaultyEmbedder
+from psycopg_pool import PoolTimeout
 
 from memsoda_core import (
     ConfigurationError,
@@ -360,6 +361,8 @@ async def test_the_pool_lends_the_connection_returned_last(pg_dsn: str, embedder
             taken = [await pool.getconn() for _ in range(3)]
             for conn in taken:
                 await pool.putconn(conn)
+            with pytest.raises(PoolTimeout):
+                await pool.getconn(timeout=0)  # a request that gets nothing leaves the order alone
             again = [await pool.getconn() for _ in range(3)]
             for conn in again:
                 await pool.putconn(conn)
@@ -367,6 +370,8 @@ async def test_the_pool_lends_the_connection_returned_last(pg_dsn: str, embedder
             taken = [pool.getconn() for _ in range(3)]
             for conn in taken:
                 pool.putconn(conn)
+            with pytest.raises(PoolTimeout):
+                pool.getconn(timeout=0)
             again = [pool.getconn() for _ in range(3)]
             for conn in again:
                 pool.putconn(conn)

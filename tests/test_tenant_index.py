@@ -538,3 +538,18 @@ async def test_without_pipelines_recall_runs_its_statements_one_after_the_other_
     for before, after in zip(piped, alone, strict=True):
         assert [s.fact.id for s in after.facts] == [s.fact.id for s in before.facts]
         assert after.facts and after.context == before.context
+
+
+def test_array_parameters_keep_one_type_so_a_kept_statement_is_prepared_once(pg_dsn: str) -> None:
+    """psycopg types a plain list by its contents (empty: untyped; ints: int2/int4/int8 by size) and
+    prepares a statement once per set of parameter types."""
+    from memsoda_core.params import BigintArray, TextArray
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        for texts in ([], ["a b", 'quote " and \\\\ backslash', "ünï"]):
+            row = conn.execute("SELECT %(a)b::text[]", {"a": TextArray(texts)}, prepare=True).fetchone()
+            assert row == (texts,)
+        for ids in ([], [1], [2**40, -3]):
+            row = conn.execute("SELECT %(a)b::bigint[]", {"a": BigintArray(ids)}, prepare=True).fetchone()
+            assert row == (ids,)
+        assert conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone() == (2,)
