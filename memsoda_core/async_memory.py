@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack, suppress
 from types import TracebackType
 from typing import Any, TextIO, TypeVar
@@ -19,6 +19,7 @@ from pgvector.psycopg import register_vector_async
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from .base import (
+    CANCEL_TIMEOUT_S,
     CONNECTION_KWARGS,
     END_GENERIC_PLAN,
     FORCE_GENERIC_PLAN,
@@ -114,6 +115,7 @@ async def _fetch_at_once(conns: Sequence[psycopg.AsyncConnection[Any]], requests
     async with AsyncExitStack() as pipelines:
         for conn, cursor, request in zip(conns, cursors, requests, strict=True):
             await pipelines.enter_async_context(conn.pipeline())
+            pipelines.push_async_exit(_cancel_when_failing(conn))
             if request.planning is Planning.GENERIC:
                 GENERIC_PLAN_PENDING.add(conn)
                 await conn.execute(FORCE_GENERIC_PLAN)
@@ -123,6 +125,19 @@ async def _fetch_at_once(conns: Sequence[psycopg.AsyncConnection[Any]], requests
     for conn in conns:
         GENERIC_PLAN_PENDING.discard(conn)
     return [await cursor.fetchall() if cursor.rownumber is not None else [] for cursor in cursors]
+
+
+def _cancel_when_failing(conn: psycopg.AsyncConnection[Any]) -> Callable[..., Awaitable[bool]]:
+    """An exit callback for `conn`'s pipeline: see `memory._cancel_when_failing` (here also when
+    the task is cancelled: its statements stop, and the task does not wait for them)."""
+
+    async def cancel(exc_type: type[BaseException] | None, *_: object) -> bool:
+        if exc_type is not None:
+            with suppress(psycopg.Error):
+                await conn.cancel_safe(timeout=CANCEL_TIMEOUT_S)
+        return False
+
+    return cancel
 
 
 async def _end_autocommit(conn: psycopg.AsyncConnection[Any]) -> None:

@@ -141,6 +141,10 @@ SPARE_CONNECTION_WAIT_S = 0.002
 one (a busy pool) it runs them one after the other on its own connection, so recalls never wait
 on each other for spare connections."""
 
+CANCEL_TIMEOUT_S = 5.0
+"""How long a recall whose other statement failed (or whose task was cancelled) waits for the
+server to accept the cancel request for the statement still running."""
+
 PEEK_CONNECTION_WAIT_S = 0.05
 """How long a write waits for a connection to look up known entities before embedding (`Peek`).
 The look-up only saves work, so on a busy pool it is skipped (every name is embedded) rather than

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import ExitStack, suppress
 from types import TracebackType
 from typing import Any, TextIO, TypeVar
@@ -15,6 +15,7 @@ from pgvector.psycopg import register_vector
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from .base import (
+    CANCEL_TIMEOUT_S,
     CONNECTION_KWARGS,
     END_GENERIC_PLAN,
     FORCE_GENERIC_PLAN,
@@ -112,6 +113,7 @@ def _fetch_at_once(conns: Sequence[psycopg.Connection[Any]], requests: Sequence[
     with ExitStack() as pipelines:
         for conn, cursor, request in zip(conns, cursors, requests, strict=True):
             pipelines.enter_context(conn.pipeline())
+            pipelines.push(_cancel_when_failing(conn))
             if request.planning is Planning.GENERIC:
                 GENERIC_PLAN_PENDING.add(conn)
                 conn.execute(FORCE_GENERIC_PLAN)
@@ -121,6 +123,19 @@ def _fetch_at_once(conns: Sequence[psycopg.Connection[Any]], requests: Sequence[
     for conn in conns:
         GENERIC_PLAN_PENDING.discard(conn)
     return [cursor.fetchall() if cursor.rownumber is not None else [] for cursor in cursors]
+
+
+def _cancel_when_failing(conn: psycopg.Connection[Any]) -> Callable[..., bool]:
+    """An exit callback for `conn`'s pipeline: when the wait for another statement fails or is
+    interrupted, cancel `conn`'s statement too, so its pipeline closes at once."""
+
+    def cancel(exc_type: type[BaseException] | None, *_: object) -> bool:
+        if exc_type is not None:
+            with suppress(psycopg.Error):
+                conn.cancel_safe(timeout=CANCEL_TIMEOUT_S)
+        return False
+
+    return cancel
 
 
 def _end_autocommit(conn: psycopg.Connection[Any]) -> None:

@@ -3,8 +3,10 @@ when left invalid, dropped with the scope."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -553,3 +555,38 @@ def test_array_parameters_keep_one_type_so_a_kept_statement_is_prepared_once(pg_
             row = conn.execute("SELECT %(a)b::bigint[]", {"a": BigintArray(ids)}, prepare=True).fetchone()
             assert row == (ids,)
         assert conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone() == (2,)
+
+
+def _sleep(seconds: float) -> Any:
+    from memsoda_core.steps import Execute
+
+    return Execute(sql.SQL("SELECT pg_sleep(%(s)s)"), {"s": seconds})
+
+
+def test_a_statement_failing_beside_another_stops_that_one_too(pg_dsn: str) -> None:
+    from memsoda_core.memory import _fetch_at_once
+    from memsoda_core.steps import Execute
+
+    failing = Execute(sql.SQL("SELECT 1 / %(zero)s"), {"zero": 0})
+    with psycopg.connect(pg_dsn, autocommit=True) as slow, psycopg.connect(pg_dsn, autocommit=True) as fails:
+        started = time.monotonic()
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            _fetch_at_once([slow, fails], [_sleep(20), failing])
+        assert time.monotonic() - started < 10  # not the 20 s of the statement beside it
+        assert slow.execute("SELECT 42").fetchone() == (42,)  # and the connection is usable
+
+
+async def test_a_cancelled_async_recall_step_stops_every_statement_it_sent(pg_dsn: str) -> None:
+    from memsoda_core.async_memory import _fetch_at_once
+
+    slow = await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True)
+    slower = await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True)
+    try:
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):  # the task is cancelled while it awaits the last statement
+            await asyncio.wait_for(_fetch_at_once([slower, slow], [_sleep(20), _sleep(10)]), timeout=0.5)
+        assert time.monotonic() - started < 8  # neither statement ran to its end
+        assert await (await slower.execute("SELECT 42")).fetchone() == (42,)
+    finally:
+        await slow.close()
+        await slower.close()
