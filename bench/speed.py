@@ -44,6 +44,11 @@ class SizeResult:
     peak_kib: float
     parts: dict[str, Samples] = field(default_factory=dict)
     kind: str = "large"
+    blocks: dict[str, Samples] = field(default_factory=dict)
+
+
+BLOCK = 10
+"""Queries per block in the back-to-back measurement."""
 
 
 PARTS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
@@ -179,6 +184,17 @@ def measure(
                 count = calls[name](q)
                 results[name].ms.append((time.perf_counter() - start) * 1000)
                 results[name].rows.append(count)
+        # The same queries again, each system running BLOCK of them in a row, the systems taking
+        # turns block by block: a system's process and connections stay warm within a block,
+        # while drift in the machine's load still reaches every system alike.
+        blocks = {name: Samples() for name in names}
+        for b, first in enumerate(range(warmup, len(queries), BLOCK)):
+            for name in names[b % len(names) :] + names[: b % len(names)]:
+                for q in queries[first : first + BLOCK]:
+                    start = time.perf_counter()
+                    count = calls[name](q)
+                    blocks[name].ms.append((time.perf_counter() - start) * 1000)
+                    blocks[name].rows.append(count)
     stages: dict[str, list[float]] = {}
     peaks = []
     for q in queries[warmup : warmup + 40]:
@@ -198,7 +214,9 @@ def measure(
             if i >= warmup:
                 results[EMBED_LOOP].ms.append((time.perf_counter() - start) * 1000)
                 results[EMBED_LOOP].rows.append(count)
-    return SizeResult(size=0, systems=results, stages=stages, peak_kib=statistics.median(peaks) if peaks else 0.0)
+    return SizeResult(
+        size=0, systems=results, stages=stages, peak_kib=statistics.median(peaks) if peaks else 0.0, blocks=blocks
+    )
 
 
 def run(
@@ -285,11 +303,11 @@ def run(
     return "\n".join(out) + "\n"
 
 
-def table(result: SizeResult, n: int) -> str:
-    base = percentiles(result.systems["memsoda recall"].ms)
-    floor = percentiles(result.systems["floor: bare kNN top-8"].ms)
+def _system_rows(systems: dict[str, Samples]) -> list[list[Any]]:
+    base = percentiles(systems["memsoda recall"].ms)
+    floor = percentiles(systems["floor: bare kNN top-8"].ms)
     rows = []
-    for name, samples in result.systems.items():
+    for name, samples in systems.items():
         p = percentiles(samples.ms)
         rows.append(
             [
@@ -302,6 +320,12 @@ def table(result: SizeResult, n: int) -> str:
                 f"{statistics.fmean(samples.rows):.1f}",
             ]
         )
+    return rows
+
+
+def table(result: SizeResult, n: int) -> str:
+    header = ["system", "p50 ms", "p95 ms", "p99 ms", "p50 / floor", "p50 / memsoda", "rows returned"]
+    rows = _system_rows(result.systems)
     stages = ", ".join(f"{k} {statistics.median(v):.2f}" for k, v in result.stages.items())
     parts = [
         [label, *(percentiles(s.ms)[k] for k in ("p50", "p95", "p99")), f"{statistics.fmean(s.rows):.1f}"]
@@ -313,11 +337,17 @@ def table(result: SizeResult, n: int) -> str:
         if parts
         else ""
     )
+    blocks_table = (
+        f"\n\nBack to back: the same queries, each system running {BLOCK} in a row, the systems taking turns"
+        " block by block (nothing else runs between a system's queries, except before the first of a block):\n\n"
+        + markdown_table(header, _system_rows(result.blocks))
+        if result.blocks
+        else ""
+    )
     return (
         f"### {result.kind} tenant of {result.size:,} facts ({n} queries, precomputed query vectors)\n\n"
-        + markdown_table(
-            ["system", "p50 ms", "p95 ms", "p99 ms", "p50 / floor", "p50 / memsoda", "rows returned"], rows
-        )
+        + markdown_table(header, rows)
+        + blocks_table
         + f"\n\nmemsoda stages (median ms): {stages}; Python peak allocation per recall (median): "
         f"{result.peak_kib:,.0f} KiB." + breakdown_table + "\n"
     )

@@ -90,6 +90,7 @@ def test_speed_smoke(bench_dsn: str, capsys: pytest.CaptureFixture[str]) -> None
     assert "| memsoda recall |" in out
     assert "| floor: bare kNN top-8 |" in out
     assert "memsoda recall, embedder in the loop" in out
+    assert out.count("Back to back: the same queries") == 2  # both tenants, with their own table
 
 
 def test_ingest_smoke(bench_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
