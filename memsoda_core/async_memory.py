@@ -316,8 +316,10 @@ class AsyncMemory(MemoryBase):
                 except PoolTimeout:
                     break
                 await spares[-1].set_autocommit(True)
-            together = len(spares) + 1 if spares else 0
-            at_once = await _fetch_at_once([conn, *spares], statements[:together]) if spares else []
+            if not spares:
+                return [await _fetch(conn, statement) for statement in statements]
+            together = len(spares) + 1
+            at_once = await _fetch_at_once([conn, *spares], statements[:together])
             return at_once + [await _fetch(conn, statement) for statement in statements[together:]]
         finally:
             for spare in spares:

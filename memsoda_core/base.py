@@ -76,7 +76,8 @@ GENERIC_PLAN_PENDING: weakref.WeakSet[Any] = weakref.WeakSet()
 """Connections where a `Planning.GENERIC` statement started and did not finish."""
 
 PIPELINE_SUPPORTED = psycopg.Pipeline.is_supported()
-"""Pipelines need libpq 14+ (psycopg[binary] ships it); without, GENERIC statements run as CACHED."""
+"""Pipelines need libpq 14+ (psycopg[binary] ships it); without, GENERIC statements run as CACHED
+and recall's statements run one after the other on one connection."""
 
 PREPARE_ONLY_WHEN_ASKED = sys.maxsize
 """psycopg's threshold for preparing a statement by itself: never reached. `None` would disable
@@ -161,8 +162,8 @@ def lend_newest_first(idle: object) -> bool:
     processes and caches cold), and a pool that grew once kept cycling through all of them: a
     10k-fact tenant's recall took 7.1-7.4 ms p50 that way and 6.3-6.4 ms last in, first out,
     interleaved with another store's recalls. The least used stay idle and close after `max_idle`
-    (down to the pool's minimum). psycopg_pool has no
-    option for this; `idle` is its private queue, left alone if that ever changes."""
+    (down to the pool's minimum). psycopg_pool has no option for this; `idle` is its private
+    queue, left alone if that ever changes shape. Returns whether it was turned."""
     if isinstance(idle, deque) and len(idle) > 1:
         idle.rotate(1)
         return True

@@ -310,8 +310,10 @@ class Memory(MemoryBase):
                 except PoolTimeout:
                     break
                 spares[-1].autocommit = True
-            together = len(spares) + 1 if spares else 0
-            at_once = _fetch_at_once([conn, *spares], statements[:together]) if spares else []
+            if not spares:
+                return [_fetch(conn, statement) for statement in statements]
+            together = len(spares) + 1
+            at_once = _fetch_at_once([conn, *spares], statements[:together])
             return at_once + [_fetch(conn, statement) for statement in statements[together:]]
         finally:
             for spare in spares:

@@ -10,6 +10,7 @@ them.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import io
 import json
 import os
@@ -319,14 +320,18 @@ async def test_stopped_postgres_fails_fast_and_says_so(
         await memory.close()
 
 
+async def settled(value: Any) -> Any:
+    """`value`, awaited if a sync-or-async pool method returned an awaitable."""
+    return await value if inspect.isawaitable(value) else value
+
+
 async def pooled_backend_pids(memory: Either) -> set[int]:
     """The server process ids of the two connections a fresh pool keeps."""
     pool = memory.raw._pool
-    if memory.is_async:
-        async with pool.connection() as first, pool.connection() as second:
-            return {first.info.backend_pid, second.info.backend_pid}
-    with pool.connection() as first, pool.connection() as second:
-        return {first.info.backend_pid, second.info.backend_pid}
+    taken = [await settled(pool.getconn()) for _ in range(2)]
+    for conn in taken:
+        await settled(pool.putconn(conn))
+    return {conn.info.backend_pid for conn in taken}
 
 
 @pytest.mark.parametrize("flavour", ["sync", "async"])
@@ -352,29 +357,41 @@ async def test_connections_the_server_dropped_are_replaced_before_a_recall_uses_
         await memory.close()
 
 
+@pytest.mark.parametrize("without_poll", [False, True])
+def test_a_connection_is_pinged_only_when_its_socket_says_it_may_be_dropped(
+    pg_dsn: str, without_poll: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import select
+
+    from memsoda_core.base import may_be_dropped
+
+    if without_poll:  # as on Windows: select() instead
+        monkeypatch.delattr(select, "poll")
+    with psycopg.connect(pg_dsn, autocommit=True) as admin, psycopg.connect(pg_dsn, autocommit=True) as idle:
+        assert not may_be_dropped(idle)  # idle and healthy: no round trip
+        admin.execute("SELECT pg_terminate_backend(%s)", [idle.info.backend_pid])
+        deadline = time.monotonic() + 30
+        while not may_be_dropped(idle):  # the server's goodbye makes the socket readable
+            assert time.monotonic() < deadline, "a terminated connection never looked dropped"
+            time.sleep(0.05)
+    closed = psycopg.connect(pg_dsn)
+    closed.close()
+    assert may_be_dropped(closed)
+
+
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 async def test_the_pool_lends_the_connection_returned_last(pg_dsn: str, embedder: LocalEmbedder, flavour: str) -> None:
     memory = await open_memory(flavour, pg_dsn, embedder)
     pool = memory.raw._pool
     try:
-        if memory.is_async:
-            taken = [await pool.getconn() for _ in range(3)]
-            for conn in taken:
-                await pool.putconn(conn)
-            with pytest.raises(PoolTimeout):
-                await pool.getconn(timeout=0)  # a request that gets nothing leaves the order alone
-            again = [await pool.getconn() for _ in range(3)]
-            for conn in again:
-                await pool.putconn(conn)
-        else:
-            taken = [pool.getconn() for _ in range(3)]
-            for conn in taken:
-                pool.putconn(conn)
-            with pytest.raises(PoolTimeout):
-                pool.getconn(timeout=0)
-            again = [pool.getconn() for _ in range(3)]
-            for conn in again:
-                pool.putconn(conn)
+        taken = [await settled(pool.getconn()) for _ in range(3)]
+        for conn in taken:
+            await settled(pool.putconn(conn))
+        with pytest.raises(PoolTimeout):
+            await settled(pool.getconn(timeout=0))  # a request that gets nothing leaves the order alone
+        again = [await settled(pool.getconn()) for _ in range(3)]
+        for conn in again:
+            await settled(pool.putconn(conn))
         assert again == taken[::-1]  # last in, first out: the warm ones first
     finally:
         await memory.close()
