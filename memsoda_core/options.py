@@ -26,6 +26,14 @@ class RecallOptions:
     hub_min_facts: int = 10
     """... provided it touches at least this many facts. Hubs are never anchors or bridges."""
 
+    common_term_share: float = 0.05
+    """A query term in more than this share of the scope's facts ..."""
+    common_term_min_facts: int = 1_000
+    """... and in more than this many of them is left out of the keyword search: it says little
+    about which fact is meant, and ranking its matches was the keyword signal's long tail (a term
+    in a third of a 100k-fact tenant took 43 ms to rank). The floor keeps every term of a scope
+    under ~1,000 facts, such as the labelled memories in bench/RESULTS.md, whose figures did not
+    change."""
     bridge_max_facts: int = 50
     """A second-hop bridge touching more facts than this is skipped: a busy entity under the hub
     share (5-14% of a 100k-fact tenant) made the anchor signal 180 ms instead of 18 ms, and a cap
@@ -61,9 +69,17 @@ class RecallOptions:
             raise LimitError(f"anchor_vector_min must be a cosine similarity in -1..1, got {self.anchor_vector_min}")
         if self.anchor_hops not in (1, 2):
             raise LimitError(f"anchor_hops must be 1 or 2, got {self.anchor_hops}")
-        if not 0.0 < self.hub_min_share <= 1.0:
-            raise LimitError(f"hub_min_share must be in (0, 1], got {self.hub_min_share}")
-        for name in ("anchor_vector_top_k", "rrf_k", "hub_min_facts", "episodes_k", "bridge_max_facts"):
+        for name in ("hub_min_share", "common_term_share"):
+            if not 0.0 < getattr(self, name) <= 1.0:
+                raise LimitError(f"{name} must be in (0, 1], got {getattr(self, name)}")
+        for name in (
+            "anchor_vector_top_k",
+            "rrf_k",
+            "hub_min_facts",
+            "common_term_min_facts",
+            "episodes_k",
+            "bridge_max_facts",
+        ):
             if getattr(self, name) < 0:
                 raise LimitError(f"{name} must not be negative")
         for name in ("vector_candidates", "keyword_candidates", "anchor_candidates", "anchor_max_facts"):

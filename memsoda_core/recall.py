@@ -59,6 +59,8 @@ def statement_params(
         "tsconfig": text_search_config,
         "hub_min_facts": options.hub_min_facts,
         "hub_min_share": options.hub_min_share,
+        "common_min_facts": options.common_term_min_facts,
+        "common_share": options.common_term_share,
         "near_k": options.anchor_vector_top_k,
         "near_min": options.anchor_vector_min,
         "vector_limit": options.vector_candidates,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from psycopg import sql
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 KEYWORD_SEPARATORS = string.punctuation
 """ASCII punctuation is blanked before full-text indexing, as the query side splits terms on it
@@ -155,7 +155,31 @@ def _v3(shape: StoreShape) -> list[sql.Composed]:
     ]
 
 
-MIGRATIONS: dict[int, Migration] = {1: _v1, 2: _v2, 3: _v3}
+def _v4(shape: StoreShape) -> list[sql.Composed]:
+    """Per-scope document counts of the keyword lexemes, kept by every write (`sql_write`), so
+    that recall can leave out a query term too common in the scope to say which fact is meant
+    (`RecallOptions.common_term_share`) before the keyword search ranks its matches; filled here
+    from the facts already stored."""
+    s = sql.Identifier(shape.schema)
+    return [
+        sql.SQL(
+            """CREATE TABLE {s}.lexemes (
+                dataset text NOT NULL,
+                project text NOT NULL,
+                lexeme text NOT NULL,
+                facts integer NOT NULL,
+                PRIMARY KEY (dataset, project, lexeme))"""
+        ).format(s=s),
+        sql.SQL(
+            """INSERT INTO {s}.lexemes (dataset, project, lexeme, facts)
+               SELECT f.dataset, f.project, l.lexeme, count(*)
+               FROM {s}.facts f CROSS JOIN LATERAL unnest(tsvector_to_array(f.tsv)) AS l(lexeme)
+               GROUP BY f.dataset, f.project, l.lexeme"""
+        ).format(s=s),
+    ]
+
+
+MIGRATIONS: dict[int, Migration] = {1: _v1, 2: _v2, 3: _v3, 4: _v4}
 """Version -> DDL. Append only; never edit a released migration."""
 
 

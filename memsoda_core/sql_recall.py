@@ -7,7 +7,8 @@ ranks are 1-based and ties are broken by recency, then id, so the same data and 
 the same lists.
 
 Parameters (all bound): dataset, project, at, min_confidence, qvec (only with an embedding), spans,
-span_terms, terms, tsconfig, hub_min_facts, hub_min_share, near_k, near_min, and the per-signal
+span_terms, terms, tsconfig, hub_min_facts, hub_min_share, common_min_facts, common_share, near_k,
+near_min, and the per-signal
 limits vector_limit, anchor_limit, anchor_max_facts, keyword_limit, keyword_pool, half_max_lexemes,
 recent_limit and bridge_max_facts.
 """
@@ -56,7 +57,7 @@ class RecallPlan:
 
 _PREDICATES: dict[str, sql.Composable] = {
     "where_f": _where("f"),
-    **{"scope_" + alias: _where(alias, live=False) for alias in ("sc", "e", "fe", "b", "f", "a")},
+    **{"scope_" + alias: _where(alias, live=False) for alias in ("sc", "e", "fe", "b", "f", "a", "l")},
 }
 
 
@@ -215,7 +216,8 @@ and ranked. Longer queries fall back to ranking the OR matches and keeping the b
 
 def keyword_ctes(schema: str, indexed: Scope | None = None) -> sql.Composed:
     """Full-text search: an OR of the query's terms (stemmed by the store's config), minus the terms
-    of any hub named in the query (a match on nothing but a hub's name is noise), keeping facts that
+    of any hub named in the query (a match on nothing but a hub's name is noise) and the terms too
+    common in the scope (`RecallOptions.common_term_share`), keeping facts that
     match at least half of the query's remaining lexemes (stopwords do not count), ranked by ts_rank.
 
     Plain OR let one common word ("drink", "group", "keep") put junk at keyword rank 1, which RRF
@@ -234,7 +236,11 @@ def keyword_ctes(schema: str, indexed: Scope | None = None) -> sql.Composed:
                tsvector_to_array(to_tsvector(%(tsconfig)s::regconfig,
                                              coalesce(string_agg(t.term, ' '), ''))) AS lexemes
         FROM unnest(%(terms)b::text[]) AS t(term)
-        WHERE t.term NOT IN (SELECT string_to_table(terms, ' ') FROM named WHERE is_hub)),
+        WHERE t.term NOT IN (SELECT string_to_table(terms, ' ') FROM named WHERE is_hub)
+          AND NOT EXISTS (
+              SELECT FROM {s}.lexemes l JOIN {s}.scopes sc ON {scope_sc}
+              WHERE {scope_l} AND l.lexeme = ANY(tsvector_to_array(to_tsvector(%(tsconfig)s::regconfig, t.term)))
+                AND l.facts > greatest(%(common_min_facts)s, %(common_share)s * sc.fact_count))),
     keyword_half AS MATERIALIZED (
         SELECT CASE WHEN cardinality(kq.lexemes) BETWEEN 1 AND %(half_max_lexemes)s
                     THEN (SELECT string_agg(c.conjunction, ' | ')

@@ -56,24 +56,35 @@ def upsert_entities(schema: str) -> sql.Composed:
 
 
 def insert_facts(schema: str) -> sql.Composed:
-    """Insert a batch of facts in the given order; ids come back ascending in that order."""
+    """Insert a batch of facts in the given order and add their lexemes to the scope's counts
+    (`schema._v4`); ids come back ascending, so in that order. The counts are upserted in lexeme
+    order, so two writers into one scope wait for each other instead of deadlocking."""
     return sql.SQL(
-        """INSERT INTO {s}.facts (dataset, project, subject, predicate, object, object_type,
-                                  subject_id, object_id, anchor_id, valid_at, invalid_at,
-                                  confidence, source_quote, embedding)
-           SELECT %(dataset)s, %(project)s, u.subject, u.predicate, u.object, u.object_type,
-                  u.subject_id, u.object_id, u.anchor_id, u.valid_at, u.invalid_at,
-                  u.confidence, u.source_quote, u.embedding
-           FROM unnest(%(subjects)b::text[], %(predicates)b::text[], %(objects)b::text[],
-                       %(object_types)b::text[], %(subject_ids)b::bigint[], %(object_ids)b::bigint[],
-                       %(anchor_ids)b::bigint[], %(valid_ats)b::timestamptz[],
-                       %(invalid_ats)b::timestamptz[], %(confidences)b::real[],
-                       %(quotes)b::text[], %(embeddings)b::vector[])
-                WITH ORDINALITY AS u(subject, predicate, object, object_type, subject_id, object_id,
-                                     anchor_id, valid_at, invalid_at, confidence, source_quote,
-                                     embedding, ord)
-           ORDER BY u.ord
-           RETURNING id"""
+        """WITH inserted AS (
+               INSERT INTO {s}.facts (dataset, project, subject, predicate, object, object_type,
+                                      subject_id, object_id, anchor_id, valid_at, invalid_at,
+                                      confidence, source_quote, embedding)
+               SELECT %(dataset)s, %(project)s, u.subject, u.predicate, u.object, u.object_type,
+                      u.subject_id, u.object_id, u.anchor_id, u.valid_at, u.invalid_at,
+                      u.confidence, u.source_quote, u.embedding
+               FROM unnest(%(subjects)b::text[], %(predicates)b::text[], %(objects)b::text[],
+                           %(object_types)b::text[], %(subject_ids)b::bigint[], %(object_ids)b::bigint[],
+                           %(anchor_ids)b::bigint[], %(valid_ats)b::timestamptz[],
+                           %(invalid_ats)b::timestamptz[], %(confidences)b::real[],
+                           %(quotes)b::text[], %(embeddings)b::vector[])
+                    WITH ORDINALITY AS u(subject, predicate, object, object_type, subject_id, object_id,
+                                         anchor_id, valid_at, invalid_at, confidence, source_quote,
+                                         embedding, ord)
+               ORDER BY u.ord
+               RETURNING id, tsv),
+           counted AS (
+               INSERT INTO {s}.lexemes AS l (dataset, project, lexeme, facts)
+               SELECT %(dataset)s, %(project)s, x.lexeme, count(*)
+               FROM inserted i CROSS JOIN LATERAL unnest(tsvector_to_array(i.tsv)) AS x(lexeme)
+               GROUP BY x.lexeme
+               ORDER BY x.lexeme
+               ON CONFLICT (dataset, project, lexeme) DO UPDATE SET facts = l.facts + EXCLUDED.facts)
+           SELECT id FROM inserted ORDER BY id"""
     ).format(s=sql.Identifier(schema))
 
 
@@ -137,8 +148,8 @@ def insert_episodes(schema: str) -> sql.Composed:
 
 
 def forget_entity(schema: str) -> sql.Composed:
-    """Delete every fact touching the entity, fix the counts of the other entities and the scope,
-    then delete the entity. Returns the number of facts deleted."""
+    """Delete every fact touching the entity, fix the counts of the other entities, the scope and
+    its lexemes, then delete the entity. Returns the number of facts deleted."""
     return sql.SQL(
         """WITH target AS (
                SELECT id FROM {s}.entities
@@ -161,7 +172,13 @@ def forget_entity(schema: str) -> sql.Composed:
                DELETE FROM {s}.facts f
                WHERE f.dataset = %(dataset)s AND f.project = %(project)s
                  AND f.id IN (SELECT fact_id FROM doomed)
-               RETURNING f.id),
+               RETURNING f.id, f.tsv),
+           uncounted AS (
+               UPDATE {s}.lexemes l SET facts = l.facts - d.n
+               FROM (SELECT x.lexeme, count(*) AS n
+                     FROM gone g CROSS JOIN LATERAL unnest(tsvector_to_array(g.tsv)) AS x(lexeme)
+                     GROUP BY x.lexeme) d
+               WHERE l.dataset = %(dataset)s AND l.project = %(project)s AND l.lexeme = d.lexeme),
            scope AS (
                UPDATE {s}.scopes sc SET fact_count = sc.fact_count - (SELECT count(*) FROM gone)
                WHERE sc.dataset = %(dataset)s AND sc.project = %(project)s)
@@ -189,7 +206,7 @@ def analyze(schema: str) -> list[sql.Composed]:
     s = sql.Identifier(schema)
     return [
         sql.SQL("ANALYZE {s}.{t}").format(s=s, t=sql.Identifier(table))
-        for table in ("facts", "entities", "fact_entities", "episodes", "scopes")
+        for table in ("facts", "entities", "fact_entities", "lexemes", "episodes", "scopes")
     ]
 
 
@@ -199,7 +216,7 @@ def forget_scope(schema: str) -> list[sql.Composed]:
     where = sql.SQL("WHERE dataset = %(dataset)s AND project = %(project)s")
     return [
         sql.SQL("DELETE FROM {s}.{t} {where}").format(s=s, t=sql.Identifier(table), where=where)
-        for table in ("fact_entities", "facts", "entities", "episodes", "scopes")
+        for table in ("fact_entities", "facts", "lexemes", "entities", "episodes", "scopes")
     ]
 
 

@@ -6,6 +6,7 @@ import itertools
 import math
 import re
 import unicodedata
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -17,7 +18,8 @@ from memsoda_core.errors import ConfigurationError, LimitError
 from memsoda_core.fusion import rrf, rrf_ranks
 from memsoda_core.limits import MAX_NAME_CHARS, MAX_NAME_TOKENS
 from memsoda_core.ops import statistics_stale
-from memsoda_core.recall import fuse_hits
+from memsoda_core.options import DEFAULT_OPTIONS
+from memsoda_core.recall import fuse_hits, plan_for
 from memsoda_core.render import anchor_entities, group_by_anchor, render
 from memsoda_core.sql_recall import PARSE_CACHE_BYTES, RecallPlan, hits_statement, planned_signals, recall_statements
 from memsoda_core.text import (
@@ -322,10 +324,13 @@ def test_statistics_are_refreshed_when_the_facts_table_doubles() -> None:
 
 
 def test_rendered_recall_statements_fit_psycopgs_parse_cache() -> None:
-    for vector, anchor, keyword, recent in itertools.product((True, False), repeat=4):
-        plan = RecallPlan(vector=vector, anchor=anchor, keyword=keyword, recent=recent)
-        if not planned_signals(plan):
-            continue
+    plans = {
+        plan_for(query, embedding, replace(DEFAULT_OPTIONS, anchor_hops=hops))
+        for query, embedding, hops in itertools.product(("q", None), (True, False), (1, 2))
+    }
+    assert len(plans) == 7  # every statement a recall can run
+    for plan in plans:
+        vector, keyword = plan.vector, plan.keyword
         named = Scope(dataset="d" * 40, project="p" * 40)  # an indexed scope's own statements
         for scope in (None, named):
             for statement in recall_statements("schema_of_20_chars__", plan, scope):

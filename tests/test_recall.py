@@ -12,7 +12,7 @@ import pytest
 from conftest import Either, open_memory
 from helpers import CountingEmbedder, FaultyEmbedder
 
-from memsoda_core import AsyncMemory, LocalEmbedder, Memory, RecallOptions, ValidationError
+from memsoda_core import AsyncMemory, LocalEmbedder, Memory, RecallOptions, RecallResult, ValidationError
 
 BRIDGE = [
     {"subject": "breaking bad", "predicate": "streams on", "object": "netflix", "object_type": "PRODUCT"},
@@ -501,6 +501,28 @@ async def test_hub_is_not_an_anchor_and_its_name_is_not_a_keyword(memory: Either
         "what did caroline research", **scope, options=RecallOptions(hub_min_share=1.0, hub_min_facts=1000)
     )
     assert any("anchor" in s.ranks for s in not_hub.facts)
+
+
+async def test_a_term_common_in_the_scope_is_left_out_of_the_keyword_search(
+    memory: Either, scope: dict[str, str]
+) -> None:
+    facts = [
+        {"subject": f"lamp {i}", "predicate": "is", "object": "green", "object_type": "LITERAL"} for i in range(10)
+    ]
+    facts.append({"subject": "dana", "predicate": "rented", "object": "a red kayak", "object_type": "LITERAL"})
+    await memory.add_facts(facts, **scope)
+    query = "green kayak"
+
+    def keyword_texts(result: RecallResult) -> set[str]:
+        return {s.fact.text for s in result.facts if "keyword" in s.ranks}
+
+    kept = await memory.recall(query, **scope)  # 10 of 11 facts, under the 1,000-fact floor
+    assert "lamp 3 is green" in keyword_texts(kept)
+    common = RecallOptions(common_term_min_facts=5, common_term_share=0.5)
+    left_out = await memory.recall(query, **scope, options=common)
+    assert keyword_texts(left_out) == {"dana rented a red kayak"}
+    rare_enough = await memory.recall(query, **scope, options=RecallOptions(common_term_min_facts=10))
+    assert "lamp 3 is green" in keyword_texts(rare_enough)  # in 10 facts: not more than 10
 
 
 async def test_result_carries_timings_and_explanations(memory: Either, scope: dict[str, str]) -> None:

@@ -114,17 +114,20 @@ def test_a_store_of_an_older_version_is_upgraded_at_open(pg_dsn: str, embedder: 
         return conn.execute("SELECT reloptions FROM pg_class WHERE oid = 'upgrade_test.entities'::regclass").fetchone()
 
     try:
-        with Memory.open(pg_dsn, embedder, schema="upgrade_test"):
-            pass
+        with Memory.open(pg_dsn, embedder, schema="upgrade_test") as memory:
+            memory.add_facts(NETFLIX, dataset="d", project="p")
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             assert fillfactor(conn) == ([f"fillfactor={ENTITY_FILLFACTOR}"],)
             # what a version-2 store looked like
             conn.execute("ALTER TABLE upgrade_test.entities RESET (fillfactor)")
+            conn.execute("DROP TABLE upgrade_test.lexemes")
             conn.execute("UPDATE upgrade_test.meta SET value = '2' WHERE key = 'schema_version'")
         with Memory.open(pg_dsn, embedder, schema="upgrade_test"):
             pass
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             assert fillfactor(conn) == ([f"fillfactor={ENTITY_FILLFACTOR}"],)
+            counted = lexeme_counts(conn, "upgrade_test", "d", "p")  # counted from the stored facts
+            assert counted["kept"] == counted["actual"] and counted["kept"]["bad"] == 2
             version = conn.execute("SELECT value FROM upgrade_test.meta WHERE key = 'schema_version'").fetchone()
             assert version == (str(SCHEMA_VERSION),)
     finally:
@@ -453,6 +456,43 @@ async def test_forget_scope_leaves_other_scopes(memory: Either, scope: dict[str,
             )
             row = conn.execute(query, (scope["dataset"], scope["project"])).fetchone()
             assert row == (0,), table
+
+
+def lexeme_counts(conn: psycopg.Connection[Any], schema: str, dataset: str, project: str) -> dict[str, Any]:
+    """The scope's kept lexeme counts (zeros left by deletions dropped) and the counts recomputed
+    from its facts."""
+    kept = conn.execute(
+        sql.SQL("SELECT lexeme, facts FROM {}.lexemes WHERE dataset = %s AND project = %s AND facts <> 0").format(
+            sql.Identifier(schema)
+        ),
+        (dataset, project),
+    ).fetchall()
+    actual = conn.execute(
+        "SELECT word, ndoc FROM ts_stat(format('SELECT tsv FROM %%I.facts WHERE dataset = %%L AND project = %%L',"
+        " %s::text, %s::text, %s::text))",
+        (schema, dataset, project),
+    ).fetchall()
+    return {"kept": dict(kept), "actual": dict(actual)}
+
+
+async def test_lexeme_counts_follow_every_write(memory: Either, scope: dict[str, str], pg_dsn: str) -> None:
+    def counts() -> dict[str, Any]:
+        with psycopg.connect(pg_dsn) as conn:
+            return lexeme_counts(conn, "memsoda", scope["dataset"], scope["project"])
+
+    await memory.add_facts(NETFLIX, **scope)
+    await memory.add_facts([*NETFLIX[:1], {"subject": "user", "predicate": "watches", "object": "netflix"}], **scope)
+    after_writes = counts()
+    assert after_writes["kept"] == after_writes["actual"]
+    assert after_writes["kept"]["netflix"] == 3 and after_writes["kept"]["bad"] == 3
+    await memory.forget(**scope, entity="Breaking Bad")
+    after_forget = counts()
+    assert after_forget["kept"] == after_forget["actual"]
+    assert after_forget["kept"]["netflix"] == 1 and "bad" not in after_forget["kept"]
+    await memory.forget(**scope)
+    with psycopg.connect(pg_dsn) as conn:
+        left = conn.execute("SELECT count(*) FROM memsoda.lexemes WHERE dataset = %s", (scope["dataset"],)).fetchone()
+    assert left == (0,)
 
 
 async def test_episodes_are_stored_and_recalled(memory: Either, scope: dict[str, str]) -> None:
