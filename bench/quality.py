@@ -52,6 +52,8 @@ CONFIGS: dict[str, Variant] = {
     "named_only": Variant(options=replace(DEFAULT_OPTIONS, anchor_vector_top_k=0)),
     "no_validity": Variant(options=DEFAULT_OPTIONS, validity=False),
     "bridge8": Variant(options=DEFAULT_OPTIONS, bridge_max_facts=8),
+    "common_05": Variant(options=replace(DEFAULT_OPTIONS, common_term_min_facts=0, common_term_share=0.05)),
+    "common_20": Variant(options=replace(DEFAULT_OPTIONS, common_term_min_facts=0, common_term_share=0.2)),
 }
 
 ALL = ("vector", "anchor", "keyword")
@@ -103,6 +105,16 @@ ROWS: tuple[Row, ...] = (
     Row(label="full, keyword OR keeping hub names", config="kw_or_hubs", signals=ALL),
     Row(label="full, plain keyword OR (the previous default)", config="kw_or", signals=ALL),
     Row(label="full, second-hop bridges capped at 8 facts", config="bridge8", signals=ALL),
+    Row(
+        label="full, terms in over 5% of the memory's facts left out (no 1,000-fact floor)",
+        config="common_05",
+        signals=ALL,
+    ),
+    Row(
+        label="full, terms in over 20% of the memory's facts left out (no 1,000-fact floor)",
+        config="common_20",
+        signals=ALL,
+    ),
     Row(label="full, second-hop bridges uncapped", config="bridge_off", signals=ALL),
     Row(label="full, named anchors only (no near entities)", config="named_only", signals=ALL),
     Row(label="full, near entities at similarity >= 0.6", config="near_060", signals=ALL),
