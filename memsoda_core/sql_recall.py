@@ -8,9 +8,8 @@ the same lists.
 
 Parameters (all bound): dataset, project, at, min_confidence, qvec (only with an embedding), spans,
 span_terms, terms, tsconfig, hub_min_facts, hub_min_share, common_min_facts, common_share, near_k,
-near_min, and the per-signal
-limits vector_limit, anchor_limit, anchor_max_facts, keyword_limit, keyword_pool, half_max_lexemes,
-recent_limit and bridge_max_facts.
+near_min, and the per-signal limits vector_limit, anchor_limit, anchor_max_facts, keyword_limit,
+keyword_pool, half_max_lexemes, recent_limit and bridge_max_facts.
 """
 
 from __future__ import annotations
