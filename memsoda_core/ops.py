@@ -504,6 +504,7 @@ def forget(info: StoreInfo, scope: Scope, entity: str | None) -> Operation[int]:
     params = {**base, "name": entity}
     ((count,),) = yield Execute(sql_write.forget_entity(info.schema), params)
     yield Execute(sql_write.delete_orphan_entities(info.schema), params)
+    yield Execute(sql_write.delete_spent_lexemes(info.schema), base)
     return int(count)
 
 

@@ -201,6 +201,13 @@ def delete_orphan_entities(schema: str) -> sql.Composed:
     ).format(s=sql.Identifier(schema))
 
 
+def delete_spent_lexemes(schema: str) -> sql.Composed:
+    """Remove the scope's lexeme counts that `forget_entity` brought to zero."""
+    return sql.SQL(
+        "DELETE FROM {s}.lexemes WHERE dataset = %(dataset)s AND project = %(project)s AND facts <= 0"
+    ).format(s=sql.Identifier(schema))
+
+
 def analyze(schema: str) -> list[sql.Composed]:
     """Refresh planner statistics of the tables recall reads."""
     s = sql.Identifier(schema)

@@ -461,10 +461,9 @@ async def test_forget_scope_leaves_other_scopes(memory: Either, scope: dict[str,
 
 
 def lexeme_counts(conn: psycopg.Connection[Any], schema: str, dataset: str, project: str) -> dict[str, Any]:
-    """The scope's kept lexeme counts (zeros left by deletions dropped) and the counts recomputed
-    from its facts."""
+    """The scope's kept lexeme counts and the counts recomputed from its facts."""
     kept = conn.execute(
-        sql.SQL("SELECT lexeme, facts FROM {}.lexemes WHERE dataset = %s AND project = %s AND facts <> 0").format(
+        sql.SQL("SELECT lexeme, facts FROM {}.lexemes WHERE dataset = %s AND project = %s").format(
             sql.Identifier(schema)
         ),
         (dataset, project),
