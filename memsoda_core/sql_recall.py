@@ -20,7 +20,7 @@ from functools import lru_cache
 
 from psycopg import sql
 
-from .sql_tenant_index import scope_predicate
+from .sql_tenant_index import scope_predicate, table_alias
 from .sql_write import fact_columns
 from .validation import Scope
 
@@ -28,7 +28,7 @@ from .validation import Scope
 def _where(alias: str, *, live: bool = True, named: Scope | None = None) -> sql.Composed:
     """Tenant predicate on `alias` (the scope's names as literals when `named`, else bound); with
     `live`, also valid at %(at)s and above the confidence floor."""
-    a = sql.Identifier(alias)
+    a = table_alias(alias)
     if named is None:
         scope = sql.SQL("{a}.dataset = %(dataset)s AND {a}.project = %(project)s").format(a=a)
     else:
@@ -88,13 +88,16 @@ def hub_floor_cte(schema: str) -> sql.Composed:
 
 
 def named_cte(schema: str) -> sql.Composed:
-    """Entities whose whole normalized name equals a span of the query (word-boundary match)."""
+    """Entities whose whole normalized name equals a span of the query (word-boundary match),
+    each looked up by name (behind `OFFSET 0`, so a generic plan cannot scan the scope's entities
+    instead: see `anchor_ctes`)."""
     return _fragment(
         """
     named AS (
         SELECT e.id, e.name, e.fact_count >= (SELECT n FROM hub_floor) AS is_hub, s.terms
         FROM unnest(%(spans)b::text[], %(span_terms)b::text[]) AS s(span, terms)
-        JOIN {s}.entities e ON {scope_e} AND e.name = s.span)""",
+        CROSS JOIN LATERAL (SELECT e.id, e.name, e.fact_count FROM {s}.entities e
+                            WHERE {scope_e} AND e.name = s.span OFFSET 0) e)""",
         schema,
     )
 
@@ -245,9 +248,11 @@ def keyword_ctes(schema: str, indexed: Scope | None = None) -> sql.Composed:
         FROM unnest(%(terms)b::text[]) AS t(term)
         WHERE t.term NOT IN (SELECT string_to_table(terms, ' ') FROM named WHERE is_hub)
           AND NOT EXISTS (
-              SELECT FROM {s}.lexemes l JOIN {s}.scopes sc ON {scope_sc}
-              WHERE {scope_l} AND l.lexeme = ANY(tsvector_to_array(to_tsvector(%(tsconfig)s::regconfig, t.term)))
-                AND l.facts > greatest(%(common_min_facts)s, %(common_share)s * sc.fact_count))),
+              SELECT FROM unnest(tsvector_to_array(to_tsvector(%(tsconfig)s::regconfig, t.term))) AS x(lexeme)
+              CROSS JOIN LATERAL (SELECT l.facts FROM {s}.lexemes l
+                                  WHERE {scope_l} AND l.lexeme = x.lexeme OFFSET 0) l
+              JOIN {s}.scopes sc ON {scope_sc}
+              WHERE l.facts > greatest(%(common_min_facts)s, %(common_share)s * sc.fact_count))),
     keyword_half AS MATERIALIZED (
         SELECT CASE WHEN cardinality(kq.lexemes) BETWEEN 1 AND %(half_max_lexemes)s
                     THEN (SELECT string_agg(c.conjunction, ' | ')

@@ -17,6 +17,7 @@ invalid by a crashed build is dropped and rebuilt.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 
 from psycopg import sql
@@ -112,11 +113,23 @@ def drop_statement(schema: str, index: TenantIndex) -> sql.Composed:
     )
 
 
+_PLAIN_ALIAS = re.compile(r"[a-z_][a-z0-9_]*")
+
+
+def table_alias(alias: str) -> sql.SQL:
+    """A table alias of memsoda's own SQL, written without quotes: it is always a plain lowercase
+    word (checked here), and unquoted it keeps recall's statements under psycopg's parse cache
+    size (`sql_recall.PARSE_CACHE_BYTES`)."""
+    if not _PLAIN_ALIAS.fullmatch(alias):
+        raise ValueError(f"not a plain table alias: {alias!r}")
+    return sql.SQL(alias)
+
+
 def scope_predicate(scope: Scope, alias: str | None = None) -> sql.Composed:
     """`dataset = '…' AND project = '…'` with the scope's names as quoted literals (`sql.Literal`),
     columns qualified by `alias` if given: a tenant index's predicate, and the one a query must
     carry for the planner to use that index in a plan it keeps (`sql_recall.recall_statements`)."""
-    qualifier = sql.SQL("{}.").format(sql.Identifier(alias)) if alias else sql.SQL("")
+    qualifier = sql.SQL("{}.").format(table_alias(alias)) if alias else sql.SQL("")
     return sql.SQL("{q}dataset = {dataset} AND {q}project = {project}").format(
         q=qualifier, dataset=sql.Literal(scope.dataset), project=sql.Literal(scope.project)
     )

@@ -304,9 +304,9 @@ def test_every_fragment_filters_tenant_liveness_and_confidence() -> None:
     for cte in ("vector_hits AS", "hop1 AS", "hop2 AS", "keyword_pool AS", "recent_hits AS"):
         body = text[text.index(cte) :]
         body = body[: re.search(r"\n    [a-z_0-9]+ AS \(| SELECT 'vector'", body[len(cte) :]).start() + len(cte)]
-        assert '"f".dataset = %(dataset)s AND "f".project = %(project)s' in body, cte
-        assert '"f".confidence >= %(min_confidence)s' in body, cte
-        assert '"f".invalid_at > %(at)s' in body, cte
+        assert "f.dataset = %(dataset)s AND f.project = %(project)s" in body, cte
+        assert "f.confidence >= %(min_confidence)s" in body, cte
+        assert "f.invalid_at > %(at)s" in body, cte
 
 
 def test_statement_is_composed_with_identifiers_not_pasted_names() -> None:
