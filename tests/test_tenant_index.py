@@ -386,8 +386,10 @@ def test_generic_plans_read_links_by_lookup_and_an_indexed_scope_never_whole(sma
       looks up an entity or a fact of this recall. The planner once joined the anchors to every
       link of the scope (a merge join over 172,823 rows of a 100k-fact tenant: 28-48 ms for a
       tenth of the recalls).
-    - In an indexed scope's own statements, every read of a table is a lookup or goes through one
-      of the scope's own indexes (the shared statements scan a small scope whole, by design)."""
+    - In an indexed scope's own statements, every read of a table is a lookup, goes through one
+      of the scope's own indexes, or is planned for the scope by name (the shared statements scan
+      a small scope whole, by design). The keyword statement's named-entity and lexeme reads were
+      scans of the scope on this store before they were fenced."""
     memory = small_threshold
     facts = _facts(THRESHOLD - 2)
     vectors = memory.embedder.embed_documents([f"{f['subject']} {f['predicate']} {f['object']}" for f in facts])
