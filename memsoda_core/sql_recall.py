@@ -96,7 +96,7 @@ def named_cte(schema: str) -> sql.Composed:
     named AS (
         SELECT e.id, e.name, e.fact_count >= (SELECT n FROM hub_floor) AS is_hub, s.terms
         FROM unnest(%(spans)b::text[], %(span_terms)b::text[]) AS s(span, terms)
-        CROSS JOIN LATERAL (SELECT e.id, e.name, e.fact_count FROM {s}.entities e
+        CROSS JOIN LATERAL (SELECT id, name, fact_count FROM {s}.entities e
                             WHERE {scope_e} AND e.name = s.span OFFSET 0) e)""",
         schema,
     )
@@ -107,7 +107,7 @@ def near_cte(schema: str, indexed: Scope | None = None) -> sql.Composed:
     return _fragment(
         """
     near AS (
-        SELECT n.id, n.name, n.similarity, n.fact_count >= (SELECT n FROM hub_floor) AS is_hub
+        SELECT n.*, n.fact_count >= (SELECT n FROM hub_floor) AS is_hub
         FROM (SELECT e.id, e.name, e.fact_count, 1 - (e.embedding <=> %(qvec)s) AS similarity
               FROM {s}.entities e
               WHERE {index_scope_e}
@@ -130,13 +130,14 @@ _HOP2 = """
           AND b.fact_count < (SELECT n FROM hub_floor)
           AND b.fact_count <= %(bridge_max_facts)s),
     hop2 AS (
-        SELECT t.fact_id, t.matches, t.via, {distance} AS distance, f.valid_at
+        SELECT t.*, f.distance, f.valid_at
         FROM (SELECT fe.fact_id, sum(1.0 / greatest(b.fact_count, 1)) AS matches, min(b.name) AS via
               FROM bridges b
               JOIN {s}.fact_entities fe ON {scope_fe} AND fe.entity_id = b.entity_id
               WHERE fe.fact_id NOT IN (SELECT fact_id FROM hop1_all)
               GROUP BY fe.fact_id) t
-        JOIN {s}.facts f ON {where_f} AND f.id = t.fact_id),"""
+        CROSS JOIN LATERAL (SELECT {distance} AS distance, f.valid_at FROM {s}.facts f
+                            WHERE {where_f} AND f.id = t.fact_id OFFSET 0) f),"""
 
 _ANCHOR = """
     anchors AS (
@@ -150,7 +151,7 @@ _ANCHOR = """
         CROSS JOIN LATERAL (SELECT fe.fact_id FROM {s}.fact_entities fe
                             WHERE {scope_fe} AND fe.entity_id = a.id OFFSET 0) fe),
     hop1 AS (
-        SELECT t.fact_id, t.matches, t.via, t.via_named, t.via_similarity, {distance} AS distance, f.valid_at
+        SELECT t.*, f.distance, f.valid_at
         FROM (SELECT fe.fact_id, count(*)::numeric AS matches, min(a.name) AS via,
                      bool_or(a.named) AS via_named, max(a.similarity) AS via_similarity
               FROM anchors a
@@ -159,10 +160,11 @@ _ANCHOR = """
                                   ORDER BY fe.fact_id DESC
                                   LIMIT %(anchor_max_facts)s) fe
               GROUP BY fe.fact_id) t
-        JOIN {s}.facts f ON {where_f} AND f.id = t.fact_id),{hop2}
+        CROSS JOIN LATERAL (SELECT {distance} AS distance, f.valid_at FROM {s}.facts f
+                            WHERE {where_f} AND f.id = t.fact_id OFFSET 0) f),{hop2}
     anchor_hits AS (
         SELECT fact_id, hop, via, via_named, via_similarity, distance, valid_at,
-               row_number() OVER (ORDER BY hop, matches DESC, distance ASC NULLS LAST,
+               row_number() OVER (ORDER BY hop, matches DESC, distance NULLS LAST,
                                   valid_at DESC, fact_id DESC) AS rank
         FROM (SELECT fact_id, 1 AS hop, matches, via, via_named, via_similarity, distance, valid_at
               FROM hop1 {hop2_union}) x
@@ -182,11 +184,12 @@ def anchor_ctes(schema: str, plan: RecallPlan) -> sql.Composed:
     (`anchor_limit` facts), no hop-2 fact could be kept and the second hop is not computed; when
     it runs, every hop-1 fact seeds it.
 
-    Every link (`fact_entities`) is read by a lookup of one anchor, fact or bridge, never by a
-    join the planner may turn into a scan of the scope's links: `hop1_all` reads each anchor's
-    links in a LATERAL subquery behind `OFFSET 0`, which PostgreSQL does not flatten. As a plain
-    join, the generic plan of a 100k-fact tenant merged the anchors with all 172,823 of its links
-    (28-48 ms, a tenth of the recalls; 4-6 ms with the fence)."""
+    Every link (`fact_entities`) and fact is read by a lookup of one anchor, fact or bridge, never
+    by a join the planner may turn into a scan of the scope: `hop1_all` reads each anchor's links,
+    and both hops each fact, in a LATERAL subquery behind `OFFSET 0`, which PostgreSQL does not
+    flatten. As a plain join, the generic plan of a 100k-fact tenant merged the anchors with all
+    172,823 of its links (28-48 ms, a tenth of the recalls; 4-6 ms with the fence), and on a store
+    of many small scopes the facts were read by a scan of the scope."""
     distance = sql.SQL("f.embedding <=> %(qvec)s" if plan.vector else "NULL::float8")
     near_union = sql.SQL(
         "UNION ALL SELECT id, name, false, similarity FROM near WHERE NOT is_hub" if plan.vector else ""
@@ -304,9 +307,7 @@ def recent_cte(schema: str) -> sql.Composed:
 _NO_DETAIL = "NULL::int, NULL::text, NULL::boolean, NULL::float8"
 
 
-_HIT_ROWS = sql.SQL(
-    "SELECT {signal}, fact_id, rank, (extract(epoch FROM valid_at) * 1000000)::int8, {details} FROM {cte}"
-)
+_HIT_ROWS = sql.SQL("SELECT {signal}, fact_id, rank, (extract(epoch FROM valid_at) * 1e6)::int8, {details} FROM {cte}")
 
 
 def _hit_rows(signal: str, details: str, cte: str) -> sql.Composed:
