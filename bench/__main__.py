@@ -1,4 +1,4 @@
-"""`python -m bench quality|speed|ingest`: every table of bench/RESULTS.md."""
+"""`python -m bench quality|speed|ingest|index`: every table of bench/RESULTS.md."""
 
 from __future__ import annotations
 
@@ -50,6 +50,12 @@ def main(argv: list[str] | None = None) -> int:
     ingest.add_argument("--batches", default="100,500", help="add_facts batch sizes with vectors given")
     ingest.add_argument("--embedder", choices=("local", "hash"), default="local")
 
+    index = commands.add_parser("index", help="vector index variants: write rate against kNN latency and recall")
+    index.add_argument("--facts", type=int, default=20_000, help="vectors in the table when the index is built")
+    index.add_argument("--extra", type=int, default=2_000, help="vectors written afterwards, index in place")
+    index.add_argument("--queries", type=int, default=None, help="first N labelled questions (default: all)")
+    index.add_argument("--embedder", choices=("local", "hash"), default="local")
+
     args = parser.parse_args(argv)
     if args.command == "quality":
         from . import quality as bench_quality
@@ -93,6 +99,12 @@ def main(argv: list[str] | None = None) -> int:
                 given=args.given,
                 batches=[int(x) for x in args.batches.split(",") if x.strip()],
             )
+        )
+    elif args.command == "index":
+        from . import vector_index as bench_index
+
+        sys.stdout.write(
+            bench_index.run(embedder=_embedder(args.embedder), facts=args.facts, extra=args.extra, queries=args.queries)
         )
     return 0
 

@@ -104,3 +104,12 @@ def test_ingest_smoke(bench_dsn: str, capsys: pytest.CaptureFixture[str]) -> Non
     assert "| add_facts, vectors given, into a small tenant | 40 | 20 |" in out
     for target in ("a new tenant", "an indexed tenant, index kept", "an indexed tenant, index rebuilt"):
         assert f"| import_jsonl, stand-in embedder, into {target} | 40 | 500 |" in out
+
+
+def test_index_smoke(bench_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["index", "--embedder", "hash", "--facts", "300", "--extra", "200", "--queries", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "## Vector index: writes against search (300 vectors, then 200 written)" in out
+    rows = [line for line in out.splitlines() if line.startswith("| ") and not line.startswith("| index")]
+    assert len(rows) == 12 and rows[0].startswith("| no index: exact scan | - |")
+    assert rows[0].split(" | ")[4:6] == ["1.000", "1.000 |"]  # the exact scan is its own truth
