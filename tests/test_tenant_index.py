@@ -6,7 +6,10 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
 import re
+import signal
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -645,6 +648,33 @@ def test_a_statement_failing_beside_another_stops_that_one_too(pg_dsn: str) -> N
             _fetch_at_once([slow, fails], [_sleep(20), failing])
         assert time.monotonic() - started < 10  # not the 20 s of the statement beside it
         assert slow.execute("SELECT 42").fetchone() == (42,)  # and the connection is usable
+
+
+def test_an_interrupted_sync_recall_step_stops_every_statement_it_sent(pg_dsn: str) -> None:
+    """Ctrl-C (a real SIGINT) while the runner waits for its statements: both are cancelled on the
+    server, not left running for their 20 and 10 s, and both connections stay usable."""
+    from memsoda_core.memory import _fetch_at_once
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals reach the main thread only")
+    with psycopg.connect(pg_dsn, autocommit=True) as slow, psycopg.connect(pg_dsn, autocommit=True) as slower:
+        pids = [slow.info.backend_pid, slower.info.backend_pid]
+        timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+        started = time.monotonic()
+        timer.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                _fetch_at_once([slower, slow], [_sleep(20), _sleep(10)])
+        finally:
+            timer.join()
+        assert time.monotonic() - started < 8  # neither statement ran to its end
+        with psycopg.connect(pg_dsn, autocommit=True) as watcher:
+            rows = watcher.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s) AND state = 'active'", (pids,)
+            ).fetchone()
+        assert rows == (0,)
+        assert slower.execute("SELECT 42").fetchone() == (42,)
+        assert slow.execute("SELECT 43").fetchone() == (43,)
 
 
 async def test_a_cancelled_async_recall_step_stops_every_statement_it_sent(pg_dsn: str) -> None:
