@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import os
 import re
 import signal
 import threading
@@ -659,14 +658,18 @@ def test_an_interrupted_sync_recall_step_stops_every_statement_it_sent(pg_dsn: s
         pytest.skip("signals reach the main thread only")
     with psycopg.connect(pg_dsn, autocommit=True) as slow, psycopg.connect(pg_dsn, autocommit=True) as slower:
         pids = [slow.info.backend_pid, slower.info.backend_pid]
-        timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+        # At the main thread, as a terminal's Ctrl-C reaches it: a signal sent to the process may be
+        # taken by any of the threads earlier tests left running, and then wake nothing.
+        timer = threading.Timer(0.5, signal.pthread_kill, (threading.main_thread().ident, signal.SIGINT))
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own handler
         started = time.monotonic()
-        timer.start()
         try:
             with pytest.raises(KeyboardInterrupt):
+                timer.start()  # inside, so the signal can only land where it is expected
                 _fetch_at_once([slower, slow], [_sleep(20), _sleep(10)])
         finally:
-            timer.join()
+            timer.cancel()
+            signal.signal(signal.SIGINT, previous)
         assert time.monotonic() - started < 8  # neither statement ran to its end
         with psycopg.connect(pg_dsn, autocommit=True) as watcher:
             rows = watcher.execute(
