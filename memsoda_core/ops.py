@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -29,6 +30,7 @@ from .errors import (
     IntervalError,
     NotFoundError,
     SchemaError,
+    StoreError,
     ValidationError,
 )
 from .models import EpisodeInput, FactInput, IncludeOption, RecallResult
@@ -291,6 +293,11 @@ def _entity_rows(facts: Sequence[ValidFact]) -> tuple[list[str], list[str], list
     return names, [types[n] for n in names], [touches[n] for n in names]
 
 
+ENTITY_ROUNDS = 3
+"""Rounds of `sql_write.insert_entities` a write may take: a second one is needed only when
+another writer created and committed one of its new entities meanwhile."""
+
+
 def write_facts(
     info: StoreInfo,
     scope: Scope,
@@ -316,28 +323,37 @@ def write_facts(
         found = yield Peek(sql_write.known_entities(info.schema), {**base, "names": names})
     else:
         found = yield Execute(sql_write.known_entities(info.schema, lock=True), {**base, "names": names})
-    known = {name for (name,) in found or ()}
+    known = {name: int(eid) for name, eid in found or ()}
     new_names = [name for name in names if name not in known]
     texts = [] if vectors is not None else [fact.embedding_text for fact in facts]
     embedded = (yield EmbedDocuments(tuple(texts + new_names))) if texts or new_names else []
     fact_vectors = list(vectors) if vectors is not None else _vectors(embedded[: len(texts)])
     new_vectors = dict(zip(new_names, _vectors(embedded[len(texts) :]), strict=True))
+    entity_ids = {} if peek else known  # an import's were locked as they were read
     if known and peek:
         locked = yield Execute(sql_write.known_entities(info.schema, lock=True), {**base, "names": sorted(known)})
-        gone = sorted(known - {name for (name,) in locked})
+        entity_ids = {name: int(eid) for name, eid in locked}
+        gone = sorted(set(known) - set(entity_ids))
         if gone:
             new_vectors.update(zip(gone, _vectors((yield EmbedDocuments(tuple(gone)))), strict=True))
-    rows = yield Execute(
-        sql_write.upsert_entities(info.schema),
-        {
-            **base,
-            "names": names,
-            "types": types,
-            "embeddings": [new_vectors.get(name) for name in names],
-            "touches": touches,
-        },
-    )
-    entity_ids = {name: int(eid) for eid, name in rows}
+    type_of = dict(zip(names, types, strict=True))
+    for _ in range(ENTITY_ROUNDS):  # again when another writer created one of them meanwhile
+        missing = [name for name in names if name not in entity_ids]
+        if not missing:
+            break
+        rows = yield Execute(
+            sql_write.insert_entities(info.schema),
+            {
+                **base,
+                "names": missing,
+                "types": [type_of[name] for name in missing],
+                "embeddings": [new_vectors[name] for name in missing],
+            },
+        )
+        entity_ids = {**entity_ids, **{name: int(eid) for eid, name in rows}}
+    else:
+        if any(name not in entity_ids for name in names):
+            raise StoreError("entities of this write kept changing under concurrent writers; try the write again")
     id_rows = yield Execute(
         sql_write.insert_facts(info.schema),
         {
@@ -357,6 +373,7 @@ def write_facts(
         },
     )
     fact_ids = sorted(int(row[0]) for row in id_rows)
+    lexeme_counts = Counter(lexeme for row in id_rows for lexeme in row[1])
     links = [
         (fact_id, entity_ids[name], roles)
         for fact_id, fact in zip(fact_ids, facts, strict=True)
@@ -371,6 +388,18 @@ def write_facts(
             "roles": [link[2] for link in links],
         },
     )
+    # The counts last, each set of rows in a fixed order: a write holds them only until it commits,
+    # so writers into one scope overlap their inserts (and index maintenance) and take turns here.
+    yield Execute(
+        sql_write.upsert_entities(info.schema),
+        {**base, "names": names, "types": types, "embeddings": [None] * len(names), "touches": touches},
+    )
+    if lexeme_counts:
+        lexemes = sorted(lexeme_counts)
+        yield Execute(
+            sql_write.count_lexemes(info.schema),
+            {**base, "lexemes": lexemes, "counts": [lexeme_counts[lexeme] for lexeme in lexemes]},
+        )
     yield Execute(sql_write.bump_scope(info.schema), {**base, "delta": len(fact_ids)})
     ((analyzed_pages, pages),) = yield Execute(sql_write.facts_pages(), {"schema": info.schema})
     if statistics_stale(int(analyzed_pages), int(pages)):

@@ -22,21 +22,47 @@ def fact_columns(schema: str) -> sql.Composed:
 
 
 def known_entities(schema: str, *, lock: bool = False) -> sql.Composed:
-    """Which of %(names)s the scope already has. With `lock`, they are locked FOR KEY SHARE until
-    the write commits: a concurrent `forget` cannot delete them in between (other writers are not
-    blocked), so their stored name embeddings can be reused instead of embedding the names again."""
+    """(name, id) of those of %(names)s the scope already has. With `lock`, they are locked FOR KEY
+    SHARE until the write commits: a concurrent `forget` cannot delete them in between (other
+    writers are not blocked), so their stored name embeddings can be reused instead of embedding
+    the names again."""
     return sql.SQL(
-        """SELECT name FROM {s}.entities
+        """SELECT name, id FROM {s}.entities
            WHERE dataset = %(dataset)s AND project = %(project)s AND name = ANY(%(names)b::text[])
            ORDER BY name{lock}"""
     ).format(s=sql.Identifier(schema), lock=sql.SQL(" FOR KEY SHARE" if lock else ""))
 
 
+def insert_entities(schema: str) -> sql.Composed:
+    """Create the entities %(names)s the scope does not have, with no facts counted yet, and return
+    (id, name) of those created and of those this statement finds already there (another writer's),
+    locked FOR KEY SHARE (a concurrent `forget` waits; other writers do not). Nothing existing is
+    updated here, so writers into one scope do not wait for each other through the rest of the
+    write; the counts are added at its end (`upsert_entities`). A name that another writer created
+    and committed while this statement waited for it is missing from the result: run it again."""
+    return sql.SQL(
+        """WITH added AS (
+               INSERT INTO {s}.entities AS e (dataset, project, name, type, embedding, fact_count)
+               SELECT %(dataset)s, %(project)s, u.name, u.type, u.embedding, 0
+               FROM unnest(%(names)b::text[], %(types)b::text[], %(embeddings)b::vector[])
+                    AS u(name, type, embedding)
+               ON CONFLICT (dataset, project, name) DO NOTHING
+               RETURNING e.id, e.name),
+           present AS (
+               SELECT e.id, e.name FROM {s}.entities e
+               WHERE e.dataset = %(dataset)s AND e.project = %(project)s AND e.name = ANY(%(names)b::text[])
+               FOR KEY SHARE)
+           SELECT id, name FROM added UNION ALL SELECT id, name FROM present"""
+    ).format(s=sql.Identifier(schema))
+
+
 def upsert_entities(schema: str) -> sql.Composed:
     """Create or reuse entities by normalized name; add this batch's fact counts. Returns (id, name).
-    A NULL embedding means "the entity exists (locked by `known_entities`): keep its stored one".
-    The coalesce is needed although such a row always conflicts: NOT NULL is checked on the
-    proposed row before ON CONFLICT resolves.
+    A NULL embedding means "the entity exists: keep its stored one". The coalesce is needed although
+    such a row always conflicts: NOT NULL is checked on the proposed row before ON CONFLICT
+    resolves. Rows are taken in the order of %(names)s (sorted), so two writers wait for each other
+    instead of deadlocking; a write runs this last (see `ops.write_facts`), so it holds the rows
+    only until it commits.
 
     A type other than OTHER wins over OTHER, so a later, more specific type is kept."""
     return sql.SQL(
@@ -56,35 +82,38 @@ def upsert_entities(schema: str) -> sql.Composed:
 
 
 def insert_facts(schema: str) -> sql.Composed:
-    """Insert a batch of facts in the given order and add their lexemes to the scope's counts
-    (`schema._v4`); ids come back ascending, so in that order. The counts are upserted in lexeme
-    order, so two writers into one scope wait for each other instead of deadlocking."""
+    """Insert a batch of facts in the given order; returns (id, lexemes) in ascending id order,
+    which is that order (the lexemes for `count_lexemes`)."""
     return sql.SQL(
-        """WITH inserted AS (
-               INSERT INTO {s}.facts (dataset, project, subject, predicate, object, object_type,
-                                      subject_id, object_id, anchor_id, valid_at, invalid_at,
-                                      confidence, source_quote, embedding)
-               SELECT %(dataset)s, %(project)s, u.subject, u.predicate, u.object, u.object_type,
-                      u.subject_id, u.object_id, u.anchor_id, u.valid_at, u.invalid_at,
-                      u.confidence, u.source_quote, u.embedding
-               FROM unnest(%(subjects)b::text[], %(predicates)b::text[], %(objects)b::text[],
-                           %(object_types)b::text[], %(subject_ids)b::bigint[], %(object_ids)b::bigint[],
-                           %(anchor_ids)b::bigint[], %(valid_ats)b::timestamptz[],
-                           %(invalid_ats)b::timestamptz[], %(confidences)b::real[],
-                           %(quotes)b::text[], %(embeddings)b::vector[])
-                    WITH ORDINALITY AS u(subject, predicate, object, object_type, subject_id, object_id,
-                                         anchor_id, valid_at, invalid_at, confidence, source_quote,
-                                         embedding, ord)
-               ORDER BY u.ord
-               RETURNING id, tsv),
-           counted AS (
-               INSERT INTO {s}.lexemes AS l (dataset, project, lexeme, facts)
-               SELECT %(dataset)s, %(project)s, x.lexeme, count(*)
-               FROM inserted i CROSS JOIN LATERAL unnest(tsvector_to_array(i.tsv)) AS x(lexeme)
-               GROUP BY x.lexeme
-               ORDER BY x.lexeme
-               ON CONFLICT (dataset, project, lexeme) DO UPDATE SET facts = l.facts + EXCLUDED.facts)
-           SELECT id FROM inserted ORDER BY id"""
+        """INSERT INTO {s}.facts (dataset, project, subject, predicate, object, object_type,
+                                 subject_id, object_id, anchor_id, valid_at, invalid_at,
+                                 confidence, source_quote, embedding)
+           SELECT %(dataset)s, %(project)s, u.subject, u.predicate, u.object, u.object_type,
+                  u.subject_id, u.object_id, u.anchor_id, u.valid_at, u.invalid_at,
+                  u.confidence, u.source_quote, u.embedding
+           FROM unnest(%(subjects)b::text[], %(predicates)b::text[], %(objects)b::text[],
+                       %(object_types)b::text[], %(subject_ids)b::bigint[], %(object_ids)b::bigint[],
+                       %(anchor_ids)b::bigint[], %(valid_ats)b::timestamptz[],
+                       %(invalid_ats)b::timestamptz[], %(confidences)b::real[],
+                       %(quotes)b::text[], %(embeddings)b::vector[])
+                WITH ORDINALITY AS u(subject, predicate, object, object_type, subject_id, object_id,
+                                     anchor_id, valid_at, invalid_at, confidence, source_quote,
+                                     embedding, ord)
+           ORDER BY u.ord
+           RETURNING id, tsvector_to_array(tsv)"""
+    ).format(s=sql.Identifier(schema))
+
+
+def count_lexemes(schema: str) -> sql.Composed:
+    """Add %(counts)s facts to the scope's count of each of %(lexemes)s (`schema._v4`), upserted in
+    lexeme order, so two writers into one scope wait for each other instead of deadlocking; a write
+    runs this at its end, so it holds the rows only until it commits."""
+    return sql.SQL(
+        """INSERT INTO {s}.lexemes AS l (dataset, project, lexeme, facts)
+           SELECT %(dataset)s, %(project)s, u.lexeme, u.facts
+           FROM unnest(%(lexemes)b::text[], %(counts)b::int[]) AS u(lexeme, facts)
+           ORDER BY u.lexeme
+           ON CONFLICT (dataset, project, lexeme) DO UPDATE SET facts = l.facts + EXCLUDED.facts"""
     ).format(s=sql.Identifier(schema))
 
 

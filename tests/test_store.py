@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -532,6 +533,82 @@ def test_concurrent_writers_into_one_scope_keep_exact_lexeme_counts(
     with psycopg.connect(pg_dsn) as conn:
         counted = lexeme_counts(conn, "memsoda", scope["dataset"], scope["project"])
     assert counted["kept"] == counted["actual"] and counted["kept"]["like"] == 40 * 30
+
+
+def test_concurrent_writers_sharing_entities_keep_exact_counts(
+    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]
+) -> None:
+    """Writers into one scope about the same hub and the same new entities, created by whichever
+    writer comes first (the others find them, a second round when one was committed while they
+    waited): no error, no deadlock, and every entity's fact count equals its facts."""
+    shared = [f"gadget {i}" for i in range(12)]
+    vector = embedder.embed_documents(["x"])[0]
+
+    def batch(seed: int) -> list[dict[str, Any]]:
+        rng = random.Random(seed)
+        picked = [*rng.sample(shared, 6), f"own {seed}"]
+        return [{"subject": "user", "predicate": "owns", "object": name, "object_type": "PRODUCT"} for name in picked]
+
+    with Memory.open(pg_dsn, embedder, pool_size=4) as memory, ThreadPoolExecutor(max_workers=4) as pool:
+        futures = [pool.submit(memory.add_facts, batch(seed), **scope, vectors=[vector] * 7) for seed in range(40)]
+        for future in futures:
+            future.result()
+    with psycopg.connect(pg_dsn) as conn:
+        counts = conn.execute(
+            """SELECT e.name, e.fact_count, count(fe.fact_id) FROM memsoda.entities e
+               LEFT JOIN memsoda.fact_entities fe ON fe.dataset = e.dataset AND fe.project = e.project
+                                                 AND fe.entity_id = e.id
+               WHERE e.dataset = %s AND e.project = %s GROUP BY e.name, e.fact_count""",
+            (scope["dataset"], scope["project"]),
+        ).fetchall()
+        counted = lexeme_counts(conn, "memsoda", scope["dataset"], scope["project"])
+    assert len(counts) == 1 + len(shared) + 40
+    assert all(kept == linked for _, kept, linked in counts)
+    assert dict((name, kept) for name, kept, _ in counts)["user"] == 40 * 7
+    assert counted["kept"] == counted["actual"]
+
+
+def test_a_writer_does_not_wait_for_another_still_inserting_into_the_same_scope(
+    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]
+) -> None:
+    """The counts a write bumps (its entities', the scope's lexemes', the scope's) are taken at its
+    end: a writer about the same hub and words finishes while another, slowed inside its facts
+    insert (a test trigger sleeps 2 s), is still there. Both counts are exact afterwards."""
+    vector = embedder.embed_documents(["x"])[0]
+    fact = {"subject": "user", "predicate": "drinks", "object": "tea", "object_type": "PRODUCT"}
+    slow = {**fact, "object": "slow marker", "object_type": "LITERAL"}
+    finished: dict[str, float] = {}
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(
+            """CREATE FUNCTION memsoda.test_slow_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+               BEGIN PERFORM pg_sleep(2); RETURN NEW; END $$"""
+        )
+        conn.execute(
+            """CREATE TRIGGER test_slow_insert BEFORE INSERT ON memsoda.facts FOR EACH ROW
+               WHEN (NEW.object = 'slow marker') EXECUTE FUNCTION memsoda.test_slow_insert()"""
+        )
+        try:
+            with Memory.open(pg_dsn, embedder, pool_size=4) as memory, ThreadPoolExecutor(max_workers=2) as pool:
+                memory.add_facts([fact], **scope, vectors=[vector])  # the entities exist already
+
+                def write(name: str, facts: list[dict[str, Any]]) -> None:
+                    memory.add_facts(facts, **scope, vectors=[vector] * len(facts))
+                    finished[name] = time.monotonic()
+
+                slowed = pool.submit(write, "slowed", [slow])
+                time.sleep(0.5)  # the slowed writer is inside its facts insert
+                pool.submit(write, "other", [fact]).result()
+                slowed.result()
+        finally:
+            conn.execute("DROP TRIGGER test_slow_insert ON memsoda.facts")
+            conn.execute("DROP FUNCTION memsoda.test_slow_insert()")
+        counted = lexeme_counts(conn, "memsoda", scope["dataset"], scope["project"])
+        user = conn.execute(
+            "SELECT fact_count FROM memsoda.entities WHERE dataset = %s AND project = %s AND name = 'user'",
+            (scope["dataset"], scope["project"]),
+        ).fetchone()
+    assert finished["other"] < finished["slowed"]  # it did not queue behind the slowed writer
+    assert counted["kept"] == counted["actual"] and user == (3,)
 
 
 async def test_episodes_are_stored_and_recalled(memory: Either, scope: dict[str, str]) -> None:
