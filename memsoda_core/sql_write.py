@@ -82,8 +82,8 @@ def upsert_entities(schema: str) -> sql.Composed:
 
 
 def insert_facts(schema: str) -> sql.Composed:
-    """Insert a batch of facts in the given order; returns (id, lexemes) in ascending id order,
-    which is that order (the lexemes for `count_lexemes`)."""
+    """Insert a batch of facts in the given order, so their ids ascend in that order; returns (id,
+    lexemes) of each, the lexemes for `count_lexemes`."""
     return sql.SQL(
         """INSERT INTO {s}.facts (dataset, project, subject, predicate, object, object_type,
                                  subject_id, object_id, anchor_id, valid_at, invalid_at,
