@@ -13,7 +13,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, TextIO
 
@@ -298,6 +298,54 @@ ENTITY_ROUNDS = 3
 another writer created and committed one of its new entities meanwhile."""
 
 
+@dataclass
+class CountDeltas:
+    """What written facts add to the scope's counts: per entity name its type (a specific one wins
+    over OTHER) and the facts touching it, per lexeme the facts holding it, and the facts. Bumped at
+    the end of the write's transaction (`bump_counts`), so other writers into the scope wait for
+    these rows only from there to the commit."""
+
+    types: dict[str, str] = field(default_factory=dict)
+    touches: Counter[str] = field(default_factory=Counter)
+    lexemes: Counter[str] = field(default_factory=Counter)
+    facts: int = 0
+
+    def add(self, other: CountDeltas) -> None:
+        """Add a later batch's deltas (an earlier batch's specific type is kept)."""
+        for name, kind in other.types.items():
+            if self.types.get(name, "OTHER") == "OTHER":
+                self.types[name] = kind
+        self.touches.update(other.touches)
+        self.lexemes.update(other.lexemes)
+        self.facts += other.facts
+
+
+def bump_counts(info: StoreInfo, scope: Scope, deltas: CountDeltas) -> Operation[None]:
+    """Add `deltas` to the scope's counts, each set of rows in a fixed order (entities by name,
+    lexemes, then the scope), so two writers wait for each other instead of deadlocking."""
+    if not deltas.facts:
+        return
+    base = {"dataset": scope.dataset, "project": scope.project}
+    names = sorted(deltas.types)
+    yield Execute(
+        sql_write.upsert_entities(info.schema),
+        {
+            **base,
+            "names": names,
+            "types": [deltas.types[name] for name in names],
+            "embeddings": [None] * len(names),
+            "touches": [deltas.touches[name] for name in names],
+        },
+    )
+    if deltas.lexemes:
+        lexemes = sorted(deltas.lexemes)
+        yield Execute(
+            sql_write.count_lexemes(info.schema),
+            {**base, "lexemes": lexemes, "counts": [deltas.lexemes[lexeme] for lexeme in lexemes]},
+        )
+    yield Execute(sql_write.bump_scope(info.schema), {**base, "delta": deltas.facts})
+
+
 def write_facts(
     info: StoreInfo,
     scope: Scope,
@@ -306,8 +354,23 @@ def write_facts(
     *,
     peek: bool,
 ) -> Operation[list[int]]:
+    """`insert_fact_rows` then `bump_counts`: one whole write of a batch."""
+    ids, deltas = yield from insert_fact_rows(info, scope, facts, vectors, peek=peek)
+    yield from bump_counts(info, scope, deltas)
+    return ids
+
+
+def insert_fact_rows(
+    info: StoreInfo,
+    scope: Scope,
+    facts: Sequence[ValidFact],
+    vectors: Sequence[Vector] | None,
+    *,
+    peek: bool,
+) -> Operation[tuple[list[int], CountDeltas]]:
     """One embedding call for the batch (the facts, unless their `vectors` are given, and the
-    names of entities the scope does not have yet), then the inserts.
+    names of entities the scope does not have yet), then the inserts of entities the scope lacks,
+    facts and links; returns the facts' ids and what they add to the counts.
 
     With `peek` (the operation's first step), which entities exist is read first on a borrowed
     connection (`Peek`), so neither a connection nor a transaction is held while a model embeds;
@@ -316,7 +379,7 @@ def write_facts(
     import, whose transaction is open already), they are read and locked at once, and the
     embedding runs inside that transaction."""
     if not facts:
-        return []
+        return [], CountDeltas()
     base = {"dataset": scope.dataset, "project": scope.project}
     names, types, touches = _entity_rows(facts)
     if peek:
@@ -388,23 +451,16 @@ def write_facts(
             "roles": [link[2] for link in links],
         },
     )
-    # The counts last, each set of rows in a fixed order: a write holds them only until it commits,
-    # so writers into one scope overlap their inserts (and index maintenance) and take turns here.
-    yield Execute(
-        sql_write.upsert_entities(info.schema),
-        {**base, "names": names, "types": types, "embeddings": [None] * len(names), "touches": touches},
-    )
-    if lexeme_counts:
-        lexemes = sorted(lexeme_counts)
-        yield Execute(
-            sql_write.count_lexemes(info.schema),
-            {**base, "lexemes": lexemes, "counts": [lexeme_counts[lexeme] for lexeme in lexemes]},
-        )
-    yield Execute(sql_write.bump_scope(info.schema), {**base, "delta": len(fact_ids)})
     ((analyzed_pages, pages),) = yield Execute(sql_write.facts_pages(), {"schema": info.schema})
     if statistics_stale(int(analyzed_pages), int(pages)):
         yield from refresh_statistics(info)
-    return fact_ids
+    deltas = CountDeltas(
+        types=dict(zip(names, types, strict=True)),
+        touches=Counter(dict(zip(names, touches, strict=True))),
+        lexemes=lexeme_counts,
+        facts=len(fact_ids),
+    )
+    return fact_ids, deltas
 
 
 ANALYZE_FROM_PAGES = 64
@@ -744,15 +800,19 @@ def import_records(
     progress: Callable[[int], None] | None,
     rebuild_index: bool | None = None,
 ) -> Operation[tuple[int, int]]:
-    """Write validated records in batches inside one transaction: all or nothing. An import into
-    a scope with its own fact HNSW may rebuild it after the rows (`set_aside_fact_index`)."""
+    """Write validated records in batches inside one transaction: all or nothing, the counts bumped
+    once after the rows. An import into a scope with its own fact HNSW may rebuild it after the rows
+    (`set_aside_fact_index`)."""
     if facts:
         yield from set_aside_fact_index(info, scope, len(facts), rebuild_index)
+    deltas = CountDeltas()
     for start in range(0, len(facts), batch_size):
         batch = facts[start : start + batch_size]
-        yield from write_facts(info, scope, batch, None, peek=False)
+        _, added = yield from insert_fact_rows(info, scope, batch, None, peek=False)
+        deltas.add(added)
         if progress is not None:
             progress(len(batch))
+    yield from bump_counts(info, scope, deltas)  # once, at the end: see `CountDeltas`
     for start in range(0, len(episodes), batch_size):
         chunk = episodes[start : start + batch_size]
         yield from write_episodes(info, scope, chunk)

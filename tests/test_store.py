@@ -14,7 +14,9 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -568,47 +570,96 @@ def test_concurrent_writers_sharing_entities_keep_exact_counts(
     assert counted["kept"] == counted["actual"]
 
 
-def test_a_writer_does_not_wait_for_another_still_inserting_into_the_same_scope(
-    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]
-) -> None:
-    """The counts a write bumps (its entities', the scope's lexemes', the scope's) are taken at its
-    end: a writer about the same hub and words finishes while another, slowed inside its facts
-    insert (a test trigger sleeps 2 s), is still there. Both counts are exact afterwards."""
-    vector = embedder.embed_documents(["x"])[0]
-    fact = {"subject": "user", "predicate": "drinks", "object": "tea", "object_type": "PRODUCT"}
-    slow = {**fact, "object": "slow marker", "object_type": "LITERAL"}
-    finished: dict[str, float] = {}
+@contextmanager
+def slow_fact_inserts(pg_dsn: str, seconds: float) -> Iterator[None]:
+    """A test trigger that makes the insert of a fact whose object is "slow marker" sleep."""
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute(
-            """CREATE FUNCTION memsoda.test_slow_insert() RETURNS trigger LANGUAGE plpgsql AS $$
-               BEGIN PERFORM pg_sleep(2); RETURN NEW; END $$"""
+            sql.SQL(
+                """CREATE FUNCTION memsoda.test_slow_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+                   BEGIN PERFORM pg_sleep({}); RETURN NEW; END $$"""
+            ).format(sql.Literal(seconds))
         )
         conn.execute(
             """CREATE TRIGGER test_slow_insert BEFORE INSERT ON memsoda.facts FOR EACH ROW
                WHEN (NEW.object = 'slow marker') EXECUTE FUNCTION memsoda.test_slow_insert()"""
         )
         try:
-            with Memory.open(pg_dsn, embedder, pool_size=4) as memory, ThreadPoolExecutor(max_workers=2) as pool:
-                memory.add_facts([fact], **scope, vectors=[vector])  # the entities exist already
-
-                def write(name: str, facts: list[dict[str, Any]]) -> None:
-                    memory.add_facts(facts, **scope, vectors=[vector] * len(facts))
-                    finished[name] = time.monotonic()
-
-                slowed = pool.submit(write, "slowed", [slow])
-                time.sleep(0.5)  # the slowed writer is inside its facts insert
-                pool.submit(write, "other", [fact]).result()
-                slowed.result()
+            yield
         finally:
             conn.execute("DROP TRIGGER test_slow_insert ON memsoda.facts")
             conn.execute("DROP FUNCTION memsoda.test_slow_insert()")
-        counted = lexeme_counts(conn, "memsoda", scope["dataset"], scope["project"])
-        user = conn.execute(
-            "SELECT fact_count FROM memsoda.entities WHERE dataset = %s AND project = %s AND name = 'user'",
+
+
+def exact_counts(pg_dsn: str, scope: dict[str, str]) -> bool:
+    """Whether every entity's fact count equals its links and the lexeme counts equal the facts'."""
+    with psycopg.connect(pg_dsn) as conn:
+        off = conn.execute(
+            """SELECT count(*) FROM memsoda.entities e
+               WHERE e.dataset = %s AND e.project = %s
+                 AND e.fact_count <> (SELECT count(*) FROM memsoda.fact_entities fe
+                                      WHERE fe.dataset = e.dataset AND fe.project = e.project
+                                        AND fe.entity_id = e.id)""",
             (scope["dataset"], scope["project"]),
         ).fetchone()
+        counted = lexeme_counts(conn, "memsoda", scope["dataset"], scope["project"])
+    return off == (0,) and counted["kept"] == counted["actual"]
+
+
+TEA = {"subject": "user", "predicate": "drinks", "object": "tea", "object_type": "PRODUCT"}
+SLOW = {**TEA, "object": "slow marker", "object_type": "LITERAL"}
+
+
+def test_a_writer_does_not_wait_for_another_still_inserting_into_the_same_scope(
+    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]
+) -> None:
+    """The counts a write bumps (its entities', the scope's lexemes', the scope's) are taken at its
+    end: a writer about the same hub and words finishes while another, slowed inside its facts
+    insert (a test trigger sleeps 2 s), is still there. The counts are exact afterwards."""
+    vector = embedder.embed_documents(["x"])[0]
+    finished: dict[str, float] = {}
+    with slow_fact_inserts(pg_dsn, 2), Memory.open(pg_dsn, embedder, pool_size=4) as memory:
+        memory.add_facts([TEA], **scope, vectors=[vector])  # the entities exist already
+
+        def write(name: str, facts: list[dict[str, Any]]) -> None:
+            memory.add_facts(facts, **scope, vectors=[vector] * len(facts))
+            finished[name] = time.monotonic()
+
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            slowed = pool.submit(write, "slowed", [SLOW])
+            time.sleep(0.5)  # the slowed writer is inside its facts insert
+            pool.submit(write, "other", [TEA]).result()
+            slowed.result()
     assert finished["other"] < finished["slowed"]  # it did not queue behind the slowed writer
-    assert counted["kept"] == counted["actual"] and user == (3,)
+    assert exact_counts(pg_dsn, scope)
+
+
+def test_a_writer_does_not_wait_for_an_import_still_inserting_into_the_same_scope(
+    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]
+) -> None:
+    """An import bumps the counts of all its batches once, after its rows: a writer into the scope
+    finishes while the import's second batch is held in its facts insert."""
+    vector = embedder.embed_documents(["x"])[0]
+    finished: dict[str, float] = {}
+    lines = "".join(json.dumps({"kind": "fact", **fact}) + "\n" for fact in (TEA, SLOW))
+    with slow_fact_inserts(pg_dsn, 2), Memory.open(pg_dsn, embedder, pool_size=4) as memory:
+        memory.add_facts([TEA], **scope, vectors=[vector])
+
+        def run_import() -> None:
+            memory.import_jsonl(io.StringIO(lines), **scope, batch_size=1)  # the slow fact is batch 2
+            finished["import"] = time.monotonic()
+
+        def write() -> None:
+            memory.add_facts([TEA], **scope, vectors=[vector])
+            finished["other"] = time.monotonic()
+
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            importing = pool.submit(run_import)
+            time.sleep(0.7)  # the import's first batch is written, its second is being inserted
+            pool.submit(write).result()
+            importing.result()
+    assert finished["other"] < finished["import"]
+    assert exact_counts(pg_dsn, scope)
 
 
 async def test_episodes_are_stored_and_recalled(memory: Either, scope: dict[str, str]) -> None:
