@@ -295,7 +295,8 @@ def _entity_rows(facts: Sequence[ValidFact]) -> tuple[list[str], list[str], list
 
 ENTITY_ROUNDS = 3
 """Rounds of `sql_write.insert_entities` a write may take: a second one is needed only when
-another writer created and committed one of its new entities meanwhile."""
+another writer created and committed one of its new entities meanwhile (or a `forget` removed one
+that another writer had created)."""
 
 
 @dataclass
@@ -328,12 +329,11 @@ def bump_counts(info: StoreInfo, scope: Scope, deltas: CountDeltas) -> Operation
     base = {"dataset": scope.dataset, "project": scope.project}
     names = sorted(deltas.types)
     yield Execute(
-        sql_write.upsert_entities(info.schema),
+        sql_write.bump_entities(info.schema),
         {
             **base,
             "names": names,
             "types": [deltas.types[name] for name in names],
-            "embeddings": [None] * len(names),
             "touches": [deltas.touches[name] for name in names],
         },
     )
@@ -392,7 +392,7 @@ def insert_fact_rows(
     embedded = (yield EmbedDocuments(tuple(texts + new_names))) if texts or new_names else []
     fact_vectors = list(vectors) if vectors is not None else _vectors(embedded[: len(texts)])
     new_vectors = dict(zip(new_names, _vectors(embedded[len(texts) :]), strict=True))
-    entity_ids = {} if peek else known  # an import's were locked as they were read
+    entity_ids = {} if peek else dict(known)  # an import's were locked as they were read
     if known and peek:
         locked = yield Execute(sql_write.known_entities(info.schema, lock=True), {**base, "names": sorted(known)})
         entity_ids = {name: int(eid) for name, eid in locked}
@@ -400,8 +400,8 @@ def insert_fact_rows(
         if gone:
             new_vectors.update(zip(gone, _vectors((yield EmbedDocuments(tuple(gone)))), strict=True))
     type_of = dict(zip(names, types, strict=True))
+    missing = [name for name in names if name not in entity_ids]
     for _ in range(ENTITY_ROUNDS):  # again when another writer created one of them meanwhile
-        missing = [name for name in names if name not in entity_ids]
         if not missing:
             break
         rows = yield Execute(
@@ -413,10 +413,10 @@ def insert_fact_rows(
                 "embeddings": [new_vectors[name] for name in missing],
             },
         )
-        entity_ids = {**entity_ids, **{name: int(eid) for eid, name in rows}}
-    else:
-        if any(name not in entity_ids for name in names):
-            raise StoreError("entities of this write kept changing under concurrent writers; try the write again")
+        entity_ids.update((name, int(eid)) for eid, name in rows)
+        missing = [name for name in missing if name not in entity_ids]
+    if missing:
+        raise StoreError("entities of this write kept changing under concurrent writers; try the write again")
     id_rows = yield Execute(
         sql_write.insert_facts(info.schema),
         {
@@ -455,7 +455,7 @@ def insert_fact_rows(
     if statistics_stale(int(analyzed_pages), int(pages)):
         yield from refresh_statistics(info)
     deltas = CountDeltas(
-        types=dict(zip(names, types, strict=True)),
+        types=type_of,
         touches=Counter(dict(zip(names, touches, strict=True))),
         lexemes=lexeme_counts,
         facts=len(fact_ids),
@@ -820,7 +820,7 @@ def import_records(
             progress(len(chunk))
     if facts or episodes:
         # Built once, after the rows: much faster than maintaining HNSW row by row. (Statistics are
-        # refreshed by `write_facts` whenever the table has doubled, as for any write.)
+        # refreshed by `insert_fact_rows` whenever the table has doubled, as for any write.)
         yield from ensure_tenant_indexes(info, scope)
     return len(facts), len(episodes)
 

@@ -38,7 +38,7 @@ def insert_entities(schema: str) -> sql.Composed:
     (id, name) of those created and of those this statement finds already there (another writer's),
     locked FOR KEY SHARE (a concurrent `forget` waits; other writers do not). Nothing existing is
     updated here, so writers into one scope do not wait for each other through the rest of the
-    write; the counts are added at its end (`upsert_entities`). A name that another writer created
+    write; the counts are added at its end (`bump_entities`). A name that another writer created
     and committed while this statement waited for it is missing from the result: run it again."""
     return sql.SQL(
         """WITH added AS (
@@ -56,28 +56,26 @@ def insert_entities(schema: str) -> sql.Composed:
     ).format(s=sql.Identifier(schema))
 
 
-def upsert_entities(schema: str) -> sql.Composed:
-    """Create or reuse entities by normalized name; add this batch's fact counts. Returns (id, name).
-    A NULL embedding means "the entity exists: keep its stored one". The coalesce is needed although
-    such a row always conflicts: NOT NULL is checked on the proposed row before ON CONFLICT
-    resolves. Rows are taken in the order of %(names)s (sorted), so two writers wait for each other
-    instead of deadlocking; a write runs this last (see `ops.write_facts`), so it holds the rows
-    only until it commits.
+def bump_entities(schema: str) -> sql.Composed:
+    """Add %(touches)s facts to the counts of the scope's entities %(names)s (sorted) and keep a
+    specific type of %(types)s over OTHER. Every one of them exists: created at the start of the
+    write (`insert_entities`) or locked FOR KEY SHARE since, so no `forget` removed it.
 
-    A type other than OTHER wins over OTHER, so a later, more specific type is kept."""
+    An upsert that always conflicts rather than an UPDATE: INSERT ... SELECT takes the rows in the
+    order given, so two writers wait for each other instead of deadlocking, which an UPDATE's join
+    does not promise. The proposed row copies the stored embedding because NOT NULL is checked
+    before ON CONFLICT resolves. A write runs this at its end (`ops.bump_counts`), so it holds the
+    rows only until it commits."""
     return sql.SQL(
         """INSERT INTO {s}.entities AS e (dataset, project, name, type, embedding, fact_count)
            SELECT %(dataset)s, %(project)s, u.name, u.type,
-                  coalesce(u.embedding, (SELECT k.embedding FROM {s}.entities k
-                                         WHERE k.dataset = %(dataset)s AND k.project = %(project)s
-                                           AND k.name = u.name)),
+                  (SELECT k.embedding FROM {s}.entities k
+                   WHERE k.dataset = %(dataset)s AND k.project = %(project)s AND k.name = u.name),
                   u.touches
-           FROM unnest(%(names)b::text[], %(types)b::text[], %(embeddings)b::vector[], %(touches)b::int[])
-                AS u(name, type, embedding, touches)
+           FROM unnest(%(names)b::text[], %(types)b::text[], %(touches)b::int[]) AS u(name, type, touches)
            ON CONFLICT (dataset, project, name) DO UPDATE
            SET type = CASE WHEN e.type = 'OTHER' THEN EXCLUDED.type ELSE e.type END,
-               fact_count = e.fact_count + EXCLUDED.fact_count
-           RETURNING e.id, e.name"""
+               fact_count = e.fact_count + EXCLUDED.fact_count"""
     ).format(s=sql.Identifier(schema))
 
 
