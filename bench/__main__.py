@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     if args.command == "quality":
-        from . import quality as bench_quality
+        from bench import quality as bench_quality
 
         with ExitStack() as stack:
             details = stack.enter_context(args.details.open("w", encoding="utf-8")) if args.details else None
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         sys.stdout.write(text)
     elif args.command == "speed":
-        from . import speed as bench_speed
+        from bench import speed as bench_speed
 
         sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
         if max(sizes) > 200_000 and not args.allow_1m:
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     elif args.command == "ingest":
-        from . import ingest as bench_ingest
+        from bench import ingest as bench_ingest
 
         sys.stdout.write(
             bench_ingest.run(
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     elif args.command == "index":
-        from . import vector_index as bench_index
+        from bench import vector_index as bench_index
 
         sys.stdout.write(
             bench_index.run(embedder=_embedder(args.embedder), facts=args.facts, extra=args.extra, queries=args.queries)
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _embedder(name: str) -> Embedder:
     if name == "hash":
-        from .hashembed import HashEmbedder
+        from bench.hashembed import HashEmbedder
 
         return HashEmbedder()
     from memsoda_core.embedders import LocalEmbedder

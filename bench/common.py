@@ -20,8 +20,8 @@ from pgvector.psycopg import register_vector
 from psycopg import sql
 
 from memsoda_core import Memory
-from memsoda_core.base import PREPARE_ONLY_WHEN_ASKED, SESSION_SETTINGS
 from memsoda_core.embedders import Embedder
+from memsoda_core.runner.policy import PREPARE_ONLY_WHEN_ASKED, SESSION_SETTINGS
 
 
 @contextmanager

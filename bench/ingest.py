@@ -22,11 +22,10 @@ from typing import Any
 
 import numpy as np
 
+from bench import synth
+from bench.common import bench_memory, connect, environment, markdown_table
 from memsoda_core import Memory
 from memsoda_core.embedders import Embedder
-
-from . import synth
-from .common import bench_memory, connect, environment, markdown_table
 
 
 class GivenVectors:

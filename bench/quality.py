@@ -19,15 +19,14 @@ from typing import Any, TextIO
 import numpy as np
 from psycopg import sql
 
+from bench import metrics, variants
+from bench.common import bench_memory, connect, environment, markdown_table
+from bench.labelled import KINDS, LabelledMemory, Query, import_record, load
+from bench.variants import UNCAPPED, KeywordForm, Variant
 from memsoda_core import Memory
 from memsoda_core.embedders import Embedder, LocalEmbedder
 from memsoda_core.options import DEFAULT_OPTIONS, RecallOptions
 from memsoda_core.validation import Scope
-
-from . import metrics, variants
-from .common import bench_memory, connect, environment, markdown_table
-from .labelled import KINDS, LabelledMemory, Query, import_record, load
-from .variants import UNCAPPED, KeywordForm, Variant
 
 DATASET = "bench-quality"
 WIDE = 1000

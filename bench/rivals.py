@@ -23,7 +23,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Json, Jsonb
 
-from .synth import TenantData, fact_texts
+from bench.synth import TenantData, fact_texts
 
 
 def schemas(prefix: str) -> tuple[str, str]:

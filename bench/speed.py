@@ -18,11 +18,10 @@ from typing import Any
 
 from psycopg import sql
 
+from bench import rivals, synth
+from bench.common import bench_memory, connect, environment, markdown_table, percentiles
 from memsoda_core import Memory
 from memsoda_core.embedders import Embedder
-
-from . import rivals, synth
-from .common import bench_memory, connect, environment, markdown_table, percentiles
 
 FLOOR = """SELECT f.id FROM {s}.facts f
 WHERE f.dataset = %(dataset)s AND f.project = %(project)s AND f.valid_at <= now()
@@ -71,15 +70,14 @@ def breakdown(memory: Memory, project: str, queries: Sequence[synth.SynthQuery])
     from dataclasses import replace as dc_replace
     from datetime import UTC, datetime
 
+    from bench import variants
     from memsoda_core.memory import _fetch
     from memsoda_core.options import DEFAULT_OPTIONS
-    from memsoda_core.recall import plan_for
-    from memsoda_core.scope_sizes import recall_statement_choice
-    from memsoda_core.sql_recall import recall_statements
-    from memsoda_core.steps import Execute, Planning
+    from memsoda_core.recall.planning import recall_statement_choice
+    from memsoda_core.recall.result import plan_for
+    from memsoda_core.recall.statements import recall_statements
+    from memsoda_core.runner.steps import Execute, Planning
     from memsoda_core.validation import Scope
-
-    from . import variants
 
     configs = {
         "default": variants.Variant(options=DEFAULT_OPTIONS),

@@ -22,11 +22,11 @@ from typing import Any
 
 from psycopg import sql
 
-from memsoda_core import sql_recall
-from memsoda_core.fusion import rrf
 from memsoda_core.options import RecallOptions
-from memsoda_core.recall import statement_params
-from memsoda_core.sql_recall import RecallPlan
+from memsoda_core.recall import statements as sql_recall
+from memsoda_core.recall.fusion import rrf
+from memsoda_core.recall.result import statement_params
+from memsoda_core.recall.statements import RecallPlan
 from memsoda_core.text import normalize_query
 from memsoda_core.validation import Scope
 

@@ -27,10 +27,9 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
+from bench import labelled
+from bench.common import bench_memory, connect, environment, markdown_table
 from memsoda_core.embedders import Embedder
-
-from . import labelled
-from .common import bench_memory, connect, environment, markdown_table
 
 TABLE = "bench_vector_index"
 WRITE_BATCH = 100

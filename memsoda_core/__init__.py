@@ -5,9 +5,9 @@ anchor-enriched fact embeddings, the entity anchor, Postgres full-text keyword s
 statement, fuses them by Reciprocal Rank Fusion and renders a deterministic block for a prompt.
 """
 
-from .async_memory import AsyncMemory
-from .embedders import Embedder, LocalEmbedder, default_embedder
-from .errors import (
+from memsoda_core.async_memory import AsyncMemory
+from memsoda_core.embedders import Embedder, LocalEmbedder, default_embedder
+from memsoda_core.errors import (
     ConfidenceError,
     ConfigurationError,
     DateError,
@@ -27,8 +27,8 @@ from .errors import (
     TextTooLongError,
     ValidationError,
 )
-from .memory import Memory
-from .models import (
+from memsoda_core.memory import Memory
+from memsoda_core.models import (
     LITERAL,
     Entity,
     Episode,
@@ -40,8 +40,8 @@ from .models import (
     ScoredFact,
     SignalHit,
 )
-from .options import RecallOptions
-from .synthesis import OpenAISynthesizer, Synthesizer
+from memsoda_core.options import RecallOptions
+from memsoda_core.synthesis import OpenAISynthesizer, Synthesizer
 
 __version__ = "0.1.0"
 

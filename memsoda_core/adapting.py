@@ -7,10 +7,10 @@ import asyncio
 import hashlib
 from typing import Any
 
-from .async_memory import AsyncMemory
-from .errors import ConfigurationError
-from .memory import Memory
-from .models import RecallResult, ScoredFact
+from memsoda_core.async_memory import AsyncMemory
+from memsoda_core.errors import ConfigurationError
+from memsoda_core.memory import Memory
+from memsoda_core.models import RecallResult, ScoredFact
 
 
 def recall_sync(memory: Memory | AsyncMemory, query: str | None, **kwargs: Any) -> RecallResult:

@@ -18,7 +18,15 @@ import psycopg
 from pgvector.psycopg import register_vector_async
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from .base import (
+from memsoda_core.embedders import Embedder, check_vectors
+from memsoda_core.errors import MemsodaError
+from memsoda_core.files import open_sink, progress_callback, read_jsonl
+from memsoda_core.memory_base import MemoryBase, check_import_args, open_args
+from memsoda_core.models import EpisodeInput, FactInput, ImportReport, RecallResult
+from memsoda_core.ops.opening import open_store
+from memsoda_core.options import RecallOptions
+from memsoda_core.runner.embedding import embedding_failure
+from memsoda_core.runner.policy import (
     CANCEL_TIMEOUT_S,
     CONNECTION_KWARGS,
     END_GENERIC_PLAN,
@@ -31,31 +39,17 @@ from .base import (
     PROBE_CONNECT_TIMEOUT_S,
     SESSION_SETTINGS,
     SPARE_CONNECTION_WAIT_S,
-    MemoryBase,
-    check_import_args,
     check_pool_args,
-    embedding_failure,
     lend_newest_first,
     lend_oldest_first,
     maintenance_failed,
     may_be_dropped,
-    open_args,
-    open_sink,
     peek_failed,
     probe_wait,
-    progress_callback,
-    read_jsonl,
-    release_target,
-    resolve_target,
     translate_db_error,
     unreachable,
 )
-from .embedders import Embedder, check_vectors
-from .errors import MemsodaError
-from .models import EpisodeInput, FactInput, ImportReport, RecallResult
-from .ops import open_store
-from .options import RecallOptions
-from .steps import (
+from memsoda_core.runner.steps import (
     Concurrently,
     EmbedDocuments,
     EmbedQuery,
@@ -66,6 +60,7 @@ from .steps import (
     Planning,
     Synthesize,
 )
+from memsoda_core.runner.target import release_target, resolve_target
 
 T = TypeVar("T")
 

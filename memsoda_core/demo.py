@@ -24,9 +24,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from .embedders import Embedder
-from .memory import Memory
-from .models import RecallResult, ScoredFact
+from memsoda_core.embedders import Embedder
+from memsoda_core.memory import Memory
+from memsoda_core.models import RecallResult, ScoredFact
 
 DEMO_K = 5
 """Facts per context in the demo (the library's default is 8), to keep the screen short."""

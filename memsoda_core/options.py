@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from .errors import ConfigurationError, LimitError
-from .limits import MAX_K
+from memsoda_core.errors import ConfigurationError, LimitError
+from memsoda_core.limits import MAX_K
 
 
 @dataclass(frozen=True, kw_only=True)

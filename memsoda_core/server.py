@@ -24,7 +24,7 @@ from typing import Any
 
 import platformdirs
 
-from .errors import ConfigurationError, StoreUnavailableError
+from memsoda_core.errors import ConfigurationError, StoreUnavailableError
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol, runtime_checkable
 
-from .errors import ConfigurationError
+from memsoda_core.errors import ConfigurationError
 
 INSTRUCTIONS = (
     "You are given facts an assistant remembers about a user. Write two or three sentences that "
@@ -47,7 +47,7 @@ class OpenAISynthesizer:
         timeout: float = 30.0,
         max_retries: int = 1,
     ) -> None:
-        from .embedders.openai import openai_clients
+        from memsoda_core.embedders.openai import openai_clients
 
         self._client, self._aclient = openai_clients(
             "OpenAISynthesizer", model, base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries

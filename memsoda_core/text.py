@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-from .limits import MAX_NAME_CHARS, MAX_NAME_TOKENS
+from memsoda_core.limits import MAX_NAME_CHARS, MAX_NAME_TOKENS
 
 _WHITESPACE_CATEGORIES = frozenset({"Cc", "Zs", "Zl", "Zp"})
 _BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")

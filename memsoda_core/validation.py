@@ -8,8 +8,8 @@ from dataclasses import dataclass, fields
 from datetime import UTC, date, datetime, time
 from typing import Any
 
-from . import limits
-from .errors import (
+from memsoda_core import limits
+from memsoda_core.errors import (
     ConfidenceError,
     DateError,
     EmptyFieldError,
@@ -20,8 +20,8 @@ from .errors import (
     TextTooLongError,
     ValidationError,
 )
-from .models import LITERAL, EpisodeInput, FactInput
-from .text import collapse_line, fact_embedding_text, normalize_name
+from memsoda_core.models import LITERAL, EpisodeInput, FactInput
+from memsoda_core.text import collapse_line, fact_embedding_text, normalize_name
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -5,7 +5,7 @@
     docs = retriever.invoke("what does the user drive?", k=3)
 """
 
-from .embedder import LangChainEmbedder
-from .retriever import MemsodaRetriever
+from memsoda_langchain.embedder import LangChainEmbedder
+from memsoda_langchain.retriever import MemsodaRetriever
 
 __all__ = ["LangChainEmbedder", "MemsodaRetriever"]

@@ -6,8 +6,8 @@
     nodes = retriever.retrieve("what does the user drive?")
 """
 
-from .embedder import LlamaIndexEmbedder
-from .memory_block import MemsodaMemoryBlock
-from .retriever import MemsodaRetriever
+from memsoda_llamaindex.embedder import LlamaIndexEmbedder
+from memsoda_llamaindex.memory_block import MemsodaMemoryBlock
+from memsoda_llamaindex.retriever import MemsodaRetriever
 
 __all__ = ["LlamaIndexEmbedder", "MemsodaMemoryBlock", "MemsodaRetriever"]

@@ -46,7 +46,7 @@ from memsoda_core import (
 )
 from memsoda_core import limits as L
 from memsoda_core import server as embedded
-from memsoda_core.base import POOL_MIN_SIZE
+from memsoda_core.runner.policy import POOL_MIN_SIZE
 
 FACTS = [
     {"subject": "breaking bad", "predicate": "streams on", "object": "netflix", "object_type": "PRODUCT"},
@@ -363,7 +363,7 @@ def test_a_connection_is_pinged_only_when_its_socket_says_it_may_be_dropped(
 ) -> None:
     import select
 
-    from memsoda_core.base import may_be_dropped
+    from memsoda_core.runner.policy import may_be_dropped
 
     if without_poll:  # as on Windows: select() instead
         monkeypatch.delattr(select, "poll")

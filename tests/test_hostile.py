@@ -38,7 +38,7 @@ from memsoda_core import (
     ValidationError,
 )
 from memsoda_core.limits import MAX_K
-from memsoda_core.render import ENTITIES_HEADING, EPISODES_HEADING, FACTS_HEADING, HEADER
+from memsoda_core.recall.render import ENTITIES_HEADING, EPISODES_HEADING, FACTS_HEADING, HEADER
 from memsoda_core.text import collapse_line, normalize_name
 from memsoda_core.validation import validate_fact
 

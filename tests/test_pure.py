@@ -15,13 +15,19 @@ from hypothesis import strategies as st
 
 from memsoda_core import Fact, RecallOptions, ScoredFact, SignalHit
 from memsoda_core.errors import ConfigurationError, LimitError
-from memsoda_core.fusion import rrf, rrf_ranks
 from memsoda_core.limits import MAX_NAME_CHARS, MAX_NAME_TOKENS
-from memsoda_core.ops import statistics_stale
+from memsoda_core.ops.writing import statistics_stale
 from memsoda_core.options import DEFAULT_OPTIONS
-from memsoda_core.recall import fuse_hits, plan_for
-from memsoda_core.render import anchor_entities, group_by_anchor, render
-from memsoda_core.sql_recall import PARSE_CACHE_BYTES, RecallPlan, hits_statement, planned_signals, recall_statements
+from memsoda_core.recall.fusion import rrf, rrf_ranks
+from memsoda_core.recall.render import anchor_entities, group_by_anchor, render
+from memsoda_core.recall.result import fuse_hits, plan_for
+from memsoda_core.recall.statements import (
+    PARSE_CACHE_BYTES,
+    RecallPlan,
+    hits_statement,
+    planned_signals,
+    recall_statements,
+)
 from memsoda_core.text import (
     collapse_line,
     keyword_terms,
@@ -343,7 +349,7 @@ def test_rendered_recall_statements_fit_psycopgs_parse_cache() -> None:
 
 
 def test_scope_sizes_expire_forget_and_stay_bounded() -> None:
-    from memsoda_core.scope_sizes import ScopeSizes
+    from memsoda_core.recall.planning import ScopeSizes
     from memsoda_core.validation import Scope
 
     a, b, c = (Scope(dataset="d", project=p) for p in "abc")

@@ -47,7 +47,7 @@ from memsoda_core import (
     ValidationError,
 )
 from memsoda_core.limits import MAX_BATCH, MAX_NAME_CHARS
-from memsoda_core.schema import ENTITY_FILLFACTOR, SCHEMA_VERSION
+from memsoda_core.store.schema import ENTITY_FILLFACTOR, SCHEMA_VERSION
 
 NETFLIX = [
     {"subject": "breaking bad", "predicate": "streams on", "object": "netflix", "object_type": "PRODUCT"},

@@ -23,11 +23,11 @@ from psycopg import sql
 from typer.testing import CliRunner
 
 from memsoda_core import ConfigurationError, EmbeddingError, Memory, MemsodaError, RecallOptions, ValidationError
-from memsoda_core.base import PREPARED_MAX
 from memsoda_core.cli import app
-from memsoda_core.recall import plan_for, statement_params
-from memsoda_core.sql_recall import recall_statements
-from memsoda_core.sql_tenant_index import tenant_indexes
+from memsoda_core.recall.result import plan_for, statement_params
+from memsoda_core.recall.statements import recall_statements
+from memsoda_core.runner.policy import PREPARED_MAX
+from memsoda_core.store.tenant_index import tenant_indexes
 from memsoda_core.validation import Scope
 
 THRESHOLD = 12
@@ -502,7 +502,7 @@ def test_a_write_that_grows_a_scope_past_the_threshold_moves_it_to_its_own_state
 
 def test_a_failed_generic_statement_leaves_the_session_setting_alone(pg_dsn: str) -> None:
     from memsoda_core.memory import _fetch
-    from memsoda_core.steps import Execute, Planning
+    from memsoda_core.runner.steps import Execute, Planning
 
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         with pytest.raises(psycopg.errors.DivisionByZero):  # fails on the server: rolled back with it
@@ -523,7 +523,7 @@ async def test_a_generic_statement_the_client_abandons_is_reset_before_the_conne
     """An error raised in the client between the SET and the RESET (here: a missing parameter)
     leaves the SET committed on a recall's autocommit connection; the runner restores it before
     the connection goes back to the pool."""
-    from memsoda_core.steps import Execute, Operation, Planning
+    from memsoda_core.runner.steps import Execute, Operation, Planning
 
     def abandoned() -> Operation[None]:
         yield Execute(sql.SQL("SELECT %(missing)s::int"), {}, Planning.GENERIC)
@@ -618,7 +618,7 @@ async def test_without_pipelines_recall_runs_its_statements_one_after_the_other_
 def test_array_parameters_keep_one_type_so_a_kept_statement_is_prepared_once(pg_dsn: str) -> None:
     """psycopg types a plain list by its contents (empty: untyped; ints: int2/int4/int8 by size) and
     prepares a statement once per set of parameter types."""
-    from memsoda_core.params import BigintArray, TextArray
+    from memsoda_core.store.params import BigintArray, TextArray
 
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         for texts in ([], ["a b", 'quote " and \\\\ backslash', "ünï"]):
@@ -631,14 +631,14 @@ def test_array_parameters_keep_one_type_so_a_kept_statement_is_prepared_once(pg_
 
 
 def _sleep(seconds: float) -> Any:
-    from memsoda_core.steps import Execute
+    from memsoda_core.runner.steps import Execute
 
     return Execute(sql.SQL("SELECT pg_sleep(%(s)s)"), {"s": seconds})
 
 
 def test_a_statement_failing_beside_another_stops_that_one_too(pg_dsn: str) -> None:
     from memsoda_core.memory import _fetch_at_once
-    from memsoda_core.steps import Execute
+    from memsoda_core.runner.steps import Execute
 
     failing = Execute(sql.SQL("SELECT 1 / %(zero)s"), {"zero": 0})
     with psycopg.connect(pg_dsn, autocommit=True) as slow, psycopg.connect(pg_dsn, autocommit=True) as fails:

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import warnings
 
-from .app import app
-from .common import Settings
-from .doctor import Check, run_checks
-from .recall import signal_table
-from .server import server_status
+from memsoda_core.cli.app import app
+from memsoda_core.cli.common import Settings
+from memsoda_core.cli.doctor import Check, run_checks
+from memsoda_core.cli.recall import signal_table
+from memsoda_core.cli.server import server_status
 
 __all__ = ["Check", "Settings", "app", "main", "run_checks", "server_status", "signal_table"]
 

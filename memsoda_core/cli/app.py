@@ -11,10 +11,10 @@ import typer
 from rich.text import Text
 from typer.core import TyperGroup
 
-from ..errors import MemsodaError
-from . import demo, doctor, jsonl, recall, server, stats
-from .common import Settings
-from .output import err, one_line
+from memsoda_core.cli import demo, doctor, jsonl, recall, server, stats
+from memsoda_core.cli.common import Settings
+from memsoda_core.cli.output import err, one_line
+from memsoda_core.errors import MemsodaError
 
 
 def _report(exc: BaseException, verbose: bool) -> None:

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from ..embedders import Embedder, default_embedder
+from memsoda_core.embedders import Embedder, default_embedder
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,7 +29,7 @@ def settings_of(ctx: typer.Context) -> Settings:
 
 def home_of(settings: Settings) -> Path:
     """The embedded server's home: --home / MEMSODA_HOME, else the user data directory."""
-    from ..server import default_home
+    from memsoda_core.server import default_home
 
     return (settings.home or default_home()).expanduser().resolve()
 

@@ -6,8 +6,8 @@ from typing import Annotated
 
 import typer
 
-from .common import settings_of, shared_embedder
-from .output import out
+from memsoda_core.cli.common import settings_of, shared_embedder
+from memsoda_core.cli.output import out
 
 
 def demo(
@@ -15,7 +15,7 @@ def demo(
     reload: Annotated[bool, typer.Option("--reload", help="Reload the sample even if it is there.")] = False,
 ) -> None:
     """Load the bundled sample memory and show what each recall signal contributes."""
-    from ..demo import run_demo
+    from memsoda_core.demo import run_demo
 
     settings = settings_of(ctx)
     ok = run_demo(

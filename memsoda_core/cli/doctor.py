@@ -10,15 +10,15 @@ import typer
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from rich.text import Text
 
-from ..base import release_target, resolve_target
-from ..errors import EmbeddingError, MemsodaError
-from ..ops import TENANT_INDEX_KEY
-from ..schema import SCHEMA_VERSION
-from ..sql_tenant_index import DEFAULT_MIN_FACTS, large_scopes_statement, missing_params, missing_statement
-from ..validation import Scope
-from .common import JsonOpt, Settings, home_of, settings_of, shared_embedder
-from .output import one_line, out, print_json, spinner, table
-from .store import read_meta
+from memsoda_core.cli.common import JsonOpt, Settings, home_of, settings_of, shared_embedder
+from memsoda_core.cli.output import one_line, out, print_json, spinner, table
+from memsoda_core.cli.store import read_meta
+from memsoda_core.errors import EmbeddingError, MemsodaError
+from memsoda_core.ops.opening import TENANT_INDEX_KEY
+from memsoda_core.runner.target import release_target, resolve_target
+from memsoda_core.store.schema import SCHEMA_VERSION
+from memsoda_core.store.tenant_index import DEFAULT_MIN_FACTS, large_scopes_statement, missing_params, missing_statement
+from memsoda_core.validation import Scope
 
 
 @dataclass(frozen=True, kw_only=True)

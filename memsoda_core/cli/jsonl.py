@@ -14,12 +14,12 @@ from typing import Annotated, TextIO
 import typer
 from rich.text import Text
 
-from ..errors import ImportFormatError, ValidationError
-from ..memory import Memory
-from ..ops import parse_jsonl
-from .common import DatasetOpt, ProjectOpt, settings_of
-from .output import err, out, spinner, warn
-from .store import open_memory
+from memsoda_core.cli.common import DatasetOpt, ProjectOpt, settings_of
+from memsoda_core.cli.output import err, out, spinner, warn
+from memsoda_core.cli.store import open_memory
+from memsoda_core.errors import ImportFormatError, ValidationError
+from memsoda_core.memory import Memory
+from memsoda_core.ops.transfer import parse_jsonl
 
 
 class OnError(StrEnum):

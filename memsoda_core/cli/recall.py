@@ -10,12 +10,12 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from ..models import LITERAL, RecallResult, ScoredFact
-from ..options import RecallOptions
-from ..validation import parse_time, validate_fact
-from .common import DatasetOpt, JsonOpt, ProjectOpt, settings_of
-from .output import out, print_json, table, warn
-from .store import open_memory
+from memsoda_core.cli.common import DatasetOpt, JsonOpt, ProjectOpt, settings_of
+from memsoda_core.cli.output import out, print_json, table, warn
+from memsoda_core.cli.store import open_memory
+from memsoda_core.models import LITERAL, RecallResult, ScoredFact
+from memsoda_core.options import RecallOptions
+from memsoda_core.validation import parse_time, validate_fact
 
 SIGNALS = ("vector", "anchor", "keyword", "recent")
 

@@ -14,9 +14,9 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from ..errors import MemsodaError, StoreUnavailableError
-from .common import JsonOpt, home_of, settings_of
-from .output import out, print_json, spinner, table, warn
+from memsoda_core.cli.common import JsonOpt, home_of, settings_of
+from memsoda_core.cli.output import out, print_json, spinner, table, warn
+from memsoda_core.errors import MemsodaError, StoreUnavailableError
 
 SERVER_STATE = "server.json"
 """Written in the home by the process that `memsoda server start` leaves running."""
@@ -145,7 +145,7 @@ def _server_error(message: str, home: Path) -> MemsodaError:
 
 def server_hold(ctx: typer.Context) -> None:
     """Internal: acquire the embedded server and hold it until SIGTERM (what `start` runs)."""
-    from .. import server as embedded
+    from memsoda_core import server as embedded
 
     home = home_of(settings_of(ctx))
     pgdata, uri = embedded.acquire(home)
@@ -169,7 +169,7 @@ def server_stop(
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the server to stop.")] = 60.0,
 ) -> None:
     """Stop the embedded server (it keeps running while other memsoda processes still use it)."""
-    from .. import server as embedded
+    from memsoda_core import server as embedded
 
     home = home_of(settings_of(ctx))
     keeper = _keeper(home)

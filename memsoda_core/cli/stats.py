@@ -8,9 +8,9 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from .common import JsonOpt, settings_of
-from .output import out, print_json, table, warn
-from .store import open_memory
+from memsoda_core.cli.common import JsonOpt, settings_of
+from memsoda_core.cli.output import out, print_json, table, warn
+from memsoda_core.cli.store import open_memory
 
 _COLUMNS = ("dataset", "project", "facts", "live_facts", "entities", "episodes")
 

@@ -8,13 +8,14 @@ from typing import Any
 
 import psycopg
 
-from ..base import release_target, resolve_target, translate_db_error
-from ..embedders import Embedder
-from ..errors import EmbeddingError
-from ..memory import Memory
-from ..schema import meta_exists_statement, read_meta_statement
-from .common import Settings, shared_embedder
-from .output import spinner
+from memsoda_core.cli.common import Settings, shared_embedder
+from memsoda_core.cli.output import spinner
+from memsoda_core.embedders import Embedder
+from memsoda_core.errors import EmbeddingError
+from memsoda_core.memory import Memory
+from memsoda_core.runner.policy import translate_db_error
+from memsoda_core.runner.target import release_target, resolve_target
+from memsoda_core.store.schema import meta_exists_statement, read_meta_statement
 
 _NOT_EMBEDDING = "this command does not embed text"
 

@@ -7,7 +7,7 @@ import os
 import threading
 from typing import Any
 
-from ..errors import ConfigurationError
+from memsoda_core.errors import ConfigurationError
 
 DEFAULT_LOCAL_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import ConfigurationError, EmbeddingError
+from memsoda_core.errors import ConfigurationError, EmbeddingError
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ..errors import EmbeddingError
+from memsoda_core.errors import EmbeddingError
 
 
 @runtime_checkable

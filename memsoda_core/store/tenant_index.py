@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from psycopg import sql
 
-from .validation import Scope
+from memsoda_core.validation import Scope
 
 DEFAULT_MIN_FACTS = 2_000
 """Below this, an exact scan of the scope (~2.5 ms) is about as fast as an HNSW search and costs

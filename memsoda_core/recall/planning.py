@@ -16,8 +16,8 @@ import threading
 import time
 from collections import OrderedDict
 
-from .steps import Planning
-from .validation import Scope
+from memsoda_core.runner.steps import Planning
+from memsoda_core.validation import Scope
 
 SCOPE_SIZE_TTL_S = 30.0
 """How long a scope's fact count is trusted. Another process may grow a scope past the threshold

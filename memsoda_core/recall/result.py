@@ -9,14 +9,14 @@ from typing import Any
 
 import numpy as np
 
-from .fusion import rrf_ranks
-from .models import Episode, Fact, RecallResult, ScoredFact, Signal, SignalHit
-from .options import RecallOptions
-from .params import TextArray
-from .render import anchor_entities, group_by_anchor, render
-from .sql_recall import HALF_RULE_MAX_LEXEMES, RecallPlan
-from .text import name_spans_with_terms, normalize_query, normalized_terms
-from .validation import Scope
+from memsoda_core.models import Episode, Fact, RecallResult, ScoredFact, Signal, SignalHit
+from memsoda_core.options import RecallOptions
+from memsoda_core.recall.fusion import rrf_ranks
+from memsoda_core.recall.render import anchor_entities, group_by_anchor, render
+from memsoda_core.recall.statements import HALF_RULE_MAX_LEXEMES, RecallPlan
+from memsoda_core.store.params import TextArray
+from memsoda_core.text import name_spans_with_terms, normalize_query, normalized_terms
+from memsoda_core.validation import Scope
 
 FACT_COLUMN_COUNT = 15
 

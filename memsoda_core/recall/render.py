@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from .models import Entity, Episode, ScoredFact
-from .text import collapse_line
+from memsoda_core.models import Entity, Episode, ScoredFact
+from memsoda_core.text import collapse_line
 
 HEADER = "Known facts about the user, most relevant first."
 FACTS_HEADING = "# FACTS  (format: fact (valid: from – to))"

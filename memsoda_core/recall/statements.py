@@ -20,9 +20,9 @@ from functools import lru_cache
 
 from psycopg import sql
 
-from .sql_tenant_index import scope_predicate, table_alias
-from .sql_write import fact_columns
-from .validation import Scope
+from memsoda_core.store.statements import fact_columns
+from memsoda_core.store.tenant_index import scope_predicate, table_alias
+from memsoda_core.validation import Scope
 
 
 def _where(alias: str, *, live: bool = True, named: Scope | None = None) -> sql.Composed:

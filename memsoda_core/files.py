@@ -1,0 +1,59 @@
+"""The files and terminals the public API reads and writes: JSONL sources and sinks, progress bars."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TextIO, TypeVar
+
+T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
+
+
+@contextmanager
+def progress_callback(
+    total: int, enabled: bool, description: str = "importing"
+) -> Iterator[Callable[[int], None] | None]:
+    """A rich progress bar on stderr advanced by the returned callback, or None when disabled."""
+    if not enabled or total == 0:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+    ) as bar:
+        task = bar.add_task(description, total=total)
+        yield lambda n: bar.advance(task, n)
+
+
+def read_jsonl(source: str | os.PathLike[str] | TextIO) -> list[str]:
+    """All lines of a JSONL file path or open text file."""
+    if isinstance(source, str | os.PathLike):
+        with open(source, encoding="utf-8") as handle:
+            return handle.readlines()
+    return source.readlines()
+
+
+@contextmanager
+def open_sink(target: str | os.PathLike[str] | TextIO) -> Iterator[TextIO]:
+    """Write to a path (created, utf-8) or to an already open text file."""
+    if isinstance(target, str | os.PathLike):
+        with open(target, "w", encoding="utf-8") as handle:
+            yield handle
+    else:
+        yield target

@@ -1,0 +1,268 @@
+"""What `Memory` and `AsyncMemory` share above the runner: argument checks and operation building."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TextIO, TypeVar
+
+import numpy as np
+
+from memsoda_core import ops
+from memsoda_core.embedders import Embedder, check_vectors
+from memsoda_core.errors import (
+    ConfigurationError,
+    EmbeddingError,
+    ValidationError,
+)
+from memsoda_core.models import EpisodeInput, FactInput, ImportReport, IncludeOption, RecallResult
+from memsoda_core.options import DEFAULT_OPTIONS, RecallOptions
+from memsoda_core.recall.operation import recall as recall_operation
+from memsoda_core.recall.planning import ScopeSizes
+from memsoda_core.runner.embedding import EmbeddingCache, check_embedder
+from memsoda_core.runner.steps import Operation
+from memsoda_core.runner.target import Target, check_schema_name
+from memsoda_core.store.info import StoreInfo
+from memsoda_core.synthesis import Synthesizer, as_synthesizer
+from memsoda_core.validation import (
+    Scope,
+    ValidEpisode,
+    ValidFact,
+    check_entity_name,
+    check_optional_scope,
+    check_query,
+    check_scope,
+    parse_time,
+)
+
+T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
+
+
+INCLUDE_OPTIONS: frozenset[str] = frozenset({"raw", "episodes", "synthesis"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParsedImport:
+    """A validated JSONL file, ready to write."""
+
+    scope: Scope
+    facts: list[ValidFact]
+    episodes: list[ValidEpisode]
+    errors: list[tuple[int, str]]
+
+    @property
+    def total(self) -> int:
+        return len(self.facts) + len(self.episodes)
+
+    def report(self, facts: int, episodes: int) -> ImportReport:
+        return ImportReport(facts=facts, episodes=episodes, skipped=len(self.errors), errors=tuple(self.errors))
+
+
+class MemoryBase:
+    """State and operation builders shared by Memory and AsyncMemory."""
+
+    _info: StoreInfo
+    _embedder: Embedder
+    _options: RecallOptions
+    _synthesizer: Synthesizer | None
+    _cache: EmbeddingCache
+    _target: Target
+    _pool_timeout: float
+
+    def _setup(
+        self,
+        *,
+        info: StoreInfo,
+        embedder: Embedder,
+        options: RecallOptions | None,
+        synthesizer: Any,
+        target: Target,
+        cache_size: int,
+    ) -> None:
+        self._info = info
+        self._embedder = embedder
+        self._options = options or DEFAULT_OPTIONS
+        self._synthesizer = as_synthesizer(synthesizer)
+        self._cache = EmbeddingCache(cache_size)
+        self._scope_sizes = ScopeSizes()
+        self._target = target
+
+    @property
+    def options(self) -> RecallOptions:
+        """Default recall options of this memory (frozen; pass `options=` to recall for variants)."""
+        return self._options
+
+    @property
+    def embedder(self) -> Embedder:
+        return self._embedder
+
+    @property
+    def dsn(self) -> str:
+        """The connection string in use (the embedded server's socket URI when embedded)."""
+        return self._target.dsn
+
+    @property
+    def info(self) -> StoreInfo:
+        """Schema name, embedding model and dimension of the open store."""
+        return self._info
+
+    @staticmethod
+    def _now() -> datetime:
+        return datetime.now(UTC)
+
+    # Operation builders: validate arguments here, eagerly, so bad input raises at the call.
+
+    def _resizing(self, scope: Scope, op: Operation[T]) -> Operation[T]:
+        """`op`, a write that changes how many facts `scope` holds; its remembered size is dropped
+        once the write is done (see `scope_sizes`)."""
+        result = yield from op
+        self._scope_sizes.forget(scope)
+        return result
+
+    def _add_facts_op(
+        self,
+        facts: Sequence[FactInput | Mapping[str, Any]],
+        dataset: str,
+        project: str,
+        vectors: Sequence[Sequence[float]] | np.ndarray[Any, Any] | None,
+    ) -> Operation[list[int]]:
+        scope = check_scope(dataset, project)
+        return self._resizing(scope, ops.add_facts(self._info, scope, facts, now=self._now(), vectors=vectors))
+
+    def _invalidate_op(self, fact_id: int, dataset: str, project: str, at: Any) -> Operation[bool]:
+        return ops.invalidate(self._info, check_scope(dataset, project), fact_id, at=at, now=self._now())
+
+    def _supersede_op(
+        self, fact_id: int, new_fact: FactInput | Mapping[str, Any], dataset: str, project: str
+    ) -> Operation[int]:
+        scope = check_scope(dataset, project)
+        return self._resizing(scope, ops.supersede(self._info, scope, fact_id, new_fact, now=self._now()))
+
+    def _add_episodes_op(
+        self, episodes: Sequence[EpisodeInput | Mapping[str, Any]], dataset: str, project: str
+    ) -> Operation[list[int]]:
+        return ops.add_episodes(self._info, check_scope(dataset, project), episodes, now=self._now())
+
+    def _forget_op(self, dataset: str, project: str, entity: str | None) -> Operation[int]:
+        scope = check_scope(dataset, project)
+        name = None if entity is None else check_entity_name(entity)
+        return self._resizing(scope, ops.forget(self._info, scope, name))
+
+    def _recall_op(
+        self,
+        query: str | None,
+        *,
+        dataset: str,
+        project: str,
+        include: Iterable[str],
+        query_embedding: Sequence[float] | None,
+        as_of: Any,
+        options: RecallOptions | None,
+        overrides: dict[str, Any],
+    ) -> Operation[RecallResult]:
+        scope = check_scope(dataset, project)
+        text = check_query(query)
+        chosen = (options or self._options).with_overrides({k: v for k, v in overrides.items() if v is not None})
+        if isinstance(include, str):
+            include = (include,)
+        wanted = frozenset(include)
+        unknown = sorted(wanted - INCLUDE_OPTIONS)
+        if unknown:
+            raise ValidationError(f"unknown include option(s) {unknown}; use any of {sorted(INCLUDE_OPTIONS)}")
+        if "synthesis" in wanted and self._synthesizer is None:
+            raise ConfigurationError("include=['synthesis'] needs Memory.open(synthesizer=...)")
+        vector = None
+        if query_embedding is not None:
+            try:
+                vector = check_vectors([query_embedding], count=1, dimensions=self._info.dimensions)[0]
+            except EmbeddingError as exc:
+                raise ValidationError(f"query_embedding is not usable: {exc}") from None
+        when = parse_time(as_of, "as_of")
+        typed: frozenset[IncludeOption] = wanted  # type: ignore[assignment]
+        return recall_operation(
+            self._info,
+            scope,
+            text,
+            options=chosen,
+            include=typed,
+            query_embedding=vector,
+            as_of=when,
+            now=self._now(),
+            scope_sizes=self._scope_sizes,
+        )
+
+    def _parse_import(self, lines: Sequence[str], dataset: str, project: str, on_error: str) -> ParsedImport:
+        scope = check_scope(dataset, project)
+        facts, episodes, errors = ops.parse_jsonl(lines, now=self._now(), on_error=on_error)
+        return ParsedImport(scope=scope, facts=facts, episodes=episodes, errors=errors)
+
+    def _import_op(
+        self,
+        parsed: ParsedImport,
+        batch_size: int,
+        progress: Callable[[int], None] | None,
+        rebuild_index: bool | None,
+    ) -> Operation[tuple[int, int]]:
+        return self._resizing(
+            parsed.scope,
+            ops.import_records(
+                self._info,
+                parsed.scope,
+                parsed.facts,
+                parsed.episodes,
+                batch_size=batch_size,
+                progress=progress,
+                rebuild_index=rebuild_index,
+            ),
+        )
+
+    def _restore_indexes_op(self, parsed: ParsedImport) -> Operation[list[str]]:
+        """After a failed import: build the scope's indexes it may have set aside."""
+        return ops.ensure_tenant_indexes(self._info, parsed.scope)
+
+    def _stats_op(self, dataset: str | None, project: str | None) -> Operation[list[dict[str, Any]]]:
+        return ops.stats(self._info, *check_optional_scope(dataset, project))
+
+    def _maintain_op(self) -> Operation[list[str]]:
+        return ops.maintain(self._info)
+
+    def _export_op(self, sink: TextIO, dataset: str, project: str) -> Operation[int]:
+        return ops.export_jsonl(self._info, check_scope(dataset, project), sink)
+
+
+def open_args(
+    embedder: Embedder | None, schema: str, text_search_config: str, tenant_index_min_facts: int | None
+) -> dict[str, Any]:
+    """Arguments of `ops.open_store` for the chosen embedder (this may load a local model)."""
+    if tenant_index_min_facts is not None:
+        if isinstance(tenant_index_min_facts, bool) or not isinstance(tenant_index_min_facts, int):
+            raise ConfigurationError("tenant_index_min_facts must be an int or None")
+        if tenant_index_min_facts < 1:
+            raise ConfigurationError("tenant_index_min_facts must be at least 1")
+    chosen = check_embedder(embedder)
+    return {
+        "embedder": chosen,
+        "op": {
+            "schema": check_schema_name(schema),
+            "model": str(chosen.model),
+            "dimensions": int(chosen.dimensions),
+            "text_search_config": text_search_config,
+            "tenant_index_min_facts": tenant_index_min_facts,
+        },
+    }
+
+
+IMPORT_ON_ERROR = ("raise", "skip")
+
+
+def check_import_args(on_error: str, batch_size: int, rebuild_index: bool | None) -> None:
+    if rebuild_index is not None and not isinstance(rebuild_index, bool):
+        raise ValidationError(f"rebuild_index must be True, False or None, got {rebuild_index!r}")
+    if on_error not in IMPORT_ON_ERROR:
+        raise ValidationError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    if not 1 <= batch_size <= 10_000:
+        raise ValidationError(f"batch_size must be between 1 and 10000, got {batch_size}")

@@ -1,0 +1,69 @@
+"""Opening a store: create or upgrade the schema, check the embedder, record settings."""
+
+from __future__ import annotations
+
+from memsoda_core.errors import (
+    EmbedderMismatchError,
+    SchemaError,
+)
+from memsoda_core.ops.maintenance import ensure_all_tenant_indexes
+from memsoda_core.runner.steps import (
+    Execute,
+    Operation,
+)
+from memsoda_core.store import schema as ddl
+from memsoda_core.store import tenant_index as sql_tenant_index
+from memsoda_core.store.info import StoreInfo
+
+TENANT_INDEX_KEY = "tenant_index_min_facts"
+"""Meta key of the store's threshold for tenant indexes (set by the last open that gave one)."""
+
+
+def open_store(
+    *, schema: str, model: str, dimensions: int, text_search_config: str, tenant_index_min_facts: int | None
+) -> Operation[StoreInfo]:
+    """Create or upgrade the schema (under an advisory lock), check the embedder matches, record
+    `tenant_index_min_facts` if given (else use the recorded one, or the default), then build any
+    tenant indexes a large scope lacks (after an upgrade, or an interrupted build)."""
+    statement, params = ddl.lock_statement(schema)
+    yield Execute(statement, params)
+    for bootstrap in ddl.bootstrap_statements(schema):
+        yield Execute(bootstrap)
+    meta = dict((yield Execute(ddl.read_meta_statement(schema))))
+    current = int(meta.get("schema_version", 0))
+    if current > ddl.SCHEMA_VERSION:
+        raise SchemaError(
+            f"schema {schema!r} is at version {current}, newer than this memsoda supports "
+            f"({ddl.SCHEMA_VERSION}); upgrade memsoda"
+        )
+    if current == 0:
+        meta = {
+            "model": model,
+            "dimensions": str(dimensions),
+            "text_search_config": text_search_config,
+        }
+    stored_model, stored_dims = meta["model"], int(meta["dimensions"])
+    if stored_model != model or stored_dims != dimensions:
+        raise EmbedderMismatchError(
+            f"this store holds {stored_dims}-dimensional vectors of {stored_model!r}, but the embedder is "
+            f"{model!r} with {dimensions} dimensions; open it with that embedder, or use another "
+            f"schema (schema=...) or MEMSODA_HOME for the new model"
+        )
+    shape = ddl.StoreShape(schema=schema, dimensions=stored_dims, text_search_config=meta["text_search_config"])
+    for version, migration in ddl.pending_migrations(current):
+        for statement_ in migration(shape):
+            yield Execute(statement_)
+        meta["schema_version"] = str(version)
+    if tenant_index_min_facts is not None:
+        meta[TENANT_INDEX_KEY] = str(tenant_index_min_facts)  # recorded, so every process agrees
+    for key, value in sorted(meta.items()):
+        yield Execute(ddl.write_meta_statement(schema), (key, value))
+    info = StoreInfo(
+        schema=schema,
+        model=stored_model,
+        dimensions=stored_dims,
+        text_search_config=shape.text_search_config,
+        tenant_index_min_facts=int(meta.get(TENANT_INDEX_KEY, sql_tenant_index.DEFAULT_MIN_FACTS)),
+    )
+    yield from ensure_all_tenant_indexes(info)
+    return info

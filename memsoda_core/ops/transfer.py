@@ -1,0 +1,172 @@
+"""JSON lines out and in: export a scope, parse and import a file (operations)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, TextIO
+
+from memsoda_core.errors import (
+    ImportFormatError,
+    ValidationError,
+)
+from memsoda_core.ops.editing import write_episodes
+from memsoda_core.ops.maintenance import ensure_tenant_indexes, set_aside_fact_index
+from memsoda_core.ops.writing import CountDeltas, bump_counts, insert_fact_rows
+from memsoda_core.recall.result import (
+    decode_fact,
+)
+from memsoda_core.runner.steps import (
+    Execute,
+    Operation,
+)
+from memsoda_core.store import statements as sql_write
+from memsoda_core.store.info import StoreInfo
+from memsoda_core.validation import (
+    Scope,
+    ValidEpisode,
+    ValidFact,
+    validate_episode,
+    validate_facts,
+)
+
+_EXPORT_PAGE = 1000
+
+
+def fact_record(fact_row: Sequence[Any]) -> dict[str, Any]:
+    """An exported line: the fact's fields, ready for `import_jsonl`."""
+    fact = decode_fact(fact_row)
+    subject_type = fact_row[-1]
+    record: dict[str, Any] = {
+        "kind": "fact",
+        "id": fact.id,
+        "subject": fact.subject,
+        "subject_type": subject_type,
+        "predicate": fact.predicate,
+        "object": fact.object,
+        "object_type": fact.object_type,
+        "mentions": list(fact.mentions),
+        "anchor": fact.anchor,
+        "valid_at": fact.valid_at.isoformat(),
+        "invalid_at": fact.invalid_at.isoformat() if fact.invalid_at else None,
+        "confidence": fact.confidence,
+        "source_quote": fact.source_quote,
+    }
+    return record
+
+
+_LINE_BREAKS = {"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"}
+
+
+def jsonl_line(record: Mapping[str, Any]) -> str:
+    """One JSON line, readable (non-ASCII kept) but with the characters that some line splitters
+    (`str.splitlines`) treat as line breaks escaped, so every record stays on one line."""
+    text = json.dumps(record, ensure_ascii=False)
+    for char, escaped in _LINE_BREAKS.items():
+        text = text.replace(char, escaped)
+    return text + "\n"
+
+
+def export_jsonl(info: StoreInfo, scope: Scope, sink: TextIO) -> Operation[int]:
+    """Write every fact, then every episode, of the scope as JSON lines. Returns lines written."""
+    base: dict[str, Any] = {"dataset": scope.dataset, "project": scope.project}
+    written = 0
+    after = 0
+    while True:
+        rows = yield Execute(sql_write.export_facts(info.schema), {**base, "after": after, "limit": _EXPORT_PAGE})
+        for row in rows:
+            sink.write(jsonl_line(fact_record(row)))
+        written += len(rows)
+        if len(rows) < _EXPORT_PAGE:
+            break
+        after = int(rows[-1][0])
+    for eid, thread, text, created in (yield Execute(sql_write.export_episodes(info.schema), base)):
+        record = {
+            "kind": "episode",
+            "id": int(eid),
+            "thread_id": thread,
+            "text": text,
+            "created_at": created.isoformat(),
+        }
+        sink.write(jsonl_line(record))
+        written += 1
+    return written
+
+
+_FACT_RECORD_IGNORED = {"kind", "id"}
+
+
+def parse_jsonl(
+    lines: Iterable[str], *, now: datetime, on_error: str
+) -> tuple[list[ValidFact], list[ValidEpisode], list[tuple[int, str]]]:
+    """Validate every line first. `on_error="raise"` raises ImportFormatError at the first bad
+    line (nothing is written); `"skip"` collects (line number, message) and goes on."""
+    facts: list[ValidFact] = []
+    episodes: list[ValidEpisode] = []
+    errors: list[tuple[int, str]] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ImportFormatError(f"not valid JSON ({exc.msg})", line=number) from None
+            except RecursionError:
+                raise ImportFormatError("JSON nested too deeply", line=number) from None
+            if not isinstance(record, dict):
+                raise ImportFormatError("each line must be a JSON object", line=number)
+            kind = record.get("kind", "fact")
+            body = {k: v for k, v in record.items() if k not in _FACT_RECORD_IGNORED}
+            try:
+                if kind == "fact":
+                    facts.extend(validate_facts([body], now=now))
+                elif kind == "episode":
+                    episodes.append(validate_episode(body, now=now))
+                else:
+                    raise ImportFormatError(f"unknown kind {kind!r}; use 'fact' or 'episode'", line=number)
+            except ImportFormatError:
+                raise
+            except ValidationError as exc:
+                raise ImportFormatError(str(exc).removeprefix("fact #1: "), line=number) from None
+        except ImportFormatError as exc:
+            if on_error == "raise":
+                raise
+            errors.append((number, str(exc)))
+    return facts, episodes, errors
+
+
+def import_records(
+    info: StoreInfo,
+    scope: Scope,
+    facts: Sequence[ValidFact],
+    episodes: Sequence[ValidEpisode],
+    *,
+    batch_size: int,
+    progress: Callable[[int], None] | None,
+    rebuild_index: bool | None = None,
+) -> Operation[tuple[int, int]]:
+    """Write validated records in batches inside one transaction: all or nothing, the counts bumped
+    once after the rows. An import into a scope with its own fact HNSW may rebuild it after the rows
+    (`set_aside_fact_index`)."""
+    if facts:
+        yield from set_aside_fact_index(info, scope, len(facts), rebuild_index)
+    deltas = CountDeltas()
+    for start in range(0, len(facts), batch_size):
+        batch = facts[start : start + batch_size]
+        _, added = yield from insert_fact_rows(info, scope, batch, None, peek=False)
+        deltas.add(added)
+        if progress is not None:
+            progress(len(batch))
+    yield from bump_counts(info, scope, deltas)  # once, at the end: see `CountDeltas`
+    for start in range(0, len(episodes), batch_size):
+        chunk = episodes[start : start + batch_size]
+        yield from write_episodes(info, scope, chunk)
+        if progress is not None:
+            progress(len(chunk))
+    if facts or episodes:
+        # Built once, after the rows: much faster than maintaining HNSW row by row. (Statistics are
+        # refreshed by `insert_fact_rows` whenever the table has doubled, as for any write.)
+        yield from ensure_tenant_indexes(info, scope)
+    return len(facts), len(episodes)

@@ -1,0 +1,247 @@
+"""Writing facts: entities, facts, links and the scope's counts in one transaction (operations)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from memsoda_core.embedders.protocol import Vector, check_vectors
+from memsoda_core.errors import (
+    EmbeddingError,
+    StoreError,
+    ValidationError,
+)
+from memsoda_core.models import FactInput
+from memsoda_core.ops.maintenance import ensure_tenant_indexes, refresh_statistics, statistics_stale
+from memsoda_core.runner.steps import (
+    EmbedDocuments,
+    Execute,
+    Operation,
+    Peek,
+)
+from memsoda_core.store import statements as sql_write
+from memsoda_core.store.info import StoreInfo
+from memsoda_core.validation import (
+    Scope,
+    ValidFact,
+    validate_facts,
+)
+
+
+def as_vectors(rows: Sequence[Sequence[float]]) -> list[np.ndarray[Any, np.dtype[np.float32]]]:
+    return [np.asarray(row, dtype=np.float32) for row in rows]
+
+
+def _entity_rows(facts: Sequence[ValidFact]) -> tuple[list[str], list[str], list[int]]:
+    """Distinct entity names (sorted, so concurrent writers lock rows in one order), their types
+    (the first specific type seen wins over OTHER) and how many of these facts touch each."""
+    types: dict[str, str] = {}
+    touches: dict[str, int] = {}
+    for fact in facts:
+        typed = {fact.subject: fact.subject_type}
+        if fact.object_is_entity:
+            typed[fact.object] = fact.object_type
+        for name in fact.entity_roles():
+            kind = typed.get(name, "OTHER")
+            if types.get(name, "OTHER") == "OTHER":
+                types[name] = kind
+            touches[name] = touches.get(name, 0) + 1
+    names = sorted(types)
+    return names, [types[n] for n in names], [touches[n] for n in names]
+
+
+ENTITY_ROUNDS = 3
+"""Rounds of `sql_write.insert_entities` a write may take: a second one is needed only when
+another writer created and committed one of its new entities meanwhile (or a `forget` removed one
+that another writer had created)."""
+
+
+@dataclass
+class CountDeltas:
+    """What written facts add to the scope's counts: per entity name its type (a specific one wins
+    over OTHER) and the facts touching it, per lexeme the facts holding it, and the facts. Bumped at
+    the end of the write's transaction (`bump_counts`), so other writers into the scope wait for
+    these rows only from there to the commit."""
+
+    types: dict[str, str] = field(default_factory=dict)
+    touches: Counter[str] = field(default_factory=Counter)
+    lexemes: Counter[str] = field(default_factory=Counter)
+    facts: int = 0
+
+    def add(self, other: CountDeltas) -> None:
+        """Add a later batch's deltas (an earlier batch's specific type is kept)."""
+        for name, kind in other.types.items():
+            if self.types.get(name, "OTHER") == "OTHER":
+                self.types[name] = kind
+        self.touches.update(other.touches)
+        self.lexemes.update(other.lexemes)
+        self.facts += other.facts
+
+
+def bump_counts(info: StoreInfo, scope: Scope, deltas: CountDeltas) -> Operation[None]:
+    """Add `deltas` to the scope's counts, each set of rows in a fixed order (entities by name,
+    lexemes, then the scope), so two writers wait for each other instead of deadlocking."""
+    if not deltas.facts:
+        return
+    base = {"dataset": scope.dataset, "project": scope.project}
+    names = sorted(deltas.types)
+    yield Execute(
+        sql_write.bump_entities(info.schema),
+        {
+            **base,
+            "names": names,
+            "types": [deltas.types[name] for name in names],
+            "touches": [deltas.touches[name] for name in names],
+        },
+    )
+    if deltas.lexemes:
+        lexemes = sorted(deltas.lexemes)
+        yield Execute(
+            sql_write.count_lexemes(info.schema),
+            {**base, "lexemes": lexemes, "counts": [deltas.lexemes[lexeme] for lexeme in lexemes]},
+        )
+    yield Execute(sql_write.bump_scope(info.schema), {**base, "delta": deltas.facts})
+
+
+def write_facts(
+    info: StoreInfo,
+    scope: Scope,
+    facts: Sequence[ValidFact],
+    vectors: Sequence[Vector] | None,
+    *,
+    peek: bool,
+) -> Operation[list[int]]:
+    """`insert_fact_rows` then `bump_counts`: one whole write of a batch."""
+    ids, deltas = yield from insert_fact_rows(info, scope, facts, vectors, peek=peek)
+    yield from bump_counts(info, scope, deltas)
+    return ids
+
+
+def insert_fact_rows(
+    info: StoreInfo,
+    scope: Scope,
+    facts: Sequence[ValidFact],
+    vectors: Sequence[Vector] | None,
+    *,
+    peek: bool,
+) -> Operation[tuple[list[int], CountDeltas]]:
+    """One embedding call for the batch (the facts, unless their `vectors` are given, and the
+    names of entities the scope does not have yet), then the inserts of entities the scope lacks,
+    facts and links; returns the facts' ids and what they add to the counts.
+
+    With `peek` (the operation's first step), which entities exist is read first on a borrowed
+    connection (`Peek`), so neither a connection nor a transaction is held while a model embeds;
+    inside the transaction they are then locked FOR KEY SHARE, and a name a concurrent `forget`
+    deleted in between is embedded there (a second, rare call). Without it (the batches of an
+    import, whose transaction is open already), they are read and locked at once, and the
+    embedding runs inside that transaction."""
+    if not facts:
+        return [], CountDeltas()
+    base = {"dataset": scope.dataset, "project": scope.project}
+    names, types, touches = _entity_rows(facts)
+    if peek:
+        found = yield Peek(sql_write.known_entities(info.schema), {**base, "names": names})
+    else:
+        found = yield Execute(sql_write.known_entities(info.schema, lock=True), {**base, "names": names})
+    known = {name: int(eid) for name, eid in found or ()}
+    new_names = [name for name in names if name not in known]
+    texts = [] if vectors is not None else [fact.embedding_text for fact in facts]
+    embedded = (yield EmbedDocuments(tuple(texts + new_names))) if texts or new_names else []
+    fact_vectors = list(vectors) if vectors is not None else as_vectors(embedded[: len(texts)])
+    new_vectors = dict(zip(new_names, as_vectors(embedded[len(texts) :]), strict=True))
+    entity_ids = {} if peek else dict(known)  # an import's were locked as they were read
+    if known and peek:
+        locked = yield Execute(sql_write.known_entities(info.schema, lock=True), {**base, "names": sorted(known)})
+        entity_ids = {name: int(eid) for name, eid in locked}
+        gone = sorted(set(known) - set(entity_ids))
+        if gone:
+            new_vectors.update(zip(gone, as_vectors((yield EmbedDocuments(tuple(gone)))), strict=True))
+    type_of = dict(zip(names, types, strict=True))
+    missing = [name for name in names if name not in entity_ids]
+    for _ in range(ENTITY_ROUNDS):  # again when another writer created one of them meanwhile
+        if not missing:
+            break
+        rows = yield Execute(
+            sql_write.insert_entities(info.schema),
+            {
+                **base,
+                "names": missing,
+                "types": [type_of[name] for name in missing],
+                "embeddings": [new_vectors[name] for name in missing],
+            },
+        )
+        entity_ids.update((name, int(eid)) for eid, name in rows)
+        missing = [name for name in missing if name not in entity_ids]
+    if missing:
+        raise StoreError("entities of this write kept changing under concurrent writers; try the write again")
+    id_rows = yield Execute(
+        sql_write.insert_facts(info.schema),
+        {
+            **base,
+            "subjects": [f.subject for f in facts],
+            "predicates": [f.predicate for f in facts],
+            "objects": [f.object for f in facts],
+            "object_types": [f.object_type for f in facts],
+            "subject_ids": [entity_ids[f.subject] for f in facts],
+            "object_ids": [entity_ids[f.object] if f.object_is_entity else None for f in facts],
+            "anchor_ids": [entity_ids[f.anchor] for f in facts],
+            "valid_ats": [f.valid_at for f in facts],
+            "invalid_ats": [f.invalid_at for f in facts],
+            "confidences": [f.confidence for f in facts],
+            "quotes": [f.source_quote for f in facts],
+            "embeddings": fact_vectors,
+        },
+    )
+    fact_ids = sorted(int(row[0]) for row in id_rows)
+    lexeme_counts = Counter(lexeme for row in id_rows for lexeme in row[1])
+    links = [
+        (fact_id, entity_ids[name], roles)
+        for fact_id, fact in zip(fact_ids, facts, strict=True)
+        for name, roles in fact.entity_roles().items()
+    ]
+    yield Execute(
+        sql_write.insert_fact_entities(info.schema),
+        {
+            **base,
+            "fact_ids": [link[0] for link in links],
+            "entity_ids": [link[1] for link in links],
+            "roles": [link[2] for link in links],
+        },
+    )
+    ((analyzed_pages, pages),) = yield Execute(sql_write.facts_pages(), {"schema": info.schema})
+    if statistics_stale(int(analyzed_pages), int(pages)):
+        yield from refresh_statistics(info)
+    deltas = CountDeltas(
+        types=type_of,
+        touches=Counter(dict(zip(names, touches, strict=True))),
+        lexemes=lexeme_counts,
+        facts=len(fact_ids),
+    )
+    return fact_ids, deltas
+
+
+def add_facts(
+    info: StoreInfo,
+    scope: Scope,
+    facts: Sequence[FactInput | Mapping[str, Any]],
+    *,
+    now: datetime,
+    vectors: Sequence[Sequence[float]] | np.ndarray[Any, Any] | None = None,
+) -> Operation[list[int]]:
+    """Validate the whole batch (and `vectors`, one per fact, which replace embedding the facts'
+    texts), then write it in one transaction. Returns ids in input order."""
+    valid = validate_facts(facts, now=now)
+    given = None
+    if vectors is not None:
+        try:
+            given = check_vectors(vectors, count=len(valid), dimensions=info.dimensions, source="got", items="facts")
+        except EmbeddingError as exc:
+            raise ValidationError(f"vectors are not usable: {exc}") from None
+    ids = yield from write_facts(info, scope, valid, given, peek=True)
+    yield from ensure_tenant_indexes(info, scope)
+    return ids

@@ -1,0 +1,126 @@
+"""Recall as one operation: the signals, fusion, the kept facts read, the rendered result."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from memsoda_core.errors import (
+    EmbeddingError,
+)
+from memsoda_core.models import IncludeOption, RecallResult
+from memsoda_core.ops.maintenance import scope_fact_count
+from memsoda_core.options import RecallOptions
+from memsoda_core.recall.planning import ScopeSizes, recall_statement_choice
+from memsoda_core.recall.result import (
+    assemble,
+    decode_episodes,
+    fuse_hits,
+    plan_for,
+    scored_facts,
+    statement_params,
+)
+from memsoda_core.recall.statements import (
+    episodes_statement,
+    facts_statement,
+    recall_statements,
+    recent_episodes_statement,
+)
+from memsoda_core.runner.steps import (
+    Concurrently,
+    EmbedQuery,
+    Execute,
+    Operation,
+    Planning,
+    Synthesize,
+)
+from memsoda_core.store.info import StoreInfo
+from memsoda_core.store.params import BigintArray
+from memsoda_core.validation import (
+    Scope,
+)
+
+
+def recall(
+    info: StoreInfo,
+    scope: Scope,
+    query: str | None,
+    *,
+    options: RecallOptions,
+    include: frozenset[IncludeOption],
+    query_embedding: Sequence[float] | np.ndarray[Any, Any] | None,
+    as_of: datetime | None,
+    now: datetime,
+    scope_sizes: ScopeSizes,
+) -> Operation[RecallResult]:
+    """The signals in two statements run at once, RRF, the kept facts read, grouping and
+    rendering; see `recall.py`. Statements whose plan fits every scope they serve are prepared
+    (the kept facts' read; the signals of a scope under the tenant-index threshold): see
+    `scope_sizes`, which also remembers the scope's size between recalls."""
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+    embedding: Sequence[float] | np.ndarray[Any, Any] | None = None
+    degraded: str | None = None
+    if query_embedding is not None:
+        embedding = query_embedding
+    elif query is not None:
+        try:
+            embedding = yield EmbedQuery(query, options.embed_timeout_s)
+        except EmbeddingError as exc:
+            degraded = f"embedding failed, recalled by keyword, named anchors and recency: {exc}"
+        timings["embed"] = _ms(started)
+    at = as_of or now
+    params = statement_params(
+        scope=scope,
+        query=query,
+        embedding=embedding,
+        at=at,
+        options=options,
+        text_search_config=info.text_search_config,
+    )
+    mark = time.perf_counter()
+    scope_facts = scope_sizes.get(scope)
+    if scope_facts is None:
+        scope_facts = yield from scope_fact_count(info, scope, Planning.CACHED)
+        scope_sizes.put(scope, scope_facts)
+    indexed, planning = recall_statement_choice(scope, scope_facts, info.tenant_index_min_facts)
+    statements = recall_statements(info.schema, plan_for(query, embedding is not None, options), indexed)
+    results = yield Concurrently(tuple(Execute(statement, params, planning) for statement in statements))
+    timings["query"] = _ms(mark)
+    mark = time.perf_counter()
+    kept = fuse_hits((row for rows in results for row in rows), options)
+    timings["fuse"] = _ms(mark)
+    mark = time.perf_counter()
+    fact_ids = BigintArray(k.fact_id for k in kept)
+    fact_rows = yield Execute(facts_statement(info.schema), {**params, "fact_ids": fact_ids}, Planning.CACHED)
+    scored = scored_facts(kept, fact_rows)
+    timings["facts"] = _ms(mark)
+    episodes = []
+    if "episodes" in include:
+        mark = time.perf_counter()
+        statement = episodes_statement if embedding is not None else recent_episodes_statement
+        episodes = decode_episodes((yield Execute(statement(info.schema), params)))
+        timings["episodes"] = _ms(mark)
+    mark = time.perf_counter()
+    result = assemble(scored, episodes=episodes, degraded_reason=degraded)
+    timings["render"] = _ms(mark)
+    synthesis: str | None = None
+    errors: dict[str, str] = {}
+    if "synthesis" in include and result.context:
+        mark = time.perf_counter()
+        try:
+            synthesis = yield Synthesize(result.context, query)
+        except Exception as exc:
+            errors["synthesis"] = f"{type(exc).__name__}: {exc}"
+        timings["synthesis"] = _ms(mark)
+    timings["total"] = _ms(started)
+    return replace(result, synthesis=synthesis, errors=errors, timings_ms=timings)
+
+
+def _ms(since: float) -> float:
+    return round((time.perf_counter() - since) * 1000, 3)

@@ -1,0 +1,169 @@
+"""How the runners use connections and the pool: session settings, plan modes, pool lending,
+connection checks, waits, and database errors as memsoda errors."""
+
+from __future__ import annotations
+
+import logging
+import select
+import sys
+import time
+import weakref
+from collections import deque
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import sql
+
+from memsoda_core.errors import (
+    ConfigurationError,
+    MemsodaError,
+    StoreError,
+    StoreUnavailableError,
+)
+from memsoda_core.runner.steps import Maintain, Peek
+
+T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
+
+
+SESSION_SETTINGS = (
+    # Filtered HNSW scans stop early and under-fill a tenant's top-k; iterative scans keep going.
+    sql.SQL("SET hnsw.iterative_scan = relaxed_order"),
+    sql.SQL("SET hnsw.ef_search = 100"),
+)
+"""Run on every new pooled connection."""
+
+FORCE_GENERIC_PLAN = sql.SQL("SET plan_cache_mode = force_generic_plan")
+END_GENERIC_PLAN = sql.SQL("RESET plan_cache_mode")
+"""Sent before and after a `Planning.GENERIC` statement, in one pipeline (one round trip). If the
+statement fails on the server, the pipeline's implicit transaction (autocommit) or the operation's
+transaction rolls the setting back; if the client stops in between (an error before sending, a
+cancelled task), the connection stays in `GENERIC_PLAN_PENDING` and the runner restores it when it
+ends autocommit, before the connection goes back to the pool. (Not the pool's `reset` callback:
+with one, psycopg_pool returns every connection through a worker thread, later.)"""
+
+GENERIC_PLAN_PENDING: weakref.WeakSet[Any] = weakref.WeakSet()
+"""Connections where a `Planning.GENERIC` statement started and did not finish."""
+
+PIPELINE_SUPPORTED = psycopg.Pipeline.is_supported()
+"""Pipelines need libpq 14+ (psycopg[binary] ships it); without, GENERIC statements run as CACHED
+and recall's statements run one after the other on one connection."""
+
+PREPARE_ONLY_WHEN_ASKED = sys.maxsize
+"""psycopg's threshold for preparing a statement by itself: never reached. `None` would disable
+preparing altogether, even the statements memsoda asks for (`Execute.planning`)."""
+
+PREPARED_MAX = 40
+"""Prepared statements kept per pooled connection (psycopg drops the least recently used). Each
+recall statement's kept plan holds ~0.4 MB of server memory (pg_backend_memory_contexts), so 40 is
+~16 MB per connection: the shared statements and the own statements of ~18 indexed scopes."""
+
+CONNECTION_KWARGS: dict[str, Any] = {
+    # Automatic prepared statements share one generic plan across tenants of very different sizes
+    # (PERF-NOTES measured 110 ms instead of 11 ms); only statements whose one plan suits every
+    # scope they run for are prepared, on request (see `scope_sizes`).
+    "prepare_threshold": PREPARE_ONLY_WHEN_ASKED,
+    "autocommit": False,
+}
+
+
+PROBE_AFTER_S = 1.0
+"""While waiting for a pooled connection, check this often whether PostgreSQL is reachable."""
+PROBE_CONNECT_TIMEOUT_S = 2
+
+SPARE_CONNECTION_WAIT_S = 0.002
+"""How long a recall waits for a second pooled connection to run its statements at once; without
+one (a busy pool) it runs them one after the other on its own connection, so recalls never wait
+on each other for spare connections."""
+
+CANCEL_TIMEOUT_S = 5.0
+"""How long a recall whose other statement failed (or whose task was cancelled) waits for the
+server to accept the cancel request for the statement still running."""
+
+PEEK_CONNECTION_WAIT_S = 0.05
+"""How long a write waits for a connection to look up known entities before embedding (`Peek`).
+The look-up only saves work, so on a busy pool it is skipped (every name is embedded) rather than
+adding a wait to the one the write's own connection may need."""
+
+POOL_MIN_SIZE = 2
+"""Connections kept open: a recall's two statements run at once on two of them."""
+
+
+def lend_newest_first(idle: object) -> bool:
+    """Before psycopg_pool takes the oldest idle connection (it lends first in, first out), move the
+    newest to the front, so the pool lends last in, first out. A recall uses two connections; with
+    first in, first out every recall got the two that had been idle longest (their server
+    processes and caches cold), and a pool that grew once kept cycling through all of them: a
+    10k-fact tenant's recall took 7.1-7.4 ms p50 that way and 6.3-6.4 ms last in, first out,
+    interleaved with another store's recalls. The least used stay idle and close after `max_idle`
+    (down to the pool's minimum). psycopg_pool has no option for this; `idle` is its private
+    queue, left alone if that ever changes shape. Returns whether it was turned."""
+    if isinstance(idle, deque) and len(idle) > 1:
+        idle.rotate(1)
+        return True
+    return False
+
+
+def lend_oldest_first(idle: object) -> None:
+    """Undo `lend_newest_first` when the pool then lent nothing (a spent timeout, an error)."""
+    if isinstance(idle, deque):
+        idle.rotate(-1)
+
+
+def may_be_dropped(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
+    """Whether a pooled connection needs the pool's round-trip check before it is lent: only when
+    it is closed or its socket has something to read. An idle connection is sent nothing, so news
+    means the server closed or terminated it (a restart, `pg_terminate_backend`, an idle timeout:
+    each sends a message and closes the socket) or a notification came. This keeps the pool's
+    self-healing without a round trip per checkout (two per recall)."""
+    if conn.closed:
+        return True
+    try:
+        if hasattr(select, "poll"):
+            poller = select.poll()  # no limit on descriptor numbers, unlike select()
+            poller.register(conn.fileno(), select.POLLIN)
+            return bool(poller.poll(0))
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)  # Windows has no poll()
+        return bool(readable)
+    except Exception:
+        return True  # unsure: let the pool ping it
+
+
+def probe_wait(deadline: float) -> float:
+    """How long to wait for a pooled connection before probing the server again."""
+    return max(0.0, min(PROBE_AFTER_S, deadline - time.monotonic()))
+
+
+def unreachable(exc: BaseException) -> StoreUnavailableError:
+    return StoreUnavailableError(f"PostgreSQL is unavailable (unreachable): {str(exc).strip()}")
+
+
+def check_pool_args(pool_size: Any, pool_timeout: Any) -> None:
+    if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
+        raise ConfigurationError(f"pool_size must be an int of at least 1, got {pool_size!r}")
+    if isinstance(pool_timeout, bool) or not isinstance(pool_timeout, int | float) or not pool_timeout > 0:
+        raise ConfigurationError(f"pool_timeout must be a positive number of seconds, got {pool_timeout!r}")
+
+
+def translate_db_error(exc: BaseException) -> MemsodaError:
+    """A database or pool error as a documented memsoda error."""
+    from psycopg_pool import PoolTimeout
+
+    if isinstance(exc, PoolTimeout):
+        return StoreUnavailableError(
+            f"no database connection became free in time ({exc}); raise pool_size or pool_timeout"
+        )
+    if isinstance(exc, psycopg.OperationalError):
+        return StoreUnavailableError(f"PostgreSQL is unavailable: {str(exc).strip()}")
+    return StoreError(f"the database rejected the operation: {str(exc).strip()}")
+
+
+def peek_failed(request: Peek, exc: BaseException) -> None:
+    """Log a failed best-effort read; the operation goes on without what it would have told."""
+    logger.info("best-effort read failed, going on without it: %s (%s)", exc, request.statement)
+
+
+def maintenance_failed(request: Maintain, exc: BaseException) -> None:
+    """Log a failed maintenance statement; the operation goes on (the next write retries it)."""
+    logger.warning("maintenance statement failed, to be retried by a later write: %s (%s)", exc, request.statement)

@@ -1,0 +1,53 @@
+"""Where the store is: a DSN, or the embedded server this process started."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from memsoda_core.errors import (
+    ConfigurationError,
+)
+
+T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    """Where the store is: a DSN, and the embedded server's data dir when we started one."""
+
+    dsn: str
+    pgdata: Path | None
+
+
+def resolve_target(dsn: str | None, home: str | os.PathLike[str] | None) -> Target:
+    """`dsn`, else `MEMSODA_DSN`, else the embedded server under `home` / `MEMSODA_HOME`."""
+    chosen = dsn or os.environ.get("MEMSODA_DSN")
+    if chosen:
+        return Target(dsn=chosen, pgdata=None)
+    from memsoda_core import server
+
+    pgdata, uri = server.acquire(Path(home) if home is not None else None)
+    return Target(dsn=uri, pgdata=pgdata)
+
+
+def release_target(target: Target) -> None:
+    if target.pgdata is not None:
+        from memsoda_core import server
+
+        server.release(target.pgdata)
+
+
+def check_schema_name(schema: str) -> str:
+    """Any PostgreSQL name (it is always quoted), except one with `%`, which psycopg would read as
+    a placeholder in every statement that names the schema, or NUL."""
+    if not isinstance(schema, str) or not schema or len(schema) > 63:
+        raise ConfigurationError("schema must be a non-empty name of at most 63 characters")
+    if "%" in schema or "\x00" in schema:
+        raise ConfigurationError("schema names cannot contain '%' or NUL characters")
+    return schema

@@ -1,0 +1,19 @@
+"""What an open store is: where its tables live and which vector space they hold."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memsoda_core.store import tenant_index as sql_tenant_index
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoreInfo:
+    """What an open store is: where its tables live and which vector space they hold."""
+
+    schema: str
+    model: str
+    dimensions: int
+    text_search_config: str
+    tenant_index_min_facts: int = sql_tenant_index.DEFAULT_MIN_FACTS
+    """A scope gets its own HNSW and GIN indexes from this many facts (see `sql_tenant_index`)."""
