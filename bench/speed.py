@@ -71,12 +71,12 @@ def breakdown(memory: Memory, project: str, queries: Sequence[synth.SynthQuery])
     from datetime import UTC, datetime
 
     from bench import variants
-    from memsoda_core.memory import _fetch
     from memsoda_core.options import DEFAULT_OPTIONS
     from memsoda_core.recall.planning import recall_statement_choice
     from memsoda_core.recall.result import plan_for
     from memsoda_core.recall.statements import recall_statements
     from memsoda_core.runner.steps import Execute, Planning
+    from memsoda_core.runner.sync_runner import _fetch
     from memsoda_core.validation import Scope
 
     configs = {

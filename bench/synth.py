@@ -23,6 +23,8 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
+from memsoda_core.store.lexemes import recount_lexemes
+
 DATASET = "synth"
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 _START = datetime(2018, 1, 1, tzinfo=UTC)
@@ -356,17 +358,7 @@ def load(
     for _, definition in indexes:
         conn.execute(sql.SQL(definition))  # from pg_indexes, not user input
     for data in tenants:  # what memsoda's writes keep: each lexeme's fact count in the scope
-        conn.execute(
-            sql.SQL(
-                """INSERT INTO {s}.lexemes AS l (dataset, project, lexeme, facts)
-                   SELECT f.dataset, f.project, x.lexeme, count(*)
-                   FROM {s}.facts f CROSS JOIN LATERAL unnest(tsvector_to_array(f.tsv)) AS x(lexeme)
-                   WHERE f.dataset = %s AND f.project = %s
-                   GROUP BY f.dataset, f.project, x.lexeme
-                   ON CONFLICT (dataset, project, lexeme) DO UPDATE SET facts = EXCLUDED.facts"""
-            ).format(s=s),
-            (DATASET, data.project),
-        )
+        conn.execute(recount_lexemes(schema, scoped=True), {"dataset": DATASET, "project": data.project})
     for table in ("entities", "facts"):
         conn.execute(
             sql.SQL("SELECT setval(pg_get_serial_sequence({}, 'id'), (SELECT max(id) FROM {}.{}))").format(

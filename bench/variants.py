@@ -1,6 +1,6 @@
 """Recall statements for the quality variants, built from memsoda's own fragments.
 
-The default variant is exactly `memsoda_core.sql_recall`'s fragments (checked against
+The default variant is exactly `memsoda_core.recall.signals`' fragments (checked against
 `Memory.recall` on every query); the others swap one piece:
 - the keyword query form (`KeywordForm`): the core's "OR, at least half the lexemes", plain OR
   (with or without the terms of named hubs), or `plainto_tsquery` (AND, what most hybrid stores use);
@@ -9,7 +9,7 @@ The default variant is exactly `memsoda_core.sql_recall`'s fragments (checked ag
 - the anchor list's order is changed after the fact (`physical_order`), since "no ORDER BY" is
   what the reference shipped and a statement cannot ask for it deterministically.
 
-Each statement returns (signal, fact_id, rank); fusion is `memsoda_core.fusion.rrf`.
+Each statement returns (signal, fact_id, rank); fusion is `memsoda_core.recall.fusion.rrf`.
 """
 
 from __future__ import annotations
@@ -23,10 +23,13 @@ from typing import Any
 from psycopg import sql
 
 from memsoda_core.options import RecallOptions
-from memsoda_core.recall import statements as sql_recall
 from memsoda_core.recall.fusion import rrf
 from memsoda_core.recall.result import statement_params
-from memsoda_core.recall.statements import RecallPlan
+from memsoda_core.recall.signals import RecallPlan
+from memsoda_core.recall.signals.anchor import anchor_ctes, near_cte
+from memsoda_core.recall.signals.entities import hub_floor_cte, named_cte
+from memsoda_core.recall.signals.keyword import keyword_ctes
+from memsoda_core.recall.signals.vector import vector_cte
 from memsoda_core.text import normalize_query
 from memsoda_core.validation import Scope
 
@@ -76,7 +79,7 @@ _HALF = """
         JOIN {s}.facts f ON {where} AND f.tsv @@ kq.q
         WHERE 2 * (SELECT count(*) FROM unnest(kq.parts) p WHERE f.tsv @@ p) >= cardinality(kq.parts)
         ORDER BY rank
-        LIMIT %(keyword_limit)s)"""
+        LIMIT %(keyword_candidates)s)"""
 
 _KEYWORD_HITS = """
     keyword_hits AS (
@@ -85,7 +88,7 @@ _KEYWORD_HITS = """
         FROM keyword_query kq
         JOIN {s}.facts f ON {where} AND f.tsv @@ kq.q
         ORDER BY rank
-        LIMIT %(keyword_limit)s)"""
+        LIMIT %(keyword_candidates)s)"""
 
 _LIVE = sql.SQL(
     "f.dataset = %(dataset)s AND f.project = %(project)s AND f.valid_at <= %(at)s"
@@ -97,7 +100,7 @@ _UNFILTERED_VECTOR = """
     vector_hits AS (
         SELECT id AS fact_id, row_number() OVER (ORDER BY distance, id DESC) AS rank
         FROM (SELECT f.id, f.embedding <=> %(qvec)s AS distance FROM {s}.facts f
-              WHERE {where} ORDER BY f.embedding <=> %(qvec)s LIMIT %(vector_limit)s) v)"""
+              WHERE {where} ORDER BY f.embedding <=> %(qvec)s LIMIT %(vector_candidates)s) v)"""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,7 +121,7 @@ UNCAPPED = 2**62
 
 def _keyword(schema: str, form: KeywordForm, *, live: bool) -> sql.Composable:
     if form is KeywordForm.OR_HALF and live:
-        return sql_recall.keyword_ctes(schema)
+        return keyword_ctes(schema)
     if form is KeywordForm.OR_HALF:
         return sql.SQL(_HALF).format(s=sql.Identifier(schema), where=_LIVE if live else _ANY)
     hits = sql.SQL(_KEYWORD_HITS).format(s=sql.Identifier(schema), where=_LIVE if live else _ANY)
@@ -132,15 +135,13 @@ def statement(schema: str, variant: Variant, signals: Sequence[str] = ("vector",
     s = sql.Identifier(schema)
     ctes: list[sql.Composable] = []
     if "anchor" in signals or "keyword" in signals:
-        ctes += [sql_recall.hub_floor_cte(schema), sql_recall.named_cte(schema)]
+        ctes += [hub_floor_cte(schema), named_cte(schema)]
     chosen = [name for name in signals if variant.validity or name != "anchor"]
     if "vector" in chosen:
-        ctes.append(
-            sql_recall.vector_cte(schema) if variant.validity else sql.SQL(_UNFILTERED_VECTOR).format(s=s, where=_ANY)
-        )
+        ctes.append(vector_cte(schema) if variant.validity else sql.SQL(_UNFILTERED_VECTOR).format(s=s, where=_ANY))
     if "anchor" in chosen:
-        plan = RecallPlan(vector=True, anchor=True, keyword=True, recent=False, hops=variant.options.anchor_hops)
-        ctes += [sql_recall.near_cte(schema), sql_recall.anchor_ctes(schema, plan)]
+        plan = RecallPlan(query=True, embedding=True, hops=variant.options.anchor_hops)
+        ctes += [near_cte(schema), anchor_ctes(schema, plan)]
     if "keyword" in chosen:
         ctes.append(_keyword(schema, variant.keyword, live=variant.validity))
     hits = sql.SQL(" UNION ALL ").join(

@@ -1,158 +1,43 @@
-"""`AsyncMemory`: the asyncio store. Only the lines that do I/O live here; see `base` and `ops`.
+# sync: """`Memory`: long-term memory of facts in PostgreSQL + pgvector, for synchronous code.
+"""`AsyncMemory`: long-term memory of facts in PostgreSQL + pgvector, for asyncio.
 
-Every method is a coroutine on psycopg's async connections (no thread hop for the database);
-the embedder's own async methods are awaited."""
+The public API over the runner: each method checks its arguments, builds its operation
+(`memory_base`) and has the runner perform it. `Memory` is generated from this module by
+`tools/async_to_sync.py`.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import os
-import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from contextlib import AsyncExitStack, suppress
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import suppress
 from types import TracebackType
 from typing import Any, TextIO, TypeVar
 
 import numpy as np
-import psycopg
-from pgvector.psycopg import register_vector_async
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from memsoda_core.embedders import Embedder, check_vectors
+from memsoda_core.embedders import Embedder
 from memsoda_core.errors import MemsodaError
 from memsoda_core.files import open_sink, progress_callback, read_jsonl
 from memsoda_core.memory_base import MemoryBase, check_import_args, open_args
 from memsoda_core.models import EpisodeInput, FactInput, ImportReport, RecallResult
 from memsoda_core.ops.opening import open_store
 from memsoda_core.options import RecallOptions
-from memsoda_core.runner.embedding import embedding_failure
-from memsoda_core.runner.policy import (
-    CANCEL_TIMEOUT_S,
-    CONNECTION_KWARGS,
-    END_GENERIC_PLAN,
-    FORCE_GENERIC_PLAN,
-    GENERIC_PLAN_PENDING,
-    PEEK_CONNECTION_WAIT_S,
-    PIPELINE_SUPPORTED,
-    POOL_MIN_SIZE,
-    PREPARED_MAX,
-    PROBE_CONNECT_TIMEOUT_S,
-    SESSION_SETTINGS,
-    SPARE_CONNECTION_WAIT_S,
-    check_pool_args,
-    lend_newest_first,
-    lend_oldest_first,
-    maintenance_failed,
-    may_be_dropped,
-    peek_failed,
-    probe_wait,
-    translate_db_error,
-    unreachable,
-)
-from memsoda_core.runner.steps import (
-    Concurrently,
-    EmbedDocuments,
-    EmbedQuery,
-    Execute,
-    Maintain,
-    Operation,
-    Peek,
-    Planning,
-    Synthesize,
-)
+from memsoda_core.runner.async_runner import AsyncRunner
+from memsoda_core.runner.policy import check_pool_args
+from memsoda_core.runner.steps import Operation
 from memsoda_core.runner.target import release_target, resolve_target
+from memsoda_core.synthesis import as_synthesizer
 
 T = TypeVar("T")
 
 
-async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
-    await register_vector_async(conn)
-    conn.prepared_max = PREPARED_MAX
-    for statement in SESSION_SETTINGS:
-        await conn.execute(statement)
-    await conn.commit()
-
-
-class _Pool(AsyncConnectionPool[psycopg.AsyncConnection[Any]]):
-    """psycopg_pool's async pool, lending the most recently returned connection first (see
-    `base.lend_newest_first`)."""
-
-    async def _get_ready_connection(self, timeout: float | None) -> psycopg.AsyncConnection[Any] | None:  # noqa: ASYNC109 (psycopg_pool's signature)
-        idle = getattr(self, "_pool", None)
-        turned = lend_newest_first(idle)
-        try:
-            conn = await super()._get_ready_connection(timeout)
-        except BaseException:
-            if turned:
-                lend_oldest_first(idle)
-            raise
-        return conn
-
-
-async def _check(conn: psycopg.AsyncConnection[Any]) -> None:
-    """The pool's check before lending `conn`: see `memory._check`."""
-    if may_be_dropped(conn):
-        await AsyncConnectionPool.check_connection(conn)
-
-
-async def _fetch(conn: psycopg.AsyncConnection[Any], request: Execute) -> list[Any]:
-    if request.planning is Planning.GENERIC and PIPELINE_SUPPORTED:
-        return (await _fetch_at_once([conn], [request]))[0]
-    async with conn.cursor() as cursor:
-        await cursor.execute(request.statement, request.params, prepare=request.planning is not Planning.FRESH)
-        return await cursor.fetchall() if cursor.rownumber is not None else []
-
-
-async def _fetch_at_once(conns: Sequence[psycopg.AsyncConnection[Any]], requests: Sequence[Execute]) -> list[list[Any]]:
-    """Each request on its own connection, every one sent before any reply is awaited: see
-    `memory._fetch_at_once`."""
-    cursors = [conn.cursor() for conn in conns]
-    async with AsyncExitStack() as pipelines:
-        for conn, cursor, request in zip(conns, cursors, requests, strict=True):
-            await pipelines.enter_async_context(conn.pipeline())
-            pipelines.push_async_exit(_cancel_when_failing(conn))
-            if request.planning is Planning.GENERIC:
-                GENERIC_PLAN_PENDING.add(conn)
-                await conn.execute(FORCE_GENERIC_PLAN)
-            await cursor.execute(request.statement, request.params, prepare=request.planning is not Planning.FRESH)
-            if request.planning is Planning.GENERIC:
-                await conn.execute(END_GENERIC_PLAN)
-    for conn in conns:
-        GENERIC_PLAN_PENDING.discard(conn)
-    return [await cursor.fetchall() if cursor.rownumber is not None else [] for cursor in cursors]
-
-
-def _cancel_when_failing(conn: psycopg.AsyncConnection[Any]) -> Callable[..., Awaitable[bool]]:
-    """An exit callback for `conn`'s pipeline: see `memory._cancel_when_failing` (here also when
-    the task is cancelled: its statements stop, and the task does not wait for them)."""
-
-    async def cancel(exc_type: type[BaseException] | None, *_: object) -> bool:
-        if exc_type is not None:
-            with suppress(psycopg.Error):
-                await conn.cancel_safe(timeout=CANCEL_TIMEOUT_S)
-        return False
-
-    return cancel
-
-
-async def _end_autocommit(conn: psycopg.AsyncConnection[Any]) -> None:
-    """Back to transactions before the pool lends `conn` again: see `memory._end_autocommit`
-    (here also after a cancelled task)."""
-    if not conn.closed and conn in GENERIC_PLAN_PENDING:
-        try:
-            await conn.execute(END_GENERIC_PLAN)
-        except psycopg.Error:
-            await conn.close()
-        GENERIC_PLAN_PENDING.discard(conn)
-    if not conn.closed:
-        await conn.set_autocommit(False)
-
-
 class AsyncMemory(MemoryBase):
-    """Long-term memory of facts in PostgreSQL + pgvector, for asyncio. Open with
-    `await AsyncMemory.open()`; the methods are those of `Memory`, as coroutines."""
+    # sync: """Long-term memory of facts in PostgreSQL + pgvector. Open with `Memory.open()`."""
+    """Long-term memory of facts for asyncio: `await AsyncMemory.open()`, then `Memory`'s methods."""
 
-    _pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]]
+    _runner: AsyncRunner
 
     @classmethod
     async def open(
@@ -178,46 +63,31 @@ class AsyncMemory(MemoryBase):
         store; None uses the recorded one (2,000 for a new store)."""
         check_pool_args(pool_size, pool_timeout)
         args = await asyncio.to_thread(open_args, embedder, schema, text_search_config, tenant_index_min_facts)
+        chosen_synthesizer = as_synthesizer(synthesizer)
         target = await asyncio.to_thread(resolve_target, dsn, home)
-        self = cls()
         try:
-            async with await psycopg.AsyncConnection.connect(target.dsn, **CONNECTION_KWARGS) as conn:
-                info = await self._drive(open_store(**args["op"]), lambda: _ready(conn))
-            self._pool = _Pool(
-                target.dsn,
-                min_size=min(POOL_MIN_SIZE, pool_size),
-                max_size=pool_size,
-                timeout=pool_timeout,
-                kwargs=CONNECTION_KWARGS,
-                configure=_configure,
-                check=_check,
-                open=False,
+            runner = await AsyncRunner.open(
+                target,
+                open_store(**args["op"]),
+                embedder=args["embedder"],
+                synthesizer=chosen_synthesizer,
+                cache_size=cache_size,
+                pool_size=pool_size,
+                pool_timeout=pool_timeout,
             )
-            try:
-                await self._pool.open(wait=True, timeout=pool_timeout)  # so the first recall finds its spare
-                self._setup(
-                    info=info,
-                    embedder=args["embedder"],
-                    options=options,
-                    synthesizer=synthesizer,
-                    target=target,
-                    cache_size=cache_size,
-                )
-            except BaseException:
-                await self._pool.close()
-                raise
-        except psycopg.Error as exc:
-            await asyncio.to_thread(release_target, target)
-            raise translate_db_error(exc) from exc
         except BaseException:
             await asyncio.to_thread(release_target, target)
             raise
-        self._pool_timeout = pool_timeout
+        self = cls()
+        self._runner = runner
+        self._setup(
+            info=runner.info, embedder=runner.embedder, options=options, synthesizer=chosen_synthesizer, target=target
+        )
         return self
 
     async def close(self) -> None:
         """Close the pool, and stop the embedded server if this was its last user."""
-        await self._pool.close()
+        await self._runner.close()
         await asyncio.to_thread(release_target, self._target)
 
     async def __aenter__(self) -> AsyncMemory:
@@ -231,137 +101,9 @@ class AsyncMemory(MemoryBase):
     ) -> None:
         await self.close()
 
-    # --- the runner: the only place that does I/O --------------------------------------------------
-
     async def _run(self, op: Operation[T], *, read_only: bool = False) -> T:
-        """Drive `op` on one pooled connection, in one transaction; `read_only` operations (recall,
-        whose statements each stand alone) run in autocommit mode instead (no BEGIN / COMMIT)."""
-        async with AsyncExitStack() as stack:
-            conns: list[psycopg.AsyncConnection[Any]] = []
-
-            async def connection() -> psycopg.AsyncConnection[Any]:
-                if not conns:
-                    conn = await self._checkout(stack)
-                    if read_only:
-                        await conn.set_autocommit(True)
-                        stack.push_async_callback(_end_autocommit, conn)
-                    conns.append(conn)
-                return conns[0]
-
-            try:
-                return await self._drive(op, connection)
-            except (psycopg.Error, PoolTimeout) as exc:
-                raise translate_db_error(exc) from exc
-
-    async def _checkout(self, stack: AsyncExitStack) -> psycopg.AsyncConnection[Any]:
-        """A pooled connection. While waiting, probe the server every `PROBE_AFTER_S`, so a stopped
-        PostgreSQL fails fast as StoreUnavailableError instead of after the whole pool timeout."""
-        deadline = time.monotonic() + self._pool_timeout
-        while True:
-            try:
-                return await stack.enter_async_context(self._pool.connection(timeout=probe_wait(deadline)))
-            except PoolTimeout:
-                if time.monotonic() >= deadline:
-                    raise
-                try:
-                    probe = await psycopg.AsyncConnection.connect(
-                        self._target.dsn, connect_timeout=PROBE_CONNECT_TIMEOUT_S
-                    )
-                except psycopg.OperationalError as exc:
-                    raise unreachable(exc) from exc
-                await probe.close()
-
-    async def _drive(self, op: Operation[T], connection: Any) -> T:
-        reply: Any = None
-        error: BaseException | None = None
-        while True:
-            try:
-                request = op.throw(error) if error is not None else op.send(reply)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            reply, error = None, None
-            if isinstance(request, Execute):
-                reply = await _fetch(await connection(), request)
-            elif isinstance(request, Concurrently):
-                reply = await self._concurrently(await connection(), request.statements)
-            elif isinstance(request, Maintain):
-                reply = await self._maintain(await connection(), request)
-            elif isinstance(request, Peek):
-                reply = await self._peek(request)
-            elif isinstance(request, EmbedQuery | EmbedDocuments):
-                try:
-                    reply = await self._embed(request)
-                except MemsodaError as exc:
-                    error = exc
-            elif isinstance(request, Synthesize):
-                try:
-                    assert self._synthesizer is not None
-                    reply = await self._synthesizer.asynthesize(request.context, request.query)
-                except Exception as exc:
-                    error = exc
-
-    async def _concurrently(self, conn: psycopg.AsyncConnection[Any], statements: Sequence[Execute]) -> list[list[Any]]:
-        """The first statement on `conn` and the others on spare pooled connections, all at once;
-        those left without a spare (a busy pool, or no pipelines) after them on `conn`."""
-        spares: list[psycopg.AsyncConnection[Any]] = []
-        try:
-            while PIPELINE_SUPPORTED and len(spares) < len(statements) - 1:
-                try:
-                    spares.append(await self._pool.getconn(timeout=SPARE_CONNECTION_WAIT_S))
-                except PoolTimeout:
-                    break
-                await spares[-1].set_autocommit(True)
-            if not spares:
-                return [await _fetch(conn, statement) for statement in statements]
-            together = len(spares) + 1
-            at_once = await _fetch_at_once([conn, *spares], statements[:together])
-            return at_once + [await _fetch(conn, statement) for statement in statements[together:]]
-        finally:
-            for spare in spares:
-                try:
-                    await _end_autocommit(spare)
-                finally:
-                    await self._pool.putconn(spare)
-
-    async def _peek(self, request: Peek) -> list[Any] | None:
-        try:
-            async with self._pool.connection(timeout=PEEK_CONNECTION_WAIT_S) as conn:
-                return await _fetch(conn, Execute(request.statement, request.params))
-        except (psycopg.Error, PoolTimeout) as exc:
-            peek_failed(request, exc)
-            return None
-
-    @staticmethod
-    async def _maintain(conn: psycopg.AsyncConnection[Any], request: Maintain) -> list[Any] | None:
-        await conn.commit()
-        try:
-            await conn.set_autocommit(True)
-            try:
-                return await _fetch(conn, Execute(request.statement, request.params))
-            finally:
-                await conn.set_autocommit(False)
-        except psycopg.Error as exc:
-            maintenance_failed(request, exc)
-            return None
-
-    async def _embed(self, request: EmbedQuery | EmbedDocuments) -> Any:
-        dims = self._info.dimensions
-        if isinstance(request, EmbedDocuments):
-            try:
-                vectors = await self._embedder.aembed_documents(list(request.texts))
-            except Exception as exc:
-                raise embedding_failure(exc) from exc
-            return check_vectors(vectors, count=len(request.texts), dimensions=dims)
-        cached = self._cache.get(request.text)
-        if cached is not None:
-            return cached
-        try:
-            vector = await asyncio.wait_for(self._embedder.aembed_query(request.text), request.timeout_s)
-        except Exception as exc:
-            raise embedding_failure(exc) from exc
-        (checked,) = check_vectors([vector], count=1, dimensions=dims)
-        self._cache.put(request.text, checked)
-        return checked
+        """Have the runner perform `op` (see `AsyncRunner.run`)."""
+        return await self._runner.run(op, read_only=read_only)
 
     # --- public API --------------------------------------------------------------------------------
 
@@ -451,8 +193,9 @@ class AsyncMemory(MemoryBase):
 
     async def export_jsonl(self, target: str | os.PathLike[str] | TextIO, *, dataset: str, project: str) -> int:
         """Write the scope's facts and episodes as JSON lines; returns the number of lines."""
+        op = self._export_op(dataset, project)
         with open_sink(target) as sink:
-            return await self._run(self._export_op(sink, dataset, project))
+            return await self._runner.run(op, sink=sink.writelines)
 
     async def import_jsonl(
         self,
@@ -477,13 +220,9 @@ class AsyncMemory(MemoryBase):
         parsed = self._parse_import(read_jsonl(source), dataset, project, on_error)
         with progress_callback(parsed.total, progress) as advance:
             try:
-                counts = await self._run(self._import_op(parsed, batch_size, advance, rebuild_index))
+                counts = await self._runner.run(self._import_op(parsed, batch_size, rebuild_index), advance=advance)
             except Exception:
                 with suppress(MemsodaError):  # best effort; the next write or open retries it
                     await self._run(self._restore_indexes_op(parsed))
                 raise
         return parsed.report(*counts)
-
-
-async def _ready(conn: psycopg.AsyncConnection[Any]) -> psycopg.AsyncConnection[Any]:
-    return conn

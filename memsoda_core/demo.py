@@ -27,6 +27,7 @@ from rich.text import Text
 from memsoda_core.embedders import Embedder
 from memsoda_core.memory import Memory
 from memsoda_core.models import RecallResult, ScoredFact
+from memsoda_core.recall.signals import QUERY_SIGNALS
 
 DEMO_K = 5
 """Facts per context in the demo (the library's default is 8), to keep the screen short."""
@@ -220,7 +221,7 @@ def signal_table(result: RecallResult, spotlight: str) -> Table:
     table = Table(show_edge=False, header_style="bold", pad_edge=False)
     table.add_column("#", justify="right")
     table.add_column("fact", overflow="fold")
-    for signal in ("vector", "anchor", "keyword"):
+    for signal in QUERY_SIGNALS:
         table.add_column(signal, justify="right")
     table.add_column("fused", justify="right")
     for position, scored in enumerate(result.facts, start=1):
@@ -228,9 +229,7 @@ def signal_table(result: RecallResult, spotlight: str) -> Table:
         table.add_row(
             Text(str(position)),
             Text(scored.fact.text, style=style),
-            _rank(scored, "vector"),
-            _rank(scored, "anchor"),
-            _rank(scored, "keyword"),
+            *(_rank(scored, signal) for signal in QUERY_SIGNALS),
             Text(f"{scored.score:.4f}"),
         )
     return table
@@ -243,7 +242,7 @@ def spotlight_line(result: RecallResult, text: str) -> Text:
         return Text(f"'{text}' was not recalled", style="yellow")
     position, scored = hit
     parts = []
-    for signal in ("vector", "anchor", "keyword"):
+    for signal in QUERY_SIGNALS:
         rank = scored.ranks.get(signal)
         if rank is None:
             parts.append(f"{signal} —")
@@ -251,6 +250,11 @@ def spotlight_line(result: RecallResult, text: str) -> Text:
             reason = scored.reasons[signal]
             parts.append(f"{signal} #{rank} ({reason})")
     return Text(f"'{text}' is #{position}: " + " · ".join(parts))
+
+
+def _in_words(count: int) -> str:
+    words = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+    return words[count] if count < len(words) else str(count)
 
 
 def _verdict(ok: bool, claim: str) -> Text:
@@ -308,7 +312,8 @@ def run_demo(
         memory = Memory.open(dsn, embedder, home=home, schema=schema)
     with memory:
         where = "your PostgreSQL" if dsn or os.environ.get("MEMSODA_DSN") else "the embedded PostgreSQL"
-        console.print(Text("memsoda demo", style="bold") + Text(f": three recall signals over {where}"))
+        signals = f"{_in_words(len(QUERY_SIGNALS))} recall signals"
+        console.print(Text("memsoda demo", style="bold") + Text(f": {signals} over {where}"))
         console.print(
             Text(f"schema {schema!r}, embedder {memory.info.model} ({memory.info.dimensions} dimensions)", style="dim")
         )

@@ -1,154 +1,41 @@
-"""`Memory`: the synchronous store. Only the lines that do I/O live here; see `base` and `ops`."""
+# Generated from memsoda_core/async_memory.py by tools/async_to_sync.py: do not edit, edit the source and run it.
+"""`Memory`: long-term memory of facts in PostgreSQL + pgvector, for synchronous code.
+
+The public API over the runner: each method checks its arguments, builds its operation
+(`memory_base`) and has the runner perform it. `Memory` is generated from this module by
+`tools/async_to_sync.py`.
+"""
 
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import ExitStack, suppress
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import suppress
 from types import TracebackType
 from typing import Any, TextIO, TypeVar
 
 import numpy as np
-import psycopg
-from pgvector.psycopg import register_vector
-from psycopg_pool import ConnectionPool, PoolTimeout
 
-from memsoda_core.embedders import Embedder, check_vectors
+from memsoda_core.embedders import Embedder
 from memsoda_core.errors import MemsodaError
 from memsoda_core.files import open_sink, progress_callback, read_jsonl
 from memsoda_core.memory_base import MemoryBase, check_import_args, open_args
 from memsoda_core.models import EpisodeInput, FactInput, ImportReport, RecallResult
 from memsoda_core.ops.opening import open_store
 from memsoda_core.options import RecallOptions
-from memsoda_core.runner.embedding import call_with_timeout, embedding_failure
-from memsoda_core.runner.policy import (
-    CANCEL_TIMEOUT_S,
-    CONNECTION_KWARGS,
-    END_GENERIC_PLAN,
-    FORCE_GENERIC_PLAN,
-    GENERIC_PLAN_PENDING,
-    PEEK_CONNECTION_WAIT_S,
-    PIPELINE_SUPPORTED,
-    POOL_MIN_SIZE,
-    PREPARED_MAX,
-    PROBE_CONNECT_TIMEOUT_S,
-    SESSION_SETTINGS,
-    SPARE_CONNECTION_WAIT_S,
-    check_pool_args,
-    lend_newest_first,
-    lend_oldest_first,
-    maintenance_failed,
-    may_be_dropped,
-    peek_failed,
-    probe_wait,
-    translate_db_error,
-    unreachable,
-)
-from memsoda_core.runner.steps import (
-    Concurrently,
-    EmbedDocuments,
-    EmbedQuery,
-    Execute,
-    Maintain,
-    Operation,
-    Peek,
-    Planning,
-    Synthesize,
-)
+from memsoda_core.runner.policy import check_pool_args
+from memsoda_core.runner.steps import Operation
+from memsoda_core.runner.sync_runner import Runner
 from memsoda_core.runner.target import release_target, resolve_target
+from memsoda_core.synthesis import as_synthesizer
 
 T = TypeVar("T")
-
-
-def _configure(conn: psycopg.Connection[Any]) -> None:
-    register_vector(conn)
-    conn.prepared_max = PREPARED_MAX
-    for statement in SESSION_SETTINGS:
-        conn.execute(statement)
-    conn.commit()
-
-
-class _Pool(ConnectionPool[psycopg.Connection[Any]]):
-    """psycopg_pool's pool, lending the most recently returned connection first (see
-    `base.lend_newest_first`)."""
-
-    def _get_ready_connection(self, timeout: float | None) -> psycopg.Connection[Any] | None:
-        idle = getattr(self, "_pool", None)
-        turned = lend_newest_first(idle)
-        try:
-            conn = super()._get_ready_connection(timeout)
-        except BaseException:
-            if turned:
-                lend_oldest_first(idle)
-            raise
-        return conn
-
-
-def _check(conn: psycopg.Connection[Any]) -> None:
-    """The pool's check before lending `conn`, a round trip only when `base.may_be_dropped`."""
-    if may_be_dropped(conn):
-        ConnectionPool.check_connection(conn)
-
-
-def _fetch(conn: psycopg.Connection[Any], request: Execute) -> list[Any]:
-    if request.planning is Planning.GENERIC and PIPELINE_SUPPORTED:
-        return _fetch_at_once([conn], [request])[0]
-    with conn.cursor() as cursor:
-        cursor.execute(request.statement, request.params, prepare=request.planning is not Planning.FRESH)
-        return cursor.fetchall() if cursor.rownumber is not None else []
-
-
-def _fetch_at_once(conns: Sequence[psycopg.Connection[Any]], requests: Sequence[Execute]) -> list[list[Any]]:
-    """Each request on its own connection, every one sent before any reply is awaited (one pipeline
-    per connection, so one thread runs them at once); a GENERIC request between its setting and
-    the reset (see `base.END_GENERIC_PLAN` for how the setting never outlives the statement)."""
-    cursors = [conn.cursor() for conn in conns]
-    with ExitStack() as pipelines:
-        for conn, cursor, request in zip(conns, cursors, requests, strict=True):
-            pipelines.enter_context(conn.pipeline())
-            pipelines.push(_cancel_when_failing(conn))
-            if request.planning is Planning.GENERIC:
-                GENERIC_PLAN_PENDING.add(conn)
-                conn.execute(FORCE_GENERIC_PLAN)
-            cursor.execute(request.statement, request.params, prepare=request.planning is not Planning.FRESH)
-            if request.planning is Planning.GENERIC:
-                conn.execute(END_GENERIC_PLAN)
-    for conn in conns:
-        GENERIC_PLAN_PENDING.discard(conn)
-    return [cursor.fetchall() if cursor.rownumber is not None else [] for cursor in cursors]
-
-
-def _cancel_when_failing(conn: psycopg.Connection[Any]) -> Callable[..., bool]:
-    """An exit callback for `conn`'s pipeline: when the wait for another statement fails or is
-    interrupted, cancel `conn`'s statement too, so its pipeline closes at once."""
-
-    def cancel(exc_type: type[BaseException] | None, *_: object) -> bool:
-        if exc_type is not None:
-            with suppress(psycopg.Error):
-                conn.cancel_safe(timeout=CANCEL_TIMEOUT_S)
-        return False
-
-    return cancel
-
-
-def _end_autocommit(conn: psycopg.Connection[Any]) -> None:
-    """Back to transactions before the pool lends `conn` again; a GENERIC statement left half done
-    on it (a client-side error between its SET and RESET) is finished first."""
-    if not conn.closed and conn in GENERIC_PLAN_PENDING:
-        try:
-            conn.execute(END_GENERIC_PLAN)
-        except psycopg.Error:
-            conn.close()  # the pool drops a closed connection rather than lend it with the setting
-        GENERIC_PLAN_PENDING.discard(conn)
-    if not conn.closed:
-        conn.autocommit = False
 
 
 class Memory(MemoryBase):
     """Long-term memory of facts in PostgreSQL + pgvector. Open with `Memory.open()`."""
 
-    _pool: ConnectionPool[psycopg.Connection[Any]]
+    _runner: Runner
 
     @classmethod
     def open(
@@ -174,46 +61,31 @@ class Memory(MemoryBase):
         store; None uses the recorded one (2,000 for a new store)."""
         check_pool_args(pool_size, pool_timeout)
         args = open_args(embedder, schema, text_search_config, tenant_index_min_facts)
+        chosen_synthesizer = as_synthesizer(synthesizer)
         target = resolve_target(dsn, home)
-        self = cls()
         try:
-            with psycopg.connect(target.dsn, **CONNECTION_KWARGS) as conn:
-                info = self._drive(open_store(**args["op"]), lambda: conn)
-            self._pool = _Pool(
-                target.dsn,
-                min_size=min(POOL_MIN_SIZE, pool_size),
-                max_size=pool_size,
-                timeout=pool_timeout,
-                kwargs=CONNECTION_KWARGS,
-                configure=_configure,
-                check=_check,
-                open=True,
+            runner = Runner.open(
+                target,
+                open_store(**args["op"]),
+                embedder=args["embedder"],
+                synthesizer=chosen_synthesizer,
+                cache_size=cache_size,
+                pool_size=pool_size,
+                pool_timeout=pool_timeout,
             )
-            try:
-                self._pool.wait(timeout=pool_timeout)  # so the first recall finds its spare connection
-                self._setup(
-                    info=info,
-                    embedder=args["embedder"],
-                    options=options,
-                    synthesizer=synthesizer,
-                    target=target,
-                    cache_size=cache_size,
-                )
-            except BaseException:
-                self._pool.close()
-                raise
-        except psycopg.Error as exc:
-            release_target(target)
-            raise translate_db_error(exc) from exc
         except BaseException:
             release_target(target)
             raise
-        self._pool_timeout = pool_timeout
+        self = cls()
+        self._runner = runner
+        self._setup(
+            info=runner.info, embedder=runner.embedder, options=options, synthesizer=chosen_synthesizer, target=target
+        )
         return self
 
     def close(self) -> None:
         """Close the pool, and stop the embedded server if this was its last user."""
-        self._pool.close()
+        self._runner.close()
         release_target(self._target)
 
     def __enter__(self) -> Memory:
@@ -227,134 +99,9 @@ class Memory(MemoryBase):
     ) -> None:
         self.close()
 
-    # --- the runner: the only place that does I/O --------------------------------------------------
-
     def _run(self, op: Operation[T], *, read_only: bool = False) -> T:
-        """Drive `op` on one pooled connection, in one transaction; `read_only` operations (recall,
-        whose statements each stand alone) run in autocommit mode instead (no BEGIN / COMMIT)."""
-        with ExitStack() as stack:
-            conns: list[psycopg.Connection[Any]] = []
-
-            def connection() -> psycopg.Connection[Any]:
-                if not conns:
-                    conn = self._checkout(stack)
-                    if read_only:
-                        conn.autocommit = True
-                        stack.callback(_end_autocommit, conn)
-                    conns.append(conn)
-                return conns[0]
-
-            try:
-                return self._drive(op, connection)
-            except (psycopg.Error, PoolTimeout) as exc:
-                raise translate_db_error(exc) from exc
-
-    def _checkout(self, stack: ExitStack) -> psycopg.Connection[Any]:
-        """A pooled connection. While waiting, probe the server every `PROBE_AFTER_S`, so a stopped
-        PostgreSQL fails fast as StoreUnavailableError instead of after the whole pool timeout."""
-        deadline = time.monotonic() + self._pool_timeout
-        while True:
-            try:
-                return stack.enter_context(self._pool.connection(timeout=probe_wait(deadline)))
-            except PoolTimeout:
-                if time.monotonic() >= deadline:
-                    raise
-                try:
-                    psycopg.connect(self._target.dsn, connect_timeout=PROBE_CONNECT_TIMEOUT_S).close()
-                except psycopg.OperationalError as exc:
-                    raise unreachable(exc) from exc
-
-    def _drive(self, op: Operation[T], connection: Any) -> T:
-        reply: Any = None
-        error: BaseException | None = None
-        while True:
-            try:
-                request = op.throw(error) if error is not None else op.send(reply)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            reply, error = None, None
-            if isinstance(request, Execute):
-                reply = _fetch(connection(), request)
-            elif isinstance(request, Concurrently):
-                reply = self._concurrently(connection(), request.statements)
-            elif isinstance(request, Maintain):
-                reply = self._maintain(connection(), request)
-            elif isinstance(request, Peek):
-                reply = self._peek(request)
-            elif isinstance(request, EmbedQuery | EmbedDocuments):
-                try:
-                    reply = self._embed(request)
-                except MemsodaError as exc:
-                    error = exc
-            elif isinstance(request, Synthesize):
-                try:
-                    assert self._synthesizer is not None
-                    reply = self._synthesizer.synthesize(request.context, request.query)
-                except Exception as exc:
-                    error = exc
-
-    def _concurrently(self, conn: psycopg.Connection[Any], statements: Sequence[Execute]) -> list[list[Any]]:
-        """The first statement on `conn` and the others on spare pooled connections, all at once;
-        those left without a spare (a busy pool, or no pipelines) after them on `conn`."""
-        spares: list[psycopg.Connection[Any]] = []
-        try:
-            while PIPELINE_SUPPORTED and len(spares) < len(statements) - 1:
-                try:
-                    spares.append(self._pool.getconn(timeout=SPARE_CONNECTION_WAIT_S))
-                except PoolTimeout:
-                    break
-                spares[-1].autocommit = True
-            if not spares:
-                return [_fetch(conn, statement) for statement in statements]
-            together = len(spares) + 1
-            at_once = _fetch_at_once([conn, *spares], statements[:together])
-            return at_once + [_fetch(conn, statement) for statement in statements[together:]]
-        finally:
-            for spare in spares:
-                try:
-                    _end_autocommit(spare)
-                finally:
-                    self._pool.putconn(spare)
-
-    def _peek(self, request: Peek) -> list[Any] | None:
-        try:
-            with self._pool.connection(timeout=PEEK_CONNECTION_WAIT_S) as conn:
-                return _fetch(conn, Execute(request.statement, request.params))
-        except (psycopg.Error, PoolTimeout) as exc:
-            peek_failed(request, exc)
-            return None
-
-    @staticmethod
-    def _maintain(conn: psycopg.Connection[Any], request: Maintain) -> list[Any] | None:
-        conn.commit()
-        try:
-            conn.autocommit = True
-            try:
-                return _fetch(conn, Execute(request.statement, request.params))
-            finally:
-                conn.autocommit = False
-        except psycopg.Error as exc:
-            maintenance_failed(request, exc)
-            return None
-
-    def _embed(self, request: EmbedQuery | EmbedDocuments) -> Any:
-        dims = self._info.dimensions
-        if isinstance(request, EmbedDocuments):
-            try:
-                vectors = self._embedder.embed_documents(list(request.texts))
-            except Exception as exc:
-                raise embedding_failure(exc) from exc
-            return check_vectors(vectors, count=len(request.texts), dimensions=dims)
-        cached = self._cache.get(request.text)
-        if cached is not None:
-            return cached
-        try:
-            vector = call_with_timeout(self._embedder.embed_query, request.text, request.timeout_s)
-        except Exception as exc:
-            raise embedding_failure(exc) from exc
-        (checked,) = check_vectors([vector], count=1, dimensions=dims)
-        self._cache.put(request.text, checked)
-        return checked
+        """Have the runner perform `op` (see `Runner.run`)."""
+        return self._runner.run(op, read_only=read_only)
 
     # --- public API --------------------------------------------------------------------------------
 
@@ -442,8 +189,9 @@ class Memory(MemoryBase):
 
     def export_jsonl(self, target: str | os.PathLike[str] | TextIO, *, dataset: str, project: str) -> int:
         """Write the scope's facts and episodes as JSON lines; returns the number of lines."""
+        op = self._export_op(dataset, project)
         with open_sink(target) as sink:
-            return self._run(self._export_op(sink, dataset, project))
+            return self._runner.run(op, sink=sink.writelines)
 
     def import_jsonl(
         self,
@@ -468,7 +216,7 @@ class Memory(MemoryBase):
         parsed = self._parse_import(read_jsonl(source), dataset, project, on_error)
         with progress_callback(parsed.total, progress) as advance:
             try:
-                counts = self._run(self._import_op(parsed, batch_size, advance, rebuild_index))
+                counts = self._runner.run(self._import_op(parsed, batch_size, rebuild_index), advance=advance)
             except Exception:
                 with suppress(MemsodaError):  # best effort; the next write or open retries it
                     self._run(self._restore_indexes_op(parsed))

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TextIO, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -21,11 +21,11 @@ from memsoda_core.models import EpisodeInput, FactInput, ImportReport, IncludeOp
 from memsoda_core.options import DEFAULT_OPTIONS, RecallOptions
 from memsoda_core.recall.operation import recall as recall_operation
 from memsoda_core.recall.planning import ScopeSizes
-from memsoda_core.runner.embedding import EmbeddingCache, check_embedder
+from memsoda_core.runner.embedding import check_embedder
 from memsoda_core.runner.steps import Operation
 from memsoda_core.runner.target import Target, check_schema_name
 from memsoda_core.store.info import StoreInfo
-from memsoda_core.synthesis import Synthesizer, as_synthesizer
+from memsoda_core.synthesis import Synthesizer
 from memsoda_core.validation import (
     Scope,
     ValidEpisode,
@@ -69,9 +69,7 @@ class MemoryBase:
     _embedder: Embedder
     _options: RecallOptions
     _synthesizer: Synthesizer | None
-    _cache: EmbeddingCache
     _target: Target
-    _pool_timeout: float
 
     def _setup(
         self,
@@ -79,15 +77,13 @@ class MemoryBase:
         info: StoreInfo,
         embedder: Embedder,
         options: RecallOptions | None,
-        synthesizer: Any,
+        synthesizer: Synthesizer | None,
         target: Target,
-        cache_size: int,
     ) -> None:
         self._info = info
         self._embedder = embedder
         self._options = options or DEFAULT_OPTIONS
-        self._synthesizer = as_synthesizer(synthesizer)
-        self._cache = EmbeddingCache(cache_size)
+        self._synthesizer = synthesizer
         self._scope_sizes = ScopeSizes()
         self._target = target
 
@@ -204,7 +200,6 @@ class MemoryBase:
         self,
         parsed: ParsedImport,
         batch_size: int,
-        progress: Callable[[int], None] | None,
         rebuild_index: bool | None,
     ) -> Operation[tuple[int, int]]:
         return self._resizing(
@@ -215,7 +210,6 @@ class MemoryBase:
                 parsed.facts,
                 parsed.episodes,
                 batch_size=batch_size,
-                progress=progress,
                 rebuild_index=rebuild_index,
             ),
         )
@@ -230,8 +224,8 @@ class MemoryBase:
     def _maintain_op(self) -> Operation[list[str]]:
         return ops.maintain(self._info)
 
-    def _export_op(self, sink: TextIO, dataset: str, project: str) -> Operation[int]:
-        return ops.export_jsonl(self._info, check_scope(dataset, project), sink)
+    def _export_op(self, dataset: str, project: str) -> Operation[int]:
+        return ops.export_jsonl(self._info, check_scope(dataset, project))
 
 
 def open_args(

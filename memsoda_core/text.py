@@ -35,11 +35,16 @@ def normalize_name(name: str) -> str:
     return collapse_line(unicodedata.normalize("NFKC", name).lower())
 
 
+def clean_query(query: str) -> str:
+    """`query` with what neither PostgreSQL nor an embedder can take replaced: a NUL byte by a
+    space, a lone surrogate by `?`. The one definition of query cleaning (`validation.check_query`)."""
+    return query.replace("\x00", " ").encode("utf-8", "replace").decode("utf-8")
+
+
 def normalize_query(query: str) -> str:
-    """A query in the same normal form as entity names, so spans of it compare equal to names.
-    NUL bytes and lone surrogates (which PostgreSQL cannot take) become spaces."""
-    cleaned = query.replace("\x00", " ").encode("utf-8", "replace").decode("utf-8")
-    return normalize_name(cleaned)
+    """A query, cleaned (`clean_query`), in the same normal form as entity names, so spans of it
+    compare equal to names."""
+    return normalize_name(clean_query(query))
 
 
 def name_spans(normalized_query: str) -> list[str]:

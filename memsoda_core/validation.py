@@ -21,7 +21,7 @@ from memsoda_core.errors import (
     ValidationError,
 )
 from memsoda_core.models import LITERAL, EpisodeInput, FactInput
-from memsoda_core.text import collapse_line, fact_embedding_text, normalize_name
+from memsoda_core.text import clean_query, collapse_line, fact_embedding_text, normalize_name
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -276,15 +276,15 @@ def check_batch_size(size: int, what: str) -> None:
 
 
 def check_query(query: Any) -> str | None:
-    """A recall query: None / blank means "no query"; otherwise a string within the limit, with NUL
-    bytes and lone surrogates (which neither PostgreSQL nor an embedder can take) replaced."""
+    """A recall query: None / blank means "no query"; otherwise a string within the limit, cleaned
+    (`text.clean_query`)."""
     if query is None:
         return None
     if not isinstance(query, str):
         raise ValidationError(f"query must be a string or None, got {type(query).__name__}")
     if len(query) > limits.MAX_QUERY_CHARS:
         raise TextTooLongError(f"query is {len(query)} characters; the limit is {limits.MAX_QUERY_CHARS}")
-    cleaned = query.replace("\x00", " ").encode("utf-8", "replace").decode("utf-8")
+    cleaned = clean_query(query)
     return cleaned if cleaned.strip() else None
 
 

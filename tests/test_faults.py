@@ -327,7 +327,7 @@ async def settled(value: Any) -> Any:
 
 async def pooled_backend_pids(memory: Either) -> set[int]:
     """The server process ids of the two connections a fresh pool keeps."""
-    pool = memory.raw._pool
+    pool = memory.raw._runner.pool
     taken = [await settled(pool.getconn()) for _ in range(2)]
     for conn in taken:
         await settled(pool.putconn(conn))
@@ -382,7 +382,7 @@ def test_a_connection_is_pinged_only_when_its_socket_says_it_may_be_dropped(
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 async def test_the_pool_lends_the_connection_returned_last(pg_dsn: str, embedder: LocalEmbedder, flavour: str) -> None:
     memory = await open_memory(flavour, pg_dsn, embedder)
-    pool = memory.raw._pool
+    pool = memory.raw._runner.pool
     try:
         taken = [await settled(pool.getconn()) for _ in range(3)]
         for conn in taken:
@@ -403,10 +403,10 @@ async def test_the_first_recall_after_open_runs_its_statements_at_once(
 ) -> None:
     memory = await open_memory(flavour, pg_dsn, embedder)
     try:
-        stats = memory.raw._pool.get_stats()
+        stats = memory.raw._runner.pool.get_stats()
         assert stats["pool_available"] == POOL_MIN_SIZE  # open waited for the connections it keeps
         await memory.recall("what does the user drive", **scope)
-        stats = memory.raw._pool.get_stats()
+        stats = memory.raw._runner.pool.get_stats()
         assert stats.get("requests_errors", 0) == 0  # the spare was there: no 2 ms wait, no timeout
         assert stats["pool_size"] == POOL_MIN_SIZE
     finally:

@@ -19,8 +19,10 @@ from memsoda_core.limits import MAX_NAME_CHARS, MAX_NAME_TOKENS
 from memsoda_core.ops.writing import statistics_stale
 from memsoda_core.options import DEFAULT_OPTIONS
 from memsoda_core.recall.fusion import rrf, rrf_ranks
+from memsoda_core.recall.hits import HitRow
 from memsoda_core.recall.render import anchor_entities, group_by_anchor, render
 from memsoda_core.recall.result import fuse_hits, plan_for
+from memsoda_core.recall.signals import SIGNAL_NAMES
 from memsoda_core.recall.statements import (
     PARSE_CACHE_BYTES,
     RecallPlan,
@@ -122,12 +124,11 @@ def test_rrf_order_is_score_then_best_rank_then_tiebreak_then_id(ranks: dict[int
 
 
 def test_fusion_breaks_a_tie_by_the_more_recent_fact_then_explains_each_hit() -> None:
-    no_detail = (None, None, None, None)
     rows = [
-        ("vector", 7, 1, 1_700_000_000_000_000, *no_detail, 0.9, None),
-        ("keyword", 8, 1, 1_700_000_000_000_001, *no_detail, None, ["civic"]),
-        ("keyword", 7, 3, 1_700_000_000_000_000, *no_detail, None, ["honda"]),
-        ("anchor", 9, 1, 1_800_000_000_000_000, 1, "user", True, None, 0.5, None),
+        HitRow("vector", 7, 1, 1_700_000_000_000_000, similarity=0.9),
+        HitRow("keyword", 8, 1, 1_700_000_000_000_001, matched=["civic"]),
+        HitRow("keyword", 7, 3, 1_700_000_000_000_000, matched=["honda"]),
+        HitRow("anchor", 9, 1, 1_800_000_000_000_000, hop=1, via="user", via_named=True, similarity=0.5),
     ]
     kept = fuse_hits(rows, RecallOptions(facts_in_context=3))
     assert [k.fact_id for k in kept] == [7, 9, 8]  # 7 is in two lists; 9 and 8 tie, 9 is more recent
@@ -305,8 +306,8 @@ def test_options_defaults_are_the_references() -> None:
 
 
 def test_every_fragment_filters_tenant_liveness_and_confidence() -> None:
-    plan = RecallPlan(vector=True, anchor=True, keyword=True, recent=True)
-    text = hits_statement("memsoda", plan, planned_signals(plan)).as_string(None)
+    plan = RecallPlan(query=True, embedding=True)
+    text = hits_statement("memsoda", plan, SIGNAL_NAMES).as_string(None)  # every signal, recency too
     for cte in ("vector_hits AS", "hop1 AS", "hop2 AS", "keyword_pool AS", "recent_hits AS"):
         body = text[text.index(cte) :]
         body = body[: re.search(r"\n    [a-z_0-9]+ AS \(| SELECT 'vector'", body[len(cte) :]).start() + len(cte)]
@@ -317,7 +318,7 @@ def test_every_fragment_filters_tenant_liveness_and_confidence() -> None:
 
 def test_statement_is_composed_with_identifiers_not_pasted_names() -> None:
     hostile = 'x"; DROP TABLE facts; --'
-    plan = RecallPlan(vector=True, anchor=True, keyword=True, recent=False)
+    plan = RecallPlan(query=True, embedding=True)
     text = hits_statement(hostile, plan, planned_signals(plan)).as_string(None)
     assert '"x""; DROP TABLE facts; --".facts' in text
 
@@ -336,7 +337,7 @@ def test_rendered_recall_statements_fit_psycopgs_parse_cache() -> None:
     }
     assert len(plans) == 7  # every statement a recall can run
     for plan in plans:
-        vector, keyword = plan.vector, plan.keyword
+        vector, keyword = plan.embedding, plan.query
         named = Scope(dataset="d" * 40, project="p" * 40)  # an indexed scope's own statements
         for scope in (None, named):
             for statement in recall_statements("schema_of_20_chars__", plan, scope):

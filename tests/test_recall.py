@@ -600,7 +600,7 @@ async def test_recall_is_the_same_with_or_without_a_spare_connection(
         wide.add_facts(BRIDGE_WITH_MENTION, **scope)
         expected = wide.recall(NETFLIX_QUERY, **scope)
         serial = narrow.recall(NETFLIX_QUERY, **scope)
-        stats = narrow._pool.get_stats()
+        stats = narrow._runner.pool.get_stats()
     async with await AsyncMemory.open(pg_dsn, embedder) as async_wide:
         concurrent = await async_wide.recall(NETFLIX_QUERY, **scope)
     async with await AsyncMemory.open(pg_dsn, embedder, pool_size=1) as async_narrow:

@@ -167,7 +167,7 @@ async def test_async_open_refuses_mismatched_embedder_too(pg_dsn: str, embedder:
 
 def test_sync_and_async_expose_the_same_methods() -> None:
     """Same public methods (`open` included), same parameters: names, kinds, defaults and
-    annotations; the two classes are written side by side by hand, so this is what keeps them twins."""
+    annotations; `Memory` is generated from `AsyncMemory`, and this holds the generator to it."""
 
     def public(cls: type) -> dict[str, list[inspect.Parameter]]:
         return {
@@ -330,7 +330,7 @@ def test_no_transaction_is_open_while_the_model_embeds_and_a_concurrent_forget_i
     def hook(texts: list[str]) -> None:
         if delete_netflix and "netflix" not in texts:  # between the look-up and the write
             assert other.forget(**scope, entity="netflix") == 1
-        stats = memory._pool.get_stats()
+        stats = memory._runner.pool.get_stats()
         in_use.append(stats["pool_size"] - stats["pool_available"])
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             (idle,) = conn.execute(
@@ -340,7 +340,7 @@ def test_no_transaction_is_open_while_the_model_embeds_and_a_concurrent_forget_i
         seen.append((texts, int(idle)))
 
     with Memory.open(pg_dsn, embedder) as other, Memory.open(pg_dsn, HookedEmbedder(embedder, hook)) as memory:
-        memory._pool.wait()  # its minimum of connections opened, so the counts below are checked-out ones
+        memory._runner.pool.wait()  # its minimum of connections opened, so the counts below are checked-out ones
         memory.add_facts(NETFLIX[:1], **scope)
         delete_netflix = True
         again = {"subject": "user", "predicate": "watches", "object": "netflix", "object_type": "PRODUCT"}

@@ -99,7 +99,7 @@ def test_recall_uses_the_tenant_index_and_finds_the_same_facts(small_threshold: 
     assert exact.facts[0].fact.object == "town3"
     assert indexed.facts[0].fact.object == "town3"
     vector_index = tenant_indexes(Scope(dataset="d", project="indexed"))[0].name
-    with memory._pool.connection() as conn:  # a pooled connection: memsoda's session settings
+    with memory._runner.pool.connection() as conn:  # a pooled connection: memsoda's session settings
         conn.execute("SET enable_seqscan = off")  # 20 rows: make the choice the one at scale
         plan = "\n".join(
             row[0]
@@ -275,7 +275,7 @@ def test_the_vector_list_is_full_through_a_tenant_index_despite_filtered_rows(sm
         text_search_config=memory.info.text_search_config,
     )
     vector_statement = recall_statements(memory.info.schema, plan_for(query, True, options))[0]
-    with memory._pool.connection() as conn:  # memsoda's session settings (iterative scans)
+    with memory._runner.pool.connection() as conn:  # memsoda's session settings (iterative scans)
         conn.execute("SET enable_seqscan = off")  # 60 rows: make the choice the one at scale
         conn.execute("SET hnsw.ef_search = 10")  # one plain HNSW pass would yield 10 rows, ~3 of them live
         plan = "\n".join(r[0] for r in conn.execute(sql.SQL("EXPLAIN ") + vector_statement, params).fetchall())
@@ -339,7 +339,7 @@ def test_the_half_rule_tsquery_is_built_once_per_recall(small_threshold: Memory,
     # as recall runs them: an indexed scope's own statements on a generic plan, else the shared ones
     indexed = Scope(dataset="d", project=project) if project == "indexed" else None
     vector_and_keyword = recall_statements(memory.info.schema, plan_for(query, True, options), indexed)[0]
-    with memory._pool.connection() as conn:
+    with memory._runner.pool.connection() as conn:
         if indexed:
             conn.execute("SET plan_cache_mode = force_generic_plan")
         ((explained,),) = conn.execute(
@@ -402,7 +402,7 @@ def test_generic_plans_read_links_by_lookup_and_an_indexed_scope_never_whole(sma
     own = {index.name for index in tenant_indexes(scope)}
     tables = {"facts", "entities", "fact_entities", "lexemes"}
     plan = plan_for("q", True, RecallOptions())
-    with memory._pool.connection() as conn:
+    with memory._runner.pool.connection() as conn:
         for table in ("facts", "entities", "fact_entities", "lexemes", "scopes"):  # not left to autovacuum's timing
             conn.execute(sql.SQL("ANALYZE {}.{}").format(sql.Identifier(memory.info.schema), sql.Identifier(table)))
         for indexed in (None, scope):
@@ -423,7 +423,7 @@ def test_generic_plans_read_links_by_lookup_and_an_indexed_scope_never_whole(sma
 
 
 def _index_names(memory: Memory) -> set[str]:
-    with memory._pool.connection() as conn:
+    with memory._runner.pool.connection() as conn:
         return set(_valid_indexes(conn, memory.info.schema))
 
 
@@ -432,7 +432,7 @@ def _index_names(memory: Memory) -> set[str]:
 
 def _prepared(memory: Memory) -> dict[str, tuple[int, int]]:
     """Prepared statements of the store's only pooled connection: text -> (generic, custom) plans."""
-    with memory._pool.connection() as conn:
+    with memory._runner.pool.connection() as conn:
         rows = conn.execute("SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements").fetchall()
     return {str(text): (int(generic), int(custom)) for text, generic, custom in rows}
 
@@ -453,7 +453,7 @@ def one_connection(pg_dsn: str, embedder: Any) -> Iterator[Memory]:
 
 
 def _index_scans(memory: Memory, index: str) -> int:
-    with memory._pool.connection() as conn:
+    with memory._runner.pool.connection() as conn:
         conn.execute("SELECT pg_stat_force_next_flush()")  # this backend's counts, flushed at commit
         conn.commit()
         conn.execute("SELECT pg_stat_clear_snapshot()")
@@ -475,7 +475,7 @@ def test_small_scopes_share_kept_plans_and_an_indexed_scope_gets_generic_plans_t
     assert len(shared) == 2 and all(generic > 0 for generic, _ in shared.values())
     assert not any("'small'" in text for text in shared)  # one text for every small scope: values bound
 
-    with memory._pool.connection() as conn:
+    with memory._runner.pool.connection() as conn:
         assert conn.prepared_max == PREPARED_MAX  # bounds the server memory the kept plans hold
         conn.execute("SET enable_seqscan = off")  # 14 rows: make the choice the one at scale
     vector_index = tenant_indexes(Scope(dataset="d", project="indexed"))[0].name
@@ -486,7 +486,7 @@ def test_small_scopes_share_kept_plans_and_an_indexed_scope_gets_generic_plans_t
     assert len(own) == 2 and all("'indexed'" in text for text in own)  # its own texts name it
     assert all(custom == 0 and generic == 3 for generic, custom in own.values())  # generic from the first run
     assert _index_scans(memory, vector_index) > scans  # and that generic plan used the scope's HNSW
-    with memory._pool.connection() as conn:
+    with memory._runner.pool.connection() as conn:
         assert conn.execute("SHOW plan_cache_mode").fetchone() == ("auto",)  # forced for those statements only
 
 
@@ -501,8 +501,8 @@ def test_a_write_that_grows_a_scope_past_the_threshold_moves_it_to_its_own_state
 
 
 def test_a_failed_generic_statement_leaves_the_session_setting_alone(pg_dsn: str) -> None:
-    from memsoda_core.memory import _fetch
     from memsoda_core.runner.steps import Execute, Planning
+    from memsoda_core.runner.sync_runner import _fetch
 
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         with pytest.raises(psycopg.errors.DivisionByZero):  # fails on the server: rolled back with it
@@ -535,10 +535,10 @@ async def test_a_generic_statement_the_client_abandons_is_reset_before_the_conne
             with pytest.raises(MemsodaError):
                 await either._run(abandoned(), read_only=True)  # recall's kind of run
             if flavour == "sync":
-                with store._pool.connection() as conn:  # the same, only connection
+                with store._runner.pool.connection() as conn:  # the same, only connection
                     assert conn.execute("SHOW plan_cache_mode").fetchone() == ("auto",)
             else:
-                async with store._pool.connection() as aconn:
+                async with store._runner.pool.connection() as aconn:
                     assert await (await aconn.execute("SHOW plan_cache_mode")).fetchone() == ("auto",)
         finally:
             await either.close()
@@ -585,8 +585,8 @@ async def test_without_pipelines_recall_runs_its_statements_one_after_the_other_
     pg_dsn: str, embedder: Any, flavour: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """libpq < 14 has no pipelines: no statements at once, no forced generic plans, same facts."""
-    import memsoda_core.async_memory
-    import memsoda_core.memory
+    import memsoda_core.runner.async_runner
+    import memsoda_core.runner.sync_runner
 
     with dropped_after(pg_dsn, "no_pipeline_test") as schema:
         memory = await open_memory(flavour, pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD)
@@ -595,7 +595,7 @@ async def test_without_pipelines_recall_runs_its_statements_one_after_the_other_
             await memory.add_facts(_facts(THRESHOLD + 2), dataset="d", project="indexed")
             scopes = [{"dataset": "d", "project": project} for project in ("small", "indexed")]
             piped = [await memory.recall("Who visited Town3?", **scope) for scope in scopes]
-            runner = memsoda_core.async_memory if memory.is_async else memsoda_core.memory
+            runner = memsoda_core.runner.async_runner if memory.is_async else memsoda_core.runner.sync_runner
             monkeypatch.setattr(runner, "PIPELINE_SUPPORTED", False)
 
             def no_pipeline(*args: Any) -> Any:
@@ -604,8 +604,8 @@ async def test_without_pipelines_recall_runs_its_statements_one_after_the_other_
             for connection_class in (psycopg.Connection, psycopg.AsyncConnection):
                 monkeypatch.setattr(connection_class, "pipeline", no_pipeline)
             lent = []
-            getconn = memory.raw._pool.getconn
-            monkeypatch.setattr(memory.raw._pool, "getconn", lambda *a, **k: lent.append(1) or getconn(*a, **k))
+            getconn = memory.raw._runner.pool.getconn
+            monkeypatch.setattr(memory.raw._runner.pool, "getconn", lambda *a, **k: lent.append(1) or getconn(*a, **k))
             alone = [await memory.recall("Who visited Town3?", **scope) for scope in scopes]
         finally:
             await memory.close()
@@ -637,8 +637,8 @@ def _sleep(seconds: float) -> Any:
 
 
 def test_a_statement_failing_beside_another_stops_that_one_too(pg_dsn: str) -> None:
-    from memsoda_core.memory import _fetch_at_once
     from memsoda_core.runner.steps import Execute
+    from memsoda_core.runner.sync_runner import _fetch_at_once
 
     failing = Execute(sql.SQL("SELECT 1 / %(zero)s"), {"zero": 0})
     with psycopg.connect(pg_dsn, autocommit=True) as slow, psycopg.connect(pg_dsn, autocommit=True) as fails:
@@ -652,7 +652,7 @@ def test_a_statement_failing_beside_another_stops_that_one_too(pg_dsn: str) -> N
 def test_an_interrupted_sync_recall_step_stops_every_statement_it_sent(pg_dsn: str) -> None:
     """Ctrl-C (a real SIGINT) while the runner waits for its statements: both are cancelled on the
     server, not left running for their 20 and 10 s, and both connections stay usable."""
-    from memsoda_core.memory import _fetch_at_once
+    from memsoda_core.runner.sync_runner import _fetch_at_once
 
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("signals reach the main thread only")
@@ -681,7 +681,7 @@ def test_an_interrupted_sync_recall_step_stops_every_statement_it_sent(pg_dsn: s
 
 
 async def test_a_cancelled_async_recall_step_stops_every_statement_it_sent(pg_dsn: str) -> None:
-    from memsoda_core.async_memory import _fetch_at_once
+    from memsoda_core.runner.async_runner import _fetch_at_once
 
     slow = await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True)
     slower = await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True)

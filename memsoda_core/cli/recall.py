@@ -15,9 +15,10 @@ from memsoda_core.cli.output import out, print_json, table, warn
 from memsoda_core.cli.store import open_memory
 from memsoda_core.models import LITERAL, RecallResult, ScoredFact
 from memsoda_core.options import RecallOptions
+from memsoda_core.recall.signals import QUERY_SIGNALS, SIGNAL_NAMES
 from memsoda_core.validation import parse_time, validate_fact
 
-SIGNALS = ("vector", "anchor", "keyword", "recent")
+SIGNALS = SIGNAL_NAMES
 
 
 def _rank_cell(scored: ScoredFact, signal: str, k: int | None = None) -> Text:
@@ -30,7 +31,7 @@ def _rank_cell(scored: ScoredFact, signal: str, k: int | None = None) -> Text:
 
 def signal_table(facts: Sequence[ScoredFact], *, reasons: bool = True, highlight_within: int | None = None) -> Table:
     """Fact, fused score, 1-based rank per signal (· = not on that list) and, optionally, why."""
-    used = [s for s in SIGNALS if any(s in f.ranks for f in facts)] or ["vector", "anchor", "keyword"]
+    used = [s for s in SIGNALS if any(s in f.ranks for f in facts)] or list(QUERY_SIGNALS)  # an empty table
     result = table()
     result.add_column("#", justify="right")
     result.add_column("fact", overflow="fold", ratio=3)

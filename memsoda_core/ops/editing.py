@@ -13,13 +13,10 @@ from memsoda_core.errors import (
 )
 from memsoda_core.models import EpisodeInput, FactInput
 from memsoda_core.ops.maintenance import drop_tenant_indexes, ensure_tenant_indexes
-from memsoda_core.ops.writing import as_vectors, write_facts
-from memsoda_core.runner.steps import (
-    EmbedDocuments,
-    Execute,
-    Operation,
-)
-from memsoda_core.store import statements as sql_write
+from memsoda_core.ops.writing import write_facts
+from memsoda_core.runner.steps import Operation, embed_documents, execute, execute_as
+from memsoda_core.store import lexemes as sql_lexemes
+from memsoda_core.store import statements as sql_store
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import (
     Scope,
@@ -38,17 +35,18 @@ def invalidate(info: StoreInfo, scope: Scope, fact_id: int, *, at: Any, now: dat
     when = parse_time(at, "at", default=now)
     assert when is not None
     params = {"dataset": scope.dataset, "project": scope.project, "id": fact_id, "at": when}
-    rows = yield Execute(sql_write.fact_interval(info.schema), params)
+    rows = yield from execute_as(sql_store.Interval, sql_store.fact_interval(info.schema), params)
     if not rows:
         raise NotFoundError(f"no fact {fact_id} in dataset={scope.dataset!r} project={scope.project!r}")
-    valid_at, invalid_at = rows[0]
-    if when <= valid_at:
+    (interval,) = rows
+    if when <= interval.valid_at:
         raise IntervalError(
-            f"cannot invalidate fact {fact_id} at {when.isoformat()}: it only became valid at {valid_at.isoformat()}"
+            f"cannot invalidate fact {fact_id} at {when.isoformat()}: "
+            f"it only became valid at {interval.valid_at.isoformat()}"
         )
-    if invalid_at is not None and invalid_at <= when:
+    if interval.invalid_at is not None and interval.invalid_at <= when:
         return False
-    changed = yield Execute(sql_write.invalidate_fact(info.schema), params)
+    changed = yield from execute(sql_store.invalidate_fact(info.schema), params)
     return bool(changed)
 
 
@@ -86,17 +84,17 @@ def add_episodes(
 def write_episodes(info: StoreInfo, scope: Scope, episodes: Sequence[ValidEpisode]) -> Operation[list[int]]:
     if not episodes:
         return []
-    vectors = yield EmbedDocuments(tuple(e.text for e in episodes))
+    vectors = yield from embed_documents([e.text for e in episodes])
     base = {"dataset": scope.dataset, "project": scope.project}
-    yield Execute(sql_write.ensure_scope(info.schema), base)
-    rows = yield Execute(
-        sql_write.insert_episodes(info.schema),
+    yield from execute(sql_store.ensure_scope(info.schema), base)
+    rows = yield from execute(
+        sql_store.insert_episodes(info.schema),
         {
             **base,
             "thread_ids": [e.thread_id for e in episodes],
             "texts": [e.text for e in episodes],
             "created_ats": [e.created_at for e in episodes],
-            "embeddings": as_vectors(vectors),
+            "embeddings": vectors,
         },
     )
     return sorted(int(row[0]) for row in rows)
@@ -107,13 +105,13 @@ def forget(info: StoreInfo, scope: Scope, entity: str | None) -> Operation[int]:
     Returns the number of facts deleted."""
     base: dict[str, Any] = {"dataset": scope.dataset, "project": scope.project}
     if entity is None:
-        ((count,),) = yield Execute(sql_write.count_facts(info.schema), base)
-        for statement in sql_write.forget_scope(info.schema):
-            yield Execute(statement, base)
+        ((count,),) = yield from execute(sql_store.count_facts(info.schema), base)
+        for statement in sql_store.forget_scope(info.schema):
+            yield from execute(statement, base)
         yield from drop_tenant_indexes(info, scope)
         return int(count)
     params = {**base, "name": entity}
-    ((count,),) = yield Execute(sql_write.forget_entity(info.schema), params)
-    yield Execute(sql_write.delete_orphan_entities(info.schema), params)
-    yield Execute(sql_write.delete_spent_lexemes(info.schema), base)
+    ((count,),) = yield from execute(sql_store.forget_entity(info.schema), params)
+    yield from execute(sql_store.delete_orphan_entities(info.schema), params)
+    yield from execute(sql_lexemes.delete_spent_lexemes(info.schema), base)
     return int(count)

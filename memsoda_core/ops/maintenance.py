@@ -7,13 +7,8 @@ from collections.abc import Sequence
 
 from psycopg import sql
 
-from memsoda_core.runner.steps import (
-    Execute,
-    Maintain,
-    Operation,
-    Planning,
-)
-from memsoda_core.store import statements as sql_write
+from memsoda_core.runner.steps import Operation, Planning, Row, execute, execute_as, outside_transaction
+from memsoda_core.store import statements as sql_store
 from memsoda_core.store import tenant_index as sql_tenant_index
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import (
@@ -26,18 +21,18 @@ def ensure_tenant_indexes(info: StoreInfo, scope: Scope) -> Operation[list[str]]
     (committing first what the operation wrote); returns the names built. Skipped when another
     session holds the scope's build lock. An index left invalid by a crashed build is dropped first."""
     indexes = sql_tenant_index.tenant_indexes(scope)
-    rows = yield Execute(
+    rows = yield from execute_as(
+        sql_tenant_index.MissingIndex,
         sql_tenant_index.missing_statement(info.schema),
         sql_tenant_index.missing_params(info.schema, scope, info.tenant_index_min_facts),
     )
-    missing = {str(name): bool(present) for name, present in rows}
+    missing = {row.name: row.present for row in rows}  # present: left invalid by a crashed build
     if not missing:
         return []
     lock = sql_tenant_index.lock_key(info.schema, scope)
-    locked = yield Maintain(sql_tenant_index.lock_statement(), lock)
-    if not locked or not locked[0][0]:
+    if not _took((yield from outside_transaction(sql_tenant_index.lock_statement(), lock))):
         return []  # another session is building them, or an import has set them aside
-    # Maintain steps never raise (a failure replies None), so the lock is always released.
+    # Steps outside the transaction never raise (a failure replies None), so the lock is always released.
     steps: list[tuple[str | None, sql.Composed]] = []  # (the index it builds, if any; its DDL)
     for index in indexes:
         if index.name in missing:
@@ -45,8 +40,13 @@ def ensure_tenant_indexes(info: StoreInfo, scope: Scope) -> Operation[list[str]]
                 steps.append((None, sql_tenant_index.drop_statement(info.schema, index)))
             steps.append((index.name, sql_tenant_index.create_statement(info.schema, scope, index)))
     succeeded = yield from _index_ddl([statement for _, statement in steps])
-    yield Maintain(sql_tenant_index.lock_statement(release=True), lock)
+    yield from outside_transaction(sql_tenant_index.lock_statement(release=True), lock)
     return [name for name, _ in steps[:succeeded] if name is not None]
+
+
+def _took(locked: list[Row] | None) -> bool:
+    """Whether `lock_statement` took the lock (False when it failed)."""
+    return bool(locked and locked[0][0])
 
 
 def _index_ddl(statements: Sequence[sql.Composed]) -> Operation[int]:
@@ -54,26 +54,26 @@ def _index_ddl(statements: Sequence[sql.Composed]) -> Operation[int]:
     stopping at the first failure (what stopped it, a lock timeout most likely, would stop the
     rest too). Returns how many succeeded."""
     for setting in sql_tenant_index.build_settings():
-        yield Maintain(setting)
+        yield from outside_transaction(setting)
     succeeded = 0
     for statement in statements:
-        if (yield Maintain(statement)) is None:
+        if (yield from outside_transaction(statement)) is None:
             break
         succeeded += 1
     for setting in sql_tenant_index.build_settings(reset=True):
-        yield Maintain(setting)
+        yield from outside_transaction(setting)
     return succeeded
 
 
 def ensure_all_tenant_indexes(info: StoreInfo) -> Operation[list[str]]:
     """`ensure_tenant_indexes` for every scope at or above the size threshold: run at open, so a
     store from before tenant indexes, or one whose build was interrupted, is brought up to date."""
-    rows = yield Execute(
-        sql_tenant_index.large_scopes_statement(info.schema), {"min_facts": info.tenant_index_min_facts}
+    scopes = yield from execute_as(
+        Scope, sql_tenant_index.large_scopes_statement(info.schema), {"min_facts": info.tenant_index_min_facts}
     )
     built: list[str] = []
-    for dataset, project in rows:
-        built += yield from ensure_tenant_indexes(info, Scope(dataset=dataset, project=project))
+    for scope in scopes:
+        built += yield from ensure_tenant_indexes(info, scope)
     return built
 
 
@@ -86,7 +86,7 @@ def maintain(info: StoreInfo) -> Operation[list[str]]:
 
 def scope_fact_count(info: StoreInfo, scope: Scope, planning: Planning = Planning.FRESH) -> Operation[int]:
     """How many facts `scope` holds (0 for a scope never written)."""
-    rows = yield Execute(
+    rows = yield from execute(
         sql_tenant_index.scope_facts_statement(info.schema),
         {"dataset": scope.dataset, "project": scope.project},
         planning,
@@ -101,13 +101,10 @@ and rebuilds it once after the rows (`set_aside_fact_index`)."""
 
 def set_aside_fact_index(info: StoreInfo, scope: Scope, incoming: int, rebuild: bool | None) -> Operation[bool]:
     """Before an import into a scope with its own fact HNSW: drop that index when `rebuild` (None:
-    when the import is large), so the rows are written without per-row HNSW maintenance; the
-    import's `ensure_tenant_indexes` builds it again once (and the runner tries again if the
-    import fails). On this project's 2-core machine a build ran at ~4,000 facts/s and per-row
-    maintenance at ~600, even on a bare table holding nothing but the HNSW index (one-off
-    measurements, bench/RESULTS.md "Ingest"), so rebuilding the whole scope wins while the import is
-    above ~1/7 of it; 1/4 leaves a margin. Meanwhile the scope's vector search is exact (correct,
-    slower).
+    when the import brings `1/IMPORT_REBUILD_SHARE` of the scope), so the rows are written without
+    per-row HNSW maintenance, which is slower than one build of the whole scope (bench/RESULTS.md,
+    "Import rebuild"); the import's `ensure_tenant_indexes` builds it again once (and the runner
+    tries again if the import fails). Meanwhile the scope's vector search is exact (correct, slower).
 
     The scope's build lock is taken first (nothing is dropped while another session builds) and
     handed over to the import's transaction, so writers into the scope meanwhile do not start a
@@ -119,16 +116,15 @@ def set_aside_fact_index(info: StoreInfo, scope: Scope, incoming: int, rebuild: 
     if held < info.tenant_index_min_facts or (rebuild is None and incoming * IMPORT_REBUILD_SHARE < held):
         return False
     index = sql_tenant_index.fact_vector_index(scope)
-    present = yield Execute(sql_tenant_index.present_statement(), {"names": [index.name], "schema": info.schema})
+    present = yield from execute(sql_tenant_index.present_statement(), {"names": [index.name], "schema": info.schema})
     if not present:
         return False
     lock = sql_tenant_index.lock_key(info.schema, scope)
-    locked = yield Maintain(sql_tenant_index.lock_statement(), lock)
-    if not locked or not locked[0][0]:
+    if not _took((yield from outside_transaction(sql_tenant_index.lock_statement(), lock))):
         return False  # being built elsewhere: keep it
     dropped = yield from _index_ddl([sql_tenant_index.drop_statement(info.schema, index)])
-    yield Execute(sql_tenant_index.transaction_lock_statement(), lock)  # opens the import's transaction
-    yield Execute(sql_tenant_index.lock_statement(release=True), lock)
+    yield from execute(sql_tenant_index.transaction_lock_statement(), lock)  # opens the import's transaction
+    yield from execute(sql_tenant_index.lock_statement(release=True), lock)
     return bool(dropped)
 
 
@@ -137,7 +133,7 @@ def drop_tenant_indexes(info: StoreInfo, scope: Scope) -> Operation[None]:
     lock timeout: like a build, DROP INDEX CONCURRENTLY waits for older transactions. One left
     behind by a timeout costs disk only (it matches no row) and is dropped by a later forget."""
     indexes = sql_tenant_index.tenant_indexes(scope)
-    rows = yield Execute(
+    rows = yield from execute(
         sql_tenant_index.present_statement(), {"names": [i.name for i in indexes], "schema": info.schema}
     )
     present = {str(name) for (name,) in rows}
@@ -150,15 +146,13 @@ ANALYZE_FROM_PAGES = 64
 
 def statistics_stale(analyzed_pages: int, pages: int) -> bool:
     """True when the facts table has doubled in size since it was last analyzed (and holds at
-    least ~256 facts): statistics are then refreshed in the same transaction. A never-analyzed
-    store plans recall as nested loops on one-row estimates (bench.soak --no-analyze measured
-    175 ms instead of 13 ms at 200 facts), and autovacuum may take a minute to notice. Doubling
-    bounds it to log2(size) refreshes in the store's life, however many tenants grow in it; an
-    earlier per-tenant rule re-analyzed a 210k-fact table (3.4 s) each time any tenant passed 256,
-    512, 1,024... facts."""
+    least ~256 facts): statistics are then refreshed in the same transaction, since a store planned
+    on stale estimates recalls many times slower and autovacuum may take a minute to notice;
+    doubling bounds it to log2(size) refreshes in the store's life, however many tenants grow in it
+    (bench/RESULTS.md, "Statistics refresh")."""
     return pages >= ANALYZE_FROM_PAGES and pages >= 2 * analyzed_pages
 
 
 def refresh_statistics(info: StoreInfo) -> Operation[None]:
-    for statement in sql_write.analyze(info.schema):
-        yield Execute(statement)
+    for statement in sql_store.analyze(info.schema):
+        yield from execute(statement)

@@ -7,10 +7,7 @@ from memsoda_core.errors import (
     SchemaError,
 )
 from memsoda_core.ops.maintenance import ensure_all_tenant_indexes
-from memsoda_core.runner.steps import (
-    Execute,
-    Operation,
-)
+from memsoda_core.runner.steps import Operation, execute
 from memsoda_core.store import schema as ddl
 from memsoda_core.store import tenant_index as sql_tenant_index
 from memsoda_core.store.info import StoreInfo
@@ -26,10 +23,10 @@ def open_store(
     `tenant_index_min_facts` if given (else use the recorded one, or the default), then build any
     tenant indexes a large scope lacks (after an upgrade, or an interrupted build)."""
     statement, params = ddl.lock_statement(schema)
-    yield Execute(statement, params)
+    yield from execute(statement, params)
     for bootstrap in ddl.bootstrap_statements(schema):
-        yield Execute(bootstrap)
-    meta = dict((yield Execute(ddl.read_meta_statement(schema))))
+        yield from execute(bootstrap)
+    meta = {str(key): str(value) for key, value in (yield from execute(ddl.read_meta_statement(schema)))}
     current = int(meta.get("schema_version", 0))
     if current > ddl.SCHEMA_VERSION:
         raise SchemaError(
@@ -52,12 +49,12 @@ def open_store(
     shape = ddl.StoreShape(schema=schema, dimensions=stored_dims, text_search_config=meta["text_search_config"])
     for version, migration in ddl.pending_migrations(current):
         for statement_ in migration(shape):
-            yield Execute(statement_)
+            yield from execute(statement_)
         meta["schema_version"] = str(version)
     if tenant_index_min_facts is not None:
         meta[TENANT_INDEX_KEY] = str(tenant_index_min_facts)  # recorded, so every process agrees
     for key, value in sorted(meta.items()):
-        yield Execute(ddl.write_meta_statement(schema), (key, value))
+        yield from execute(ddl.write_meta_statement(schema), (key, value))
     info = StoreInfo(
         schema=schema,
         model=stored_model,

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, TextIO
+from typing import Any
 
 from memsoda_core.errors import (
     ImportFormatError,
@@ -14,14 +14,8 @@ from memsoda_core.errors import (
 from memsoda_core.ops.editing import write_episodes
 from memsoda_core.ops.maintenance import ensure_tenant_indexes, set_aside_fact_index
 from memsoda_core.ops.writing import CountDeltas, bump_counts, insert_fact_rows
-from memsoda_core.recall.result import (
-    decode_fact,
-)
-from memsoda_core.runner.steps import (
-    Execute,
-    Operation,
-)
-from memsoda_core.store import statements as sql_write
+from memsoda_core.runner.steps import Operation, emit, execute_as, progress
+from memsoda_core.store import statements as sql_store
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import (
     Scope,
@@ -34,15 +28,14 @@ from memsoda_core.validation import (
 _EXPORT_PAGE = 1000
 
 
-def fact_record(fact_row: Sequence[Any]) -> dict[str, Any]:
+def fact_record(row: sql_store.ExportedFact) -> dict[str, Any]:
     """An exported line: the fact's fields, ready for `import_jsonl`."""
-    fact = decode_fact(fact_row)
-    subject_type = fact_row[-1]
+    fact = row.fact
     record: dict[str, Any] = {
         "kind": "fact",
         "id": fact.id,
         "subject": fact.subject,
-        "subject_type": subject_type,
+        "subject_type": row.subject_type,
         "predicate": fact.predicate,
         "object": fact.object,
         "object_type": fact.object_type,
@@ -68,30 +61,39 @@ def jsonl_line(record: Mapping[str, Any]) -> str:
     return text + "\n"
 
 
-def export_jsonl(info: StoreInfo, scope: Scope, sink: TextIO) -> Operation[int]:
-    """Write every fact, then every episode, of the scope as JSON lines. Returns lines written."""
+def episode_record(row: sql_store.EpisodeRow) -> dict[str, Any]:
+    """An exported line of an episode, ready for `import_jsonl`."""
+    return {
+        "kind": "episode",
+        "id": int(row.id),
+        "thread_id": row.thread_id,
+        "text": row.text,
+        "created_at": row.created_at.isoformat(),
+    }
+
+
+def export_jsonl(info: StoreInfo, scope: Scope) -> Operation[int]:
+    """Emit every fact, then every episode, of the scope as JSON lines (one `Emit` per page).
+    Returns the lines emitted."""
     base: dict[str, Any] = {"dataset": scope.dataset, "project": scope.project}
     written = 0
     after = 0
     while True:
-        rows = yield Execute(sql_write.export_facts(info.schema), {**base, "after": after, "limit": _EXPORT_PAGE})
-        for row in rows:
-            sink.write(jsonl_line(fact_record(row)))
+        rows = yield from execute_as(
+            sql_store.ExportedFact,
+            sql_store.export_facts(info.schema),
+            {**base, "after": after, "limit": _EXPORT_PAGE},
+        )
+        if rows:
+            yield from emit([jsonl_line(fact_record(row)) for row in rows])
         written += len(rows)
         if len(rows) < _EXPORT_PAGE:
             break
-        after = int(rows[-1][0])
-    for eid, thread, text, created in (yield Execute(sql_write.export_episodes(info.schema), base)):
-        record = {
-            "kind": "episode",
-            "id": int(eid),
-            "thread_id": thread,
-            "text": text,
-            "created_at": created.isoformat(),
-        }
-        sink.write(jsonl_line(record))
-        written += 1
-    return written
+        after = rows[-1].fact.id
+    episodes = yield from execute_as(sql_store.EpisodeRow, sql_store.export_episodes(info.schema), base)
+    if episodes:
+        yield from emit([jsonl_line(episode_record(row)) for row in episodes])
+    return written + len(episodes)
 
 
 _FACT_RECORD_IGNORED = {"kind", "id"}
@@ -144,12 +146,11 @@ def import_records(
     episodes: Sequence[ValidEpisode],
     *,
     batch_size: int,
-    progress: Callable[[int], None] | None,
     rebuild_index: bool | None = None,
 ) -> Operation[tuple[int, int]]:
     """Write validated records in batches inside one transaction: all or nothing, the counts bumped
-    once after the rows. An import into a scope with its own fact HNSW may rebuild it after the rows
-    (`set_aside_fact_index`)."""
+    once after the rows, a `Progress` after each batch. An import into a scope with its own fact
+    HNSW may rebuild it after the rows (`set_aside_fact_index`)."""
     if facts:
         yield from set_aside_fact_index(info, scope, len(facts), rebuild_index)
     deltas = CountDeltas()
@@ -157,14 +158,12 @@ def import_records(
         batch = facts[start : start + batch_size]
         _, added = yield from insert_fact_rows(info, scope, batch, None, peek=False)
         deltas.add(added)
-        if progress is not None:
-            progress(len(batch))
+        yield from progress(len(batch))
     yield from bump_counts(info, scope, deltas)  # once, at the end: see `CountDeltas`
     for start in range(0, len(episodes), batch_size):
         chunk = episodes[start : start + batch_size]
         yield from write_episodes(info, scope, chunk)
-        if progress is not None:
-            progress(len(chunk))
+        yield from progress(len(chunk))
     if facts or episodes:
         # Built once, after the rows: much faster than maintaining HNSW row by row. (Statistics are
         # refreshed by `insert_fact_rows` whenever the table has doubled, as for any write.)

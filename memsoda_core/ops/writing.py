@@ -18,13 +18,9 @@ from memsoda_core.errors import (
 )
 from memsoda_core.models import FactInput
 from memsoda_core.ops.maintenance import ensure_tenant_indexes, refresh_statistics, statistics_stale
-from memsoda_core.runner.steps import (
-    EmbedDocuments,
-    Execute,
-    Operation,
-    Peek,
-)
-from memsoda_core.store import statements as sql_write
+from memsoda_core.runner.steps import Operation, embed_documents, execute, execute_as, read_aside
+from memsoda_core.store import lexemes as sql_lexemes
+from memsoda_core.store import statements as sql_store
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import (
     Scope,
@@ -32,14 +28,20 @@ from memsoda_core.validation import (
     validate_facts,
 )
 
+UNTYPED = "OTHER"
+"""The type of an entity no fact has given a specific one."""
 
-def as_vectors(rows: Sequence[Sequence[float]]) -> list[np.ndarray[Any, np.dtype[np.float32]]]:
-    return [np.asarray(row, dtype=np.float32) for row in rows]
+
+def keep_specific_type(types: dict[str, str], name: str, kind: str) -> None:
+    """Record `kind` as `name`'s type unless it has a specific one already: a specific type wins
+    over OTHER, and the first one seen is kept (`sql_store.bump_entities` keeps the stored one so)."""
+    if types.get(name, UNTYPED) == UNTYPED:
+        types[name] = kind
 
 
 def _entity_rows(facts: Sequence[ValidFact]) -> tuple[list[str], list[str], list[int]]:
     """Distinct entity names (sorted, so concurrent writers lock rows in one order), their types
-    (the first specific type seen wins over OTHER) and how many of these facts touch each."""
+    (`keep_specific_type`) and how many of these facts touch each."""
     types: dict[str, str] = {}
     touches: dict[str, int] = {}
     for fact in facts:
@@ -47,26 +49,24 @@ def _entity_rows(facts: Sequence[ValidFact]) -> tuple[list[str], list[str], list
         if fact.object_is_entity:
             typed[fact.object] = fact.object_type
         for name in fact.entity_roles():
-            kind = typed.get(name, "OTHER")
-            if types.get(name, "OTHER") == "OTHER":
-                types[name] = kind
+            keep_specific_type(types, name, typed.get(name, UNTYPED))
             touches[name] = touches.get(name, 0) + 1
     names = sorted(types)
     return names, [types[n] for n in names], [touches[n] for n in names]
 
 
 ENTITY_ROUNDS = 3
-"""Rounds of `sql_write.insert_entities` a write may take: a second one is needed only when
+"""Rounds of `sql_store.insert_entities` a write may take: a second one is needed only when
 another writer created and committed one of its new entities meanwhile (or a `forget` removed one
 that another writer had created)."""
 
 
 @dataclass
 class CountDeltas:
-    """What written facts add to the scope's counts: per entity name its type (a specific one wins
-    over OTHER) and the facts touching it, per lexeme the facts holding it, and the facts. Bumped at
-    the end of the write's transaction (`bump_counts`), so other writers into the scope wait for
-    these rows only from there to the commit."""
+    """What written facts add to the scope's counts: per entity name its type (`keep_specific_type`)
+    and the facts touching it, per lexeme the facts holding it, and the facts. Bumped at the end of
+    the write's transaction (`bump_counts`), so other writers into the scope wait for these rows
+    only from there to the commit."""
 
     types: dict[str, str] = field(default_factory=dict)
     touches: Counter[str] = field(default_factory=Counter)
@@ -76,8 +76,7 @@ class CountDeltas:
     def add(self, other: CountDeltas) -> None:
         """Add a later batch's deltas (an earlier batch's specific type is kept)."""
         for name, kind in other.types.items():
-            if self.types.get(name, "OTHER") == "OTHER":
-                self.types[name] = kind
+            keep_specific_type(self.types, name, kind)
         self.touches.update(other.touches)
         self.lexemes.update(other.lexemes)
         self.facts += other.facts
@@ -90,8 +89,8 @@ def bump_counts(info: StoreInfo, scope: Scope, deltas: CountDeltas) -> Operation
         return
     base = {"dataset": scope.dataset, "project": scope.project}
     names = sorted(deltas.types)
-    yield Execute(
-        sql_write.bump_entities(info.schema),
+    yield from execute(
+        sql_store.bump_entities(info.schema),
         {
             **base,
             "names": names,
@@ -101,11 +100,11 @@ def bump_counts(info: StoreInfo, scope: Scope, deltas: CountDeltas) -> Operation
     )
     if deltas.lexemes:
         lexemes = sorted(deltas.lexemes)
-        yield Execute(
-            sql_write.count_lexemes(info.schema),
+        yield from execute(
+            sql_lexemes.count_lexemes(info.schema),
             {**base, "lexemes": lexemes, "counts": [deltas.lexemes[lexeme] for lexeme in lexemes]},
         )
-    yield Execute(sql_write.bump_scope(info.schema), {**base, "delta": deltas.facts})
+    yield from execute(sql_store.bump_scope(info.schema), {**base, "delta": deltas.facts})
 
 
 def write_facts(
@@ -135,7 +134,7 @@ def insert_fact_rows(
     facts and links; returns the facts' ids and what they add to the counts.
 
     With `peek` (the operation's first step), which entities exist is read first on a borrowed
-    connection (`Peek`), so neither a connection nor a transaction is held while a model embeds;
+    connection (`ReadAside`), so neither a connection nor a transaction is held while a model embeds;
     inside the transaction they are then locked FOR KEY SHARE, and a name a concurrent `forget`
     deleted in between is embedded there (a second, rare call). Without it (the batches of an
     import, whose transaction is open already), they are read and locked at once, and the
@@ -145,29 +144,29 @@ def insert_fact_rows(
     base = {"dataset": scope.dataset, "project": scope.project}
     names, types, touches = _entity_rows(facts)
     if peek:
-        found = yield Peek(sql_write.known_entities(info.schema), {**base, "names": names})
+        found = yield from read_aside(sql_store.known_entities(info.schema), {**base, "names": names})
     else:
-        found = yield Execute(sql_write.known_entities(info.schema, lock=True), {**base, "names": names})
+        found = yield from execute(sql_store.known_entities(info.schema, lock=True), {**base, "names": names})
     known = {name: int(eid) for name, eid in found or ()}
     new_names = [name for name in names if name not in known]
     texts = [] if vectors is not None else [fact.embedding_text for fact in facts]
-    embedded = (yield EmbedDocuments(tuple(texts + new_names))) if texts or new_names else []
-    fact_vectors = list(vectors) if vectors is not None else as_vectors(embedded[: len(texts)])
-    new_vectors = dict(zip(new_names, as_vectors(embedded[len(texts) :]), strict=True))
+    embedded = (yield from embed_documents(texts + new_names)) if texts or new_names else []
+    fact_vectors = list(vectors) if vectors is not None else embedded[: len(texts)]
+    new_vectors = dict(zip(new_names, embedded[len(texts) :], strict=True))
     entity_ids = {} if peek else dict(known)  # an import's were locked as they were read
     if known and peek:
-        locked = yield Execute(sql_write.known_entities(info.schema, lock=True), {**base, "names": sorted(known)})
+        locked = yield from execute(sql_store.known_entities(info.schema, lock=True), {**base, "names": sorted(known)})
         entity_ids = {name: int(eid) for name, eid in locked}
         gone = sorted(set(known) - set(entity_ids))
         if gone:
-            new_vectors.update(zip(gone, as_vectors((yield EmbedDocuments(tuple(gone)))), strict=True))
+            new_vectors.update(zip(gone, (yield from embed_documents(gone)), strict=True))
     type_of = dict(zip(names, types, strict=True))
     missing = [name for name in names if name not in entity_ids]
     for _ in range(ENTITY_ROUNDS):  # again when another writer created one of them meanwhile
         if not missing:
             break
-        rows = yield Execute(
-            sql_write.insert_entities(info.schema),
+        rows = yield from execute(
+            sql_store.insert_entities(info.schema),
             {
                 **base,
                 "names": missing,
@@ -175,12 +174,13 @@ def insert_fact_rows(
                 "embeddings": [new_vectors[name] for name in missing],
             },
         )
-        entity_ids.update((name, int(eid)) for eid, name in rows)
+        entity_ids.update((name, int(eid)) for name, eid in rows)
         missing = [name for name in missing if name not in entity_ids]
     if missing:
         raise StoreError("entities of this write kept changing under concurrent writers; try the write again")
-    id_rows = yield Execute(
-        sql_write.insert_facts(info.schema),
+    inserted = yield from execute_as(
+        sql_store.InsertedFact,
+        sql_store.insert_facts(info.schema),
         {
             **base,
             "subjects": [f.subject for f in facts],
@@ -197,15 +197,15 @@ def insert_fact_rows(
             "embeddings": fact_vectors,
         },
     )
-    fact_ids = sorted(int(row[0]) for row in id_rows)
-    lexeme_counts = Counter(lexeme for row in id_rows for lexeme in row[1])
+    fact_ids = sorted(int(row.id) for row in inserted)
+    lexeme_counts = Counter(lexeme for row in inserted for lexeme in row.lexemes)
     links = [
         (fact_id, entity_ids[name], roles)
         for fact_id, fact in zip(fact_ids, facts, strict=True)
         for name, roles in fact.entity_roles().items()
     ]
-    yield Execute(
-        sql_write.insert_fact_entities(info.schema),
+    yield from execute(
+        sql_store.insert_fact_entities(info.schema),
         {
             **base,
             "fact_ids": [link[0] for link in links],
@@ -213,8 +213,8 @@ def insert_fact_rows(
             "roles": [link[2] for link in links],
         },
     )
-    ((analyzed_pages, pages),) = yield Execute(sql_write.facts_pages(), {"schema": info.schema})
-    if statistics_stale(int(analyzed_pages), int(pages)):
+    (pages,) = yield from execute_as(sql_store.TablePages, sql_store.facts_pages(), {"schema": info.schema})
+    if statistics_stale(int(pages.analyzed), int(pages.current)):
         yield from refresh_statistics(info)
     deltas = CountDeltas(
         types=type_of,

@@ -44,8 +44,8 @@ def rrf_ranks(
 ) -> list[Fused]:
     """`rrf` over known ranks (fact id -> signal -> 1-based rank), for when only some members of
     each list are at hand; with `limit`, only the best `limit` entries (a partial sort)."""
-    # fsum is exactly rounded, so equal rank sets give equal scores whatever the signal order:
-    # ties are then broken the same way here and in the statement's own selection (sql_recall).
+    # fsum is exactly rounded, so equal rank sets give equal scores whatever the order the hits
+    # arrive in: ties are then broken by `order` alone.
     scores: dict[int, float] = {}
     best_rank: dict[int, int] = {}
     for fact_id, by_signal in ranks.items():

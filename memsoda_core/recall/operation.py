@@ -16,6 +16,7 @@ from memsoda_core.errors import (
 from memsoda_core.models import IncludeOption, RecallResult
 from memsoda_core.ops.maintenance import scope_fact_count
 from memsoda_core.options import RecallOptions
+from memsoda_core.recall.hits import hit_rows
 from memsoda_core.recall.planning import ScopeSizes, recall_statement_choice
 from memsoda_core.recall.result import (
     assemble,
@@ -59,7 +60,7 @@ def recall(
     scope_sizes: ScopeSizes,
 ) -> Operation[RecallResult]:
     """The signals in two statements run at once, RRF, the kept facts read, grouping and
-    rendering; see `recall.py`. Statements whose plan fits every scope they serve are prepared
+    rendering; see `recall.result`. Statements whose plan fits every scope they serve are prepared
     (the kept facts' read; the signals of a scope under the tenant-index threshold): see
     `scope_sizes`, which also remembers the scope's size between recalls."""
     timings: dict[str, float] = {}
@@ -90,7 +91,7 @@ def recall(
         scope_sizes.put(scope, scope_facts)
     indexed, planning = recall_statement_choice(scope, scope_facts, info.tenant_index_min_facts)
     statements = recall_statements(info.schema, plan_for(query, embedding is not None, options), indexed)
-    results = yield Concurrently(tuple(Execute(statement, params, planning) for statement in statements))
+    results = yield Concurrently(tuple(Execute(statement, params, planning, hit_rows) for statement in statements))
     timings["query"] = _ms(mark)
     mark = time.perf_counter()
     kept = fuse_hits((row for rows in results for row in rows), options)

@@ -9,7 +9,7 @@ import sys
 import time
 import weakref
 from collections import deque
-from typing import Any, TypeVar
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -20,9 +20,7 @@ from memsoda_core.errors import (
     StoreError,
     StoreUnavailableError,
 )
-from memsoda_core.runner.steps import Maintain, Peek
-
-T = TypeVar("T")
+from memsoda_core.runner.steps import OutsideTransaction, ReadAside
 
 logger = logging.getLogger(__name__)
 
@@ -55,14 +53,14 @@ PREPARE_ONLY_WHEN_ASKED = sys.maxsize
 preparing altogether, even the statements memsoda asks for (`Execute.planning`)."""
 
 PREPARED_MAX = 40
-"""Prepared statements kept per pooled connection (psycopg drops the least recently used). Each
-recall statement's kept plan holds ~0.4 MB of server memory (pg_backend_memory_contexts), so 40 is
-~16 MB per connection: the shared statements and the own statements of ~18 indexed scopes."""
+"""Prepared statements kept per pooled connection (psycopg drops the least recently used): the
+shared recall statements and the own statements of ~18 indexed scopes, at a bounded server memory
+per connection (bench/RESULTS.md, "Plans and pools")."""
 
 CONNECTION_KWARGS: dict[str, Any] = {
-    # Automatic prepared statements share one generic plan across tenants of very different sizes
-    # (PERF-NOTES measured 110 ms instead of 11 ms); only statements whose one plan suits every
-    # scope they run for are prepared, on request (see `scope_sizes`).
+    # Automatic preparation would share one generic plan across tenants of very different sizes;
+    # only statements whose one plan suits every scope they run for are prepared, on request
+    # (see `recall.planning`).
     "prepare_threshold": PREPARE_ONLY_WHEN_ASKED,
     "autocommit": False,
 }
@@ -81,8 +79,8 @@ CANCEL_TIMEOUT_S = 5.0
 """How long a recall whose other statement failed (or whose task was cancelled) waits for the
 server to accept the cancel request for the statement still running."""
 
-PEEK_CONNECTION_WAIT_S = 0.05
-"""How long a write waits for a connection to look up known entities before embedding (`Peek`).
+READ_ASIDE_CONNECTION_WAIT_S = 0.05
+"""How long a write waits for a connection to look up known entities before embedding (`ReadAside`).
 The look-up only saves work, so on a busy pool it is skipped (every name is embedded) rather than
 adding a wait to the one the write's own connection may need."""
 
@@ -92,13 +90,10 @@ POOL_MIN_SIZE = 2
 
 def lend_newest_first(idle: object) -> bool:
     """Before psycopg_pool takes the oldest idle connection (it lends first in, first out), move the
-    newest to the front, so the pool lends last in, first out. A recall uses two connections; with
-    first in, first out every recall got the two that had been idle longest (their server
-    processes and caches cold), and a pool that grew once kept cycling through all of them: a
-    10k-fact tenant's recall took 7.1-7.4 ms p50 that way and 6.3-6.4 ms last in, first out,
-    interleaved with another store's recalls. The least used stay idle and close after `max_idle`
-    (down to the pool's minimum). psycopg_pool has no option for this; `idle` is its private
-    queue, left alone if that ever changes shape. Returns whether it was turned."""
+    newest to the front, so the pool lends last in, first out: a recall then gets the warm
+    connections the previous one used, and the least used stay idle until `max_idle` closes them
+    (bench/RESULTS.md, "Plans and pools"). psycopg_pool has no option for this; `idle` is its
+    private queue, left alone if that ever changes shape. Returns whether it was turned."""
     if isinstance(idle, deque) and len(idle) > 1:
         idle.rotate(1)
         return True
@@ -159,11 +154,12 @@ def translate_db_error(exc: BaseException) -> MemsodaError:
     return StoreError(f"the database rejected the operation: {str(exc).strip()}")
 
 
-def peek_failed(request: Peek, exc: BaseException) -> None:
+def read_aside_failed(request: ReadAside, exc: BaseException) -> None:
     """Log a failed best-effort read; the operation goes on without what it would have told."""
     logger.info("best-effort read failed, going on without it: %s (%s)", exc, request.statement)
 
 
-def maintenance_failed(request: Maintain, exc: BaseException) -> None:
-    """Log a failed maintenance statement; the operation goes on (the next write retries it)."""
-    logger.warning("maintenance statement failed, to be retried by a later write: %s (%s)", exc, request.statement)
+def outside_transaction_failed(request: OutsideTransaction, exc: BaseException) -> None:
+    """Log a failed statement run outside the transaction; the operation goes on (a later write
+    retries it)."""
+    logger.warning("statement outside the transaction failed, to be retried later: %s (%s)", exc, request.statement)

@@ -1,25 +1,34 @@
-"""The requests an operation makes of its runner (sans-I/O).
+"""The requests an operation makes of its runner (sans-I/O), each with its typed reply.
 
-Operations in `ops` are generators: they yield one of these, the runner (sync in `memory`, async in
-`async_memory`) performs it and sends back the result. So every decision, SQL statement and row
-decoding is shared, and the two runners differ only in the lines that do I/O. An embedder failure
+Operations are generators: they yield one of these requests, the runner (`runner.async_runner`,
+and `runner.sync_runner` generated from it) performs it and sends back the reply. So every
+decision, SQL statement and row decoding is shared, and the runners are the only code that does
+I/O. An operation asks through the helpers at the bottom (`rows = yield from execute(...)`), which
+give mypy the reply's type; a bare `yield Request(...)` would be typed `Any`. An embedder failure
 is thrown into the generator as `EmbeddingError`, which recall turns into a degraded result.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, TypeVar
 
 from psycopg import sql
+from psycopg.rows import RowFactory, class_row, tuple_row
+
+from memsoda_core.embedders.protocol import Vector
 
 T = TypeVar("T")
+R = TypeVar("R")
+
+Row = tuple[Any, ...]
+Params = Mapping[str, Any] | tuple[Any, ...] | None
 
 
 class Planning(Enum):
-    """How the server plans a statement (see `scope_sizes` for which statements get which)."""
+    """How the server plans a statement (see `recall.planning` for which statements get which)."""
 
     FRESH = "fresh"
     """Planned with its actual values at every run: psycopg does not prepare it."""
@@ -34,53 +43,55 @@ class Planning(Enum):
 
 @dataclass(frozen=True)
 class Execute:
-    """Run one statement inside the operation's transaction; reply: list of row tuples."""
+    """Run one statement inside the operation's transaction. Reply: its rows, as `row_factory`
+    makes them (psycopg's row factories: tuples by default, `class_row` for named rows)."""
 
     statement: sql.Composed | sql.SQL
-    params: Mapping[str, Any] | tuple[Any, ...] | None = None
+    params: Params = None
     planning: Planning = Planning.FRESH
+    row_factory: RowFactory[Any] = tuple_row
 
 
 @dataclass(frozen=True)
 class Concurrently:
     """Run independent read-only statements, at once where the pool has a spare connection (each
-    outside any transaction, so each sees its own snapshot); reply: one list of rows per statement,
-    in order. Used by recall only, which runs in autocommit mode."""
+    outside any transaction, so each sees its own snapshot). Reply: one list of rows per
+    statement, in order. Used by recall only, which runs in autocommit mode."""
 
     statements: tuple[Execute, ...]
 
 
 @dataclass(frozen=True)
-class Maintain:
+class OutsideTransaction:
     """Run one statement outside the operation's transaction, in autocommit mode (what the
-    operation wrote before is committed first); for CREATE INDEX CONCURRENTLY and the like.
-    Reply: list of row tuples, or None if it failed: maintenance never fails a write, it is
-    logged and retried by the next one."""
+    operation wrote before is committed first): CREATE INDEX CONCURRENTLY, session advisory locks,
+    settings for those. Reply: its rows, or None if it failed (logged): such a statement never
+    fails the operation, whose next write retries it."""
 
     statement: sql.Composed
-    params: Mapping[str, Any] | tuple[Any, ...] | None = None
+    params: Params = None
 
 
 @dataclass(frozen=True)
-class Peek:
+class ReadAside:
     """A best-effort read on a connection borrowed for it alone and returned at once, before the
-    operation's own connection is taken (so none is held while a model embeds next). Reply: list
-    of row tuples, or None if it failed; the operation must not depend on it for correctness."""
+    operation's own connection is taken (so none is held while a model embeds next). Reply: its
+    rows, or None if it failed; the operation must not depend on it for correctness."""
 
     statement: sql.Composed | sql.SQL
-    params: Mapping[str, Any] | tuple[Any, ...] | None = None
+    params: Params = None
 
 
 @dataclass(frozen=True)
 class EmbedDocuments:
-    """Embed texts for storage; reply: checked vectors (EmbeddingError thrown in on failure)."""
+    """Embed texts for storage. Reply: one checked vector per text (EmbeddingError thrown in)."""
 
     texts: tuple[str, ...]
 
 
 @dataclass(frozen=True)
 class EmbedQuery:
-    """Embed a query (cached, with a timeout); reply: a checked vector."""
+    """Embed a query (cached, with a timeout). Reply: a checked vector (EmbeddingError thrown in)."""
 
     text: str
     timeout_s: float
@@ -88,11 +99,96 @@ class EmbedQuery:
 
 @dataclass(frozen=True)
 class Synthesize:
-    """Ask the configured chat model for prose over the rendered block; reply: str."""
+    """Ask the configured chat model for prose over the rendered block. Reply: str (its error
+    thrown in)."""
 
     context: str
     query: str | None
 
 
-Request = Execute | Concurrently | Maintain | Peek | EmbedDocuments | EmbedQuery | Synthesize
+@dataclass(frozen=True)
+class Emit:
+    """Hand output lines to the caller's sink (an export's file). Reply: None."""
+
+    lines: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Report that `done` more items are written (an import's progress bar). Reply: None."""
+
+    done: int
+
+
+Request = (
+    Execute | Concurrently | OutsideTransaction | ReadAside | EmbedDocuments | EmbedQuery | Synthesize | Emit | Progress
+)
 Operation = Generator[Request, Any, T]
+"""An operation: yields requests, receives their replies, returns T."""
+
+
+# --- typed requests: `rows = yield from execute(...)` ------------------------------------------------
+
+
+def execute(
+    statement: sql.Composed | sql.SQL, params: Params = None, planning: Planning = Planning.FRESH
+) -> Operation[list[Row]]:
+    """Run a statement in the operation's transaction; its rows as tuples."""
+    rows: list[Row] = yield Execute(statement, params, planning)
+    return rows
+
+
+def execute_as(
+    shape: type[R], statement: sql.Composed | sql.SQL, params: Params = None, planning: Planning = Planning.FRESH
+) -> Operation[list[R]]:
+    """Run a statement in the operation's transaction; each row built as `shape(**columns)`, so
+    the statement's column names, not their order, are the contract (psycopg's `class_row`)."""
+    rows: list[R] = yield Execute(statement, params, planning, class_row(shape))
+    return rows
+
+
+def concurrently(statements: Sequence[Execute]) -> Operation[list[list[Any]]]:
+    """Run read-only statements at once; one list of rows per statement, in order."""
+    results: list[list[Any]] = yield Concurrently(tuple(statements))
+    return results
+
+
+def outside_transaction(statement: sql.Composed, params: Params = None) -> Operation[list[Row] | None]:
+    """Run a statement in autocommit mode after committing what the operation wrote; None if it
+    failed."""
+    rows: list[Row] | None = yield OutsideTransaction(statement, params)
+    return rows
+
+
+def read_aside(statement: sql.Composed | sql.SQL, params: Params = None) -> Operation[list[Row] | None]:
+    """A best-effort read on a borrowed connection; None if it failed."""
+    rows: list[Row] | None = yield ReadAside(statement, params)
+    return rows
+
+
+def embed_documents(texts: Sequence[str]) -> Operation[list[Vector]]:
+    """Embed texts for storage."""
+    vectors: list[Vector] = yield EmbedDocuments(tuple(texts))
+    return vectors
+
+
+def embed_query(text: str, timeout_s: float) -> Operation[Vector]:
+    """Embed a query."""
+    vector: Vector = yield EmbedQuery(text, timeout_s)
+    return vector
+
+
+def synthesize(context: str, query: str | None) -> Operation[str]:
+    """Prose over the rendered block from the configured chat model."""
+    prose: str = yield Synthesize(context, query)
+    return prose
+
+
+def emit(lines: Sequence[str]) -> Operation[None]:
+    """Hand output lines to the caller's sink."""
+    yield Emit(tuple(lines))
+
+
+def progress(done: int) -> Operation[None]:
+    """Report progress to the caller."""
+    yield Progress(done)

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 from psycopg import sql
 
+from memsoda_core.store.lexemes import recount_lexemes
+
 SCHEMA_VERSION = 4
 
 KEYWORD_SEPARATORS = string.punctuation
@@ -126,7 +128,7 @@ def _v1(shape: StoreShape) -> list[sql.Composed]:
 
 
 def _v2(shape: StoreShape) -> list[sql.Composed]:
-    """Tenant-local indexes replace the indexes shared by every tenant (see `sql_tenant_index`):
+    """Tenant-local indexes replace the indexes shared by every tenant (see `store.tenant_index`):
     a shared HNSW graph made a filtered kNN for one tenant walk everybody's rows, and a shared
     GIN index fetched every tenant's matches of a common word."""
     s = sql.Identifier(shape.schema)
@@ -137,11 +139,9 @@ def _v2(shape: StoreShape) -> list[sql.Composed]:
 
 
 ENTITY_FILLFACTOR = 50
-"""Every write adds to the fact counts of the entities it touches. An entity row is ~1.6 KB (its
-name vector), so full pages left no room for a HOT update: each new row version went into every
-entity index, the HNSW included (~1 ms each). With pages half full, most of these updates stay on
-their page and touch no index: an import of 5,000 facts into a 10k-fact tenant spent 1.76 s in the
-entity upsert before and 0.49 s after (a one-off measurement on the speed bench's store)."""
+"""Every write adds to the fact counts of the entities it touches; an entity row is large (its name
+vector), so half-full pages keep most of those updates HOT, touching no index (bench/RESULTS.md,
+"Entity fillfactor")."""
 
 
 def _v3(shape: StoreShape) -> list[sql.Composed]:
@@ -161,7 +161,7 @@ LEXEME_FILLFACTOR = 50
 
 
 def _v4(shape: StoreShape) -> list[sql.Composed]:
-    """Per-scope document counts of the keyword lexemes, kept by every write (`sql_write`), so
+    """Per-scope document counts of the keyword lexemes, kept by every write (`store.lexemes`), so
     that recall can leave out a query term too common in the scope to say which fact is meant
     (`RecallOptions.common_term_share`) before the keyword search ranks its matches; filled here
     from the facts already stored."""
@@ -176,12 +176,7 @@ def _v4(shape: StoreShape) -> list[sql.Composed]:
                 PRIMARY KEY (dataset, project, lexeme))
                WITH (fillfactor = {f})"""
         ).format(s=s, f=sql.Literal(LEXEME_FILLFACTOR)),
-        sql.SQL(
-            """INSERT INTO {s}.lexemes (dataset, project, lexeme, facts)
-               SELECT f.dataset, f.project, l.lexeme, count(*)
-               FROM {s}.facts f CROSS JOIN LATERAL unnest(tsvector_to_array(f.tsv)) AS l(lexeme)
-               GROUP BY f.dataset, f.project, l.lexeme"""
-        ).format(s=s),
+        recount_lexemes(shape.schema, scoped=False),
     ]
 
 

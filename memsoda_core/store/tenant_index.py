@@ -1,17 +1,14 @@
-"""SQL of tenant-local indexes: a scope's own HNSW and GIN indexes once it is large.
+"""SQL of the tenant predicate and of tenant-local indexes: a scope's own HNSW and GIN indexes once
+it is large.
 
-One HNSW index shared by every tenant makes a filtered kNN walk everybody's rows: for a tenant
-holding 5% of the table, one query's plan dropped 1,748 rows of other tenants to keep 50. On the
-speed bench's synthetic store, the (then one-statement) recall of a 10k-fact tenant among 210k
-facts took 35 ms with shared indexes and 14 ms with its own (a one-off measurement; bench/RESULTS.md
-has the runs before and after all the changes). So no index covers all tenants. A scope under
-`tenant_index_min_facts` facts is searched exactly through the (dataset, project) b-trees (about
-1.2 µs a fact); from that size on it gets partial indexes, `WHERE dataset = '…' AND project = '…'`,
-which recall's own statements for that scope repeat (`scope_predicate`), so that even the generic
-plan it keeps can use them. They are built with CREATE
-INDEX CONCURRENTLY, outside any transaction, so other tenants keep reading and writing meanwhile;
-a session advisory lock keeps two processes from building the same ones, and an index left
-invalid by a crashed build is dropped and rebuilt.
+No index covers all tenants: one HNSW graph shared by every tenant makes a filtered kNN walk
+everybody's rows (bench/RESULTS.md, "Tenant indexes"). A scope under `tenant_index_min_facts`
+facts is searched exactly through the (dataset, project) b-trees; from that size on it gets
+partial indexes, `WHERE dataset = '…' AND project = '…'`, which recall's own statements for that
+scope repeat (`scope_predicate`), so that even the generic plan it keeps can use them. They are
+built with CREATE INDEX CONCURRENTLY, outside any transaction, so other tenants keep reading and
+writing meanwhile; a session advisory lock keeps two processes from building the same ones, and an
+index left invalid by a crashed build is dropped and rebuilt.
 """
 
 from __future__ import annotations
@@ -25,13 +22,12 @@ from psycopg import sql
 from memsoda_core.validation import Scope
 
 DEFAULT_MIN_FACTS = 2_000
-"""Below this, an exact scan of the scope (~2.5 ms) is about as fast as an HNSW search and costs
-nothing on writes; exact scans grow by ~1.2 ms per 1,000 facts (a one-off measurement on the speed
-bench's store: 1.5 ms at 1k facts, 12 ms at 10k, 110 ms at 100k)."""
+"""Below this, an exact scan of the scope is about as fast as an HNSW search and costs nothing on
+writes (bench/RESULTS.md, "Tenant indexes")."""
 
 BUILD_MAINTENANCE_WORK_MEM = "1GB"
-"""HNSW builds are several times faster when the graph fits in memory (PERF-NOTES: 100k rows took
-117 s at the 64MB default); set for the building session only."""
+"""HNSW builds are several times faster when the graph fits in memory (bench/RESULTS.md, "Tenant
+indexes"); set for the building session only."""
 
 
 @dataclass(frozen=True)
@@ -70,9 +66,18 @@ def lock_key(schema: str, scope: Scope) -> dict[str, str]:
     return {"lock": f"memsoda-index:{schema}:{tenant_key(scope)}"}
 
 
+@dataclass(frozen=True)
+class MissingIndex:
+    """A row of `missing_statement`."""
+
+    name: str
+    present: bool
+    """True for an index left invalid (by a crashed build), False for an absent one."""
+
+
 def missing_statement(schema: str) -> sql.Composed:
-    """Which of %(names)s are not valid indexes yet (absent, or left invalid), for the scope
-    %(dataset)s / %(project)s once it holds %(min_facts)s facts; no rows for a smaller scope."""
+    """`MissingIndex` of each of %(names)s that is not a valid index yet, for the scope %(dataset)s /
+    %(project)s once it holds %(min_facts)s facts; no rows for a smaller scope."""
     return sql.SQL(
         """SELECT n.name, c.oid IS NOT NULL AS present
            FROM {s}.scopes sc
@@ -80,10 +85,10 @@ def missing_statement(schema: str) -> sql.Composed:
            LEFT JOIN pg_namespace ns ON ns.nspname = %(schema)s
            LEFT JOIN pg_class c ON c.relnamespace = ns.oid AND c.relname = n.name
            LEFT JOIN pg_index i ON i.indexrelid = c.oid
-           WHERE sc.dataset = %(dataset)s AND sc.project = %(project)s AND sc.fact_count >= %(min_facts)s
+           WHERE {tenant} AND sc.fact_count >= %(min_facts)s
              AND i.indisvalid IS NOT TRUE
            ORDER BY n.name"""
-    ).format(s=sql.Identifier(schema))
+    ).format(s=sql.Identifier(schema), tenant=tenant_predicate("sc"))
 
 
 def present_statement() -> sql.Composed:
@@ -119,19 +124,28 @@ _PLAIN_ALIAS = re.compile(r"[a-z_][a-z0-9_]*")
 def table_alias(alias: str) -> sql.SQL:
     """A table alias of memsoda's own SQL, written without quotes: it is always a plain lowercase
     word (checked here), and unquoted it keeps recall's statements under psycopg's parse cache
-    size (`sql_recall.PARSE_CACHE_BYTES`)."""
+    size (`recall.statements.PARSE_CACHE_BYTES`)."""
     if not _PLAIN_ALIAS.fullmatch(alias):
         raise ValueError(f"not a plain table alias: {alias!r}")
     return sql.SQL(alias)
 
 
+def _qualifier(alias: str | None) -> sql.Composable:
+    return sql.SQL("{}.").format(table_alias(alias)) if alias else sql.SQL("")
+
+
+def tenant_predicate(alias: str | None = None) -> sql.Composed:
+    """`dataset = %(dataset)s AND project = %(project)s`, columns qualified by `alias` if given: the
+    bound tenant predicate of every statement on one scope's rows."""
+    return sql.SQL("{q}dataset = %(dataset)s AND {q}project = %(project)s").format(q=_qualifier(alias))
+
+
 def scope_predicate(scope: Scope, alias: str | None = None) -> sql.Composed:
     """`dataset = '…' AND project = '…'` with the scope's names as quoted literals (`sql.Literal`),
     columns qualified by `alias` if given: a tenant index's predicate, and the one a query must
-    carry for the planner to use that index in a plan it keeps (`sql_recall.recall_statements`)."""
-    qualifier = sql.SQL("{}.").format(table_alias(alias)) if alias else sql.SQL("")
+    carry for the planner to use that index in a plan it keeps (`recall.statements.recall_statements`)."""
     return sql.SQL("{q}dataset = {dataset} AND {q}project = {project}").format(
-        q=qualifier, dataset=sql.Literal(scope.dataset), project=sql.Literal(scope.project)
+        q=_qualifier(alias), dataset=sql.Literal(scope.dataset), project=sql.Literal(scope.project)
     )
 
 
@@ -167,8 +181,8 @@ def build_settings(*, reset: bool = False) -> list[sql.Composed]:
 
 def scope_facts_statement(schema: str) -> sql.Composed:
     """The fact count of scope %(dataset)s / %(project)s (no row for a scope never written)."""
-    return sql.SQL("SELECT fact_count FROM {s}.scopes WHERE dataset = %(dataset)s AND project = %(project)s").format(
-        s=sql.Identifier(schema)
+    return sql.SQL("SELECT fact_count FROM {s}.scopes WHERE {tenant}").format(
+        s=sql.Identifier(schema), tenant=tenant_predicate()
     )
 
 

@@ -1,0 +1,48 @@
+"""The predicates every recall fragment carries, and the template helper that inserts them.
+
+Every fragment carries the tenant, liveness and confidence predicates itself, so no signal ever
+ranks a row that a later filter would drop.
+"""
+
+from __future__ import annotations
+
+from psycopg import sql
+
+from memsoda_core.store.tenant_index import scope_predicate, table_alias
+from memsoda_core.validation import Scope
+
+
+def where(alias: str, *, live: bool = True, named: Scope | None = None) -> sql.Composed:
+    """Tenant predicate on `alias` (the scope's names as literals when `named`, else bound); with
+    `live`, also valid at %(at)s and above the confidence floor."""
+    a = table_alias(alias)
+    if named is None:
+        scope = sql.SQL("{a}.dataset = %(dataset)s AND {a}.project = %(project)s").format(a=a)
+    else:
+        scope = scope_predicate(named, alias)
+    if not live:
+        return scope
+    return sql.SQL(
+        "{scope} AND {a}.valid_at <= %(at)s AND ({a}.invalid_at IS NULL OR {a}.invalid_at > %(at)s)"
+        " AND {a}.confidence >= %(min_confidence)s"
+    ).format(scope=scope, a=a)
+
+
+_PREDICATES: dict[str, sql.Composable] = {
+    "where_f": where("f"),
+    **{"scope_" + alias: where(alias, live=False) for alias in ("sc", "e", "fe", "b", "f", "a", "l")},
+}
+
+
+def fragment(template: str, schema: str, *, indexed: Scope | None = None, **parts: sql.Composable) -> sql.Composed:
+    """`template` with {s} the schema, {where_f} the full predicate on facts `f`, {scope_x} the
+    tenant predicate on alias x, and `parts`. {index_where_f} and {index_scope_e} are the
+    predicates a scope's partial indexes must match: the scope's names as literals when
+    `indexed` is given (see `statements.recall_statements`), else the bound ones."""
+    predicates = {
+        **_PREDICATES,
+        "index_where_f": where("f", named=indexed),
+        "index_scope_e": where("e", live=False, named=indexed),
+    }
+    used = {key: value for key, value in predicates.items() if "{" + key + "}" in template}
+    return sql.SQL(template).format(s=sql.Identifier(schema), **used, **parts)

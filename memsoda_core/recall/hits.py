@@ -1,0 +1,78 @@
+"""The hit row: one (signal, fact) pair a recall statement returns, decoded by column name.
+
+A statement names only the detail columns its own signals fill (see `statements.hits_statement`);
+the others are None. Columns are matched to fields by name once per result, then each row is
+built by position, so decoding costs about what a tuple does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+from operator import itemgetter
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple, get_args, get_type_hints
+
+from psycopg.rows import RowMaker, no_result
+
+from memsoda_core.models import Signal
+
+if TYPE_CHECKING:
+    from psycopg._cursor_base import BaseCursor  # the type psycopg's own row factories take
+
+
+class HitRow(NamedTuple):
+    """One hit. The four first columns come from every signal; each later one from the signals
+    that declare it (`SignalSpec.details`), annotated with its SQL type (the NULL the others of the
+    same statement put there)."""
+
+    signal: Signal
+    fact_id: int
+    rank: int
+    """1-based, in the signal's own list."""
+    valid_at_us: int
+    """valid_at in microseconds since the epoch: fusion's recency tie-break (an integer decodes
+    faster than a timestamp and compares the same)."""
+    hop: Annotated[int | None, "int"] = None
+    via: Annotated[str | None, "text"] = None
+    via_named: Annotated[bool | None, "boolean"] = None
+    via_similarity: Annotated[float | None, "float8"] = None
+    similarity: Annotated[float | None, "float8"] = None
+    matched: Annotated[list[str] | None, "text[]"] = None
+
+
+COMMON_COLUMNS = HitRow._fields[:4]
+"""The columns every signal's hit rows have, from its `<name>_hits` CTE's fact_id, rank and
+valid_at."""
+
+
+def _detail_types() -> dict[str, str]:
+    hints = get_type_hints(HitRow, include_extras=True)
+    return {name: get_args(hints[name])[1] for name in HitRow._fields[len(COMMON_COLUMNS) :]}
+
+
+DETAIL_TYPES: dict[str, str] = _detail_types()
+"""Detail column -> its SQL type."""
+
+
+@lru_cache(maxsize=64)
+def _maker(names: tuple[str, ...]) -> RowMaker[HitRow]:
+    if names == HitRow._fields:
+        return HitRow._make
+    if not set(COMMON_COLUMNS) <= set(names) <= set(HitRow._fields) or len(set(names)) != len(names):
+        raise ValueError(f"not the columns of hit rows: {names}")
+    missing = len(names)  # the None appended to each row
+    pick = itemgetter(*(names.index(name) if name in names else missing for name in HitRow._fields))
+    make = HitRow._make
+
+    def hit_row(values: Sequence[Any]) -> HitRow:
+        return make(pick((*values, None)))
+
+    return hit_row
+
+
+def hit_rows(cursor: BaseCursor[Any, Any]) -> RowMaker[HitRow]:
+    """psycopg row factory: each row of a recall statement as a `HitRow`, by column name."""
+    description = cursor.description
+    if description is None:
+        return no_result
+    return _maker(tuple(column.name for column in description))

@@ -1,0 +1,59 @@
+"""The entities the query names, and the fact count from which an entity is a hub: read by the
+anchor signal (its named anchors) and the keyword signal (a hub's name is not a search term)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from psycopg import sql
+
+from memsoda_core.recall.fragments import fragment
+from memsoda_core.recall.signals.spec import SharedCtes, SignalInputs
+from memsoda_core.store.params import TextArray
+from memsoda_core.text import name_spans_with_terms
+
+
+def hub_floor_cte(schema: str) -> sql.Composed:
+    """The fact count from which an entity is a hub in this scope."""
+    return fragment(
+        """
+    hub_floor AS (
+        SELECT greatest(%(hub_min_facts)s::bigint,
+                        ceil(%(hub_min_share)s::float8 * coalesce(
+                            (SELECT sc.fact_count FROM {s}.scopes sc WHERE {scope_sc}), 0))
+                       )::bigint AS n)""",
+        schema,
+    )
+
+
+def named_cte(schema: str) -> sql.Composed:
+    """Entities whose whole normalized name equals a span of the query (word-boundary match),
+    each looked up by name (behind `OFFSET 0`, so a generic plan cannot scan the scope's entities
+    instead: see `anchor.anchor_ctes`)."""
+    return fragment(
+        """
+    named AS (
+        SELECT e.id, e.name, e.fact_count >= (SELECT n FROM hub_floor) AS is_hub, s.terms
+        FROM unnest(%(spans)b::text[], %(span_terms)b::text[]) AS s(span, terms)
+        CROSS JOIN LATERAL (SELECT id, name, fact_count FROM {s}.entities e
+                            WHERE {scope_e} AND e.name = s.span OFFSET 0) e)""",
+        schema,
+    )
+
+
+def _params(inputs: SignalInputs) -> Mapping[str, Any]:
+    spans = name_spans_with_terms(inputs.normalized)
+    return {
+        "spans": TextArray(spans),
+        "span_terms": TextArray(spans.values()),
+        "hub_min_facts": inputs.options.hub_min_facts,
+        "hub_min_share": inputs.options.hub_min_share,
+    }
+
+
+NAMED_ENTITIES = SharedCtes(
+    name="named entities",
+    ctes=lambda schema: (hub_floor_cte(schema), named_cte(schema)),
+    params=_params,
+)

@@ -1,0 +1,51 @@
+"""The recency signal ("recent" in results): the most recent live facts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from psycopg import sql
+
+from memsoda_core.recall.fragments import fragment
+from memsoda_core.recall.hits import HitRow
+from memsoda_core.recall.signals.spec import RecallPlan, SignalInputs, SignalSpec
+from memsoda_core.validation import Scope
+
+
+def recent_cte(schema: str) -> sql.Composed:
+    """The most recent live facts: the no-query list, and the fallback when embedding failed."""
+    return fragment(
+        """
+    recent_hits AS (
+        SELECT f.id AS fact_id, f.valid_at, row_number() OVER (ORDER BY f.valid_at DESC, f.id DESC) AS rank
+        FROM {s}.facts f
+        WHERE {where_f}
+        ORDER BY f.valid_at DESC, f.id DESC
+        LIMIT %(recent_limit)s)""",
+        schema,
+    )
+
+
+def _ctes(schema: str, plan: RecallPlan, indexed: Scope | None) -> Sequence[sql.Composable]:
+    return (recent_cte(schema),)
+
+
+def _params(inputs: SignalInputs) -> Mapping[str, Any]:
+    # Without a query, the list is the result; as a fallback, as long as the vector list it stands for.
+    options = inputs.options
+    return {"recent_limit": options.facts_in_context if inputs.query is None else options.vector_candidates}
+
+
+def _explain(hit: HitRow) -> str:
+    return "most recent live fact"
+
+
+SIGNAL = SignalSpec(
+    name="recent",
+    statement=0,
+    runs=lambda plan: not plan.embedding,
+    ctes=_ctes,
+    params=_params,
+    explain=_explain,
+)

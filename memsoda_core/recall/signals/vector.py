@@ -1,0 +1,54 @@
+"""The vector signal: the facts nearest the query embedding."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from psycopg import sql
+
+from memsoda_core.recall.fragments import fragment
+from memsoda_core.recall.hits import HitRow
+from memsoda_core.recall.signals.spec import RecallPlan, SignalInputs, SignalSpec
+from memsoda_core.validation import Scope
+
+
+def vector_cte(schema: str, indexed: Scope | None = None) -> sql.Composed:
+    """Cosine kNN over fact embeddings. The inner ORDER BY can use HNSW (with iterative scans the
+    order is relaxed); the outer row_number re-sorts exactly and breaks ties by id."""
+    return fragment(
+        """
+    vector_hits AS (
+        SELECT id AS fact_id, distance, valid_at,
+               row_number() OVER (ORDER BY distance, id DESC) AS rank
+        FROM (SELECT f.id, f.embedding <=> %(qvec)s AS distance, f.valid_at
+              FROM {s}.facts f
+              WHERE {index_where_f}
+              ORDER BY f.embedding <=> %(qvec)s
+              LIMIT %(vector_candidates)s) v)""",
+        schema,
+        indexed=indexed,
+    )
+
+
+def _ctes(schema: str, plan: RecallPlan, indexed: Scope | None) -> Sequence[sql.Composable]:
+    return (vector_cte(schema, indexed),)
+
+
+def _params(inputs: SignalInputs) -> Mapping[str, Any]:
+    return {"vector_candidates": inputs.options.vector_candidates}
+
+
+def _explain(hit: HitRow) -> str:
+    return f"cosine similarity {round(float(hit.similarity or 0), 4):.3f} to the query"
+
+
+SIGNAL = SignalSpec(
+    name="vector",
+    statement=0,
+    runs=lambda plan: plan.embedding,
+    ctes=_ctes,
+    details=(("similarity", "1 - distance"),),
+    params=_params,
+    explain=_explain,
+)

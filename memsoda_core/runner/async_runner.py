@@ -1,0 +1,390 @@
+# sync: """`Runner`: performs the requests of operations (`runner.steps`) with psycopg's pool.
+"""`AsyncRunner`: performs the requests of operations (`runner.steps`) with psycopg's async pool.
+
+The runners' I/O policy (spare connections, pipelines, the generic-plan guard, cancel on failure,
+pool lending order) is written once, in the async runner; `tools/async_to_sync.py` rewrites it as
+the sync runner, and a line that must differ there carries its sync form in a `# sync: <line>`
+comment just above it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AsyncExitStack, suppress
+from typing import Any, TypeVar, assert_never
+
+import psycopg
+from pgvector.psycopg import register_vector_async
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from memsoda_core.embedders import Embedder, check_vectors
+from memsoda_core.errors import MemsodaError
+
+# sync: from memsoda_core.runner.embedding import EmbeddingCache, call_with_timeout, embedding_failure
+from memsoda_core.runner.embedding import EmbeddingCache, embedding_failure
+from memsoda_core.runner.policy import (
+    CANCEL_TIMEOUT_S,
+    CONNECTION_KWARGS,
+    END_GENERIC_PLAN,
+    FORCE_GENERIC_PLAN,
+    GENERIC_PLAN_PENDING,
+    PIPELINE_SUPPORTED,
+    POOL_MIN_SIZE,
+    PREPARED_MAX,
+    PROBE_CONNECT_TIMEOUT_S,
+    READ_ASIDE_CONNECTION_WAIT_S,
+    SESSION_SETTINGS,
+    SPARE_CONNECTION_WAIT_S,
+    lend_newest_first,
+    lend_oldest_first,
+    may_be_dropped,
+    outside_transaction_failed,
+    probe_wait,
+    read_aside_failed,
+    translate_db_error,
+    unreachable,
+)
+from memsoda_core.runner.steps import (
+    Concurrently,
+    EmbedDocuments,
+    EmbedQuery,
+    Emit,
+    Execute,
+    Operation,
+    OutsideTransaction,
+    Planning,
+    Progress,
+    ReadAside,
+    Synthesize,
+)
+from memsoda_core.runner.target import Target
+from memsoda_core.store.info import StoreInfo
+from memsoda_core.synthesis import Synthesizer
+
+T = TypeVar("T")
+
+Connection = psycopg.AsyncConnection[Any]
+Sink = Callable[[Sequence[str]], None]
+"""Where `Emit` lines go (an export's file)."""
+Advance = Callable[[int], None]
+"""What `Progress` calls (an import's progress bar)."""
+
+
+async def _configure(conn: Connection) -> None:
+    await register_vector_async(conn)
+    conn.prepared_max = PREPARED_MAX
+    for statement in SESSION_SETTINGS:
+        await conn.execute(statement)
+    await conn.commit()
+
+
+class _Pool(AsyncConnectionPool[Connection]):
+    """psycopg_pool's pool, lending the most recently returned connection first (see
+    `policy.lend_newest_first`)."""
+
+    async def _get_ready_connection(self, timeout: float | None) -> Connection | None:  # noqa: ASYNC109 (psycopg_pool's)
+        idle = getattr(self, "_pool", None)
+        turned = lend_newest_first(idle)
+        try:
+            conn = await super()._get_ready_connection(timeout)
+        except BaseException:
+            if turned:
+                lend_oldest_first(idle)
+            raise
+        return conn
+
+
+async def _check(conn: Connection) -> None:
+    """The pool's check before lending `conn`: a round trip only when `policy.may_be_dropped`."""
+    if may_be_dropped(conn):
+        await AsyncConnectionPool.check_connection(conn)
+
+
+async def _fetch(conn: Connection, request: Execute) -> list[Any]:
+    if request.planning is Planning.GENERIC and PIPELINE_SUPPORTED:
+        return (await _fetch_at_once([conn], [request]))[0]
+    async with conn.cursor(row_factory=request.row_factory) as cursor:
+        await cursor.execute(request.statement, request.params, prepare=request.planning is not Planning.FRESH)
+        return await cursor.fetchall() if cursor.rownumber is not None else []
+
+
+async def _fetch_at_once(conns: Sequence[Connection], requests: Sequence[Execute]) -> list[list[Any]]:
+    """Each request on its own connection, every one sent before any reply is awaited (one pipeline
+    per connection, so one thread or task runs them at once); a GENERIC request between its setting
+    and the reset (see `policy.END_GENERIC_PLAN` for how the setting never outlives the statement)."""
+    cursors = [conn.cursor(row_factory=request.row_factory) for conn, request in zip(conns, requests, strict=True)]
+    async with AsyncExitStack() as pipelines:
+        for conn, cursor, request in zip(conns, cursors, requests, strict=True):
+            await pipelines.enter_async_context(conn.pipeline())
+            pipelines.push_async_exit(_cancel_when_failing(conn))
+            if request.planning is Planning.GENERIC:
+                GENERIC_PLAN_PENDING.add(conn)
+                await conn.execute(FORCE_GENERIC_PLAN)
+            await cursor.execute(request.statement, request.params, prepare=request.planning is not Planning.FRESH)
+            if request.planning is Planning.GENERIC:
+                await conn.execute(END_GENERIC_PLAN)
+    for conn in conns:
+        GENERIC_PLAN_PENDING.discard(conn)
+    return [await cursor.fetchall() if cursor.rownumber is not None else [] for cursor in cursors]
+
+
+def _cancel_when_failing(conn: Connection) -> Callable[..., Awaitable[bool]]:
+    """An exit callback for `conn`'s pipeline: when the wait for another statement fails or is
+    interrupted (Ctrl-C, a cancelled task), cancel `conn`'s statement too, so its pipeline closes
+    at once instead of waiting for it."""
+
+    async def cancel(exc_type: type[BaseException] | None, *_: object) -> bool:
+        if exc_type is not None:
+            with suppress(psycopg.Error):
+                await conn.cancel_safe(timeout=CANCEL_TIMEOUT_S)
+        return False
+
+    return cancel
+
+
+async def _end_autocommit(conn: Connection) -> None:
+    """Back to transactions before the pool lends `conn` again; a GENERIC statement left half done
+    on it (a client-side error or a cancelled task between its SET and RESET) is finished first."""
+    if not conn.closed and conn in GENERIC_PLAN_PENDING:
+        try:
+            await conn.execute(END_GENERIC_PLAN)
+        except psycopg.Error:
+            await conn.close()  # the pool drops a closed connection rather than lend it with the setting
+        GENERIC_PLAN_PENDING.discard(conn)
+    if not conn.closed:
+        await conn.set_autocommit(False)
+
+
+async def _ready(conn: Connection) -> Connection:
+    return conn
+
+
+class AsyncRunner:
+    """Drives operations on a pool of connections to one store; every other module is free of I/O."""
+
+    def __init__(
+        self,
+        *,
+        pool: _Pool,
+        target: Target,
+        info: StoreInfo,
+        embedder: Embedder,
+        synthesizer: Synthesizer | None,
+        cache_size: int,
+        pool_timeout: float,
+    ) -> None:
+        self.pool = pool
+        self.target = target
+        self.info = info
+        self.embedder = embedder
+        self.synthesizer = synthesizer
+        self._cache = EmbeddingCache(cache_size)
+        self._pool_timeout = pool_timeout
+
+    @classmethod
+    async def open(
+        cls,
+        target: Target,
+        opening: Operation[StoreInfo],
+        *,
+        embedder: Embedder,
+        synthesizer: Synthesizer | None,
+        cache_size: int,
+        pool_size: int,
+        pool_timeout: float,
+    ) -> AsyncRunner:
+        """Run `opening` (schema checks and migrations) on a connection of its own, then open the
+        pool, waiting for its first connections so the first recall finds its spare one."""
+        try:
+            async with await psycopg.AsyncConnection.connect(target.dsn, **CONNECTION_KWARGS) as conn:
+                info = await cls._drive(opening, lambda: _ready(conn))
+            pool = _Pool(
+                target.dsn,
+                min_size=min(POOL_MIN_SIZE, pool_size),
+                max_size=pool_size,
+                timeout=pool_timeout,
+                kwargs=CONNECTION_KWARGS,
+                configure=_configure,
+                check=_check,
+                open=False,
+            )
+            try:
+                await pool.open(wait=True, timeout=pool_timeout)
+            except BaseException:
+                await pool.close()
+                raise
+        except psycopg.Error as exc:
+            raise translate_db_error(exc) from exc
+        return cls(
+            pool=pool,
+            target=target,
+            info=info,
+            embedder=embedder,
+            synthesizer=synthesizer,
+            cache_size=cache_size,
+            pool_timeout=pool_timeout,
+        )
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    async def run(
+        self, op: Operation[T], *, read_only: bool = False, sink: Sink | None = None, advance: Advance | None = None
+    ) -> T:
+        """Drive `op` on one pooled connection, in one transaction; `read_only` operations (recall,
+        whose statements each stand alone) run in autocommit mode instead (no BEGIN / COMMIT).
+        `Emit` lines go to `sink`, `Progress` counts to `advance`."""
+        async with AsyncExitStack() as stack:
+            conns: list[Connection] = []
+
+            async def connection() -> Connection:
+                if not conns:
+                    conn = await self._checkout(stack)
+                    if read_only:
+                        await conn.set_autocommit(True)
+                        stack.push_async_callback(_end_autocommit, conn)
+                    conns.append(conn)
+                return conns[0]
+
+            try:
+                return await self._drive(op, connection, self, sink, advance)
+            except (psycopg.Error, PoolTimeout) as exc:
+                raise translate_db_error(exc) from exc
+
+    async def _checkout(self, stack: AsyncExitStack) -> Connection:
+        """A pooled connection. While waiting, probe the server every `PROBE_AFTER_S`, so a stopped
+        PostgreSQL fails fast as StoreUnavailableError instead of after the whole pool timeout."""
+        deadline = time.monotonic() + self._pool_timeout
+        while True:
+            try:
+                return await stack.enter_async_context(self.pool.connection(timeout=probe_wait(deadline)))
+            except PoolTimeout:
+                if time.monotonic() >= deadline:
+                    raise
+                try:
+                    probe = await psycopg.AsyncConnection.connect(
+                        self.target.dsn, connect_timeout=PROBE_CONNECT_TIMEOUT_S
+                    )
+                except psycopg.OperationalError as exc:
+                    raise unreachable(exc) from exc
+                await probe.close()
+
+    @staticmethod
+    async def _drive(
+        op: Operation[T],
+        connection: Callable[[], Awaitable[Connection]],
+        runner: AsyncRunner | None = None,
+        sink: Sink | None = None,
+        advance: Advance | None = None,
+    ) -> T:
+        """Send each reply into `op` (or throw its error) until it returns. Without a `runner`
+        (opening a store) only statements can be performed."""
+        reply: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                request = op.throw(error) if error is not None else op.send(reply)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            reply, error = None, None
+            match request:
+                case Execute():
+                    reply = await _fetch(await connection(), request)
+                case Concurrently() if runner is not None:
+                    reply = await runner._concurrently(await connection(), request.statements)
+                case OutsideTransaction():
+                    reply = await _outside_transaction(await connection(), request)
+                case ReadAside() if runner is not None:
+                    reply = await runner._read_aside(request)
+                case EmbedQuery() | EmbedDocuments() if runner is not None:
+                    try:
+                        reply = await runner._embed(request)
+                    except MemsodaError as exc:
+                        error = exc
+                case Synthesize() if runner is not None:
+                    try:
+                        assert runner.synthesizer is not None
+                        reply = await runner.synthesizer.asynthesize(request.context, request.query)
+                    except Exception as exc:
+                        error = exc
+                case Emit():
+                    if sink is not None:
+                        sink(request.lines)
+                case Progress():
+                    if advance is not None:
+                        advance(request.done)
+                case Concurrently() | ReadAside() | EmbedQuery() | EmbedDocuments() | Synthesize():
+                    raise RuntimeError(f"{type(request).__name__} needs an open store")
+                case _:
+                    assert_never(request)
+
+    async def _concurrently(self, conn: Connection, statements: Sequence[Execute]) -> list[list[Any]]:
+        """The first statement on `conn` and the others on spare pooled connections, all at once;
+        those left without a spare (a busy pool, or no pipelines) after them on `conn`."""
+        spares: list[Connection] = []
+        try:
+            while PIPELINE_SUPPORTED and len(spares) < len(statements) - 1:
+                try:
+                    spares.append(await self.pool.getconn(timeout=SPARE_CONNECTION_WAIT_S))
+                except PoolTimeout:
+                    break
+                await spares[-1].set_autocommit(True)
+            if not spares:
+                return [await _fetch(conn, statement) for statement in statements]
+            together = len(spares) + 1
+            at_once = await _fetch_at_once([conn, *spares], statements[:together])
+            return at_once + [await _fetch(conn, statement) for statement in statements[together:]]
+        finally:
+            for spare in spares:
+                try:
+                    await _end_autocommit(spare)
+                finally:
+                    await self.pool.putconn(spare)
+
+    async def _read_aside(self, request: ReadAside) -> list[Any] | None:
+        try:
+            async with self.pool.connection(timeout=READ_ASIDE_CONNECTION_WAIT_S) as conn:
+                return await _fetch(conn, Execute(request.statement, request.params))
+        except (psycopg.Error, PoolTimeout) as exc:
+            read_aside_failed(request, exc)
+            return None
+
+    async def _embed(self, request: EmbedQuery | EmbedDocuments) -> Any:
+        dims = self.info.dimensions
+        if isinstance(request, EmbedDocuments):
+            try:
+                vectors = await self.embedder.aembed_documents(list(request.texts))
+            except Exception as exc:
+                raise embedding_failure(exc) from exc
+            return check_vectors(vectors, count=len(request.texts), dimensions=dims)
+        cached = self._cache.get(request.text)
+        if cached is not None:
+            return cached
+        try:
+            # sync: vector = call_with_timeout(self.embedder.embed_query, request.text, request.timeout_s)
+            vector = await asyncio.wait_for(self.embedder.aembed_query(request.text), request.timeout_s)
+        except Exception as exc:
+            raise embedding_failure(exc) from exc
+        (checked,) = check_vectors([vector], count=1, dimensions=dims)
+        self._cache.put(request.text, checked)
+        return checked
+
+
+async def _outside_transaction(conn: Connection, request: OutsideTransaction) -> list[Any] | None:
+    """Commit what the operation wrote, then run the statement in autocommit mode; None (logged)
+    if it fails, so such a statement never fails the operation."""
+    await conn.commit()
+    try:
+        await conn.set_autocommit(True)
+        try:
+            return await _fetch(conn, Execute(request.statement, request.params))
+        finally:
+            await conn.set_autocommit(False)
+    except psycopg.Error as exc:
+        outside_transaction_failed(request, exc)
+        return None
+
+
+__all__ = ["Advance", "AsyncRunner", "Sink"]

@@ -1,0 +1,384 @@
+# Generated from memsoda_core/runner/async_runner.py by tools/async_to_sync.py: do not edit, edit the source and run it.
+"""`Runner`: performs the requests of operations (`runner.steps`) with psycopg's pool.
+
+The runners' I/O policy (spare connections, pipelines, the generic-plan guard, cancel on failure,
+pool lending order) is written once, in the async runner; `tools/async_to_sync.py` rewrites it as
+the sync runner, and a line that must differ there carries its sync form in a `# sync: <line>`
+comment just above it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack, suppress
+from typing import Any, TypeVar, assert_never
+
+import psycopg
+from pgvector.psycopg import register_vector
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from memsoda_core.embedders import Embedder, check_vectors
+from memsoda_core.errors import MemsodaError
+from memsoda_core.runner.embedding import EmbeddingCache, call_with_timeout, embedding_failure
+from memsoda_core.runner.policy import (
+    CANCEL_TIMEOUT_S,
+    CONNECTION_KWARGS,
+    END_GENERIC_PLAN,
+    FORCE_GENERIC_PLAN,
+    GENERIC_PLAN_PENDING,
+    PIPELINE_SUPPORTED,
+    POOL_MIN_SIZE,
+    PREPARED_MAX,
+    PROBE_CONNECT_TIMEOUT_S,
+    READ_ASIDE_CONNECTION_WAIT_S,
+    SESSION_SETTINGS,
+    SPARE_CONNECTION_WAIT_S,
+    lend_newest_first,
+    lend_oldest_first,
+    may_be_dropped,
+    outside_transaction_failed,
+    probe_wait,
+    read_aside_failed,
+    translate_db_error,
+    unreachable,
+)
+from memsoda_core.runner.steps import (
+    Concurrently,
+    EmbedDocuments,
+    EmbedQuery,
+    Emit,
+    Execute,
+    Operation,
+    OutsideTransaction,
+    Planning,
+    Progress,
+    ReadAside,
+    Synthesize,
+)
+from memsoda_core.runner.target import Target
+from memsoda_core.store.info import StoreInfo
+from memsoda_core.synthesis import Synthesizer
+
+T = TypeVar("T")
+
+Connection = psycopg.Connection[Any]
+Sink = Callable[[Sequence[str]], None]
+"""Where `Emit` lines go (an export's file)."""
+Advance = Callable[[int], None]
+"""What `Progress` calls (an import's progress bar)."""
+
+
+def _configure(conn: Connection) -> None:
+    register_vector(conn)
+    conn.prepared_max = PREPARED_MAX
+    for statement in SESSION_SETTINGS:
+        conn.execute(statement)
+    conn.commit()
+
+
+class _Pool(ConnectionPool[Connection]):
+    """psycopg_pool's pool, lending the most recently returned connection first (see
+    `policy.lend_newest_first`)."""
+
+    def _get_ready_connection(self, timeout: float | None) -> Connection | None:
+        idle = getattr(self, "_pool", None)
+        turned = lend_newest_first(idle)
+        try:
+            conn = super()._get_ready_connection(timeout)
+        except BaseException:
+            if turned:
+                lend_oldest_first(idle)
+            raise
+        return conn
+
+
+def _check(conn: Connection) -> None:
+    """The pool's check before lending `conn`: a round trip only when `policy.may_be_dropped`."""
+    if may_be_dropped(conn):
+        ConnectionPool.check_connection(conn)
+
+
+def _fetch(conn: Connection, request: Execute) -> list[Any]:
+    if request.planning is Planning.GENERIC and PIPELINE_SUPPORTED:
+        return (_fetch_at_once([conn], [request]))[0]
+    with conn.cursor(row_factory=request.row_factory) as cursor:
+        cursor.execute(request.statement, request.params, prepare=request.planning is not Planning.FRESH)
+        return cursor.fetchall() if cursor.rownumber is not None else []
+
+
+def _fetch_at_once(conns: Sequence[Connection], requests: Sequence[Execute]) -> list[list[Any]]:
+    """Each request on its own connection, every one sent before any reply is awaited (one pipeline
+    per connection, so one thread or task runs them at once); a GENERIC request between its setting
+    and the reset (see `policy.END_GENERIC_PLAN` for how the setting never outlives the statement)."""
+    cursors = [conn.cursor(row_factory=request.row_factory) for conn, request in zip(conns, requests, strict=True)]
+    with ExitStack() as pipelines:
+        for conn, cursor, request in zip(conns, cursors, requests, strict=True):
+            pipelines.enter_context(conn.pipeline())
+            pipelines.push(_cancel_when_failing(conn))
+            if request.planning is Planning.GENERIC:
+                GENERIC_PLAN_PENDING.add(conn)
+                conn.execute(FORCE_GENERIC_PLAN)
+            cursor.execute(request.statement, request.params, prepare=request.planning is not Planning.FRESH)
+            if request.planning is Planning.GENERIC:
+                conn.execute(END_GENERIC_PLAN)
+    for conn in conns:
+        GENERIC_PLAN_PENDING.discard(conn)
+    return [cursor.fetchall() if cursor.rownumber is not None else [] for cursor in cursors]
+
+
+def _cancel_when_failing(conn: Connection) -> Callable[..., bool]:
+    """An exit callback for `conn`'s pipeline: when the wait for another statement fails or is
+    interrupted (Ctrl-C, a cancelled task), cancel `conn`'s statement too, so its pipeline closes
+    at once instead of waiting for it."""
+
+    def cancel(exc_type: type[BaseException] | None, *_: object) -> bool:
+        if exc_type is not None:
+            with suppress(psycopg.Error):
+                conn.cancel_safe(timeout=CANCEL_TIMEOUT_S)
+        return False
+
+    return cancel
+
+
+def _end_autocommit(conn: Connection) -> None:
+    """Back to transactions before the pool lends `conn` again; a GENERIC statement left half done
+    on it (a client-side error or a cancelled task between its SET and RESET) is finished first."""
+    if not conn.closed and conn in GENERIC_PLAN_PENDING:
+        try:
+            conn.execute(END_GENERIC_PLAN)
+        except psycopg.Error:
+            conn.close()  # the pool drops a closed connection rather than lend it with the setting
+        GENERIC_PLAN_PENDING.discard(conn)
+    if not conn.closed:
+        conn.set_autocommit(False)
+
+
+def _ready(conn: Connection) -> Connection:
+    return conn
+
+
+class Runner:
+    """Drives operations on a pool of connections to one store; every other module is free of I/O."""
+
+    def __init__(
+        self,
+        *,
+        pool: _Pool,
+        target: Target,
+        info: StoreInfo,
+        embedder: Embedder,
+        synthesizer: Synthesizer | None,
+        cache_size: int,
+        pool_timeout: float,
+    ) -> None:
+        self.pool = pool
+        self.target = target
+        self.info = info
+        self.embedder = embedder
+        self.synthesizer = synthesizer
+        self._cache = EmbeddingCache(cache_size)
+        self._pool_timeout = pool_timeout
+
+    @classmethod
+    def open(
+        cls,
+        target: Target,
+        opening: Operation[StoreInfo],
+        *,
+        embedder: Embedder,
+        synthesizer: Synthesizer | None,
+        cache_size: int,
+        pool_size: int,
+        pool_timeout: float,
+    ) -> Runner:
+        """Run `opening` (schema checks and migrations) on a connection of its own, then open the
+        pool, waiting for its first connections so the first recall finds its spare one."""
+        try:
+            with psycopg.Connection.connect(target.dsn, **CONNECTION_KWARGS) as conn:
+                info = cls._drive(opening, lambda: _ready(conn))
+            pool = _Pool(
+                target.dsn,
+                min_size=min(POOL_MIN_SIZE, pool_size),
+                max_size=pool_size,
+                timeout=pool_timeout,
+                kwargs=CONNECTION_KWARGS,
+                configure=_configure,
+                check=_check,
+                open=False,
+            )
+            try:
+                pool.open(wait=True, timeout=pool_timeout)
+            except BaseException:
+                pool.close()
+                raise
+        except psycopg.Error as exc:
+            raise translate_db_error(exc) from exc
+        return cls(
+            pool=pool,
+            target=target,
+            info=info,
+            embedder=embedder,
+            synthesizer=synthesizer,
+            cache_size=cache_size,
+            pool_timeout=pool_timeout,
+        )
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def run(
+        self, op: Operation[T], *, read_only: bool = False, sink: Sink | None = None, advance: Advance | None = None
+    ) -> T:
+        """Drive `op` on one pooled connection, in one transaction; `read_only` operations (recall,
+        whose statements each stand alone) run in autocommit mode instead (no BEGIN / COMMIT).
+        `Emit` lines go to `sink`, `Progress` counts to `advance`."""
+        with ExitStack() as stack:
+            conns: list[Connection] = []
+
+            def connection() -> Connection:
+                if not conns:
+                    conn = self._checkout(stack)
+                    if read_only:
+                        conn.set_autocommit(True)
+                        stack.callback(_end_autocommit, conn)
+                    conns.append(conn)
+                return conns[0]
+
+            try:
+                return self._drive(op, connection, self, sink, advance)
+            except (psycopg.Error, PoolTimeout) as exc:
+                raise translate_db_error(exc) from exc
+
+    def _checkout(self, stack: ExitStack) -> Connection:
+        """A pooled connection. While waiting, probe the server every `PROBE_AFTER_S`, so a stopped
+        PostgreSQL fails fast as StoreUnavailableError instead of after the whole pool timeout."""
+        deadline = time.monotonic() + self._pool_timeout
+        while True:
+            try:
+                return stack.enter_context(self.pool.connection(timeout=probe_wait(deadline)))
+            except PoolTimeout:
+                if time.monotonic() >= deadline:
+                    raise
+                try:
+                    probe = psycopg.Connection.connect(self.target.dsn, connect_timeout=PROBE_CONNECT_TIMEOUT_S)
+                except psycopg.OperationalError as exc:
+                    raise unreachable(exc) from exc
+                probe.close()
+
+    @staticmethod
+    def _drive(
+        op: Operation[T],
+        connection: Callable[[], Connection],
+        runner: Runner | None = None,
+        sink: Sink | None = None,
+        advance: Advance | None = None,
+    ) -> T:
+        """Send each reply into `op` (or throw its error) until it returns. Without a `runner`
+        (opening a store) only statements can be performed."""
+        reply: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                request = op.throw(error) if error is not None else op.send(reply)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            reply, error = None, None
+            match request:
+                case Execute():
+                    reply = _fetch(connection(), request)
+                case Concurrently() if runner is not None:
+                    reply = runner._concurrently(connection(), request.statements)
+                case OutsideTransaction():
+                    reply = _outside_transaction(connection(), request)
+                case ReadAside() if runner is not None:
+                    reply = runner._read_aside(request)
+                case EmbedQuery() | EmbedDocuments() if runner is not None:
+                    try:
+                        reply = runner._embed(request)
+                    except MemsodaError as exc:
+                        error = exc
+                case Synthesize() if runner is not None:
+                    try:
+                        assert runner.synthesizer is not None
+                        reply = runner.synthesizer.synthesize(request.context, request.query)
+                    except Exception as exc:
+                        error = exc
+                case Emit():
+                    if sink is not None:
+                        sink(request.lines)
+                case Progress():
+                    if advance is not None:
+                        advance(request.done)
+                case Concurrently() | ReadAside() | EmbedQuery() | EmbedDocuments() | Synthesize():
+                    raise RuntimeError(f"{type(request).__name__} needs an open store")
+                case _:
+                    assert_never(request)
+
+    def _concurrently(self, conn: Connection, statements: Sequence[Execute]) -> list[list[Any]]:
+        """The first statement on `conn` and the others on spare pooled connections, all at once;
+        those left without a spare (a busy pool, or no pipelines) after them on `conn`."""
+        spares: list[Connection] = []
+        try:
+            while PIPELINE_SUPPORTED and len(spares) < len(statements) - 1:
+                try:
+                    spares.append(self.pool.getconn(timeout=SPARE_CONNECTION_WAIT_S))
+                except PoolTimeout:
+                    break
+                spares[-1].set_autocommit(True)
+            if not spares:
+                return [_fetch(conn, statement) for statement in statements]
+            together = len(spares) + 1
+            at_once = _fetch_at_once([conn, *spares], statements[:together])
+            return at_once + [_fetch(conn, statement) for statement in statements[together:]]
+        finally:
+            for spare in spares:
+                try:
+                    _end_autocommit(spare)
+                finally:
+                    self.pool.putconn(spare)
+
+    def _read_aside(self, request: ReadAside) -> list[Any] | None:
+        try:
+            with self.pool.connection(timeout=READ_ASIDE_CONNECTION_WAIT_S) as conn:
+                return _fetch(conn, Execute(request.statement, request.params))
+        except (psycopg.Error, PoolTimeout) as exc:
+            read_aside_failed(request, exc)
+            return None
+
+    def _embed(self, request: EmbedQuery | EmbedDocuments) -> Any:
+        dims = self.info.dimensions
+        if isinstance(request, EmbedDocuments):
+            try:
+                vectors = self.embedder.embed_documents(list(request.texts))
+            except Exception as exc:
+                raise embedding_failure(exc) from exc
+            return check_vectors(vectors, count=len(request.texts), dimensions=dims)
+        cached = self._cache.get(request.text)
+        if cached is not None:
+            return cached
+        try:
+            vector = call_with_timeout(self.embedder.embed_query, request.text, request.timeout_s)
+        except Exception as exc:
+            raise embedding_failure(exc) from exc
+        (checked,) = check_vectors([vector], count=1, dimensions=dims)
+        self._cache.put(request.text, checked)
+        return checked
+
+
+def _outside_transaction(conn: Connection, request: OutsideTransaction) -> list[Any] | None:
+    """Commit what the operation wrote, then run the statement in autocommit mode; None (logged)
+    if it fails, so such a statement never fails the operation."""
+    conn.commit()
+    try:
+        conn.set_autocommit(True)
+        try:
+            return _fetch(conn, Execute(request.statement, request.params))
+        finally:
+            conn.set_autocommit(False)
+    except psycopg.Error as exc:
+        outside_transaction_failed(request, exc)
+        return None
+
+
+__all__ = ["Advance", "Runner", "Sink"]

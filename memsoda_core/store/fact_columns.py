@@ -1,0 +1,82 @@
+"""The columns of a stored fact: one list that the SQL select list and the decoder both derive from,
+so adding a `models.Fact` field is one `FactColumn` here (plus its migration)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg import sql
+
+from memsoda_core.models import Fact
+
+
+def _as_is(value: Any) -> Any:
+    return value
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    return tuple(value or ())
+
+
+def _confidence(value: Any) -> float:
+    return round(float(value), 6)  # a real: drop the float4 -> float8 noise
+
+
+@dataclass(frozen=True)
+class FactColumn:
+    name: str
+    """The `Fact` field it fills, and its column's name in SQL."""
+    expression: str
+    """Its SQL over `f` (the fact) and `a` (its anchor entity); `{s}` is the schema."""
+    decode: Callable[[Any], Any] = _as_is
+    """The stored value -> the field's."""
+
+
+_MENTIONS = """ARRAY(SELECT m.name FROM {s}.fact_entities fm
+             JOIN {s}.entities m ON m.dataset = fm.dataset AND m.project = fm.project AND m.id = fm.entity_id
+             WHERE fm.dataset = f.dataset AND fm.project = f.project AND fm.fact_id = f.id
+               AND fm.roles & 4 <> 0
+             ORDER BY m.name)"""
+
+FACT_COLUMNS: tuple[FactColumn, ...] = (
+    FactColumn("id", "f.id", int),
+    FactColumn("dataset", "f.dataset"),
+    FactColumn("project", "f.project"),
+    FactColumn("subject", "f.subject"),
+    FactColumn("predicate", "f.predicate"),
+    FactColumn("object", "f.object"),
+    FactColumn("object_type", "f.object_type"),
+    FactColumn("anchor", "a.name"),
+    FactColumn("anchor_type", "a.type"),
+    FactColumn("mentions", _MENTIONS, _names),
+    FactColumn("valid_at", "f.valid_at"),
+    FactColumn("invalid_at", "f.invalid_at"),
+    FactColumn("confidence", "f.confidence", _confidence),
+    FactColumn("source_quote", "f.source_quote"),
+    FactColumn("created_at", "f.created_at"),
+)
+"""Every field of `Fact`, in the order of the select list (a test holds it to `Fact`)."""
+
+_NAMES = tuple(column.name for column in FACT_COLUMNS)
+
+
+def fact_columns(schema: str) -> sql.Composed:
+    """The select list of FACT_COLUMNS, each named by its field. Needs `f` (facts) and `a` (the
+    anchor entity) in the FROM clause."""
+    s = sql.Identifier(schema)
+    return sql.SQL(", ").join(
+        sql.SQL("{} AS {}").format(sql.SQL(column.expression).format(s=s), sql.Identifier(column.name))
+        for column in FACT_COLUMNS
+    )
+
+
+def fact_from(columns: Mapping[str, Any]) -> Fact:
+    """A Fact from its columns by name (other columns are ignored)."""
+    return Fact(**{column.name: column.decode(columns[column.name]) for column in FACT_COLUMNS})
+
+
+def decode_fact(row: Sequence[Any]) -> Fact:
+    """A Fact from a tuple row of exactly `fact_columns`."""
+    return fact_from(dict(zip(_NAMES, row, strict=True)))

@@ -1,0 +1,107 @@
+"""The package's shape: the public API pinned, generated code fresh, no oversized modules. No database."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import memsoda_core
+import memsoda_langchain
+import memsoda_llamaindex
+
+ROOT = Path(__file__).resolve().parent.parent
+
+CORE_API = {
+    "LITERAL",
+    "AsyncMemory",
+    "ConfidenceError",
+    "ConfigurationError",
+    "DateError",
+    "Embedder",
+    "EmbedderMismatchError",
+    "EmbeddingError",
+    "EmptyFieldError",
+    "Entity",
+    "Episode",
+    "EpisodeInput",
+    "Fact",
+    "FactInput",
+    "ImportFormatError",
+    "ImportReport",
+    "IntervalError",
+    "InvalidTextError",
+    "LimitError",
+    "LocalEmbedder",
+    "Memory",
+    "MemsodaError",
+    "NotFoundError",
+    "OpenAISynthesizer",
+    "RecallOptions",
+    "RecallResult",
+    "SchemaError",
+    "ScopeError",
+    "ScoredFact",
+    "SignalHit",
+    "StoreError",
+    "StoreUnavailableError",
+    "Synthesizer",
+    "TextTooLongError",
+    "ValidationError",
+    "default_embedder",
+}
+
+
+def test_the_public_api_is_what_the_packages_export() -> None:
+    """Modules inside the packages may move; these names, imported from the package, stay."""
+    assert set(memsoda_core.__all__) == CORE_API
+    assert set(memsoda_langchain.__all__) == {"LangChainEmbedder", "MemsodaRetriever"}
+    assert set(memsoda_llamaindex.__all__) == {"LlamaIndexEmbedder", "MemsodaMemoryBlock", "MemsodaRetriever"}
+    for package in (memsoda_core, memsoda_langchain, memsoda_llamaindex):
+        for name in package.__all__:
+            assert getattr(package, name) is not None, name
+
+
+def test_the_generated_sync_modules_are_fresh() -> None:
+    """`Memory` and the sync runner are generated from their async sources; a stale one fails here
+    as it fails `./dev test`."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "async_to_sync.py"), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_sync_runner_is_generated_not_written() -> None:
+    for generated in ("memsoda_core/runner/sync_runner.py", "memsoda_core/memory.py"):
+        first = (ROOT / generated).read_text(encoding="utf-8").splitlines()[0]
+        assert first.startswith("# Generated from "), generated
+        assert "async def" not in (ROOT / generated).read_text(encoding="utf-8"), generated
+
+
+def test_no_module_is_over_400_lines() -> None:
+    """One job per module: a module past ~400 lines is a sign it holds two."""
+    sizes = {
+        str(path.relative_to(ROOT)): len(path.read_text(encoding="utf-8").splitlines())
+        for package in ("memsoda_core", "memsoda_langchain", "memsoda_llamaindex")
+        for path in (ROOT / package).rglob("*.py")
+    }
+    assert {name: size for name, size in sizes.items() if size > 420} == {}
+
+
+def test_every_subpackage_is_installed() -> None:
+    """pyproject's package list names every sub-package, so a wheel holds them all."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {
+        ".".join(path.parent.relative_to(ROOT).parts)
+        for package in ("memsoda_core", "memsoda_langchain", "memsoda_llamaindex")
+        for path in (ROOT / package).rglob("__init__.py")
+    }
+    assert found <= listed, sorted(found - listed)
+    for name in listed:
+        importlib.import_module(name)

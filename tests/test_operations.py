@@ -1,0 +1,213 @@
+"""Operations driven with scripted replies (no database, no model): what they ask, in what order,
+and what they decide from the replies. The same operations run against the real server elsewhere."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import pytest
+
+from memsoda_core import ops
+from memsoda_core.errors import EmbeddingError, StoreError, ValidationError
+from memsoda_core.ops.maintenance import ensure_tenant_indexes
+from memsoda_core.runner.steps import EmbedDocuments, Emit, Execute, OutsideTransaction, Progress, ReadAside
+from memsoda_core.store import lexemes as sql_lexemes
+from memsoda_core.store import statements as sql_store
+from memsoda_core.store import tenant_index as sql_tenant_index
+from memsoda_core.store.info import StoreInfo
+from memsoda_core.validation import Scope, validate_facts
+from tests.scripted import Script, drive, params_of
+
+INFO = StoreInfo(schema="memsoda", model="scripted", dimensions=4, text_search_config="english")
+SCOPE = Scope(dataset="d", project="p")
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+FACTS = [
+    {"subject": "user", "predicate": "lives in", "object": "amsterdam", "object_type": "PLACE"},
+    {"subject": "user", "predicate": "drives", "object": "tesla"},
+]
+
+
+def write_script(known: dict[str, int]) -> Script:
+    """A store that knows the entities `known` and creates every other name it is asked for."""
+    created: dict[str, int] = {}
+
+    def insert_entities(request: object) -> list[tuple[str, int]]:
+        wanted = params_of(request)["names"]  # type: ignore[arg-type]
+        for name in wanted:
+            created.setdefault(name, 100 + len(created))
+        return [(name, created[name]) for name in wanted]
+
+    def insert_facts(request: object) -> list[sql_store.InsertedFact]:
+        count = len(params_of(request)["subjects"])  # type: ignore[arg-type]
+        return [sql_store.InsertedFact(id=10 + i, lexemes=["user"]) for i in range(count)]
+
+    script = Script(dimensions=INFO.dimensions)
+    known_rows = sorted(known.items())
+    script.on(sql_store.known_entities(INFO.schema), known_rows)
+    script.on(sql_store.known_entities(INFO.schema, lock=True), known_rows)
+    script.on(sql_store.insert_entities(INFO.schema), insert_entities)
+    script.on(sql_store.insert_facts(INFO.schema), insert_facts)
+    script.on(sql_store.facts_pages(), [sql_store.TablePages(analyzed=100, current=100)])
+    return script
+
+
+def test_a_write_embeds_before_it_takes_a_connection_and_only_names_the_scope_lacks() -> None:
+    conversation = drive(ops.add_facts(INFO, SCOPE, FACTS, now=NOW), write_script({"user": 1}))
+    requests = conversation.requests
+    assert isinstance(requests[0], ReadAside)  # which entities exist: a borrowed connection, returned at once
+    embed = conversation.index(EmbedDocuments)
+    first_statement = conversation.index(Execute)
+    assert 0 < embed < first_statement  # no connection or transaction is held while the model runs
+    texts = requests[embed].texts  # type: ignore[union-attr]
+    assert texts[2:] == ("amsterdam", "tesla")  # the facts' texts, then only the new names
+    assert len(texts) == 4
+    inserted = [r for r in requests if isinstance(r, Execute) and r.statement == sql_store.insert_entities(INFO.schema)]
+    assert [params_of(r)["names"] for r in inserted] == [["amsterdam", "tesla"]]
+    assert conversation.result == [10, 11]
+
+
+def test_a_write_counts_its_rows_last_in_a_fixed_order() -> None:
+    """Counts are bumped at the end (entities by name, lexemes, then the scope), so two writers into
+    one scope wait for each other only from there to their commits, and never deadlock."""
+    conversation = drive(ops.add_facts(INFO, SCOPE, FACTS, now=NOW), write_script({}))
+    order = [
+        conversation.index(Execute, sql_store.insert_facts(INFO.schema)),
+        conversation.index(Execute, sql_store.bump_entities(INFO.schema)),
+        conversation.index(Execute, sql_lexemes.count_lexemes(INFO.schema)),
+        conversation.index(Execute, sql_store.bump_scope(INFO.schema)),
+    ]
+    assert -1 not in order and order == sorted(order)
+    bump = conversation.requests[order[1]]
+    assert params_of(bump)["names"] == sorted(params_of(bump)["names"])
+    assert dict(zip(params_of(bump)["names"], params_of(bump)["types"], strict=True))["amsterdam"] == "PLACE"
+
+
+def test_a_failed_embedding_writes_nothing() -> None:
+    script = write_script({})
+    script.embed_error = EmbeddingError("down")
+    seen: list[object] = []
+
+    def answer(request: object) -> object:
+        seen.append(request)
+        return script(request)  # type: ignore[arg-type]
+
+    with pytest.raises(EmbeddingError):
+        drive(ops.add_facts(INFO, SCOPE, FACTS, now=NOW), answer)
+    assert not any(isinstance(r, Execute) for r in seen)
+
+
+def test_invalid_input_raises_before_any_request() -> None:
+    op = ops.add_facts(INFO, SCOPE, [{"subject": "", "predicate": "x", "object": "y"}], now=NOW)
+    with pytest.raises(ValidationError):
+        next(op)
+
+
+def test_an_entity_another_writer_created_meanwhile_is_found_in_a_second_round() -> None:
+    script = write_script({})
+    rounds: list[list[str]] = []
+
+    def racing(request: object) -> list[tuple[str, int]]:
+        wanted = params_of(request)["names"]  # type: ignore[arg-type]
+        rounds.append(wanted)
+        if len(rounds) == 1:  # the other writer's "tesla" committed while this statement waited
+            return [(name, 100 + i) for i, name in enumerate(wanted) if name != "tesla"]
+        return [(name, 200 + i) for i, name in enumerate(wanted)]
+
+    script.rules = [rule for rule in script.rules if rule[0] != sql_store.insert_entities(INFO.schema)]
+    script.on(sql_store.insert_entities(INFO.schema), racing)
+    drive(ops.add_facts(INFO, SCOPE, FACTS, now=NOW), script)
+    assert rounds == [["amsterdam", "tesla", "user"], ["tesla"]]
+
+
+def test_entities_that_never_settle_are_a_store_error() -> None:
+    script = write_script({})
+    script.rules = [rule for rule in script.rules if rule[0] != sql_store.insert_entities(INFO.schema)]
+    script.on(sql_store.insert_entities(INFO.schema), [])
+    with pytest.raises(StoreError, match="try the write again"):
+        drive(ops.add_facts(INFO, SCOPE, FACTS, now=NOW), script)
+
+
+def test_a_scope_under_the_threshold_gets_no_index_build() -> None:
+    conversation = drive(ensure_tenant_indexes(INFO, SCOPE), Script())  # nothing missing
+    assert conversation.result == []
+    assert not any(isinstance(r, OutsideTransaction) for r in conversation.requests)
+
+
+def test_an_index_build_is_skipped_when_another_session_holds_the_lock() -> None:
+    missing = [
+        sql_tenant_index.MissingIndex(name=i.name, present=False) for i in sql_tenant_index.tenant_indexes(SCOPE)
+    ]
+    script = Script().on(sql_tenant_index.missing_statement(INFO.schema), missing)
+    script.on(sql_tenant_index.lock_statement(), [(False,)])
+    conversation = drive(ensure_tenant_indexes(INFO, SCOPE), script)
+    assert conversation.result == []
+    ddl = [r for r in conversation.requests if isinstance(r, OutsideTransaction)]
+    assert [r.statement for r in ddl] == [sql_tenant_index.lock_statement()]  # no CREATE INDEX
+
+
+def test_an_index_build_stops_at_the_first_failure_and_releases_its_lock() -> None:
+    indexes = sql_tenant_index.tenant_indexes(SCOPE)
+    missing = [sql_tenant_index.MissingIndex(name=i.name, present=False) for i in indexes]
+    script = Script().on(sql_tenant_index.missing_statement(INFO.schema), missing)
+    script.on(sql_tenant_index.lock_statement(), [(True,)])
+    script.on(sql_tenant_index.create_statement(INFO.schema, SCOPE, indexes[0]), [])
+    script.on(sql_tenant_index.create_statement(INFO.schema, SCOPE, indexes[1]), None)  # failed (lock timeout)
+    conversation = drive(ensure_tenant_indexes(INFO, SCOPE), script)
+    assert conversation.result == [indexes[0].name]
+    statements = [r.statement for r in conversation.requests if isinstance(r, OutsideTransaction)]
+    assert sql_tenant_index.create_statement(INFO.schema, SCOPE, indexes[2]) not in statements
+    assert statements.count(sql_tenant_index.lock_statement(release=True)) == 1
+
+
+def test_export_hands_its_lines_to_the_runner_page_by_page() -> None:
+    fact = validate_facts(FACTS[:1], now=NOW)[0]
+    row = {
+        "id": 7,
+        "subject": fact.subject,
+        "predicate": fact.predicate,
+        "object": fact.object,
+        "object_type": fact.object_type,
+        "subject_type": "PERSON",
+    }
+    conversation = drive(ops.export_jsonl(INFO, SCOPE), lambda r: _export_reply(r, row))
+    emitted = [line for r in conversation.requests if isinstance(r, Emit) for line in r.lines]
+    assert conversation.result == len(emitted) == 1
+    record = json.loads(emitted[0])
+    assert record["subject"] == "user" and record["subject_type"] == "PERSON" and record["id"] == 7
+
+
+def _export_reply(request: object, row: dict[str, object]) -> object:
+    statement = getattr(request, "statement", None)
+    if statement == sql_store.export_facts(INFO.schema):
+        return [_exported(row)]  # the runner builds these from the named columns
+    return []
+
+
+def _exported(row: dict[str, object]) -> sql_store.ExportedFact:
+    from memsoda_core.store.fact_columns import FACT_COLUMNS
+
+    columns = {column.name: None for column in FACT_COLUMNS}
+    columns.update(
+        {
+            "valid_at": NOW,
+            "confidence": 1.0,
+            "mentions": [],
+            "anchor": "user",
+            **{k: v for k, v in row.items() if k != "subject_type"},
+        }
+    )
+    return sql_store.ExportedFact(subject_type=str(row["subject_type"]), **columns)
+
+
+def test_an_import_reports_progress_per_batch_and_bumps_counts_once() -> None:
+    facts = validate_facts(FACTS * 3, now=NOW)
+    conversation = drive(
+        ops.import_records(INFO, SCOPE, facts, [], batch_size=2, rebuild_index=False), write_script({"user": 1})
+    )
+    assert [r.done for r in conversation.requests if isinstance(r, Progress)] == [2, 2, 2]
+    bumps = [
+        r for r in conversation.requests if isinstance(r, Execute) and r.statement == sql_store.bump_scope(INFO.schema)
+    ]
+    assert [params_of(r)["delta"] for r in bumps] == [6]
+    assert not any(isinstance(r, ReadAside) for r in conversation.requests)  # inside the import's transaction

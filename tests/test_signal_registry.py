@@ -1,0 +1,239 @@
+"""The signal registry drives every place a signal name appears, and a new signal is one spec.
+Pure: no database."""
+
+from __future__ import annotations
+
+import dataclasses
+import timeit
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, get_args
+
+import pytest
+from psycopg import sql
+
+from memsoda_core import RecallOptions
+from memsoda_core.cli import recall as cli_recall
+from memsoda_core.models import Signal
+from memsoda_core.recall import statements
+from memsoda_core.recall.fragments import fragment
+from memsoda_core.recall.hits import COMMON_COLUMNS, DETAIL_TYPES, HitRow, _maker
+from memsoda_core.recall.result import explain, fuse_hits, plan_for, statement_params
+from memsoda_core.recall.signals import (
+    QUERY_SIGNALS,
+    REGISTRY,
+    SIGNAL_NAMES,
+    RecallPlan,
+    SignalInputs,
+    SignalSpec,
+    planned_signals,
+    signal_order,
+    statement_groups,
+)
+from memsoda_core.recall.signals.entities import NAMED_ENTITIES
+from memsoda_core.validation import Scope
+
+PLANS = [
+    RecallPlan(query=query, embedding=embedding, hops=hops)
+    for query in (True, False)
+    for embedding in (True, False)
+    for hops in (1, 2)
+]
+
+
+def _text(statement: sql.Composable) -> str:
+    return statement.as_string(None)
+
+
+def test_models_signal_is_the_registrys_names_in_order() -> None:
+    assert get_args(Signal) == SIGNAL_NAMES == ("vector", "anchor", "keyword", "recent")
+
+
+def test_the_cli_and_the_demo_read_the_registry() -> None:
+    from memsoda_core import demo
+
+    assert cli_recall.SIGNALS == SIGNAL_NAMES
+    assert demo.QUERY_SIGNALS is QUERY_SIGNALS == ("vector", "anchor", "keyword")
+
+
+def test_planned_signals_are_those_whose_spec_runs_in_registry_order() -> None:
+    for plan in PLANS:
+        assert planned_signals(plan) == tuple(spec.name for spec in REGISTRY if spec.runs(plan))
+    options = RecallOptions()
+    assert planned_signals(plan_for("q", True, options)) == ("vector", "anchor", "keyword")
+    assert planned_signals(plan_for("q", False, options)) == ("anchor", "keyword", "recent")
+    assert planned_signals(plan_for(None, True, options)) == ("vector", "anchor")
+    assert planned_signals(plan_for(None, False, options)) == ("recent",)
+
+
+def test_statement_groups_come_from_each_specs_statement_number() -> None:
+    assert statements.STATEMENT_GROUPS == statement_groups() == (("vector", "keyword", "recent"), ("anchor",))
+    for plan in PLANS:
+        texts = [_text(s) for s in statements.recall_statements("memsoda", plan)]
+        planned = planned_signals(plan)
+        expected = [[n for n in group if n in planned] for group in statement_groups()]
+        expected = [group for group in expected if group]
+        assert len(texts) == len(expected)
+        for text, group in zip(texts, expected, strict=True):
+            assert [n for n in SIGNAL_NAMES if f"SELECT '{n}'" in text] == group  # its signals' hit rows
+            assert all(f"{n}_hits AS (" in text for n in group)
+
+
+def test_hit_rows_name_exactly_the_columns_of_their_statements_signals() -> None:
+    plan = RecallPlan(query=True, embedding=True)
+    for names in [("vector", "keyword", "recent"), ("anchor",), ("recent",), ("keyword", "recent")]:
+        text = _text(statements.hits_statement("memsoda", plan, names))
+        hits = text[text.index(f" SELECT '{names[0]}' AS signal") :]
+        first = hits.split(" UNION ALL ")[0]
+        details = [c for spec in REGISTRY if spec.name in names for c, _ in spec.details]
+        columns = [*COMMON_COLUMNS, *dict.fromkeys(details)]
+        named = [part.rsplit(" AS ", 1)[-1].split(" FROM ")[0] for part in first.split(", ")]
+        assert named == columns
+        assert hits.count(" UNION ALL ") == len(names) - 1
+
+
+def test_every_detail_column_is_a_hit_row_field_with_one_sql_type() -> None:
+    assert HitRow._fields == (*COMMON_COLUMNS, *DETAIL_TYPES)
+    for spec in REGISTRY:
+        assert {column for column, _ in spec.details} <= set(DETAIL_TYPES), spec.name
+
+
+def test_fusion_orders_and_explains_a_facts_hits_by_the_registry() -> None:
+    rows = [
+        HitRow("recent", 1, 2, 10),
+        HitRow("keyword", 1, 1, 10, matched=["tea"]),
+        HitRow("anchor", 1, 3, 10, hop=2, via="kyoto"),
+        HitRow("vector", 1, 4, 10, similarity=0.81234),
+    ]
+    (kept,) = fuse_hits(rows, RecallOptions())
+    assert [hit.signal for hit in kept.hits] == list(SIGNAL_NAMES) == list(signal_order())
+    assert [hit.reason for hit in kept.hits] == [
+        "cosine similarity 0.812 to the query",
+        "second hop via 'kyoto'",
+        "matched terms: tea",
+        "most recent live fact",
+    ]
+    assert kept.hits[0].similarity == 0.8123
+    for spec, row in zip(REGISTRY, sorted(rows, key=lambda r: signal_order()[r.signal]), strict=True):
+        assert explain(row).reason == spec.explain(row)
+
+
+def test_anchor_explanations_name_how_the_fact_was_reached() -> None:
+    named = HitRow("anchor", 1, 1, 0, hop=1, via="maya", via_named=True)
+    near = HitRow("anchor", 1, 1, 0, hop=1, via="netflix", via_named=False, via_similarity=0.8)
+    assert explain(named).reason == "touches 'maya', named in the query"
+    assert explain(near).reason == "touches 'netflix', near the query (similarity 0.800)"
+
+
+def test_parameters_are_named_like_the_options_they_come_from() -> None:
+    options = RecallOptions()
+    params = statement_params(
+        scope=Scope(dataset="d", project="p"),
+        query="tea in kyoto",
+        embedding=[0.0, 1.0],
+        at=datetime(2026, 1, 1, tzinfo=UTC),
+        options=options,
+        text_search_config="english",
+    )
+    fields = {field.name for field in dataclasses.fields(RecallOptions)}
+    derived = {"dataset", "project", "at", "qvec", "spans", "span_terms", "terms", "tsconfig"}
+    derived |= {"keyword_pool", "half_max_lexemes", "recent_limit"}  # computed, not one option each
+    assert set(params) - derived <= fields
+    assert params["anchor_vector_top_k"] == options.anchor_vector_top_k
+    text = " ".join(_text(s) for plan in PLANS for s in statements.recall_statements("memsoda", plan))
+    for old in ("near_k", "near_min", "vector_limit", "anchor_limit", "keyword_limit", "common_share"):
+        assert f"%({old})" not in text
+    used = {name for name in params if f"%({name})" in text}
+    assert used == set(params) - {"episodes_k"}  # every value a statement takes, and only those
+
+
+def test_hit_rows_decode_by_name_whatever_the_column_order() -> None:
+    make = _maker(("fact_id", "signal", "valid_at_us", "rank", "matched"))
+    assert make((7, "keyword", 5, 2, ["a"])) == HitRow("keyword", 7, 2, 5, matched=["a"])
+    assert _maker(HitRow._fields) == HitRow._make  # every column, in order: no reordering
+    with pytest.raises(ValueError, match="unknown_column"):
+        _maker(("signal", "fact_id", "rank", "valid_at_us", "unknown_column"))
+    with pytest.raises(ValueError, match="not the columns"):
+        _maker(("signal", "fact_id", "valid_at_us"))  # no rank
+
+
+def test_decoding_a_hit_row_costs_about_what_a_tuple_does() -> None:
+    names = ("signal", "fact_id", "rank", "valid_at_us", "similarity", "matched")
+    values = ("vector", 12345, 3, 1_700_000_000_000_000, 0.5, None)
+    make = _maker(names)
+    by_name = min(timeit.repeat(lambda: make(values), number=2000, repeat=5))
+    as_dataclass = min(  # what psycopg's class_row does per row
+        timeit.repeat(lambda: _Frozen(**dict(zip(names, values, strict=True))), number=2000, repeat=5)
+    )
+    assert by_name < as_dataclass  # psycopg's class_row with a frozen dataclass is the slower way
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Frozen:
+    signal: str
+    fact_id: int
+    rank: int
+    valid_at_us: int
+    similarity: float | None = None
+    matched: list[str] | None = None
+
+
+# --- a fifth signal: one spec in a copy of the registry ----------------------------------------------
+
+
+def _temporal_ctes(schema: str, plan: RecallPlan, indexed: Scope | None) -> Sequence[sql.Composable]:
+    return (
+        fragment(
+            """
+    temporal_hits AS (
+        SELECT f.id AS fact_id, f.valid_at, row_number() OVER (ORDER BY f.valid_at, f.id) AS rank
+        FROM {s}.facts f WHERE {where_f} LIMIT %(temporal_candidates)s)""",
+            schema,
+        ),
+    )
+
+
+def _temporal_params(inputs: SignalInputs) -> Mapping[str, Any]:
+    return {"temporal_candidates": 7}
+
+
+TEMPORAL = SignalSpec(
+    name="temporal",
+    statement=2,
+    runs=lambda plan: plan.query,
+    ctes=_temporal_ctes,
+    details=(("hop", "1"),),
+    params=_temporal_params,
+    explain=lambda hit: "in the query's time span",
+    requires=(NAMED_ENTITIES,),
+)
+
+WITH_TEMPORAL = (*REGISTRY, TEMPORAL)
+
+
+def test_a_fifth_signal_is_planned_assembled_fused_and_explained_from_its_spec_alone() -> None:
+    plan = RecallPlan(query=True, embedding=True)
+    assert planned_signals(plan, WITH_TEMPORAL) == ("vector", "anchor", "keyword", "temporal")
+    assert statement_groups(WITH_TEMPORAL)[-1] == ("temporal",)
+    texts = [_text(s) for s in statements.recall_statements("memsoda", plan, None, WITH_TEMPORAL)]
+    assert len(texts) == 3
+    assert "temporal_hits AS (" in texts[2] and "hub_floor AS (" in texts[2]  # with what it requires
+    assert "SELECT 'temporal' AS signal, fact_id, rank," in texts[2] and "1 AS hop FROM temporal_hits" in texts[2]
+    assert texts[:2] == [_text(s) for s in statements.recall_statements("memsoda", plan)]  # the others unchanged
+    params = statement_params(
+        scope=Scope(dataset="d", project="p"),
+        query="q",
+        embedding=None,
+        at=datetime(2026, 1, 1, tzinfo=UTC),
+        options=RecallOptions(),
+        text_search_config="english",
+        registry=WITH_TEMPORAL,
+    )
+    assert params["temporal_candidates"] == 7
+    rows = [HitRow("keyword", 1, 1, 10, matched=["x"]), HitRow("temporal", 1, 1, 10, hop=1)]  # type: ignore[arg-type]
+    (kept,) = fuse_hits(rows, RecallOptions(), WITH_TEMPORAL)
+    assert [(hit.signal, hit.reason) for hit in kept.hits] == [
+        ("keyword", "matched terms: x"),
+        ("temporal", "in the query's time span"),
+    ]
+    assert signal_order(WITH_TEMPORAL)["temporal"] == 4

@@ -1,0 +1,74 @@
+"""The store's pure parts, no database: the fact columns, the tenant predicate, the write rules."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from datetime import UTC, datetime
+
+from memsoda_core import Fact
+from memsoda_core.ops.writing import CountDeltas, keep_specific_type
+from memsoda_core.store import lexemes, statements
+from memsoda_core.store.fact_columns import FACT_COLUMNS, decode_fact, fact_columns, fact_from
+from memsoda_core.store.tenant_index import tenant_predicate
+
+
+def test_fact_columns_are_the_fields_of_fact_in_order() -> None:
+    assert [column.name for column in FACT_COLUMNS] == [field.name for field in dataclasses.fields(Fact)]
+    select = fact_columns("s").as_string(None)
+    for column in FACT_COLUMNS:
+        assert f' AS "{column.name}"' in select  # named, so rows can be read by name
+
+
+def test_decode_fact_by_position_and_by_name_agree() -> None:
+    when = datetime(2026, 1, 1, tzinfo=UTC)
+    stored = {
+        "id": 7,
+        "dataset": "d",
+        "project": "p",
+        "subject": "ada",
+        "predicate": "likes",
+        "object": "tea",
+        "object_type": "OTHER",
+        "anchor": "ada",
+        "anchor_type": "PERSON",
+        "mentions": None,
+        "valid_at": when,
+        "invalid_at": None,
+        "confidence": 0.8999999761581421,  # a real read back as float8
+        "source_quote": None,
+        "created_at": when,
+    }
+    fact = decode_fact(tuple(stored[column.name] for column in FACT_COLUMNS))
+    assert fact == fact_from({**stored, "subject_type": "PERSON"})  # other columns are ignored
+    assert (fact.mentions, fact.confidence) == ((), 0.9)
+    row = statements.ExportedFact(subject_type="PERSON", **stored)
+    assert (row.fact, row.subject_type) == (fact, "PERSON")
+
+
+def test_the_tenant_predicate_is_written_once() -> None:
+    assert tenant_predicate("f").as_string(None) == "f.dataset = %(dataset)s AND f.project = %(project)s"
+    for module in (statements, lexemes):
+        assert "dataset = %(dataset)s AND" not in inspect.getsource(module)
+    text = statements.forget_entity("s").as_string(None)
+    assert text.count("dataset = %(dataset)s AND") == 7 and "{" not in text
+
+
+def test_a_specific_type_wins_over_other_and_the_first_is_kept() -> None:
+    types: dict[str, str] = {}
+    keep_specific_type(types, "ada", "OTHER")
+    assert types == {"ada": "OTHER"}  # recorded, so the name is counted
+    keep_specific_type(types, "ada", "PERSON")
+    keep_specific_type(types, "ada", "ORG")
+    assert types == {"ada": "PERSON"}
+    deltas = CountDeltas(types={"ada": "OTHER", "bob": "PERSON"})
+    deltas.add(CountDeltas(types={"ada": "PERSON", "bob": "ORG", "cy": "OTHER"}))
+    assert deltas.types == {"ada": "PERSON", "bob": "PERSON", "cy": "OTHER"}
+
+
+def test_every_lexeme_count_uses_one_definition() -> None:
+    definition = lexemes.fact_lexemes("f").as_string(None)
+    assert definition == "tsvector_to_array(f.tsv)"
+    assert definition in lexemes.recount_lexemes("s", scoped=False).as_string(None)
+    assert "tsvector_to_array(tsv) AS lexemes" in statements.insert_facts("s").as_string(None)
+    assert "tsvector_to_array(g.tsv)" in statements.forget_entity("s").as_string(None)
