@@ -33,12 +33,13 @@ from memsoda_core.recall.statements import (
     recent_episodes_statement,
 )
 from memsoda_core.runner.steps import (
-    Concurrently,
-    EmbedQuery,
     Execute,
     Operation,
     Planning,
-    Synthesize,
+    concurrently,
+    embed_query,
+    execute,
+    synthesize,
 )
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.store.params import BigintArray
@@ -62,7 +63,7 @@ def recall(
     """The signals in two statements run at once, RRF, the kept facts read, grouping and
     rendering; see `recall.result`. Statements whose plan fits every scope they serve are prepared
     (the kept facts' read; the signals of a scope under the tenant-index threshold): see
-    `scope_sizes`, which also remembers the scope's size between recalls."""
+    `recall.planning`, which also remembers the scope's size between recalls."""
     timings: dict[str, float] = {}
     started = time.perf_counter()
     embedding: Sequence[float] | np.ndarray[Any, Any] | None = None
@@ -71,7 +72,7 @@ def recall(
         embedding = query_embedding
     elif query is not None:
         try:
-            embedding = yield EmbedQuery(query, options.embed_timeout_s)
+            embedding = yield from embed_query(query, options.embed_timeout_s)
         except EmbeddingError as exc:
             degraded = f"embedding failed, recalled by keyword, named anchors and recency: {exc}"
         timings["embed"] = _ms(started)
@@ -91,21 +92,21 @@ def recall(
         scope_sizes.put(scope, scope_facts)
     indexed, planning = recall_statement_choice(scope, scope_facts, info.tenant_index_min_facts)
     statements = recall_statements(info.schema, plan_for(query, embedding is not None, options), indexed)
-    results = yield Concurrently(tuple(Execute(statement, params, planning, hit_rows) for statement in statements))
+    results = yield from concurrently([Execute(statement, params, planning, hit_rows) for statement in statements])
     timings["query"] = _ms(mark)
     mark = time.perf_counter()
     kept = fuse_hits((row for rows in results for row in rows), options)
     timings["fuse"] = _ms(mark)
     mark = time.perf_counter()
     fact_ids = BigintArray(k.fact_id for k in kept)
-    fact_rows = yield Execute(facts_statement(info.schema), {**params, "fact_ids": fact_ids}, Planning.CACHED)
+    fact_rows = yield from execute(facts_statement(info.schema), {**params, "fact_ids": fact_ids}, Planning.CACHED)
     scored = scored_facts(kept, fact_rows)
     timings["facts"] = _ms(mark)
     episodes = []
     if "episodes" in include:
         mark = time.perf_counter()
         statement = episodes_statement if embedding is not None else recent_episodes_statement
-        episodes = decode_episodes((yield Execute(statement(info.schema), params)))
+        episodes = decode_episodes((yield from execute(statement(info.schema), params)))
         timings["episodes"] = _ms(mark)
     mark = time.perf_counter()
     result = assemble(scored, episodes=episodes, degraded_reason=degraded)
@@ -115,7 +116,7 @@ def recall(
     if "synthesis" in include and result.context:
         mark = time.perf_counter()
         try:
-            synthesis = yield Synthesize(result.context, query)
+            synthesis = yield from synthesize(result.context, query)
         except Exception as exc:
             errors["synthesis"] = f"{type(exc).__name__}: {exc}"
         timings["synthesis"] = _ms(mark)

@@ -1,0 +1,164 @@
+"""Recall driven with scripted replies (no database, no model): its plan, its degradation, how it
+chooses and plans statements, and fusion of the lists it gets back."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from psycopg import sql
+
+from memsoda_core.errors import EmbeddingError
+from memsoda_core.options import DEFAULT_OPTIONS
+from memsoda_core.recall.hits import HitRow
+from memsoda_core.recall.operation import recall
+from memsoda_core.recall.planning import ScopeSizes
+from memsoda_core.recall.statements import facts_statement
+from memsoda_core.runner.steps import Concurrently, EmbedQuery, Execute, Planning
+from memsoda_core.store.fact_columns import FACT_COLUMNS
+from memsoda_core.store.info import StoreInfo
+from memsoda_core.store.tenant_index import scope_facts_statement
+from memsoda_core.validation import Scope
+from tests.scripted import Script, drive
+
+INFO = StoreInfo(schema="memsoda", model="scripted", dimensions=4, text_search_config="english")
+SCOPE = Scope(dataset="acme", project="assistant")
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def recall_of(query: str | None, sizes: ScopeSizes | None = None, **kwargs: Any) -> Any:
+    return recall(
+        INFO,
+        SCOPE,
+        query,
+        options=DEFAULT_OPTIONS,
+        include=frozenset(),
+        query_embedding=kwargs.pop("query_embedding", None),
+        as_of=None,
+        now=NOW,
+        scope_sizes=sizes if sizes is not None else ScopeSizes(),
+    )
+
+
+def store(
+    scope_facts: int, hits: list[list[HitRow]] | None = None, facts: list[dict[str, Any]] | None = None
+) -> Script:
+    script = Script(dimensions=INFO.dimensions).on(scope_facts_statement(INFO.schema), [(scope_facts,)])
+    script.on(facts_statement(INFO.schema), [fact_row(**fact) for fact in facts or []])
+    if hits is not None:
+        lists = iter(hits)
+        original = script.__call__
+
+        def answer(request: Any) -> Any:
+            if isinstance(request, Concurrently):
+                return [next(lists, []) for _ in request.statements]
+            return original(request)
+
+        return answer  # type: ignore[return-value]
+    return script
+
+
+def fact_row(**fields: Any) -> tuple[Any, ...]:
+    defaults: dict[str, Any] = {
+        "dataset": SCOPE.dataset,
+        "project": SCOPE.project,
+        "subject": "user",
+        "predicate": "likes",
+        "object_type": "LITERAL",
+        "anchor": "user",
+        "anchor_type": "PERSON",
+        "mentions": [],
+        "valid_at": NOW,
+        "invalid_at": None,
+        "confidence": 1.0,
+        "source_quote": None,
+        "created_at": NOW,
+    }
+    values = {**defaults, **fields}
+    return tuple(values[column.name] for column in FACT_COLUMNS)
+
+
+def text(statement: sql.Composable) -> str:
+    return statement.as_string(None)
+
+
+def signal_statements(requests: list[Any]) -> list[Execute]:
+    return [statement for r in requests if isinstance(r, Concurrently) for statement in r.statements]
+
+
+def test_an_embedder_failure_degrades_to_keyword_named_anchors_and_recency() -> None:
+    script = store(10)
+    script.embed_error = EmbeddingError("the embedder timed out")  # type: ignore[union-attr]
+    conversation = drive(recall_of("where does the user live?"), script)
+    assert conversation.result.degraded
+    assert "embedding failed" in (conversation.result.degraded_reason or "")
+    sent = " ".join(text(s.statement) for s in signal_statements(conversation.requests))
+    assert "recent_hits" in sent and "keyword_hits" in sent and "anchor_hits" in sent
+    assert "vector_hits" not in sent and "qvec" not in sent
+
+
+def test_a_given_embedding_is_not_embedded_again() -> None:
+    conversation = drive(recall_of("where?", query_embedding=[0.5] * INFO.dimensions), store(10))
+    assert not any(isinstance(r, EmbedQuery) for r in conversation.requests)
+    assert not conversation.result.degraded
+
+
+def test_no_query_recalls_the_most_recent_facts_without_embedding() -> None:
+    conversation = drive(recall_of(None), store(10))
+    assert not any(isinstance(r, EmbedQuery) for r in conversation.requests)
+    sent = " ".join(text(s.statement) for s in signal_statements(conversation.requests))
+    assert "recent_hits" in sent and "vector_hits" not in sent
+
+
+def test_a_small_scope_shares_kept_plans_and_a_large_one_has_its_own_generic_ones() -> None:
+    small = signal_statements(drive(recall_of("tesla"), store(10)).requests)
+    large = signal_statements(drive(recall_of("tesla"), store(INFO.tenant_index_min_facts)).requests)
+    assert len(small) == len(large) == 2  # two statements, run at once
+    assert {s.planning for s in small} == {Planning.CACHED}
+    assert {s.planning for s in large} == {Planning.GENERIC}
+    assert not any("'acme'" in text(s.statement) for s in small)  # every value bound
+    assert any("'acme'" in text(s.statement) for s in large)  # named where its partial indexes must match
+
+
+def test_the_scope_size_is_remembered_between_recalls() -> None:
+    sizes = ScopeSizes()
+    first = drive(recall_of("tesla", sizes), store(10))
+    second = drive(recall_of("tesla", sizes), store(10))
+    counted = [c.index(Execute, scope_facts_statement(INFO.schema)) for c in (first, second)]
+    assert counted[0] >= 0 and counted[1] == -1
+
+
+def hit(signal: str, fact_id: int, rank: int, **details: Any) -> HitRow:
+    return HitRow(signal=signal, fact_id=fact_id, rank=rank, valid_at_us=rank, **details)  # type: ignore[arg-type]
+
+
+def test_fusion_ranks_a_fact_two_signals_found_above_one_found_by_one() -> None:
+    hits = [
+        [
+            hit("vector", 1, 1, similarity=0.9),
+            hit("vector", 2, 2, similarity=0.8),
+            hit("keyword", 2, 1, matched=["tesla"]),
+        ],
+        [hit("anchor", 3, 1, hop=1, via="user", via_named=True, similarity=0.5)],
+    ]
+    facts = [
+        {"id": 1, "object": "amsterdam"},
+        {"id": 2, "object": "tesla", "predicate": "drives"},
+        {"id": 3, "object": "jazz"},
+    ]
+    conversation = drive(recall_of("tesla", query_embedding=[0.5] * INFO.dimensions), store(10, hits, facts))
+    result = conversation.result
+    assert [f.fact.id for f in result.facts][:1] == [2]
+    assert set(result.facts[0].ranks) == {"vector", "keyword"}
+    assert {f.fact.id for f in result.facts} == {1, 2, 3}
+    read = [r for r in conversation.requests if isinstance(r, Execute) and r.statement == facts_statement(INFO.schema)]
+    assert len(read) == 1 and read[0].planning is Planning.CACHED  # the kept facts, read once after fusion
+    assert "tesla" in result.context
+
+
+def test_a_fact_deleted_between_the_two_reads_is_left_out() -> None:
+    hits = [[hit("vector", 1, 1, similarity=0.9), hit("vector", 2, 2, similarity=0.8)], []]
+    conversation = drive(
+        recall_of("x", query_embedding=[0.5] * INFO.dimensions), store(10, hits, [{"id": 2, "object": "tesla"}])
+    )
+    assert [f.fact.id for f in conversation.result.facts] == [2]
