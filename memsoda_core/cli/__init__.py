@@ -1,4 +1,4 @@
-"""The `memsoda` command line: demo, recall, add, import/export, stats, forget, doctor, server.
+"""The `memsoda` command line: demo, recall, add, import/export, stats, maintain, forget, doctor, server.
 
 Global options pick the store: `--dsn` (else `MEMSODA_DSN`, else the embedded server under
 `--home` / `MEMSODA_HOME`). Any `MemsodaError` (and any file error) prints one red line and exits
@@ -11,7 +11,7 @@ with status 1; `--verbose` adds the traceback. Usage errors exit with status 2.
     demo.py     demo
     recall.py   recall, add, forget
     jsonl.py    import, export
-    stats.py    stats
+    stats.py    stats, maintain
     doctor.py   doctor and its checks
     server.py   server start|stop|status (and the hidden `hold` that `start` runs)
 """

@@ -3,7 +3,7 @@
 A scope under the tenant-index threshold is searched exactly, so every such scope shares one set
 of prepared statements and their kept plan. A scope with its own partial indexes gets statements
 naming it where those indexes must match, run on their generic plans; a plan shared with other
-scopes could not use them (PERF-NOTES' 110 ms trap). See docs/ARCHITECTURE.md, "Plans".
+scopes could not use them (bench/RESULTS.md, "Kept plans"). See docs/ARCHITECTURE.md, "Plans and pools".
 
 The size is read once (a primary-key lookup) and remembered for `SCOPE_SIZE_TTL_S`; writes through
 the same store forget it. A size out of date is never wrong SQL, both kinds of statement mean the

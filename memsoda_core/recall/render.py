@@ -1,6 +1,6 @@
 """Deterministic rendering of recalled facts into the prompt block. Pure; no model call.
 
-Format (the reference's)::
+Format::
 
     Known facts about the user, most relevant first.
 

@@ -65,14 +65,14 @@ def hits_statement(
 
 STATEMENT_GROUPS: tuple[tuple[str, ...], ...] = statement_groups()
 """The signals each recall statement runs. The runner may execute the statements at once on two
-connections: the anchor signal costs about as much as the other two together (bench/RESULTS.md),
-so the two halves take about the same time, and a recall about half of their sum."""
+connections: the anchor signal costs about as much as the other two together, so the two halves take
+about the same time (bench/RESULTS.md, "Concurrent recall statements")."""
 
 
 PARSE_CACHE_BYTES = 4096
 """psycopg caches the parsing of a statement's placeholders only up to this length
 (`psycopg._queries.MAX_CACHED_STATEMENT_LENGTH`); a longer statement is parsed again on every call
-(~0.8 ms here, twice per recall). Rendered recall statements stay under it for schema names of up
+(bench/RESULTS.md, "Parse cache"). Rendered recall statements stay under it for schema names of up
 to 20 characters, and an indexed scope's own statements for dataset and project names of up to 40
 characters each (a test checks); the default schema is "memsoda". Longer names still work, a
 little slower."""
@@ -107,7 +107,7 @@ def recall_statements(
     so that a plan PostgreSQL keeps for the statement still uses them; every other value stays
     bound. This is the one place where values enter the SQL text (quoted by psycopg, as in the
     indexes' own DDL): a generic plan over bound tenant values cannot use a partial index, and
-    planning each run cost a 10k-fact scope's statements 35-52% of their time."""
+    planning them at every run was much of their cost (bench/RESULTS.md, "Kept plans")."""
     planned = planned_signals(plan, registry)
     if not planned:
         raise ValueError("a recall plan needs at least one signal")
