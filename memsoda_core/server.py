@@ -54,9 +54,9 @@ def _prune_dead_handles(pgdata: Path) -> None:
 
 
 def server_settings() -> dict[str, str]:
-    """Settings written once into a new data directory. The package's defaults (128MB shared
-    buffers) are far below a memory's working set; PERF-NOTES measured a recall over a 100k-fact tenant at
-    45 ms at 128MB and 25 ms at 2GB. `MEMSODA_PG_SHARED_BUFFERS` overrides the buffer size."""
+    """Settings written once into a new data directory: the package's 128MB shared buffers are far
+    below a memory's working set (bench/RESULTS.md, "Shared buffers"). `MEMSODA_PG_SHARED_BUFFERS`
+    overrides the buffer size."""
     import psutil
 
     total_mb = int(psutil.virtual_memory().total // (1024 * 1024))
