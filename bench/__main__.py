@@ -21,8 +21,16 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
 
     quality = commands.add_parser("quality", help="recall@8 / MRR / nDCG@8 on the labelled memories")
-    quality.add_argument("--max-queries", type=int, default=None, help="first N queries of each kind (smoke)")
-    quality.add_argument("--memory", action="append", choices=("persona", "chat"), help="default: both")
+    quality.add_argument(
+        "--max-queries", type=int, default=None, help="first N queries of each kind; realmem: of each persona (smoke)"
+    )
+    quality.add_argument(
+        "--memory",
+        action="append",
+        choices=("persona", "chat", "realmem"),
+        help="default: persona and chat; realmem: the RealMem dev personas, read from ../shared/data/realmem-dev",
+    )
+    quality.add_argument("--personas", type=int, default=None, help="realmem: the first N personas only (smoke)")
     quality.add_argument("--details", type=Path, help="write per-query top-8 lists as JSONL here")
     quality.add_argument(
         "--embedder",
@@ -67,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
                 details=details,
                 embedder=_embedder(args.embedder),
                 memories=args.memory or ("persona", "chat"),
+                max_personas=args.personas,
             )
         sys.stdout.write(text)
     elif args.command == "speed":

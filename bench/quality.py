@@ -19,7 +19,7 @@ from typing import Any, TextIO
 import numpy as np
 from psycopg import sql
 
-from bench import metrics, variants
+from bench import metrics, realmem, variants
 from bench.common import bench_memory, connect, environment, markdown_table
 from bench.labelled import KINDS, LabelledMemory, Query, import_record, load
 from bench.variants import UNCAPPED, KeywordForm, Variant
@@ -42,6 +42,9 @@ CONFIGS: dict[str, Variant] = {
         options=replace(DEFAULT_OPTIONS, anchor_hops=1, hub_min_share=1.0, anchor_candidates=WIDE),
         keyword=KeywordForm.OR_WITH_HUBS,
     ),
+    "kw_half": Variant(options=DEFAULT_OPTIONS, keyword=KeywordForm.HALF_TS_RANK),
+    "kw_min1": Variant(options=replace(DEFAULT_OPTIONS, keyword_min_terms=1)),
+    "kw_min3": Variant(options=replace(DEFAULT_OPTIONS, keyword_min_terms=3)),
     "kw_and": Variant(options=DEFAULT_OPTIONS, keyword=KeywordForm.AND),
     "kw_or_hubs": Variant(options=DEFAULT_OPTIONS, keyword=KeywordForm.OR_WITH_HUBS),
     "kw_or": Variant(options=DEFAULT_OPTIONS, keyword=KeywordForm.OR),
@@ -76,7 +79,12 @@ ROWS: tuple[Row, ...] = (
     Row(label="vector only", config="default", signals=("vector",)),
     Row(label="keyword only (plain OR of terms, hub names dropped)", config="kw_or", signals=("keyword",)),
     Row(label="keyword only (AND: plainto_tsquery)", config="kw_and", signals=("keyword",)),
-    Row(label="keyword only (OR, facts matching half the terms: the default)", config="default", signals=("keyword",)),
+    Row(
+        label="keyword only (half the terms, by ts_rank: the default before issue 20)",
+        config="kw_half",
+        signals=("keyword",),
+    ),
+    Row(label="keyword only (min(ceil(n/2), 2) terms, by IDF: the default)", config="default", signals=("keyword",)),
     Row(label="anchor only (2 hops, by relevance)", config="default", signals=("anchor",)),
     Row(label="anchor only (1 hop, by relevance)", config="hop1", signals=("anchor",)),
     Row(
@@ -100,6 +108,9 @@ ROWS: tuple[Row, ...] = (
     Row(
         label="full as the reference (1 hop, physical order, hubs kept)", config="reference", signals=ALL, physical=True
     ),
+    Row(label="full, keyword half rule by ts_rank (the default before issue 20)", config="kw_half", signals=ALL),
+    Row(label="full, keyword needs 1 term (keyword_min_terms=1)", config="kw_min1", signals=ALL),
+    Row(label="full, keyword needs up to 3 terms (keyword_min_terms=3)", config="kw_min3", signals=ALL),
     Row(label="full, keyword AND (plainto_tsquery)", config="kw_and", signals=ALL),
     Row(label="full, keyword OR keeping hub names", config="kw_or_hubs", signals=ALL),
     Row(label="full, plain keyword OR (the previous default)", config="kw_or", signals=ALL),
@@ -141,6 +152,36 @@ ROWS: tuple[Row, ...] = (
 
 
 DEFAULT_ROW = next(row for row in ROWS if row.label.startswith("**full"))
+
+REALMEM_ROWS: tuple[realmem.RealmemRow, ...] = (
+    realmem.RealmemRow(label="vector only", config="default", signals=("vector",)),
+    realmem.RealmemRow(label="keyword only (plain OR of terms, ts_rank)", config="kw_or", signals=("keyword",)),
+    realmem.RealmemRow(
+        label="keyword only (half the terms, by ts_rank: the default before issue 20)",
+        config="kw_half",
+        signals=("keyword",),
+    ),
+    realmem.RealmemRow(
+        label="keyword only (min(ceil(n/2), 2) terms, by IDF: the default)", config="default", signals=("keyword",)
+    ),
+    realmem.RealmemRow(label="anchor only", config="default", signals=("anchor",)),
+    realmem.RealmemRow(
+        label="vector + keyword RRF (EnsembleRetriever's fusion)", config="kw_or", signals=("vector", "keyword")
+    ),
+    realmem.RealmemRow(
+        label="vector + keyword RRF, memsoda's keyword signal", config="default", signals=("vector", "keyword")
+    ),
+    realmem.RealmemRow(label="vector + anchor RRF", config="default", signals=("vector", "anchor")),
+    realmem.RealmemRow(label="**full: vector + anchor + keyword (defaults)**", config="default", signals=ALL),
+    realmem.RealmemRow(
+        label="full, keyword half rule by ts_rank (the default before issue 20)", config="kw_half", signals=ALL
+    ),
+    realmem.RealmemRow(label="full, keyword needs 1 term (keyword_min_terms=1)", config="kw_min1", signals=ALL),
+    realmem.RealmemRow(label="full, keyword needs up to 3 terms (keyword_min_terms=3)", config="kw_min3", signals=ALL),
+    realmem.RealmemRow(label="full, 1 hop", config="hop1", signals=ALL),
+    realmem.RealmemRow(label="full, named anchors only (no near entities)", config="named_only", signals=ALL),
+)
+"""The realmem replay's rows: the baselines and the variants that bear on first-person memories."""
 
 
 @dataclass
@@ -332,6 +373,7 @@ def run(
     details: TextIO | None = None,
     embedder: Embedder | None = None,
     memories: Sequence[str] = ("persona", "chat"),
+    max_personas: int | None = None,
 ) -> str:
     """The whole quality benchmark; returns markdown."""
     model = embedder or LocalEmbedder()
@@ -339,6 +381,18 @@ def run(
     with bench_memory(model) as memory:
         out.append(f"Run: {environment(memory.dsn)}; embedder {model.model} ({model.dimensions}-d).\n")
         for name in memories:
+            if name == "realmem":
+                out.append(
+                    realmem.run(
+                        memory,
+                        REALMEM_ROWS,
+                        CONFIGS,
+                        max_queries=max_queries,
+                        max_personas=max_personas,
+                        details=details,
+                    )
+                )
+                continue
             labelled = load(name, max_queries=max_queries)
             started = time.perf_counter()
             result = run_memory(memory, labelled)
@@ -360,4 +414,4 @@ def run(
     return "\n".join(out) + "\n"
 
 
-__all__ = ["CONFIGS", "KINDS", "ROWS", "run", "run_memory", "tables"]
+__all__ = ["CONFIGS", "KINDS", "REALMEM_ROWS", "ROWS", "run", "run_memory", "tables"]

@@ -43,8 +43,11 @@ class KeywordForm(StrEnum):
     AND = "and"
     """plainto_tsquery over the whole query: every non-stopword term must match."""
     OR_HALF = "or_half"
-    """memsoda's default: OR of the terms (hub names dropped), keeping facts that match at least
-    half of the query's non-stopword terms."""
+    """memsoda's default keyword signal (`signals.keyword.keyword_ctes`); without validity, the
+    half rule below over every stored row."""
+    HALF_TS_RANK = "half_ts_rank"
+    """memsoda's keyword signal before issue 20: OR of the terms (hub and common names dropped),
+    keeping facts that match at least half of the query's lexemes, ranked by ts_rank."""
 
 
 _KEYWORD_QUERY = {
@@ -90,6 +93,53 @@ _KEYWORD_HITS = """
         ORDER BY rank
         LIMIT %(keyword_candidates)s)"""
 
+_HALF_TS_RANK = """
+    keyword_query AS (
+        SELECT to_tsquery(%(tsconfig)s::regconfig, coalesce(string_agg(t.term, ' | '), '')) AS q,
+               coalesce(array_agg(t.term), ARRAY[]::text[]) AS terms,
+               coalesce(array_agg(to_tsquery(%(tsconfig)s::regconfig, t.term)), ARRAY[]::tsquery[]) AS term_queries,
+               tsvector_to_array(to_tsvector(%(tsconfig)s::regconfig,
+                                             coalesce(string_agg(t.term, ' '), ''))) AS lexemes
+        FROM unnest(%(terms)b::text[]) AS t(term)
+        WHERE t.term NOT IN (SELECT string_to_table(terms, ' ') FROM named WHERE is_hub)
+          AND NOT EXISTS (
+              SELECT FROM unnest(tsvector_to_array(to_tsvector(%(tsconfig)s::regconfig, t.term))) AS x(lexeme)
+              CROSS JOIN LATERAL (SELECT l.facts FROM {s}.lexemes l
+                                  WHERE l.dataset = %(dataset)s AND l.project = %(project)s
+                                    AND l.lexeme = x.lexeme OFFSET 0) l
+              JOIN {s}.scopes sc ON sc.dataset = %(dataset)s AND sc.project = %(project)s
+              WHERE l.facts > greatest(%(common_term_min_facts)s, %(common_term_share)s * sc.fact_count))),
+    keyword_half AS MATERIALIZED (
+        SELECT CASE WHEN cardinality(kq.lexemes) BETWEEN 1 AND %(half_max_lexemes)s
+                    THEN (SELECT string_agg(c.conjunction, ' | ')
+                          FROM generate_series(1, (1 << cardinality(kq.lexemes)) - 1) AS m(mask)
+                          CROSS JOIN LATERAL (
+                              SELECT '(' || string_agg(quote_literal(l.lexeme), ' & ') || ')' AS conjunction
+                              FROM unnest(kq.lexemes) WITH ORDINALITY AS l(lexeme, i)
+                              WHERE m.mask & (1 << (l.i::int - 1)) <> 0) c
+                          WHERE bit_count(m.mask::bit(32)) = (cardinality(kq.lexemes) + 1) / 2)::tsquery
+                    ELSE kq.q END AS q
+        FROM keyword_query kq),
+    keyword_pool AS (
+        SELECT f.id, f.tsv, f.valid_at, ts_rank(f.tsv, kq.q) AS score
+        FROM keyword_query kq, keyword_half kh
+        JOIN {s}.facts f ON {where} AND f.tsv @@ kh.q
+        ORDER BY score DESC, f.valid_at DESC, f.id DESC
+        LIMIT %(keyword_pool)s),
+    keyword_hits AS (
+        SELECT p.id AS fact_id, p.valid_at,
+               ARRAY(SELECT u.term FROM unnest(kq.terms, kq.term_queries) AS u(term, q)
+                     WHERE p.tsv @@ u.q) AS matched,
+               row_number() OVER (ORDER BY p.score DESC, p.valid_at DESC, p.id DESC) AS rank
+        FROM keyword_pool p, keyword_query kq
+        WHERE CASE WHEN cardinality(kq.lexemes) <= %(half_max_lexemes)s THEN true
+                   ELSE 2 * cardinality(ARRAY(SELECT unnest(tsvector_to_array(p.tsv))
+                                              INTERSECT SELECT unnest(kq.lexemes)))
+                        >= cardinality(kq.lexemes) END
+        ORDER BY rank
+        LIMIT %(keyword_candidates)s)"""
+"""The keyword CTEs of memsoda before issue 20, as they were (tests/ pin their behaviour)."""
+
 _LIVE = sql.SQL(
     "f.dataset = %(dataset)s AND f.project = %(project)s AND f.valid_at <= %(at)s"
     " AND (f.invalid_at IS NULL OR f.invalid_at > %(at)s) AND f.confidence >= %(min_confidence)s"
@@ -122,6 +172,8 @@ UNCAPPED = 2**62
 def _keyword(schema: str, form: KeywordForm, *, live: bool) -> sql.Composable:
     if form is KeywordForm.OR_HALF and live:
         return keyword_ctes(schema)
+    if form is KeywordForm.HALF_TS_RANK:
+        return sql.SQL(_HALF_TS_RANK).format(s=sql.Identifier(schema), where=_LIVE if live else _ANY)
     if form is KeywordForm.OR_HALF:
         return sql.SQL(_HALF).format(s=sql.Identifier(schema), where=_LIVE if live else _ANY)
     hits = sql.SQL(_KEYWORD_HITS).format(s=sql.Identifier(schema), where=_LIVE if live else _ANY)
@@ -170,6 +222,8 @@ def params(
         scope=scope, query=query, embedding=embedding, at=at, options=options, text_search_config=tsconfig
     )
     bound["raw_query"] = normalize_query(query)
+    bound["half_max_lexemes"] = 10  # the pre-issue-20 keyword form's (`_HALF_TS_RANK`)
+    bound["keyword_pool"] = 4 * options.keyword_candidates
     if bridge_max_facts is not None:
         bound["bridge_max_facts"] = bridge_max_facts
     return bound

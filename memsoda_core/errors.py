@@ -12,6 +12,7 @@
     │   ├── TextTooLongError       a string over its documented limit
     │   ├── InvalidTextError       NUL bytes or unencodable (lone surrogate) characters
     │   ├── LimitError             a batch, k or query over its documented maximum
+    │   ├── NotLiveError           supersede / invalidate of a fact that has ended
     │   └── ImportFormatError      a JSONL line that is not a valid record
     ├── NotFoundError              a fact id that does not exist in the given scope
     ├── EmbeddingError             the embedder failed, timed out or returned bad vectors
@@ -37,6 +38,7 @@ __all__ = [
     "LimitError",
     "MemsodaError",
     "NotFoundError",
+    "NotLiveError",
     "SchemaError",
     "ScopeError",
     "StoreError",
@@ -84,6 +86,16 @@ class InvalidTextError(ValidationError):
 
 class LimitError(ValidationError):
     """A batch size, `k` or other count is outside its documented range."""
+
+
+class NotLiveError(ValidationError):
+    """Only a live fact can be superseded or ended. `fact_id` is the fact asked for, `live_id` the
+    fact that is live now in its supersede chain (None when none is)."""
+
+    def __init__(self, message: str, *, fact_id: int, live_id: int | None) -> None:
+        super().__init__(message)
+        self.fact_id = fact_id
+        self.live_id = live_id
 
 
 class ImportFormatError(ValidationError):

@@ -20,7 +20,7 @@ from memsoda_core.embedders import Embedder
 from memsoda_core.errors import MemsodaError
 from memsoda_core.files import open_sink, progress_callback, read_jsonl
 from memsoda_core.memory_base import MemoryBase, check_import_args, open_args
-from memsoda_core.models import EpisodeInput, FactInput, ImportReport, RecallResult
+from memsoda_core.models import EpisodeInput, Fact, FactInput, FactPage, ImportReport, RecallResult
 from memsoda_core.ops.opening import open_store
 from memsoda_core.options import RecallOptions
 from memsoda_core.runner.policy import check_pool_args
@@ -116,16 +116,75 @@ class Memory(MemoryBase):
         """Store facts (dicts or FactInput) in one transaction with one embedding call; returns
         their ids in input order. `vectors`, one per fact, are stored as the facts' embeddings
         instead of embedding their texts (entity names are still embedded by the store's
-        embedder). Invalid input raises before anything is written."""
+        embedder). Invalid input raises before anything is written.
+
+        Writes reconcile: a fact equal to a live one (same subject, predicate and object, case
+        folded) stores nothing and returns the live fact's id, which keeps the higher confidence,
+        the earlier valid_at and its source quote (the new one if it had none) and counts the
+        repetition (`Fact.times_seen`). A new value of a single-valued relation (`set_single_valued`,
+        or `FactInput.single_valued`) ends the live value at its valid_at, superseded by it."""
         return self._run(self._add_facts_op(facts, dataset, project, vectors))
 
     def invalidate(self, fact_id: int, *, dataset: str, project: str, at: Any = None) -> bool:
-        """End a fact's validity at `at` (default now). False if it had already ended by then."""
+        """End a live fact's validity at `at` (default now); True. A fact that has ended or was
+        superseded raises `NotLiveError` (naming the fact live now in its chain)."""
         return self._run(self._invalidate_op(fact_id, dataset, project, at))
 
     def supersede(self, fact_id: int, new_fact: FactInput | Mapping[str, Any], *, dataset: str, project: str) -> int:
-        """Store `new_fact` and end `fact_id` at its valid_at, atomically; returns the new id."""
+        """Store `new_fact` and end the live fact `fact_id` at its valid_at, superseded by it,
+        atomically; returns the new id. `NotLiveError` if `fact_id` has ended or was superseded
+        (it names the fact live now in its chain)."""
         return self._run(self._supersede_op(fact_id, new_fact, dataset, project))
+
+    def set_single_valued(
+        self, predicates: Sequence[str], *, dataset: str, project: str, single_valued: bool = True
+    ) -> list[str]:
+        """Declare relations with these predicates (case folded) to hold one value at a time in the
+        scope (`single_valued=False` undoes it), for the writes that follow: a new value ends the
+        live one. Returns the scope's single-valued predicates."""
+        return self._run(self._set_single_valued_op(predicates, dataset, project, single_valued))
+
+    def single_valued(self, *, dataset: str, project: str) -> list[str]:
+        """The scope's single-valued predicates."""
+        return self._run(self._single_valued_op(dataset, project))
+
+    def get_fact(self, fact_id: int, *, dataset: str, project: str) -> Fact:
+        """Fact `fact_id` of the scope (live or not); `NotFoundError` if there is none."""
+        return self._run(self._get_fact_op(fact_id, dataset, project), read_only=True)
+
+    def list_facts(
+        self,
+        *,
+        dataset: str,
+        project: str,
+        subject: str | None = None,
+        predicate: str | None = None,
+        entity: str | None = None,
+        status: str = "live",
+        as_of: Any = None,
+        limit: int = 100,
+        after: int | None = None,
+    ) -> FactPage:
+        """A page of the scope's facts in id order, filtered by subject, predicate, an entity they
+        touch, and `status` at `as_of` (default now): "live", "ended" or "all". Pass the page's
+        `next_after` as `after` for the next page (keyset paging)."""
+        op = self._list_facts_op(
+            dataset,
+            project,
+            as_of,
+            subject=subject,
+            predicate=predicate,
+            entity=entity,
+            status=status,
+            limit=limit,
+            after=after,
+        )
+        return self._run(op, read_only=True)
+
+    def history(self, fact_id: int, *, dataset: str, project: str) -> list[Fact]:
+        """The supersede chain of `fact_id` (the facts it replaced and those that replaced it),
+        oldest first."""
+        return self._run(self._history_op(fact_id, dataset, project), read_only=True)
 
     def add_episodes(
         self, episodes: Sequence[EpisodeInput | Mapping[str, Any]], *, dataset: str, project: str

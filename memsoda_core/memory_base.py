@@ -17,7 +17,8 @@ from memsoda_core.errors import (
     EmbeddingError,
     ValidationError,
 )
-from memsoda_core.models import EpisodeInput, FactInput, ImportReport, IncludeOption, RecallResult
+from memsoda_core.models import EpisodeInput, Fact, FactInput, FactPage, ImportReport, IncludeOption, RecallResult
+from memsoda_core.ops.reading import check_list_args, check_predicates
 from memsoda_core.options import DEFAULT_OPTIONS, RecallOptions
 from memsoda_core.recall.operation import recall as recall_operation
 from memsoda_core.recall.planning import ScopeSizes
@@ -147,6 +148,30 @@ class MemoryBase:
         scope = check_scope(dataset, project)
         name = None if entity is None else check_entity_name(entity)
         return self._resizing(scope, ops.forget(self._info, scope, name))
+
+    def _get_fact_op(self, fact_id: int, dataset: str, project: str) -> Operation[Fact]:
+        return ops.get_fact(self._info, check_scope(dataset, project), fact_id)
+
+    def _list_facts_op(self, dataset: str, project: str, as_of: Any, **filters: Any) -> Operation[FactPage]:
+        scope = check_scope(dataset, project)
+        checked = check_list_args(**filters)
+        when = parse_time(as_of, "as_of", default=self._now())
+        assert when is not None
+        return ops.list_facts(self._info, scope, checked, when)
+
+    def _history_op(self, fact_id: int, dataset: str, project: str) -> Operation[list[Fact]]:
+        return ops.history(self._info, check_scope(dataset, project), fact_id)
+
+    def _set_single_valued_op(
+        self, predicates: Sequence[str], dataset: str, project: str, single_valued: Any
+    ) -> Operation[list[str]]:
+        scope = check_scope(dataset, project)
+        if not isinstance(single_valued, bool):
+            raise ValidationError(f"single_valued must be True or False, got {single_valued!r}")
+        return ops.set_single_valued(self._info, scope, check_predicates(predicates), single_valued)
+
+    def _single_valued_op(self, dataset: str, project: str) -> Operation[list[str]]:
+        return ops.single_valued_predicates(self._info, check_scope(dataset, project))
 
     def _recall_op(
         self,

@@ -38,6 +38,9 @@ class FactInput:
     invalid_at: Any = None
     confidence: float = 1.0
     source_quote: str | None = None
+    single_valued: bool = False
+    """The relation (subject, predicate) holds one value at a time: this fact, if new, ends the
+    live value (as a predicate registered with `set_single_valued` does for every write)."""
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> FactInput:
@@ -73,6 +76,10 @@ class Fact:
     confidence: float
     source_quote: str | None
     created_at: datetime
+    superseded_by: int | None = None
+    """The fact that replaced this one (its chain: `history`)."""
+    times_seen: int = 1
+    """How often this fact was written (equal writes resolve to it)."""
 
     @property
     def text(self) -> str:
@@ -176,6 +183,15 @@ class RecallResult:
             "timings_ms": dict(self.timings_ms),
             "errors": dict(self.errors),
         }
+
+
+@dataclass(frozen=True, kw_only=True)
+class FactPage:
+    """A page of `list_facts`: the facts in id order, and the cursor of the next page (pass it as
+    `after=`), None on the last page."""
+
+    facts: tuple[Fact, ...]
+    next_after: int | None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,4 +1,4 @@
-"""Recall options with the reference's defaults. Frozen: derive variants with `dataclasses.replace`."""
+"""Recall options and their defaults. Frozen: derive variants with `dataclasses.replace`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from memsoda_core.limits import MAX_K
 
 @dataclass(frozen=True, kw_only=True)
 class RecallOptions:
-    """Every knob of a recall. The first five are the reference's names and defaults."""
+    """Every knob of a recall. The first five are also keyword arguments of `Memory.recall`."""
 
     facts_in_context: int = 8
     min_confidence: float = 0.5
@@ -29,20 +29,19 @@ class RecallOptions:
     common_term_share: float = 0.05
     """A query term in more than this share of the scope's facts ..."""
     common_term_min_facts: int = 1_000
-    """... and in more than this many of them is left out of the keyword search: it says little
-    about which fact is meant, and ranking its matches was the keyword signal's long tail (a term
-    in a third of a 100k-fact tenant took 43 ms to rank). The floor keeps every term of a scope
-    under ~1,000 facts, such as the labelled memories in bench/RESULTS.md, whose figures did not
-    change."""
+    """... and in more than this many of them is left out of the keyword search: it says little about
+    which fact is meant and is slow to rank (bench/RESULTS.md, "Keyword signal")."""
+    keyword_min_terms: int = 2
+    """A keyword hit holds min(ceil(n/2), this) of the query's n search lexemes: a small fixed
+    number, so a long message still finds the notes that share two of its rarer words, while one
+    common word alone places nothing. 64 (the most terms a query has) matches like the half rule that
+    was the default before (ranked by IDF, not ts_rank)."""
     bridge_max_facts: int = 50
-    """A second-hop bridge touching more facts than this is skipped: a busy entity under the hub
-    share (5-14% of a 100k-fact tenant) made the anchor signal 180 ms instead of 18 ms, and a cap
-    as low as 8 changed no quality figure in bench/RESULTS.md."""
+    """A second-hop bridge touching more facts than this is skipped: a busy entity under the hub share
+    fans the second hop out over much of the scope (bench/RESULTS.md, "Anchor signal")."""
     anchor_max_facts: int = 100
-    """Facts read per anchor, most recently written first: an entity under the hub share can still
-    touch thousands of facts in a large tenant (a 100k-fact tenant's anchor signal had a 148 ms
-    p95), and no such entity exists in the labelled memories, where hubs start at 64 and 28 facts.
-    The vector and keyword signals still reach its older facts."""
+    """Facts read per anchor, most recently written first: an anchor under the hub share can still touch
+    thousands of facts (bench/RESULTS.md, "Anchor signal"); the other signals reach its older ones."""
     vector_candidates: int = 50
     """Length of the vector signal's list."""
     keyword_candidates: int = 50
@@ -82,6 +81,8 @@ class RecallOptions:
         ):
             if getattr(self, name) < 0:
                 raise LimitError(f"{name} must not be negative")
+        if not 1 <= self.keyword_min_terms <= 64:
+            raise LimitError(f"keyword_min_terms must be between 1 and 64, got {self.keyword_min_terms}")
         for name in ("vector_candidates", "keyword_candidates", "anchor_candidates", "anchor_max_facts"):
             if not 1 <= getattr(self, name) <= 1000:
                 raise LimitError(f"{name} must be between 1 and 1000")

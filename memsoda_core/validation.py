@@ -47,6 +47,7 @@ class ValidFact:
     invalid_at: datetime | None
     confidence: float
     source_quote: str | None
+    single_valued: bool = False
 
     @property
     def object_is_entity(self) -> bool:
@@ -215,6 +216,8 @@ def validate_fact(item: FactInput | Mapping[str, Any], *, now: datetime, positio
                 f"invalid_at ({invalid_at.date()}) must be after valid_at ({valid_at.date()}); "
                 "leave invalid_at empty for a fact that is still true"
             )
+        if not isinstance(fact.single_valued, bool):
+            raise ValidationError(f"single_valued must be True or False, got {fact.single_valued!r}")
         quote = fact.source_quote
         if quote is not None:
             quote = check_text(quote, "source_quote", limits.MAX_SOURCE_QUOTE_CHARS, required=False)
@@ -230,6 +233,7 @@ def validate_fact(item: FactInput | Mapping[str, Any], *, now: datetime, positio
             invalid_at=invalid_at,
             confidence=_check_confidence(fact.confidence),
             source_quote=quote,
+            single_valued=fact.single_valued,
         )
     except ValidationError as exc:
         if position:

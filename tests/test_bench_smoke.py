@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.__main__ import main
 from bench.labelled import KINDS, MEMORIES, load
 from bench.metrics import mrr_at, ndcg_at, recall_at, stale_at
+from bench.realmem import available as realmem_available
 
 
 @pytest.fixture
@@ -65,6 +67,29 @@ def test_quality_smoke(bench_dsn: str, capsys: pytest.CaptureFixture[str]) -> No
     assert "| variant | paraphrase (1) |" in out
     assert "**full: vector + anchor + keyword (defaults)**" in out
     assert "vector + keyword RRF, no validity filter" in out
+
+
+@pytest.mark.skipif(not realmem_available(), reason="no realmem-dev data beside the repository")
+def test_realmem_smoke(bench_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["quality", "--memory", "realmem", "--embedder", "hash", "--max-queries", "6", "--personas", "1"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "### realmem: 1 personas," in out and ", 6 questions" in out
+    agree, asked = re.findall(r"identical to `Memory.recall` on (\d+)/(\d+) questions", out)[0]
+    assert agree == asked and int(asked) > 0
+    assert "| vector + keyword RRF (EnsembleRetriever's fusion) |" in out
+    assert "| **full: vector + anchor + keyword (defaults)** |" in out
+    assert "all (6) |" in out
+
+
+def test_realmem_mapping() -> None:
+    from bench.realmem import fact_record, mentions
+
+    record = fact_record("【Travel Plan】 User wants to see Kyoto in June. The trip is short.", datetime(2026, 1, 1))
+    assert (record["subject"], record["predicate"], record["object_type"]) == ("user", "travel plan", "LITERAL")
+    assert record["object"] == "User wants to see Kyoto in June. The trip is short."
+    assert mentions(record["object"]) == ["Kyoto", "June"]  # a sentence's first word is no mention
+    assert fact_record("User likes tea.", datetime(2026, 1, 1))["predicate"] == "noted"
 
 
 def test_speed_smoke(bench_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:

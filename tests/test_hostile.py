@@ -251,7 +251,8 @@ FIELDS = ["subject", "object", "literal", "predicate", "mentions", "anchor", "so
 
 
 def hostile_fact(field: str, value: str, position: int) -> dict[str, Any]:
-    fact: dict[str, Any] = {"subject": "user", "predicate": "noted", "object": f"thing {position}"}
+    # a predicate per position: variants equal once normalized would resolve to one fact (issue 17)
+    fact: dict[str, Any] = {"subject": "user", "predicate": f"noted {position}", "object": f"thing {position}"}
     if field == "literal":
         fact.update(object=value, object_type="LITERAL")
     elif field == "mentions":
@@ -371,7 +372,11 @@ async def test_hostile_facts_embed_store_and_export_exactly_with_the_real_model(
     buffer = io.StringIO()
     await memory.export_jsonl(buffer, **scope)
     exported = {(r["kind"], r["id"]): r for r in jsonl_records(buffer.getvalue())}
+    seen: set[int] = set()
     for fact_id, fact in zip(ids, facts, strict=True):
+        if fact_id in seen:  # equal to an earlier fact once normalized: it resolved to it (issue 17)
+            continue
+        seen.add(fact_id)
         assert raw[fact_id].source_quote == fact["source_quote"]
         assert raw[fact_id].predicate == exported["fact", fact_id]["predicate"] == collapse_line(fact["predicate"])
         assert exported["fact", fact_id]["source_quote"] == fact["source_quote"]
@@ -386,7 +391,7 @@ async def test_hostile_facts_survive_export_and_import_exactly(
     fast: Either, scope: dict[str, str], pg_dsn: str, hash_schema: str
 ) -> None:
     facts = [fact for fact in map(storable, VARIANTS) if fact]
-    await fast.add_facts(facts, **scope)
+    ids = await fast.add_facts(facts, **scope)
     analyze(pg_dsn, hash_schema)
     await fast.add_episodes(
         [{"text": v, "thread_id": v} for v in VARIANTS if storable(v) and collapse_line(v) and len(v) <= 200], **scope
@@ -395,7 +400,7 @@ async def test_hostile_facts_survive_export_and_import_exactly(
     await fast.export_jsonl(first, **scope)
     copy = {"dataset": scope["dataset"] + "-copy", "project": scope["project"]}
     report = await fast.import_jsonl(io.StringIO(first.getvalue()), **copy)
-    assert report.skipped == 0 and report.facts == len(facts)
+    assert report.skipped == 0 and report.facts == len(set(ids))  # equal ones resolved to one (issue 17)
     second = io.StringIO()
     await fast.export_jsonl(second, **copy)
 
@@ -537,7 +542,8 @@ async def test_hostile_forget_entity_names(fast: Either, scope: dict[str, str]) 
     names = [v for v in VARIANTS if len(v) <= 200]
     valid = [v for v in names if "\x00" not in v and not any(0xD800 <= ord(c) <= 0xDFFF for c in v)]
     valid = [v for v in valid if normalize_name(v)]
-    await fast.add_facts([{"subject": "user", "predicate": "knows", "object": v} for v in valid], **scope)
+    facts = [{"subject": "user", "predicate": f"knows {i}", "object": v} for i, v in enumerate(valid)]
+    await fast.add_facts(facts, **scope)
     total = len(valid)  # names that normalize alike (e.g. "\ufb01" and "fi") are one entity
     forgotten = 0
     for value in [*HOSTILE, *names]:
@@ -657,7 +663,7 @@ def test_no_stored_text_breaks_the_rendered_block(
 ) -> None:
     scope = {"dataset": f"fuzz-{uuid.uuid4().hex[:10]}", "project": "p"}
     try:
-        fast_sync.add_facts(facts, **scope)
+        ids = fast_sync.add_facts(facts, **scope)
     except ValidationError as exc:
         event(f"refused: {type(exc).__name__}")
         return  # e.g. a name that is empty once normalized: refused, nothing to render
@@ -671,7 +677,7 @@ def test_no_stored_text_breaks_the_rendered_block(
         result = fast_sync.recall(query, **scope, include=["episodes"], min_confidence=0.0)
         assert_block(result.context, len(result.facts), len(result.entities), len(result.episodes))
         if query is None:
-            assert len(result.facts) == len(facts)
+            assert len(result.facts) == len(set(ids))  # equal facts resolve to one (issue 17)
         lines = result.context.split("\n")
         for scored in result.facts:
             text = collapse_line(scored.fact.text)

@@ -9,10 +9,12 @@ from datetime import UTC, datetime
 import pytest
 
 from memsoda_core import ops
-from memsoda_core.errors import EmbeddingError, StoreError, ValidationError
+from memsoda_core.errors import EmbeddingError, IntervalError, NotLiveError, StoreError, ValidationError
 from memsoda_core.ops.maintenance import ensure_tenant_indexes
+from memsoda_core.ops.reconciling import plan_batch
 from memsoda_core.runner.steps import EmbedDocuments, Emit, Execute, OutsideTransaction, Progress, ReadAside
 from memsoda_core.store import lexemes as sql_lexemes
+from memsoda_core.store import reconcile as sql_reconcile
 from memsoda_core.store import statements as sql_store
 from memsoda_core.store import tenant_index as sql_tenant_index
 from memsoda_core.store.info import StoreInfo
@@ -26,6 +28,12 @@ FACTS = [
     {"subject": "user", "predicate": "lives in", "object": "amsterdam", "object_type": "PLACE"},
     {"subject": "user", "predicate": "drives", "object": "tesla"},
 ]
+
+
+def nothing_met(request: object) -> list[sql_reconcile.Met]:
+    """`met_facts` of a store holding nothing the batch meets: every input its own group."""
+    count = len(params_of(request)["subjects"])  # type: ignore[arg-type]
+    return [sql_reconcile.Met(i, i, i, False, None, None, None, None) for i in range(1, count + 1)]
 
 
 def write_script(known: dict[str, int]) -> Script:
@@ -43,6 +51,7 @@ def write_script(known: dict[str, int]) -> Script:
         return [sql_store.InsertedFact(id=10 + i, lexemes=["user"]) for i in range(count)]
 
     script = Script(dimensions=INFO.dimensions)
+    script.on(sql_reconcile.met_facts(INFO.schema), nothing_met)
     known_rows = sorted(known.items())
     script.on(sql_store.known_entities(INFO.schema), known_rows)
     script.on(sql_store.known_entities(INFO.schema, lock=True), known_rows)
@@ -194,6 +203,7 @@ def _exported(row: dict[str, object]) -> sql_store.ExportedFact:
             "confidence": 1.0,
             "mentions": [],
             "anchor": "user",
+            "times_seen": 1,
             **{k: v for k, v in row.items() if k != "subject_type"},
         }
     )
@@ -211,3 +221,93 @@ def test_an_import_reports_progress_per_batch_and_bumps_counts_once() -> None:
     ]
     assert [params_of(r)["delta"] for r in bumps] == [6]
     assert not any(isinstance(r, ReadAside) for r in conversation.requests)  # inside the import's transaction
+
+
+# --- reconciling writes (issue 17) -----------------------------------------------------------------
+
+
+JAN, MAR = datetime(2025, 1, 1, tzinfo=UTC), datetime(2025, 3, 1, tzinfo=UTC)
+
+
+def met(ord_: int, relation: int, value: int, *stored: tuple[int, bool, datetime], single: bool = False) -> list:
+    if not stored:
+        return [sql_reconcile.Met(ord_, relation, value, single, None, None, None, None)]
+    return [sql_reconcile.Met(ord_, relation, value, single, i, same, at, None) for i, same, at in stored]
+
+
+def test_a_write_locks_its_relations_before_it_reads_them_and_after_it_embeds() -> None:
+    conversation = drive(ops.add_facts(INFO, SCOPE, FACTS, now=NOW), write_script({}))
+    order = [
+        conversation.index(EmbedDocuments),
+        conversation.index(Execute, sql_reconcile.lock_relations(INFO.schema)),
+        conversation.index(Execute, sql_reconcile.met_facts(INFO.schema)),
+        conversation.index(Execute, sql_store.insert_entities(INFO.schema)),
+        conversation.index(Execute, sql_store.insert_facts(INFO.schema)),
+    ]
+    assert -1 not in order and order == sorted(order)
+    first_execute = conversation.index(Execute)
+    assert first_execute == order[1]  # the locks are the transaction's first statement
+
+
+def test_a_duplicate_write_inserts_nothing_and_merges_into_the_live_fact() -> None:
+    script = write_script({"user": 1, "amsterdam": 2})
+    rows = met(1, 1, 1, (7, True, JAN))
+    script.rules.insert(0, (sql_reconcile.met_facts(INFO.schema), lambda _request: rows))
+    conversation = drive(ops.add_facts(INFO, SCOPE, FACTS[:1], now=NOW), script)
+    assert conversation.result == [7]
+    assert conversation.index(Execute, sql_store.insert_facts(INFO.schema)) == -1
+    assert conversation.index(Execute, sql_store.bump_scope(INFO.schema)) == -1  # no count changes
+    (merge,) = [
+        r
+        for r in conversation.requests
+        if isinstance(r, Execute) and r.statement == sql_reconcile.merge_facts(INFO.schema)
+    ]
+    assert params_of(merge)["ids"] == [7] and params_of(merge)["repeats"] == [1]
+
+
+def test_plan_a_new_single_value_ends_the_live_one_at_its_start() -> None:
+    (fact,) = validate_facts([{**FACTS[1], "valid_at": MAR}], now=NOW)
+    plan = plan_batch([fact], met(1, 1, 1, (7, False, JAN), single=True))
+    assert plan.ends == [(("old", 7), MAR, ("new", 0))] and len(plan.inserts) == 1
+
+
+def test_plan_an_older_single_value_is_stored_as_history() -> None:
+    (fact,) = validate_facts([{**FACTS[1], "valid_at": JAN}], now=NOW)
+    plan = plan_batch([fact], met(1, 1, 1, (7, False, MAR), single=True))
+    assert plan.inserts[0].invalid_at == MAR and plan.ends == [(("new", 0), MAR, ("old", 7))]
+
+
+def test_plan_two_values_with_one_start_cannot_be_ordered() -> None:
+    (fact,) = validate_facts([{**FACTS[1], "valid_at": JAN}], now=NOW)
+    with pytest.raises(IntervalError):
+        plan_batch([fact], met(1, 1, 1, (7, False, JAN), single=True))
+
+
+def test_plan_within_a_batch_equal_facts_fold_and_a_later_value_replaces_an_earlier_one() -> None:
+    facts = validate_facts(
+        [
+            {**FACTS[1], "valid_at": JAN, "confidence": 0.4},
+            {**FACTS[1], "valid_at": MAR, "confidence": 0.8, "source_quote": "q"},
+            {**FACTS[1], "object": "bmw", "valid_at": datetime(2025, 6, 1, tzinfo=UTC)},
+        ],
+        now=NOW,
+    )
+    rows = [*met(1, 1, 1, single=True), *met(2, 1, 1, single=True), *met(3, 1, 2, single=True)]
+    plan = plan_batch(facts, rows)
+    assert plan.resolved == [("new", 0), ("new", 0), ("new", 1)]
+    kept = plan.inserts[0]
+    assert (kept.confidence, kept.valid_at, kept.source_quote, plan.seen[0]) == (0.8, JAN, "q", 2)
+    assert kept.invalid_at == datetime(2025, 6, 1, tzinfo=UTC)
+    assert plan.ends == [(("new", 0), datetime(2025, 6, 1, tzinfo=UTC), ("new", 1))]
+
+
+def test_supersede_of_a_fact_no_longer_live_writes_nothing_and_names_the_live_one() -> None:
+    state = sql_reconcile.FactState(5, "user", "drives", "tesla", JAN, MAR, 6)
+    script = write_script({})
+    script.on(sql_reconcile.fact_state(INFO.schema), [tuple(vars(state).values())])
+    script.on(sql_reconcile.fact_state(INFO.schema, lock=True), [state])
+    script.on(sql_reconcile.chain_end(INFO.schema), [sql_reconcile.ChainEnd(9, None)])
+    op = ops.supersede(INFO, SCOPE, 5, {**FACTS[1], "object": "bmw"}, now=NOW)
+    with pytest.raises(NotLiveError) as raised:
+        drive(op, script)
+    assert raised.value.live_id == 9 and "fact 9 is live now" in str(raised.value)

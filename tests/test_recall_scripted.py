@@ -73,6 +73,8 @@ def fact_row(**fields: Any) -> tuple[Any, ...]:
         "confidence": 1.0,
         "source_quote": None,
         "created_at": NOW,
+        "superseded_by": None,
+        "times_seen": 1,
     }
     values = {**defaults, **fields}
     return tuple(values[column.name] for column in FACT_COLUMNS)

@@ -42,6 +42,7 @@ from memsoda_core import (
     LocalEmbedder,
     Memory,
     NotFoundError,
+    NotLiveError,
     ScopeError,
     TextTooLongError,
     ValidationError,
@@ -126,6 +127,9 @@ def test_a_store_of_an_older_version_is_upgraded_at_open(pg_dsn: str, embedder: 
             # what a version-2 store looked like
             conn.execute("ALTER TABLE upgrade_test.entities RESET (fillfactor)")
             conn.execute("DROP TABLE upgrade_test.lexemes")
+            conn.execute("DROP TABLE upgrade_test.single_valued")  # and without version 5's parts
+            conn.execute("DROP INDEX upgrade_test.facts_relation, upgrade_test.facts_superseded_by")
+            conn.execute("ALTER TABLE upgrade_test.facts DROP COLUMN superseded_by, DROP COLUMN times_seen")
             conn.execute("UPDATE upgrade_test.meta SET value = '2' WHERE key = 'schema_version'")
         with Memory.open(pg_dsn, embedder, schema="upgrade_test"):
             pass
@@ -404,7 +408,8 @@ async def test_invalidate_and_supersede(memory: Either, scope: dict[str, str]) -
     assert then.facts[0].fact.invalid_at is not None
     assert "(valid: 2024-01-01 – 2026-05-01)" in then.context
     assert await memory.invalidate(new, **scope) is True
-    assert await memory.invalidate(new, **scope) is False  # already ended
+    with pytest.raises(NotLiveError):  # already ended: only a live fact can be ended (issue 17)
+        await memory.invalidate(new, **scope)
     assert (await memory.recall("where does the user live", **scope)).context == ""
     with pytest.raises(NotFoundError):
         await memory.invalidate(999_999_999, **scope)
@@ -494,7 +499,8 @@ async def test_lexeme_counts_follow_every_write(memory: Either, scope: dict[str,
     await memory.add_facts([*NETFLIX[:1], {"subject": "user", "predicate": "watches", "object": "netflix"}], **scope)
     after_writes = counts()
     assert after_writes["kept"] == after_writes["actual"]
-    assert after_writes["kept"]["netflix"] == 3 and after_writes["kept"]["bad"] == 3
+    # NETFLIX[0] written again resolves to the live fact (issue 17): one more fact, not two
+    assert after_writes["kept"]["netflix"] == 2 and after_writes["kept"]["bad"] == 2
     await memory.forget(**scope, entity="Breaking Bad")
     after_forget = counts()
     assert after_forget["kept"] == after_forget["actual"]
@@ -549,7 +555,11 @@ def test_concurrent_writers_sharing_entities_keep_exact_counts(
     def batch(seed: int) -> list[dict[str, Any]]:
         rng = random.Random(seed)
         picked = [*rng.sample(shared, 6), f"own {seed}"]
-        return [{"subject": "user", "predicate": "owns", "object": name, "object_type": "PRODUCT"} for name in picked]
+        # a predicate per writer: equal facts would resolve to one (issue 17); the entities are shared
+        return [
+            {"subject": "user", "predicate": f"owns #{seed}", "object": name, "object_type": "PRODUCT"}
+            for name in picked
+        ]
 
     with Memory.open(pg_dsn, embedder, pool_size=4) as memory, ThreadPoolExecutor(max_workers=4) as pool:
         futures = [pool.submit(memory.add_facts, batch(seed), **scope, vectors=[vector] * 7) for seed in range(40)]
@@ -645,8 +655,8 @@ def test_a_writer_does_not_wait_for_an_import_still_inserting_into_the_same_scop
             memory.import_jsonl(io.StringIO(lines), **scope, batch_size=1)  # the slow fact is batch 2
             finished["import"] = time.monotonic()
 
-        def write() -> None:
-            memory.add_facts([TEA], **scope, vectors=[vector])
+        def write() -> None:  # another fact: the same one would wait to be reconciled with the import's
+            memory.add_facts([{**TEA, "object": "coffee"}], **scope, vectors=[vector])
             finished["other"] = time.monotonic()
 
         with ThreadPoolExecutor(max_workers=2) as pool:

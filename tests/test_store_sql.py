@@ -38,6 +38,8 @@ def test_decode_fact_by_position_and_by_name_agree() -> None:
         "confidence": 0.8999999761581421,  # a real read back as float8
         "source_quote": None,
         "created_at": when,
+        "superseded_by": None,
+        "times_seen": 1,
     }
     fact = decode_fact(tuple(stored[column.name] for column in FACT_COLUMNS))
     assert fact == fact_from({**stored, "subject_type": "PERSON"})  # other columns are ignored

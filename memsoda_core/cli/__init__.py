@@ -13,6 +13,7 @@ with status 1; `--verbose` adds the traceback. Usage errors exit with status 2.
     jsonl.py    import, export
     stats.py    stats, maintain
     doctor.py   doctor and its checks
+    distribute.py  distribute (a store on a Citus cluster)
     server.py   server start|stop|status (and the hidden `hold` that `start` runs)
 """
 

@@ -11,7 +11,7 @@ import typer
 from rich.text import Text
 from typer.core import TyperGroup
 
-from memsoda_core.cli import demo, doctor, jsonl, recall, server, stats
+from memsoda_core.cli import demo, distribute, doctor, facts, jsonl, recall, server, stats
 from memsoda_core.cli.common import Settings
 from memsoda_core.cli.output import err, one_line
 from memsoda_core.errors import MemsodaError
@@ -86,9 +86,13 @@ app.command()(recall.add)
 app.command("import")(jsonl.import_)
 app.command()(jsonl.export)
 app.command()(recall.forget)
+app.add_typer(facts.facts_app, name="facts")
+app.command()(facts.invalidate)
+app.command()(facts.supersede)
 app.command()(stats.stats)
 app.command()(stats.maintain)
 app.command()(doctor.doctor)
+app.command()(distribute.distribute)
 
 server_app.command("start")(server.server_start)
 server_app.command("hold", hidden=True)(server.server_hold)

@@ -10,6 +10,7 @@ exception, as they write inside the transaction of the whole file.
 from memsoda_core.ops.editing import add_episodes, forget, invalidate, supersede
 from memsoda_core.ops.maintenance import ensure_tenant_indexes, maintain
 from memsoda_core.ops.opening import open_store
+from memsoda_core.ops.reading import get_fact, history, list_facts, set_single_valued, single_valued_predicates
 from memsoda_core.ops.stats import stats
 from memsoda_core.ops.transfer import export_jsonl, import_records, parse_jsonl
 from memsoda_core.ops.writing import add_facts
@@ -20,11 +21,16 @@ __all__ = [
     "ensure_tenant_indexes",
     "export_jsonl",
     "forget",
+    "get_fact",
+    "history",
     "import_records",
     "invalidate",
+    "list_facts",
     "maintain",
     "open_store",
     "parse_jsonl",
+    "set_single_valued",
+    "single_valued_predicates",
     "stats",
     "supersede",
 ]

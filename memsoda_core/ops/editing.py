@@ -9,13 +9,15 @@ from typing import Any
 from memsoda_core.errors import (
     IntervalError,
     NotFoundError,
+    NotLiveError,
     ValidationError,
 )
 from memsoda_core.models import EpisodeInput, FactInput
 from memsoda_core.ops.maintenance import drop_tenant_indexes, ensure_tenant_indexes
-from memsoda_core.ops.writing import write_facts
-from memsoda_core.runner.steps import Operation, embed_documents, execute, execute_as
+from memsoda_core.ops.writing import lock_facts, write_facts
+from memsoda_core.runner.steps import Operation, embed_documents, execute, execute_as, read_aside
 from memsoda_core.store import lexemes as sql_lexemes
+from memsoda_core.store import reconcile as sql_reconcile
 from memsoda_core.store import statements as sql_store
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import (
@@ -28,26 +30,58 @@ from memsoda_core.validation import (
 )
 
 
-def invalidate(info: StoreInfo, scope: Scope, fact_id: int, *, at: Any, now: datetime) -> Operation[bool]:
-    """Mark a fact no longer true from `at` (default now). False if it already ended by then."""
+def _check_id(fact_id: Any) -> None:
     if isinstance(fact_id, bool) or not isinstance(fact_id, int):
         raise ValidationError(f"fact_id must be an int, got {type(fact_id).__name__}")
-    when = parse_time(at, "at", default=now)
-    assert when is not None
-    params = {"dataset": scope.dataset, "project": scope.project, "id": fact_id, "at": when}
-    rows = yield from execute_as(sql_store.Interval, sql_store.fact_interval(info.schema), params)
+
+
+def _state(info: StoreInfo, scope: Scope, fact_id: int, *, lock: bool) -> Operation[sql_reconcile.FactState]:
+    params = {"dataset": scope.dataset, "project": scope.project, "id": fact_id}
+    rows = yield from execute_as(sql_reconcile.FactState, sql_reconcile.fact_state(info.schema, lock=lock), params)
     if not rows:
         raise NotFoundError(f"no fact {fact_id} in dataset={scope.dataset!r} project={scope.project!r}")
-    (interval,) = rows
-    if when <= interval.valid_at:
+    return rows[0]
+
+
+def check_live(
+    info: StoreInfo, scope: Scope, fact_id: int, *, at: datetime, verb: str
+) -> Operation[sql_reconcile.FactState]:
+    """Lock fact `fact_id` FOR UPDATE (its relation's lock is held) and check that it is live and
+    began before `at`: `NotLiveError` names the fact live now in its chain; `IntervalError`."""
+    state = yield from _state(info, scope, fact_id, lock=True)
+    if at <= state.valid_at:
         raise IntervalError(
-            f"cannot invalidate fact {fact_id} at {when.isoformat()}: "
-            f"it only became valid at {interval.valid_at.isoformat()}"
+            f"cannot {verb} fact {fact_id} at {at.isoformat()}: it only became valid at {state.valid_at.isoformat()}"
         )
-    if interval.invalid_at is not None and interval.invalid_at <= when:
-        return False
-    changed = yield from execute(sql_store.invalidate_fact(info.schema), params)
-    return bool(changed)
+    if state.superseded_by is not None or (state.invalid_at is not None and state.invalid_at <= at):
+        (end,) = yield from execute_as(
+            sql_reconcile.ChainEnd,
+            sql_reconcile.chain_end(info.schema),
+            {"dataset": scope.dataset, "project": scope.project, "id": fact_id},
+        )
+        live = end.id if end.invalid_at is None and end.id != fact_id else None
+        how = (
+            f"it was superseded by fact {state.superseded_by}"
+            if state.superseded_by is not None
+            else f"it ended at {state.invalid_at.isoformat() if state.invalid_at else '?'}"
+        )
+        now_live = f"fact {live} is live now in its chain" if live is not None else "no fact of its chain is live"
+        raise NotLiveError(f"cannot {verb} fact {fact_id}: {how}; {now_live}", fact_id=fact_id, live_id=live)
+    return state
+
+
+def invalidate(info: StoreInfo, scope: Scope, fact_id: int, *, at: Any, now: datetime) -> Operation[bool]:
+    """End a live fact at `at` (default now), under its relation's lock. A fact that has ended (or
+    was superseded) raises `NotLiveError`; `at` at or before its start, `IntervalError`."""
+    _check_id(fact_id)
+    when = parse_time(at, "at", default=now)
+    assert when is not None
+    state = yield from _state(info, scope, fact_id, lock=False)
+    yield from lock_facts(info, scope, [], [(state.subject, state.predicate, state.object)])
+    yield from check_live(info, scope, fact_id, at=when, verb="invalidate")
+    params = {"dataset": scope.dataset, "project": scope.project, "ids": [fact_id], "ats": [when], "bys": [None]}
+    yield from execute(sql_reconcile.end_facts(info.schema), params)
+    return True
 
 
 def supersede(
@@ -58,10 +92,28 @@ def supersede(
     *,
     now: datetime,
 ) -> Operation[int]:
-    """Store `new_fact` and end `fact_id` at the new fact's valid_at, in one transaction."""
+    """Store `new_fact` (by the write rules of `ops.reconciling`) and end the live fact `fact_id`
+    at the new fact's valid_at, superseded by it, in one transaction; both relations are locked
+    first. `NotLiveError` if `fact_id` is not live; a new fact equal to it, `ValidationError`."""
+    _check_id(fact_id)
     (valid,) = validate_facts([new_fact], now=now)
-    (new_id,) = yield from write_facts(info, scope, [valid], None, peek=True)
-    yield from invalidate(info, scope, fact_id, at=valid.valid_at, now=now)
+    params = {"dataset": scope.dataset, "project": scope.project, "id": fact_id}
+    found = yield from read_aside(sql_reconcile.fact_state(info.schema), params)
+    if not found:  # not there, or the read failed: read it in the transaction
+        state = yield from _state(info, scope, fact_id, lock=False)
+    else:
+        state = sql_reconcile.FactState(*found[0])
+
+    def guard() -> Operation[None]:
+        yield from check_live(info, scope, fact_id, at=valid.valid_at, verb="supersede")
+
+    (new_id,) = yield from write_facts(
+        info, scope, [valid], None, peek=True, also_lock=[(state.subject, state.predicate, state.object)], guard=guard
+    )
+    if new_id == fact_id:
+        raise ValidationError(f"the new fact is equal to fact {fact_id}, which it would supersede")
+    ended = {**params, "ids": [fact_id], "ats": [valid.valid_at], "bys": [new_id]}
+    yield from execute(sql_reconcile.end_facts(info.schema), ended)
     yield from ensure_tenant_indexes(info, scope)
     return new_id
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from memsoda_core.distributed import citus_version_statement, facts_distributed_statement
 from memsoda_core.errors import (
     EmbedderMismatchError,
     SchemaError,
@@ -55,12 +56,16 @@ def open_store(
         meta[TENANT_INDEX_KEY] = str(tenant_index_min_facts)  # recorded, so every process agrees
     for key, value in sorted(meta.items()):
         yield from execute(ddl.write_meta_statement(schema), (key, value))
+    distributed = False
+    if (yield from execute(citus_version_statement())):
+        ((distributed,),) = yield from execute(facts_distributed_statement(), {"schema": schema})
     info = StoreInfo(
         schema=schema,
         model=stored_model,
         dimensions=stored_dims,
         text_search_config=shape.text_search_config,
         tenant_index_min_facts=int(meta.get(TENANT_INDEX_KEY, sql_tenant_index.DEFAULT_MIN_FACTS)),
+        distributed=bool(distributed),
     )
     yield from ensure_all_tenant_indexes(info)
     return info

@@ -13,7 +13,7 @@ from memsoda_core.errors import (
 )
 from memsoda_core.ops.editing import write_episodes
 from memsoda_core.ops.maintenance import ensure_tenant_indexes, set_aside_fact_index
-from memsoda_core.ops.writing import CountDeltas, bump_counts, insert_fact_rows
+from memsoda_core.ops.writing import CountDeltas, bump_counts, insert_fact_rows, lock_facts
 from memsoda_core.runner.steps import Operation, emit, execute_as, progress
 from memsoda_core.store import statements as sql_store
 from memsoda_core.store.info import StoreInfo
@@ -148,12 +148,18 @@ def import_records(
     batch_size: int,
     rebuild_index: bool | None = None,
 ) -> Operation[tuple[int, int]]:
-    """Write validated records in batches inside one transaction: all or nothing, the counts bumped
+    """Write validated records in batches inside one transaction, reconciled as any write is
+    (`ops.reconciling`; re-importing an export adds nothing): all or nothing, the counts bumped
     once after the rows, a `Progress` after each batch. An import into a scope with its own fact
     HNSW may rebuild it after the rows (`set_aside_fact_index`)."""
     if facts:
         yield from set_aside_fact_index(info, scope, len(facts), rebuild_index)
     deltas = CountDeltas()
+    if facts:
+        # The locks of every fact of the import, taken before its first row (and bounded in number,
+        # `store.reconcile.LOCK_BUCKETS`): taken per batch, a batch's could wait for a writer that
+        # waits for the import's new entities, a cycle.
+        yield from lock_facts(info, scope, facts)
     for start in range(0, len(facts), batch_size):
         batch = facts[start : start + batch_size]
         _, added = yield from insert_fact_rows(info, scope, batch, None, peek=False)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -18,8 +18,10 @@ from memsoda_core.errors import (
 )
 from memsoda_core.models import FactInput
 from memsoda_core.ops.maintenance import ensure_tenant_indexes, refresh_statistics, statistics_stale
+from memsoda_core.ops.reconciling import Plan, plan_batch
 from memsoda_core.runner.steps import Operation, embed_documents, execute, execute_as, read_aside
 from memsoda_core.store import lexemes as sql_lexemes
+from memsoda_core.store import reconcile as sql_reconcile
 from memsoda_core.store import statements as sql_store
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import (
@@ -114,9 +116,11 @@ def write_facts(
     vectors: Sequence[Vector] | None,
     *,
     peek: bool,
+    also_lock: Sequence[tuple[str, str, str]] = (),
+    guard: Callable[[], Operation[None]] | None = None,
 ) -> Operation[list[int]]:
     """`insert_fact_rows` then `bump_counts`: one whole write of a batch."""
-    ids, deltas = yield from insert_fact_rows(info, scope, facts, vectors, peek=peek)
+    ids, deltas = yield from insert_fact_rows(info, scope, facts, vectors, peek=peek, also_lock=also_lock, guard=guard)
     yield from bump_counts(info, scope, deltas)
     return ids
 
@@ -128,38 +132,153 @@ def insert_fact_rows(
     vectors: Sequence[Vector] | None,
     *,
     peek: bool,
+    also_lock: Sequence[tuple[str, str, str]] = (),
+    guard: Callable[[], Operation[None]] | None = None,
 ) -> Operation[tuple[list[int], CountDeltas]]:
     """One embedding call for the batch (the facts, unless their `vectors` are given, and the
-    names of entities the scope does not have yet), then the inserts of entities the scope lacks,
-    facts and links; returns the facts' ids and what they add to the counts.
+    names of entities the scope does not have yet), then, under the locks of the batch's relations
+    (and `also_lock`'s; `guard` runs once they are held), the reconciliation with the facts they
+    hold (`ops.reconciling`), the inserts of entities the scope lacks, facts and links, and the
+    ends and merges it decided; returns each input's fact id and what the new facts add to the
+    counts.
 
     With `peek` (the operation's first step), which entities exist is read first on a borrowed
     connection (`ReadAside`), so neither a connection nor a transaction is held while a model embeds;
     inside the transaction they are then locked FOR KEY SHARE, and a name a concurrent `forget`
     deleted in between is embedded there (a second, rare call). Without it (the batches of an
-    import, whose transaction is open already), they are read and locked at once, and the
-    embedding runs inside that transaction."""
+    import, whose transaction is open already and holds the scope's lock), they are read and locked
+    after the reconciliation, and the embedding runs inside that transaction."""
     if not facts:
         return [], CountDeltas()
     base = {"dataset": scope.dataset, "project": scope.project}
-    names, types, touches = _entity_rows(facts)
-    if peek:
-        found = yield from read_aside(sql_store.known_entities(info.schema), {**base, "names": names})
-    else:
-        found = yield from execute(sql_store.known_entities(info.schema, lock=True), {**base, "names": names})
-    known = {name: int(eid) for name, eid in found or ()}
-    new_names = [name for name in names if name not in known]
+    all_names, _, _ = _entity_rows(facts)
+    known: dict[str, int] = {}
+    embedded: list[Vector] = []
     texts = [] if vectors is not None else [fact.embedding_text for fact in facts]
-    embedded = (yield from embed_documents(texts + new_names)) if texts or new_names else []
-    fact_vectors = list(vectors) if vectors is not None else embedded[: len(texts)]
-    new_vectors = dict(zip(new_names, embedded[len(texts) :], strict=True))
-    entity_ids = {} if peek else dict(known)  # an import's were locked as they were read
-    if known and peek:
-        locked = yield from execute(sql_store.known_entities(info.schema, lock=True), {**base, "names": sorted(known)})
-        entity_ids = {name: int(eid) for name, eid in locked}
-        gone = sorted(set(known) - set(entity_ids))
-        if gone:
-            new_vectors.update(zip(gone, (yield from embed_documents(gone)), strict=True))
+    if peek:
+        found = yield from read_aside(sql_store.known_entities(info.schema), {**base, "names": all_names})
+        known = {name: int(eid) for name, eid in found or ()}
+        new_names = [name for name in all_names if name not in known]
+        embedded = (yield from embed_documents(texts + new_names)) if texts or new_names else []
+        new_vectors = dict(zip(new_names, embedded[len(texts) :], strict=True))
+        yield from lock_facts(info, scope, facts, also_lock)
+    if guard is not None:
+        yield from guard()
+    plan = yield from reconcile(info, scope, facts, count_repeats=peek)
+    rows = plan.inserts
+    names, types, touches = _entity_rows(rows)
+    entity_ids: dict[str, int] = {}
+    given = list(vectors) if vectors is not None else None
+    if peek:
+        fact_vectors = [given[i] if given is not None else embedded[i] for i in plan.sources]
+        needed = sorted(set(known) & set(names))
+        if needed:
+            locked = yield from execute(sql_store.known_entities(info.schema, lock=True), {**base, "names": needed})
+            entity_ids = {name: int(eid) for name, eid in locked}
+            gone = sorted(set(needed) - set(entity_ids))
+            if gone:
+                new_vectors.update(zip(gone, (yield from embed_documents(gone)), strict=True))
+    elif rows:
+        found = yield from execute(sql_store.known_entities(info.schema, lock=True), {**base, "names": names})
+        entity_ids = {name: int(eid) for name, eid in found}
+        new_names = [name for name in names if name not in entity_ids]
+        texts = [] if vectors is not None else [fact.embedding_text for fact in rows]
+        embedded = (yield from embed_documents(texts + new_names)) if texts or new_names else []
+        fact_vectors = [given[i] for i in plan.sources] if given is not None else embedded[: len(texts)]
+        new_vectors = dict(zip(new_names, embedded[len(texts) :], strict=True))
+    fact_ids: list[int] = []
+    deltas = CountDeltas()
+    if rows:
+        fact_ids, deltas = yield from _insert_new(info, scope, rows, plan.seen, fact_vectors, entity_ids, new_vectors)
+        deltas.types = dict(zip(names, types, strict=True))
+        deltas.touches = Counter(dict(zip(names, touches, strict=True)))
+    yield from apply_plan(info, scope, plan, fact_ids)
+    return [fact_ids[ref] if kind == "new" else ref for kind, ref in plan.resolved], deltas
+
+
+def lock_facts(
+    info: StoreInfo, scope: Scope, facts: Sequence[ValidFact], also: Sequence[tuple[str, str, str]] = ()
+) -> Operation[None]:
+    """The advisory locks of `facts` (`store.reconcile.lock_relations`) and of the stored facts
+    `also` (subject, predicate, object: their value and relation both)."""
+    yield from execute(
+        sql_reconcile.lock_relations(info.schema),
+        {
+            "dataset": scope.dataset,
+            "project": scope.project,
+            "schema": info.schema,
+            "subjects": [f.subject for f in facts] + [key[0] for key in also],
+            "predicates": [f.predicate for f in facts] + [key[1] for key in also],
+            "objects": [f.object for f in facts] + [key[2] for key in also],
+            "singles": [f.single_valued for f in facts] + [True for _ in also],
+        },
+    )
+
+
+def reconcile(info: StoreInfo, scope: Scope, facts: Sequence[ValidFact], *, count_repeats: bool) -> Operation[Plan]:
+    """The `Plan` of `facts` against the facts their relations hold (their locks are held)."""
+    met = yield from execute_as(
+        sql_reconcile.Met,
+        sql_reconcile.met_facts(info.schema),
+        {
+            "dataset": scope.dataset,
+            "project": scope.project,
+            "subjects": [f.subject for f in facts],
+            "predicates": [f.predicate for f in facts],
+            "objects": [f.object for f in facts],
+            "valid_ats": [f.valid_at for f in facts],
+            "invalid_ats": [f.invalid_at for f in facts],
+            "singles": [f.single_valued for f in facts],
+        },
+    )
+    return plan_batch(facts, met, count_repeats=count_repeats)
+
+
+def apply_plan(info: StoreInfo, scope: Scope, plan: Plan, fact_ids: Sequence[int]) -> Operation[None]:
+    """The ends and merges of `plan` on stored facts, once its new facts have `fact_ids`."""
+    base = {"dataset": scope.dataset, "project": scope.project}
+
+    def fact_id(ref: tuple[str, int]) -> int:
+        return fact_ids[ref[1]] if ref[0] == "new" else ref[1]
+
+    if plan.ends:
+        yield from execute(
+            sql_reconcile.end_facts(info.schema),
+            {
+                **base,
+                "ids": [fact_id(target) for target, _, _ in plan.ends],
+                "ats": [at for _, at, _ in plan.ends],
+                "bys": [None if by is None else fact_id(by) for _, _, by in plan.ends],
+            },
+        )
+    if plan.merges:
+        ids = sorted(plan.merges)
+        merges = [plan.merges[i] for i in ids]
+        yield from execute(
+            sql_reconcile.merge_facts(info.schema),
+            {
+                **base,
+                "ids": ids,
+                "confidences": [m.confidence for m in merges],
+                "valid_ats": [m.valid_at for m in merges],
+                "quotes": [m.quote for m in merges],
+                "repeats": [m.repeats for m in merges],
+            },
+        )
+
+
+def _insert_new(
+    info: StoreInfo,
+    scope: Scope,
+    facts: Sequence[ValidFact],
+    seen: Sequence[int],
+    fact_vectors: Sequence[Vector],
+    entity_ids: dict[str, int],
+    new_vectors: dict[str, Vector],
+) -> Operation[tuple[list[int], CountDeltas]]:
+    """Insert the entities `facts` need that `entity_ids` lacks, then the facts and their links."""
+    base = {"dataset": scope.dataset, "project": scope.project}
+    names, types, _ = _entity_rows(facts)
     type_of = dict(zip(names, types, strict=True))
     missing = [name for name in names if name not in entity_ids]
     for _ in range(ENTITY_ROUNDS):  # again when another writer created one of them meanwhile
@@ -194,7 +313,8 @@ def insert_fact_rows(
             "invalid_ats": [f.invalid_at for f in facts],
             "confidences": [f.confidence for f in facts],
             "quotes": [f.source_quote for f in facts],
-            "embeddings": fact_vectors,
+            "seen": list(seen),
+            "embeddings": list(fact_vectors),
         },
     )
     fact_ids = sorted(int(row.id) for row in inserted)
@@ -216,13 +336,7 @@ def insert_fact_rows(
     (pages,) = yield from execute_as(sql_store.TablePages, sql_store.facts_pages(), {"schema": info.schema})
     if statistics_stale(int(pages.analyzed), int(pages.current)):
         yield from refresh_statistics(info)
-    deltas = CountDeltas(
-        types=type_of,
-        touches=Counter(dict(zip(names, touches, strict=True))),
-        lexemes=lexeme_counts,
-        facts=len(fact_ids),
-    )
-    return fact_ids, deltas
+    return fact_ids, CountDeltas(lexemes=lexeme_counts, facts=len(fact_ids))
 
 
 def add_facts(
@@ -234,7 +348,8 @@ def add_facts(
     vectors: Sequence[Sequence[float]] | np.ndarray[Any, Any] | None = None,
 ) -> Operation[list[int]]:
     """Validate the whole batch (and `vectors`, one per fact, which replace embedding the facts'
-    texts), then write it in one transaction. Returns ids in input order."""
+    texts), then write it in one transaction, reconciled with the facts the scope holds
+    (`ops.reconciling`). Returns ids in input order: a fact equal to a live one gets its id."""
     valid = validate_facts(facts, now=now)
     given = None
     if vectors is not None:

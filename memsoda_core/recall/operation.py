@@ -90,7 +90,9 @@ def recall(
     if scope_facts is None:
         scope_facts = yield from scope_fact_count(info, scope, Planning.CACHED)
         scope_sizes.put(scope, scope_facts)
-    indexed, planning = recall_statement_choice(scope, scope_facts, info.tenant_index_min_facts)
+    indexed, planning = recall_statement_choice(
+        scope, scope_facts, info.tenant_index_min_facts, distributed=info.distributed
+    )
     statements = recall_statements(info.schema, plan_for(query, embedding is not None, options), indexed)
     results = yield from concurrently([Execute(statement, params, planning, hit_rows) for statement in statements])
     timings["query"] = _ms(mark)
@@ -99,7 +101,8 @@ def recall(
     timings["fuse"] = _ms(mark)
     mark = time.perf_counter()
     fact_ids = BigintArray(k.fact_id for k in kept)
-    fact_rows = yield from execute(facts_statement(info.schema), {**params, "fact_ids": fact_ids}, Planning.CACHED)
+    kept_read = Planning.FRESH if info.distributed else Planning.CACHED
+    fact_rows = yield from execute(facts_statement(info.schema), {**params, "fact_ids": fact_ids}, kept_read)
     scored = scored_facts(kept, fact_rows)
     timings["facts"] = _ms(mark)
     episodes = []

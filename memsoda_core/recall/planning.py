@@ -62,13 +62,15 @@ class ScopeSizes:
 
 
 def recall_statement_choice(
-    scope: Scope, scope_facts: int, tenant_index_min_facts: int
+    scope: Scope, scope_facts: int, tenant_index_min_facts: int, *, distributed: bool = False
 ) -> tuple[Scope | None, Planning]:
     """Which statements a recall of `scope` runs and how they are planned: `(None, CACHED)`, the
     shared statements on a kept plan, under the tenant-index threshold (searched exactly, so one
     plan fits every such scope); `(scope, GENERIC)`, the scope's own statements naming it where its
     partial indexes must match, on their generic plans, from it on (PostgreSQL would otherwise keep
-    planning them afresh)."""
-    if scope_facts >= tenant_index_min_facts:
-        return scope, Planning.GENERIC
-    return None, Planning.CACHED
+    planning them afresh). On a `distributed` store every statement is planned afresh (`FRESH`):
+    Citus cannot plan the generic form of a multi-CTE statement."""
+    indexed = scope if scope_facts >= tenant_index_min_facts else None
+    if distributed:
+        return indexed, Planning.FRESH
+    return indexed, Planning.GENERIC if indexed is not None else Planning.CACHED

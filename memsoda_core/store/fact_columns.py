@@ -29,14 +29,16 @@ class FactColumn:
     name: str
     """The `Fact` field it fills, and its column's name in SQL."""
     expression: str
-    """Its SQL over `f` (the fact) and `a` (its anchor entity); `{s}` is the schema."""
+    """Its SQL over `f` (the fact) and `a` (its anchor entity); `{s}` is the schema. The tenant is
+    bound (every statement reading facts binds %(dataset)s and %(project)s), so a distributed
+    store routes the read to one shard (a correlated tenant is not narrowed by Citus)."""
     decode: Callable[[Any], Any] = _as_is
     """The stored value -> the field's."""
 
 
 _MENTIONS = """ARRAY(SELECT m.name FROM {s}.fact_entities fm
              JOIN {s}.entities m ON m.dataset = fm.dataset AND m.project = fm.project AND m.id = fm.entity_id
-             WHERE fm.dataset = f.dataset AND fm.project = f.project AND fm.fact_id = f.id
+             WHERE fm.dataset = %(dataset)s AND fm.project = %(project)s AND fm.fact_id = f.id
                AND fm.roles & 4 <> 0
              ORDER BY m.name)"""
 
@@ -56,6 +58,8 @@ FACT_COLUMNS: tuple[FactColumn, ...] = (
     FactColumn("confidence", "f.confidence", _confidence),
     FactColumn("source_quote", "f.source_quote"),
     FactColumn("created_at", "f.created_at"),
+    FactColumn("superseded_by", "f.superseded_by"),
+    FactColumn("times_seen", "f.times_seen", int),
 )
 """Every field of `Fact`, in the order of the select list (a test holds it to `Fact`)."""
 

@@ -16,4 +16,7 @@ class StoreInfo:
     dimensions: int
     text_search_config: str
     tenant_index_min_facts: int = sql_tenant_index.DEFAULT_MIN_FACTS
-    """A scope gets its own HNSW and GIN indexes from this many facts (see `sql_tenant_index`)."""
+    """A scope gets its own HNSW and GIN indexes from this many facts (see `store.tenant_index`)."""
+    distributed: bool = False
+    """The facts table is distributed by Citus (`memsoda distribute`): recall's statements are then
+    planned at every run, as Citus cannot plan their generic (parameterized) forms."""

@@ -15,7 +15,7 @@ from psycopg import sql
 
 from memsoda_core.store.lexemes import recount_lexemes
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 KEYWORD_SEPARATORS = string.punctuation
 """ASCII punctuation is blanked before full-text indexing, as the query side splits terms on it
@@ -180,7 +180,39 @@ def _v4(shape: StoreShape) -> list[sql.Composed]:
     ]
 
 
-MIGRATIONS: dict[int, Migration] = {1: _v1, 2: _v2, 3: _v3, 4: _v4}
+def _v5(shape: StoreShape) -> list[sql.Composed]:
+    """Reconciling writes (`ops.reconciling`): the supersede chain (`superseded_by`), how often a
+    fact was written again (`times_seen`), an index to find a relation's facts (subject and
+    case-folded predicate) and the per-scope registry of single-valued predicates.
+
+    Existing duplicates are left as they are (nothing is merged or lost): the rules apply to new
+    writes, which resolve to the oldest of equal live facts. Uniqueness is kept by per-relation
+    advisory locks rather than a unique index, which could not be built over a store that already
+    holds duplicates, nor express "one live value" for predicates registered later. Both columns
+    are added with constant defaults, so no table rewrite."""
+    s = sql.Identifier(shape.schema)
+
+    def q(template: str) -> sql.Composed:
+        return sql.SQL(template).format(s=s)
+
+    return [
+        q("ALTER TABLE {s}.facts ADD COLUMN superseded_by bigint, ADD COLUMN times_seen integer NOT NULL DEFAULT 1"),
+        q("CREATE INDEX facts_relation ON {s}.facts (dataset, project, subject, lower(predicate))"),
+        q(
+            """CREATE INDEX facts_superseded_by ON {s}.facts (dataset, project, superseded_by)
+               WHERE superseded_by IS NOT NULL"""
+        ),
+        q(
+            """CREATE TABLE {s}.single_valued (
+                dataset text NOT NULL,
+                project text NOT NULL,
+                predicate text NOT NULL,
+                PRIMARY KEY (dataset, project, predicate))"""
+        ),
+    ]
+
+
+MIGRATIONS: dict[int, Migration] = {1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5}
 """Version -> DDL. Append only; never edit a released migration."""
 
 

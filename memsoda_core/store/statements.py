@@ -108,18 +108,18 @@ def insert_facts(schema: str) -> sql.Composed:
     return _statement(
         """INSERT INTO {s}.facts (dataset, project, subject, predicate, object, object_type,
                                  subject_id, object_id, anchor_id, valid_at, invalid_at,
-                                 confidence, source_quote, embedding)
+                                 confidence, source_quote, times_seen, embedding)
            SELECT %(dataset)s, %(project)s, u.subject, u.predicate, u.object, u.object_type,
                   u.subject_id, u.object_id, u.anchor_id, u.valid_at, u.invalid_at,
-                  u.confidence, u.source_quote, u.embedding
+                  u.confidence, u.source_quote, u.times_seen, u.embedding
            FROM unnest(%(subjects)b::text[], %(predicates)b::text[], %(objects)b::text[],
                        %(object_types)b::text[], %(subject_ids)b::bigint[], %(object_ids)b::bigint[],
                        %(anchor_ids)b::bigint[], %(valid_ats)b::timestamptz[],
                        %(invalid_ats)b::timestamptz[], %(confidences)b::real[],
-                       %(quotes)b::text[], %(embeddings)b::vector[])
+                       %(quotes)b::text[], %(seen)b::int[], %(embeddings)b::vector[])
                 WITH ORDINALITY AS u(subject, predicate, object, object_type, subject_id, object_id,
                                      anchor_id, valid_at, invalid_at, confidence, source_quote,
-                                     embedding, ord)
+                                     times_seen, embedding, ord)
            ORDER BY u.ord
            RETURNING id, {lexemes} AS lexemes""",
         schema,

@@ -10,7 +10,7 @@ from psycopg import sql
 
 from memsoda_core.recall.fragments import fragment
 from memsoda_core.recall.hits import HitRow
-from memsoda_core.recall.signals.entities import NAMED_ENTITIES
+from memsoda_core.recall.signals.entities import NAMED_ENTITIES, real_name
 from memsoda_core.recall.signals.spec import RecallPlan, SignalInputs, SignalSpec
 from memsoda_core.validation import Scope
 
@@ -33,7 +33,8 @@ def near_cte(schema: str, indexed: Scope | None = None) -> sql.Composed:
 
 
 # `SELECT *` where a list would name every column: the statement must stay within psycopg's parse
-# cache (`statements.PARSE_CACHE_BYTES`). The lookups' subqueries `f` add distance and valid_at.
+# cache (`statements.PARSE_CACHE_BYTES`). The lookups' subqueries `f` add distance and valid_at;
+# hop2's two typed NULLs stand for hop1's via_named and via_similarity, so the union is `SELECT 2, *`.
 _HOP2 = """
     bridges AS (
         SELECT DISTINCT fe.entity_id, b.name, b.fact_count
@@ -43,10 +44,11 @@ _HOP2 = """
         WHERE (SELECT count(*) FROM hop1) < %(anchor_candidates)s
           AND fe.entity_id NOT IN (SELECT id FROM anchors)
           AND b.fact_count < (SELECT n FROM hub_floor)
-          AND b.fact_count <= %(bridge_max_facts)s),
+          AND b.fact_count <= %(bridge_max_facts)s AND {real}),
     hop2 AS (
         SELECT *
-        FROM (SELECT fe.fact_id, sum(1.0 / greatest(b.fact_count, 1)) AS matches, min(b.name) AS via
+        FROM (SELECT fe.fact_id, sum(1.0 / greatest(b.fact_count, 1)) AS matches, min(b.name) AS via,
+                     NULL::bool, NULL::float8
               FROM bridges b
               JOIN {s}.fact_entities fe ON {scope_fe} AND fe.entity_id = b.entity_id
               WHERE fe.fact_id NOT IN (SELECT fact_id FROM hop1_all)
@@ -59,7 +61,8 @@ _ANCHOR = """
         SELECT id, min(name) AS name, bool_or(named) AS named, max(similarity) AS similarity
         FROM (SELECT id, name, true AS named, NULL::float8 AS similarity FROM named WHERE NOT is_hub
               {near_union}) a
-        GROUP BY id),
+        GROUP BY id
+        HAVING {real_anchor}),
     hop1_all AS (
         SELECT DISTINCT fe.fact_id
         FROM anchors a
@@ -80,8 +83,7 @@ _ANCHOR = """
     anchor_hits AS (
         SELECT *, row_number() OVER (ORDER BY hop, matches DESC, distance NULLS LAST,
                                      valid_at DESC, fact_id DESC) AS rank
-        FROM (SELECT fact_id, 1 AS hop, matches, via, via_named, via_similarity, distance, valid_at
-              FROM hop1 {hop2_union}) x
+        FROM (SELECT 1 AS hop, * FROM hop1 {hop2_union}) x
         ORDER BY rank
         LIMIT %(anchor_candidates)s)"""
 
@@ -89,7 +91,8 @@ _ANCHOR = """
 def anchor_ctes(schema: str, plan: RecallPlan) -> sql.Composed:
     """Anchors (named + near, never hubs), the facts touching them (the `anchor_max_facts` most
     recently written per anchor), then the second hop through the other non-hub entities of those
-    facts; ordered by relevance, never by physical row order.
+    facts; ordered by relevance, never by physical row order. Anchors and bridges are real names
+    only (`entities.real_name`): never a stopword, contraction piece or one-letter token.
 
     Hop-1 facts rank by how many anchors they touch, then by similarity to the query, recency, id.
     Hop-2 facts rank after all hop-1 facts, by the specificity of their bridges (the sum of
@@ -109,11 +112,18 @@ def anchor_ctes(schema: str, plan: RecallPlan) -> sql.Composed:
         "UNION ALL SELECT id, name, false, similarity FROM near WHERE NOT is_hub" if plan.embedding else ""
     )
     two_hops = plan.hops >= 2
-    hop2 = fragment(_HOP2, schema, distance=distance) if two_hops else sql.SQL("")
-    hop2_union = sql.SQL(
-        "UNION ALL SELECT fact_id, 2, matches, via, NULL, NULL, distance, valid_at FROM hop2" if two_hops else ""
+    real = sql.SQL(real_name("b.name"))
+    hop2 = fragment(_HOP2, schema, distance=distance, real=real) if two_hops else sql.SQL("")
+    hop2_union = sql.SQL("UNION ALL SELECT 2, * FROM hop2" if two_hops else "")
+    return fragment(
+        _ANCHOR,
+        schema,
+        distance=distance,
+        near_union=near_union,
+        hop2=hop2,
+        hop2_union=hop2_union,
+        real_anchor=sql.SQL(real_name("min(name)")),
     )
-    return fragment(_ANCHOR, schema, distance=distance, near_union=near_union, hop2=hop2, hop2_union=hop2_union)
 
 
 def _ctes(schema: str, plan: RecallPlan, indexed: Scope | None) -> Sequence[sql.Composable]:

@@ -14,6 +14,16 @@ from memsoda_core.store.params import TextArray
 from memsoda_core.text import name_spans_with_terms
 
 
+def real_name(column: str) -> str:
+    """SQL: the name in `column` can name something: it holds a lexeme of two or more characters in
+    the store's text search config (in a tsvector's text every lexeme is quoted), or a symbol other
+    than an apostrophe ("c++", "node.js", "50%", "_"). Stopwords ("the"), contraction pieces ("i'm",
+    "don't") and one-letter tokens are neither: as anchors or bridges they matched a query's filler
+    words and linked facts sharing nothing else. (tsconfig is bound untyped: PostgreSQL reads it as
+    the regconfig `to_tsvector` takes, and the anchor statement stays within the parse cache.)"""
+    return f"(to_tsvector(%(tsconfig)s,{column})::text~'''\\w\\w' OR {column}~'[^\\w\\s''’]|_')"
+
+
 def hub_floor_cte(schema: str) -> sql.Composed:
     """The fact count from which an entity is a hub in this scope."""
     return fragment(
@@ -49,6 +59,7 @@ def _params(inputs: SignalInputs) -> Mapping[str, Any]:
         "span_terms": TextArray(spans.values()),
         "hub_min_facts": inputs.options.hub_min_facts,
         "hub_min_share": inputs.options.hub_min_share,
+        "tsconfig": inputs.text_search_config,
     }
 
 

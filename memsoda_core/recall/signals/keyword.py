@@ -15,73 +15,60 @@ from memsoda_core.store.params import TextArray
 from memsoda_core.text import normalized_terms
 from memsoda_core.validation import Scope
 
-HALF_RULE_MAX_LEXEMES = 10
-"""Up to this many query lexemes, the half rule is one tsquery the GIN index answers: an OR of every
-conjunction of ceil(n/2) lexemes (at most C(10,5) = 252), so only facts that pass it are fetched
-and ranked. Longer queries fall back to ranking the OR matches and keeping the best
-`keyword_pool` of them before the rule is checked."""
-
-POOL_PER_CANDIDATE = 4
-"""Facts ranked (`keyword_pool`) per fact kept (`keyword_candidates`) when the half rule is
-checked after ranking (queries of more than `HALF_RULE_MAX_LEXEMES` lexemes)."""
-
 
 def keyword_ctes(schema: str, indexed: Scope | None = None) -> sql.Composed:
-    """Full-text search: an OR of the query's terms (stemmed by the store's config), minus the terms
-    of any hub named in the query (a match on nothing but a hub's name is noise) and the terms too
-    common in the scope (`RecallOptions.common_term_share`), keeping facts that
-    match at least half of the query's remaining lexemes (stopwords do not count), ranked by ts_rank.
+    """Full-text search for the query's lexemes (its terms stemmed by the store's config), minus the
+    terms of any hub named in the query (a match on nothing but a hub's name is noise) and the terms
+    too common in the scope (`RecallOptions.common_term_share`). Of the n lexemes left (stopwords do
+    not count), a fact must hold min(ceil(n/2), `keyword_min_terms`); it is ranked by the summed IDF
+    of those it holds (BM25's IDF, from the scope's per-lexeme fact counts, `lexemes`).
 
-    Plain OR let one common word ("drink", "group", "keep") put junk at keyword rank 1, which RRF
-    weighs like vector rank 1; the half rule lifted all-query MRR from 0.69 to 0.74 (persona) and
-    0.68 to 0.71 (chat) in bench/RESULTS.md, while still finding 94-96% of exact-term answers alone.
-    AND (plainto_tsquery) lost half of them. The rule is written as a tsquery (`keyword_half`), so
-    its cost follows the facts that pass it, not every fact one common word matches. It is a
-    MATERIALIZED CTE so it is built once: inlined, the planner folded it into the row filter of a
-    tenant without a GIN index and rebuilt it for every candidate (1,000 facts: 6.9 -> 1.4 ms)."""
+    A fixed small number rather than half the query: a long first-person message has ~20 lexemes and
+    no note holds ten of them, so the half rule left the list empty; with two, one common word alone
+    still cannot put a fact on the list (the reason the half rule replaced plain OR). IDF because a
+    rare shared word says which fact is meant and a frequent one does not; `ts_rank` counts
+    occurrences and has no IDF. The GIN index answers the rule's necessary part, one tsquery
+    (`keyword_any`: any lexeme when one is enough, else any pair), so only facts sharing two lexemes
+    are read and scored, as the half rule's tsquery did (fetching each lexeme's facts instead read
+    every fact of every lexeme: 2.4x slower at 100k facts). Both CTEs are MATERIALIZED so the
+    lexeme lookups and the tsquery are built once, not per fact. The term array is read through a
+    subquery and a fact scored from arrays (`qs`, `idfs`): the planner then estimates the same cost
+    whatever the query's terms, so a small scope's statement keeps its generic plan (estimated from
+    the bound array, every custom plan looked cheaper and PostgreSQL planned each run)."""
     return fragment(
         """
-    keyword_query AS (
-        SELECT to_tsquery(%(tsconfig)s::regconfig, coalesce(string_agg(t.term, ' | '), '')) AS q,
-               coalesce(array_agg(t.term), ARRAY[]::text[]) AS terms,
-               coalesce(array_agg(to_tsquery(%(tsconfig)s::regconfig, t.term)), ARRAY[]::tsquery[]) AS term_queries,
-               tsvector_to_array(to_tsvector(%(tsconfig)s::regconfig,
-                                             coalesce(string_agg(t.term, ' '), ''))) AS lexemes
-        FROM unnest(%(terms)b::text[]) AS t(term)
+    keyword_terms AS MATERIALIZED (
+        SELECT quote_literal(x.lexeme) AS lexeme, min(t.i) AS i, (array_agg(t.term ORDER BY t.i))[1] AS term,
+               ln(1 + (greatest(min(sc.n), min(l.n)) - min(l.n) + 0.5) / (min(l.n) + 0.5)) AS idf
+        FROM unnest((SELECT %(terms)b::text[])) WITH ORDINALITY AS t(term, i)
+        CROSS JOIN LATERAL unnest(tsvector_to_array(to_tsvector(%(tsconfig)s::regconfig, t.term))) AS x(lexeme)
+        CROSS JOIN LATERAL (SELECT coalesce((SELECT l.facts FROM {s}.lexemes l
+                                             WHERE {scope_l} AND l.lexeme = x.lexeme OFFSET 0), 0) AS n) l
+        CROSS JOIN (SELECT coalesce((SELECT sc.fact_count FROM {s}.scopes sc WHERE {scope_sc}), 0) AS n) sc
         WHERE t.term NOT IN (SELECT string_to_table(terms, ' ') FROM named WHERE is_hub)
-          AND NOT EXISTS (
-              SELECT FROM unnest(tsvector_to_array(to_tsvector(%(tsconfig)s::regconfig, t.term))) AS x(lexeme)
-              CROSS JOIN LATERAL (SELECT l.facts FROM {s}.lexemes l
-                                  WHERE {scope_l} AND l.lexeme = x.lexeme OFFSET 0) l
-              JOIN {s}.scopes sc ON {scope_sc}
-              WHERE l.facts > greatest(%(common_term_min_facts)s, %(common_term_share)s * sc.fact_count))),
-    keyword_half AS MATERIALIZED (
-        SELECT CASE WHEN cardinality(kq.lexemes) BETWEEN 1 AND %(half_max_lexemes)s
-                    THEN (SELECT string_agg(c.conjunction, ' | ')
-                          FROM generate_series(1, (1 << cardinality(kq.lexemes)) - 1) AS m(mask)
-                          CROSS JOIN LATERAL (
-                              SELECT '(' || string_agg(quote_literal(l.lexeme), ' & ') || ')' AS conjunction
-                              FROM unnest(kq.lexemes) WITH ORDINALITY AS l(lexeme, i)
-                              WHERE m.mask & (1 << (l.i::int - 1)) <> 0) c
-                          WHERE bit_count(m.mask::bit(32)) = (cardinality(kq.lexemes) + 1) / 2)::tsquery
-                    ELSE kq.q END AS q
-        FROM keyword_query kq),
+          AND l.n <= greatest(%(common_term_min_facts)s, %(common_term_share)s * sc.n)
+        GROUP BY 1),
+    keyword_any AS MATERIALIZED (
+        SELECT least((count(*) + 1) / 2, %(keyword_min_terms)s) AS m,
+               coalesce(CASE WHEN least((count(*) + 1) / 2, %(keyword_min_terms)s) < 2
+                             THEN string_agg(lexeme, ' | ')
+                             ELSE (SELECT string_agg(a.lexeme||' & '||b.lexeme, ' | ')
+                                   FROM keyword_terms a JOIN keyword_terms b ON a.lexeme < b.lexeme) END,
+                        '')::tsquery AS q,
+               array_agg(lexeme::tsquery ORDER BY i) AS qs, array_agg(idf ORDER BY i) AS idfs,
+               array_agg(term ORDER BY i) AS terms
+        FROM keyword_terms),
     keyword_pool AS (
-        SELECT f.id, f.tsv, f.valid_at, ts_rank(f.tsv, kq.q) AS score
-        FROM keyword_query kq, keyword_half kh
-        JOIN {s}.facts f ON {index_where_f} AND f.tsv @@ kh.q
-        ORDER BY score DESC, f.valid_at DESC, f.id DESC
-        LIMIT %(keyword_pool)s),
+        SELECT f.id, f.valid_at, m.score, m.matched
+        FROM keyword_any ka
+        JOIN {s}.facts f ON {index_where_f} AND f.tsv @@ ka.q
+        CROSS JOIN LATERAL (SELECT count(*) AS n, sum(u.idf) AS score, array_agg(u.term) AS matched
+                            FROM unnest(ka.qs, ka.idfs, ka.terms) AS u(q, idf, term) WHERE f.tsv @@ u.q) m
+        WHERE m.n >= ka.m),
     keyword_hits AS (
-        SELECT p.id AS fact_id, p.valid_at,
-               ARRAY(SELECT u.term FROM unnest(kq.terms, kq.term_queries) AS u(term, q)
-                     WHERE p.tsv @@ u.q) AS matched,
-               row_number() OVER (ORDER BY p.score DESC, p.valid_at DESC, p.id DESC) AS rank
-        FROM keyword_pool p, keyword_query kq
-        WHERE CASE WHEN cardinality(kq.lexemes) <= %(half_max_lexemes)s THEN true
-                   ELSE 2 * cardinality(ARRAY(SELECT unnest(tsvector_to_array(p.tsv))
-                                              INTERSECT SELECT unnest(kq.lexemes)))
-                        >= cardinality(kq.lexemes) END
+        SELECT id AS fact_id, valid_at, matched,
+               row_number() OVER (ORDER BY score DESC, valid_at DESC, id DESC) AS rank
+        FROM keyword_pool
         ORDER BY rank
         LIMIT %(keyword_candidates)s)""",
         schema,
@@ -101,8 +88,7 @@ def _params(inputs: SignalInputs) -> Mapping[str, Any]:
         "common_term_min_facts": options.common_term_min_facts,
         "common_term_share": options.common_term_share,
         "keyword_candidates": options.keyword_candidates,
-        "keyword_pool": options.keyword_candidates * POOL_PER_CANDIDATE,
-        "half_max_lexemes": HALF_RULE_MAX_LEXEMES,
+        "keyword_min_terms": options.keyword_min_terms,
     }
 
 

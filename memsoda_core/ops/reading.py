@@ -1,0 +1,97 @@
+"""Reading facts as data, and the scope's registry of single-valued predicates (operations)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from memsoda_core import limits
+from memsoda_core.errors import LimitError, NotFoundError, ValidationError
+from memsoda_core.models import Fact, FactPage
+from memsoda_core.runner.steps import Operation, execute, execute_as
+from memsoda_core.store import fact_reads as sql_reads
+from memsoda_core.store import reconcile as sql_reconcile
+from memsoda_core.store.info import StoreInfo
+from memsoda_core.validation import Scope, check_batch_size, check_entity_name, check_line
+
+MAX_PAGE = 1000
+"""The most facts one `list_facts` page holds."""
+
+
+def check_fact_id(fact_id: Any) -> int:
+    if isinstance(fact_id, bool) or not isinstance(fact_id, int):
+        raise ValidationError(f"fact_id must be an int, got {type(fact_id).__name__}")
+    return fact_id
+
+
+def get_fact(info: StoreInfo, scope: Scope, fact_id: int) -> Operation[Fact]:
+    """Fact `fact_id` of the scope, or `NotFoundError`."""
+    params = {"dataset": scope.dataset, "project": scope.project, "id": check_fact_id(fact_id)}
+    rows = yield from execute_as(sql_reads.FactRow, sql_reads.get_fact(info.schema), params)
+    if not rows:
+        raise NotFoundError(f"no fact {fact_id} in dataset={scope.dataset!r} project={scope.project!r}")
+    return rows[0].fact
+
+
+def check_list_args(subject: Any, predicate: Any, entity: Any, status: Any, limit: Any, after: Any) -> dict[str, Any]:
+    """The filters of `list_facts`, checked and normalized (names as they are stored)."""
+    if status not in sql_reads.STATUSES:
+        raise ValidationError(f"status must be one of {list(sql_reads.STATUSES)}, got {status!r}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        raise LimitError(f"limit must be an int between 1 and {MAX_PAGE}, got {limit!r}")
+    if after is not None:
+        check_fact_id(after)
+    return {
+        "subject": None if subject is None else check_entity_name(subject),
+        "predicate": None if predicate is None else check_line(predicate, "predicate", limits.MAX_PREDICATE_CHARS),
+        "entity": None if entity is None else check_entity_name(entity),
+        "status": status,
+        "limit": limit,
+        "after": after or 0,
+    }
+
+
+def list_facts(info: StoreInfo, scope: Scope, filters: dict[str, Any], as_of: datetime) -> Operation[FactPage]:
+    """One keyset page of the scope's facts (`check_list_args`' filters) in id order."""
+    params = {**filters, "dataset": scope.dataset, "project": scope.project, "as_of": as_of}
+    params["limit"] = filters["limit"] + 1  # one more: whether there is a next page
+    rows = yield from execute_as(sql_reads.FactRow, sql_reads.list_facts(info.schema), params)
+    facts = tuple(row.fact for row in rows[: filters["limit"]])
+    more = len(rows) > filters["limit"]
+    return FactPage(facts=facts, next_after=facts[-1].id if more else None)
+
+
+def history(info: StoreInfo, scope: Scope, fact_id: int) -> Operation[list[Fact]]:
+    """The supersede chain of `fact_id`, oldest first (`NotFoundError` if there is no such fact)."""
+    params = {"dataset": scope.dataset, "project": scope.project, "id": check_fact_id(fact_id)}
+    rows = yield from execute_as(sql_reads.FactRow, sql_reads.history(info.schema), params)
+    if not rows:
+        raise NotFoundError(f"no fact {fact_id} in dataset={scope.dataset!r} project={scope.project!r}")
+    return [row.fact for row in rows]
+
+
+def check_predicates(predicates: Any) -> list[str]:
+    if isinstance(predicates, str) or not isinstance(predicates, Sequence):
+        raise ValidationError("predicates must be a list of strings")
+    check_batch_size(len(predicates), "predicates")
+    return [check_line(p, "predicate", limits.MAX_PREDICATE_CHARS) for p in predicates]
+
+
+def set_single_valued(
+    info: StoreInfo, scope: Scope, predicates: Sequence[str], single_valued: bool
+) -> Operation[list[str]]:
+    """Register (or, `single_valued=False`, unregister) predicates as single-valued in the scope;
+    returns the scope's single-valued predicates."""
+    params = {"dataset": scope.dataset, "project": scope.project, "predicates": list(predicates)}
+    change = sql_reconcile.add_single_valued if single_valued else sql_reconcile.remove_single_valued
+    yield from execute(change(info.schema), params)
+    return (yield from single_valued_predicates(info, scope))
+
+
+def single_valued_predicates(info: StoreInfo, scope: Scope) -> Operation[list[str]]:
+    """The scope's single-valued predicates (case folded), sorted."""
+    rows = yield from execute(
+        sql_reconcile.list_single_valued(info.schema), {"dataset": scope.dataset, "project": scope.project}
+    )
+    return [str(row[0]) for row in rows]

@@ -1,0 +1,170 @@
+"""What a batch of facts does to the facts its relations already hold (pure): which inputs are
+stored, which resolve to an equal fact, which live facts a new value ends.
+
+The rules, for every path that writes facts (`add_facts`, `supersede`, `import_jsonl`):
+- An open input (no `invalid_at`) equal to a live fact (same subject, predicate and object, case
+  folded) stores nothing and resolves to that fact (the oldest, if the store holds several). The
+  fact keeps the higher confidence, the earlier start and its quote (the new one if it had none),
+  and counts the repetition (`times_seen`; an import restores and does not count).
+- An ended input (an exported history line) equal to a fact with the same interval resolves to it.
+- An open input of a single-valued relation with a new value ends the live one at its start
+  (`superseded_by` the new fact). A new value that starts before the live one is history: it is
+  stored ended where the live one starts. Two values starting at the same instant cannot be
+  ordered: `IntervalError`.
+- Inside one batch, the same rules hold between earlier and later inputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from memsoda_core.errors import IntervalError
+from memsoda_core.store.reconcile import Met
+from memsoda_core.validation import ValidFact
+
+Ref = tuple[str, int]
+"""("old", a stored fact's id) or ("new", an index into `Plan.inserts`)."""
+
+
+@dataclass
+class Merge:
+    """What equal writes fold into a stored fact (`store.reconcile.merge_facts`)."""
+
+    confidence: float
+    valid_at: datetime
+    quote: str | None
+    repeats: int
+
+
+@dataclass
+class Plan:
+    """The batch's effect: facts to insert (with the input each came from and how often it was
+    seen), each input's resolution, merges into stored facts, and the facts to end."""
+
+    inserts: list[ValidFact] = field(default_factory=list)
+    sources: list[int] = field(default_factory=list)
+    seen: list[int] = field(default_factory=list)
+    resolved: list[Ref] = field(default_factory=list)
+    merges: dict[int, Merge] = field(default_factory=dict)
+    ends: list[tuple[Ref, datetime, Ref | None]] = field(default_factory=list)
+    """(fact, its end, the fact superseding it)."""
+
+
+def _merge_into(plan: Plan, fact_id: int, fact: ValidFact, repeat: int) -> None:
+    merge = plan.merges.get(fact_id)
+    if merge is None:
+        plan.merges[fact_id] = Merge(fact.confidence, fact.valid_at, fact.source_quote, repeat)
+        return
+    merge.confidence = max(merge.confidence, fact.confidence)
+    merge.valid_at = min(merge.valid_at, fact.valid_at)
+    merge.quote = merge.quote if merge.quote is not None else fact.source_quote
+    merge.repeats += repeat
+
+
+def plan_batch(facts: Sequence[ValidFact], met: Sequence[Met], *, count_repeats: bool = True) -> Plan:
+    """Apply the module's rules to `facts` in order, given the `Met` rows of the batch."""
+    rows: dict[int, list[Met]] = {}
+    for row in met:
+        rows.setdefault(row.ord, []).append(row)
+    plan = Plan()
+    repeat = 1 if count_repeats else 0
+    ended: set[int] = set()  # stored facts this batch ends
+    live_values: dict[int, int] = {}  # value group -> open insert holding it
+    live_relations: dict[int, list[int]] = {}  # relation group -> open inserts
+    ended_lines: dict[tuple[int, datetime, datetime], int] = {}  # an ended insert per value and interval
+    for position, fact in enumerate(facts, start=1):
+        group = rows[position]
+        head = group[0]
+        stored = [row for row in group if row.id is not None]
+        if fact.invalid_at is not None:
+            line = (head.value, fact.valid_at, fact.invalid_at)
+            equal = next((row.id for row in stored if row.same), None)
+            if equal is not None:
+                _merge_into(plan, equal, fact, 0)
+                plan.resolved.append(("old", equal))
+            elif line in ended_lines:
+                plan.resolved.append(("new", ended_lines[line]))
+            else:
+                ended_lines[line] = _insert(plan, fact, position)
+            continue
+        equal = next((row.id for row in stored if row.same and row.id not in ended), None)
+        if equal is not None:
+            _merge_into(plan, equal, fact, repeat)
+            plan.resolved.append(("old", equal))
+            continue
+        if head.value in live_values:
+            index = live_values[head.value]
+            kept = plan.inserts[index]
+            plan.inserts[index] = dataclasses.replace(
+                kept,
+                confidence=max(kept.confidence, fact.confidence),
+                valid_at=min(kept.valid_at, fact.valid_at),
+                source_quote=kept.source_quote if kept.source_quote is not None else fact.source_quote,
+            )
+            plan.seen[index] += repeat
+            plan.resolved.append(("new", index))
+            continue
+        index = _insert(plan, fact, position)
+        if head.single_valued:
+            others: list[tuple[Ref, datetime]] = [
+                (("old", row.id), row.valid_at)
+                for row in stored
+                if row.id is not None and row.valid_at is not None and not row.same and row.id not in ended
+            ]
+            batch = live_relations.get(head.relation, [])
+            others += [(("new", other), plan.inserts[other].valid_at) for other in batch]
+            if not _replace(plan, index, others, ended, live_values, live_relations):
+                continue
+        live_values[head.value] = index
+        live_relations.setdefault(head.relation, []).append(index)
+    return plan
+
+
+def _insert(plan: Plan, fact: ValidFact, position: int) -> int:
+    plan.inserts.append(fact)
+    plan.sources.append(position - 1)
+    plan.seen.append(1)
+    plan.resolved.append(("new", len(plan.inserts) - 1))
+    return len(plan.inserts) - 1
+
+
+def _replace(
+    plan: Plan,
+    index: int,
+    others: list[tuple[Ref, datetime]],
+    ended: set[int],
+    live_values: dict[int, int],
+    live_relations: dict[int, list[int]],
+) -> bool:
+    """The new value `index` of a single-valued relation against its live `others`: it ends them
+    (True: it is live), or it is history, ended where the earliest later one starts (False)."""
+    fact = plan.inserts[index]
+    later = sorted((start, ref) for ref, start in others if start > fact.valid_at)
+    if later:
+        start, successor = later[0]
+        plan.inserts[index] = dataclasses.replace(fact, invalid_at=start)
+        plan.ends.append((("new", index), start, successor))
+        return False
+    for _ref, start in others:
+        if start == fact.valid_at:
+            raise IntervalError(
+                f"{fact.subject} {fact.predicate} holds one value at a time and already has another "
+                f"starting at {start.isoformat()}; give the new value a later valid_at"
+            )
+    for ref, _start in others:
+        plan.ends.append((ref, fact.valid_at, ("new", index)))
+        kind, number = ref
+        if kind == "old":
+            ended.add(number)
+            continue
+        plan.inserts[number] = dataclasses.replace(plan.inserts[number], invalid_at=fact.valid_at)
+        for groups in live_relations.values():
+            if number in groups:
+                groups.remove(number)
+        for value, holder in list(live_values.items()):
+            if holder == number:
+                del live_values[value]
+    return True

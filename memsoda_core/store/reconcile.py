@@ -1,0 +1,199 @@
+"""SQL builders of reconciling writes: the per-relation locks, the live facts a batch meets, ending
+and merging facts, one fact's state and its chain, the registry of single-valued predicates. Pure:
+each returns a `sql.Composed`; values are always bound.
+
+A relation is (scope, subject, case-folded predicate); a fact's value is its case-folded object."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from psycopg import sql
+
+from memsoda_core.store.statements import _statement
+
+LOCK_BUCKETS = 512
+"""Keys are hashed into this many advisory locks per scope, so that an import, which takes the
+locks of all its facts before its first row, holds at most this many (PostgreSQL's lock table is
+shared and bounded); two keys in one bucket only make their writers take turns."""
+
+
+def lock_relations(schema: str) -> sql.Composed:
+    """Take, until the transaction ends, the advisory locks of the facts (%(subjects)s,
+    %(predicates)s, %(objects)s), in ascending order: a fact's value (subject, predicate, object),
+    and for a single-valued relation (%(singles)s, or the scope's registry) the relation (subject,
+    predicate) as well. Every write holds them from before it reads the facts it may meet to its
+    commit, so two writers of one value or of one single-valued relation take turns (no duplicate,
+    exactly one live value), and taking them first and in one order means no wait cycle."""
+    return _statement(
+        """SELECT count(pg_advisory_xact_lock(k.scope_key, k.bucket)::text) AS locks
+           FROM (SELECT DISTINCT
+                        hashtext(concat_ws(chr(31), %(schema)s::text, %(dataset)s::text, %(project)s::text))
+                          AS scope_key,
+                        hashtext(concat_ws(chr(31), u.subject, lower(u.predicate),
+                                           CASE WHEN r.whole THEN NULL ELSE lower(u.object) END))
+                          & {mask} AS bucket
+                 FROM unnest(%(subjects)b::text[], %(predicates)b::text[], %(objects)b::text[],
+                             %(singles)b::boolean[]) AS u(subject, predicate, object, single)
+                 CROSS JOIN (VALUES (false), (true)) AS r(whole)
+                 WHERE NOT r.whole OR u.single
+                    OR EXISTS (SELECT 1 FROM {s}.single_valued sv
+                               WHERE {tenant_sv} AND sv.predicate = lower(u.predicate))
+                 ORDER BY 2) k""",
+        schema,
+        mask=sql.Literal(LOCK_BUCKETS - 1),
+    )
+
+
+@dataclass(frozen=True)
+class Met:
+    """A row of `met_facts`: input fact `ord` (1-based), the groups of the batch it belongs to
+    (`relation`: same subject and predicate; `value`: same object too), whether its relation holds
+    one value at a time, and one stored fact it meets (none: `id` is None)."""
+
+    ord: int
+    relation: int
+    value: int
+    single_valued: bool
+    id: int | None
+    same: bool | None
+    """The stored fact has the input's value."""
+    valid_at: datetime | None
+    invalid_at: datetime | None
+
+
+def met_facts(schema: str) -> sql.Composed:
+    """The `Met` rows of a batch: for an open input (no invalid_at), the live facts of its relation
+    that hold its value, and all live ones when the relation is single-valued (by the input's
+    %(singles)s flag or the scope's registry); for an ended input, the facts of equal value and
+    equal interval (an exported history line). Keys are compared in SQL alone, so the batch and
+    the store are grouped by one definition of case folding."""
+    return _statement(
+        """WITH u AS (
+               SELECT * FROM unnest(%(subjects)b::text[], %(predicates)b::text[], %(objects)b::text[],
+                                    %(valid_ats)b::timestamptz[], %(invalid_ats)b::timestamptz[],
+                                    %(singles)b::boolean[])
+                    WITH ORDINALITY AS u(subject, predicate, object, valid_at, invalid_at, single, ord)),
+           k AS (
+               SELECT u.*, lower(u.predicate) AS pkey, lower(u.object) AS okey,
+                      dense_rank() OVER (ORDER BY u.subject, lower(u.predicate)) AS relation,
+                      dense_rank() OVER (ORDER BY u.subject, lower(u.predicate), lower(u.object)) AS value,
+                      (u.single OR EXISTS (SELECT 1 FROM {s}.single_valued r
+                                           WHERE {tenant_r} AND r.predicate = lower(u.predicate)))
+                        AS single_valued
+               FROM u)
+           SELECT k.ord, k.relation, k.value, k.single_valued, m.id, m.same, m.valid_at, m.invalid_at
+           FROM k LEFT JOIN LATERAL (
+               SELECT f.id, lower(f.object) = k.okey AS same, f.valid_at, f.invalid_at
+               FROM {s}.facts f
+               WHERE {tenant_f} AND f.subject = k.subject AND lower(f.predicate) = k.pkey
+                 AND CASE WHEN k.invalid_at IS NULL
+                          THEN f.invalid_at IS NULL AND (k.single_valued OR lower(f.object) = k.okey)
+                          ELSE f.valid_at = k.valid_at AND f.invalid_at = k.invalid_at
+                               AND lower(f.object) = k.okey END) m ON true
+           ORDER BY k.ord, m.id""",
+        schema,
+    )
+
+
+def end_facts(schema: str) -> sql.Composed:
+    """End facts %(ids)s at %(ats)s, superseded by %(bys)s (NULL: ended, not replaced)."""
+    return _statement(
+        """UPDATE {s}.facts f SET invalid_at = u.at, superseded_by = u.by
+           FROM unnest(%(ids)b::bigint[], %(ats)b::timestamptz[], %(bys)b::bigint[]) AS u(id, at, by)
+           WHERE {tenant_f} AND f.id = u.id""",
+        schema,
+    )
+
+
+def merge_facts(schema: str) -> sql.Composed:
+    """Fold writes equal to stored facts %(ids)s into them: the higher confidence, the earlier start,
+    the stored quote (else the new one), and %(repeats)s more times seen."""
+    return _statement(
+        """UPDATE {s}.facts f
+           SET confidence = greatest(f.confidence, u.confidence),
+               valid_at = least(f.valid_at, u.valid_at),
+               source_quote = coalesce(f.source_quote, u.quote),
+               times_seen = f.times_seen + u.repeats
+           FROM unnest(%(ids)b::bigint[], %(confidences)b::real[], %(valid_ats)b::timestamptz[],
+                       %(quotes)b::text[], %(repeats)b::int[]) AS u(id, confidence, valid_at, quote, repeats)
+           WHERE {tenant_f} AND f.id = u.id""",
+        schema,
+    )
+
+
+@dataclass(frozen=True)
+class FactState:
+    """A row of `fact_state`."""
+
+    id: int
+    subject: str
+    predicate: str
+    object: str
+    valid_at: datetime
+    invalid_at: datetime | None
+    superseded_by: int | None
+
+
+def fact_state(schema: str, *, lock: bool = False) -> sql.Composed:
+    """The `FactState` of fact %(id)s; with `lock`, locked FOR UPDATE (under its relation's lock)."""
+    return _statement(
+        """SELECT id, subject, predicate, object, valid_at, invalid_at, superseded_by FROM {s}.facts
+           WHERE {tenant} AND id = %(id)s{lock}""",
+        schema,
+        lock=sql.SQL(" FOR UPDATE" if lock else ""),
+    )
+
+
+CHAIN_DEPTH = 10_000
+"""A bound on walking a supersede chain (a chain is acyclic; the bound guards the walk anyway)."""
+
+
+@dataclass(frozen=True)
+class ChainEnd:
+    """A row of `chain_end`: the last fact of a supersede chain."""
+
+    id: int
+    invalid_at: datetime | None
+
+
+def chain_end(schema: str) -> sql.Composed:
+    """The `ChainEnd` of the chain of fact %(id)s, following `superseded_by` forward."""
+    return _statement(
+        """WITH RECURSIVE chain AS (
+               SELECT f.id, f.superseded_by, f.invalid_at, 1 AS depth FROM {s}.facts f
+               WHERE {tenant_f} AND f.id = %(id)s
+               UNION ALL
+               SELECT f.id, f.superseded_by, f.invalid_at, c.depth + 1
+               FROM chain c JOIN {s}.facts f ON {tenant_f} AND f.id = c.superseded_by
+               WHERE c.depth < {depth})
+           SELECT id, invalid_at FROM chain ORDER BY depth DESC LIMIT 1""",
+        schema,
+        depth=sql.Literal(CHAIN_DEPTH),
+    )
+
+
+# --- single-valued predicates ----------------------------------------------------------------------
+
+
+def add_single_valued(schema: str) -> sql.Composed:
+    """Register %(predicates)s (case-folded here) as single-valued in the scope."""
+    return _statement(
+        """INSERT INTO {s}.single_valued (dataset, project, predicate)
+           SELECT DISTINCT %(dataset)s, %(project)s, lower(p) FROM unnest(%(predicates)b::text[]) AS p
+           ON CONFLICT DO NOTHING""",
+        schema,
+    )
+
+
+def remove_single_valued(schema: str) -> sql.Composed:
+    return _statement(
+        """DELETE FROM {s}.single_valued
+           WHERE {tenant} AND predicate IN (SELECT lower(p) FROM unnest(%(predicates)b::text[]) AS p)""",
+        schema,
+    )
+
+
+def list_single_valued(schema: str) -> sql.Composed:
+    return _statement("SELECT predicate FROM {s}.single_valued WHERE {tenant} ORDER BY predicate", schema)

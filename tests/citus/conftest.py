@@ -1,0 +1,60 @@
+"""A real Citus cluster for the session: a coordinator and two workers on this machine (`Cluster` in
+tools/citus.py, which builds Citus first when this venv lacks it), stopped and removed at the end
+even after a failure; a store opened on the coordinator and distributed."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from memsoda_core import LocalEmbedder, Memory
+from memsoda_core.distributed import Distribution, distribute
+from tests.citus.citus_setup import BIG, SHARD_COUNT
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "citus: runs on a real Citus cluster (part of ./dev test)")
+
+
+def _tool() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("memsoda_citus_tool", ROOT / "tools" / "citus.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve the module's annotations through it
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Any]:
+    """The running cluster (`tools/citus.py` `Cluster`): `.dsn`, `.worker_nodes`, `stop_node`..."""
+    root = Path(tempfile.mkdtemp(prefix="memsoda-citus-"))
+    try:
+        with _tool().Cluster(root) as running:
+            yield running
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def distributed(cluster: Any, embedder: LocalEmbedder) -> Distribution:
+    """The store on the coordinator, created by `Memory.open`, then distributed."""
+    Memory.open(cluster.dsn, embedder).close()
+    return distribute(cluster.dsn, shard_count=SHARD_COUNT, isolate=[BIG], transfer_mode="block_writes")
+
+
+@pytest.fixture
+def citus_memory(cluster: Any, distributed: Distribution, embedder: LocalEmbedder) -> Iterator[Memory]:
+    """A Memory on the coordinator of the distributed store."""
+    with Memory.open(cluster.dsn, embedder) as memory:
+        yield memory

@@ -1,0 +1,217 @@
+"""Writes that reconcile (issue 17), against the real server: no duplicate live facts, one live
+value per single-valued relation (also under concurrent writers), safe supersede and invalidate,
+facts read as data, and the migration of a version-4 store."""
+
+from __future__ import annotations
+
+import io
+import json
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import pytest
+
+from memsoda_core import IntervalError, LocalEmbedder, Memory, NotFoundError, NotLiveError
+from memsoda_core.store.schema import SCHEMA_VERSION
+from tests.conftest import Either
+
+LIVES = {"subject": "user", "predicate": "lives in", "object": "amsterdam", "object_type": "PLACE"}
+BANK = {"subject": "user", "predicate": "bank is", "object": "abn amro", "object_type": "LITERAL"}
+
+
+def live_count(pg_dsn: str, scope: dict[str, str], predicate: str, schema: str = "memsoda") -> int:
+    with psycopg.connect(pg_dsn) as conn:
+        row = conn.execute(
+            f"SELECT count(*) FROM {schema}.facts WHERE dataset = %s AND project = %s"  # noqa: S608
+            " AND lower(predicate) = %s AND invalid_at IS NULL",
+            (scope["dataset"], scope["project"], predicate),
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def test_a_fact_equal_to_a_live_one_resolves_to_it(memory: Either, scope: dict[str, str]) -> None:
+    first = {**LIVES, "confidence": 0.6, "valid_at": "2025-01-01", "source_quote": "I live in Amsterdam"}
+    (fact_id,) = await memory.add_facts([first], **scope)
+    again = {**LIVES, "object": "Amsterdam", "confidence": 0.9, "valid_at": "2024-06-01", "source_quote": "later"}
+    ids = await memory.add_facts([again, {**LIVES, "predicate": "Lives In", "confidence": 0.5}], **scope)
+    assert ids == [fact_id, fact_id]
+    fact = await memory.get_fact(fact_id, **scope)
+    assert (fact.confidence, fact.valid_at.date().isoformat()) == (0.9, "2024-06-01")  # higher, earlier
+    assert (fact.source_quote, fact.times_seen) == ("I live in Amsterdam", 3)  # first quote kept, counted
+    assert (await memory.stats(**scope))[0]["facts"] == 1
+    context = (await memory.recall("where does the user live", **scope)).context
+    assert context.count("user lives in amsterdam") == 1
+
+
+async def test_equal_facts_in_one_batch_are_stored_once(memory: Either, scope: dict[str, str]) -> None:
+    ids = await memory.add_facts([LIVES, {**LIVES, "confidence": 0.5}, {**LIVES, "object": "utrecht"}], **scope)
+    assert ids[0] == ids[1] != ids[2]
+    assert (await memory.stats(**scope))[0]["facts"] == 2
+    assert (await memory.get_fact(ids[0], **scope)).times_seen == 2
+
+
+async def test_reimporting_an_export_adds_nothing(memory: Either, scope: dict[str, str]) -> None:
+    facts = [{"subject": "user", "predicate": f"likes {i % 5}", "object": f"thing {i}"} for i in range(49)]
+    ids = await memory.add_facts([*facts, {**BANK, "valid_at": "2024-01-01"}], **scope)
+    await memory.supersede(ids[-1], {**BANK, "object": "ing", "valid_at": "2025-01-01"}, **scope)
+    buffer = io.StringIO()
+    await memory.export_jsonl(buffer, **scope)
+    assert (await memory.stats(**scope))[0]["facts"] == 51  # 50 facts, one of them superseded
+    report = await memory.import_jsonl(io.StringIO(buffer.getvalue()), **scope)
+    assert report.facts == 51  # lines read
+    stats = (await memory.stats(**scope))[0]
+    assert (stats["facts"], stats["live_facts"]) == (51, 50)
+
+
+async def test_a_new_value_of_a_single_valued_relation_supersedes_the_live_one(
+    memory: Either, scope: dict[str, str], pg_dsn: str
+) -> None:
+    assert await memory.set_single_valued(["Bank is"], **scope) == ["bank is"]
+    (old,) = await memory.add_facts([{**BANK, "valid_at": "2024-01-01"}], **scope)
+    (new,) = await memory.add_facts([{**BANK, "object": "ing", "valid_at": "2025-03-01"}], **scope)
+    ended = await memory.get_fact(old, **scope)
+    assert ended.invalid_at == datetime(2025, 3, 1, tzinfo=UTC) and ended.superseded_by == new
+    assert live_count(pg_dsn, scope, "bank is") == 1
+    assert [f.id for f in await memory.history(new, **scope)] == [old, new]
+    # an older value arriving late is history: ended where the live value starts
+    (late,) = await memory.add_facts([{**BANK, "object": "rabobank", "valid_at": "2023-01-01"}], **scope)
+    history = await memory.get_fact(late, **scope)
+    assert (history.invalid_at, history.superseded_by) == (datetime(2025, 3, 1, tzinfo=UTC), new)
+    assert live_count(pg_dsn, scope, "bank is") == 1
+    # multi-valued relations keep accumulating
+    await memory.add_facts([{**LIVES, "predicate": "likes", "object": o} for o in ("tea", "jazz")], **scope)
+    assert live_count(pg_dsn, scope, "likes") == 2
+
+
+async def test_single_valued_per_fact_and_same_start_is_an_error(memory: Either, scope: dict[str, str]) -> None:
+    (old,) = await memory.add_facts([{**BANK, "valid_at": "2024-01-01"}], **scope)
+    (new,) = await memory.add_facts(
+        [{**BANK, "object": "ing", "valid_at": "2025-01-01", "single_valued": True}], **scope
+    )
+    assert (await memory.get_fact(old, **scope)).superseded_by == new
+    with pytest.raises(IntervalError):
+        await memory.add_facts([{**BANK, "object": "bunq", "valid_at": "2025-01-01", "single_valued": True}], **scope)
+
+
+def test_concurrent_writers_of_a_single_valued_relation_leave_one_live_fact(
+    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]
+) -> None:
+    vector = embedder.embed_documents(["x"])[0]
+    with Memory.open(pg_dsn, embedder, pool_size=8) as memory, ThreadPoolExecutor(max_workers=8) as pool:
+        memory.set_single_valued(["bank is"], **scope)
+        futures = [
+            pool.submit(
+                memory.add_facts,
+                [{**BANK, "object": f"bank {i}"}, {**LIVES, "object": f"city {i % 3}"}],
+                **scope,
+                vectors=[vector, vector],
+            )
+            for i in range(32)
+        ]
+        for future in futures:
+            future.result()  # no deadlock, no error
+        page = memory.list_facts(**scope, predicate="bank is", status="all", limit=100)
+    assert live_count(pg_dsn, scope, "bank is") == 1
+    assert len(page.facts) == 32
+    assert live_count(pg_dsn, scope, "lives in") == 3  # equal facts written at once: stored once
+
+
+async def test_only_a_live_fact_can_be_superseded_or_ended(memory: Either, scope: dict[str, str]) -> None:
+    (first,) = await memory.add_facts([{**BANK, "valid_at": "2024-01-01"}], **scope)
+    second = await memory.supersede(first, {**BANK, "object": "ing", "valid_at": "2025-01-01"}, **scope)
+    with pytest.raises(NotLiveError) as raised:
+        await memory.supersede(first, {**BANK, "object": "bunq", "valid_at": "2026-01-01"}, **scope)
+    assert raised.value.live_id == second and f"fact {second} is live now" in str(raised.value)
+    with pytest.raises(NotLiveError):
+        await memory.invalidate(first, **scope)
+    assert await memory.invalidate(second, **scope) is True
+    with pytest.raises(NotLiveError) as ended:
+        await memory.invalidate(second, **scope)
+    assert ended.value.live_id is None
+    with pytest.raises(NotLiveError):
+        await memory.supersede(second, {**BANK, "object": "bunq"}, **scope)
+    history = await memory.history(first, **scope)
+    assert [(f.id, f.superseded_by) for f in history] == [(first, second), (second, None)]
+    stats = (await memory.stats(**scope))[0]
+    assert stats["facts"] == 2  # the rejected supersede wrote nothing
+
+
+async def test_list_facts_pages_by_keyset_and_filters(memory: Either, scope: dict[str, str]) -> None:
+    facts = [{"subject": f"person {i % 3}", "predicate": "knows", "object": f"friend {i}"} for i in range(7)]
+    ids = await memory.add_facts(facts, **scope)
+    await memory.invalidate(ids[0], **scope)
+    page = await memory.list_facts(**scope, limit=4)
+    assert [f.id for f in page.facts] == ids[1:5] and page.next_after == ids[4]
+    rest = await memory.list_facts(**scope, limit=4, after=page.next_after)
+    assert [f.id for f in rest.facts] == ids[5:] and rest.next_after is None
+    assert [f.id for f in (await memory.list_facts(**scope, status="ended")).facts] == [ids[0]]
+    assert len((await memory.list_facts(**scope, status="all")).facts) == 7
+    assert [f.id for f in (await memory.list_facts(**scope, subject="Person 1")).facts] == [ids[1], ids[4]]
+    assert [f.id for f in (await memory.list_facts(**scope, entity="friend 2")).facts] == [ids[2]]
+    assert (await memory.list_facts(**scope, as_of="2000-01-01")).facts == ()
+    with pytest.raises(NotFoundError):
+        await memory.get_fact(ids[0], dataset=scope["dataset"], project="another")
+
+
+def test_a_version_4_store_with_duplicates_migrates_without_losing_them(
+    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]
+) -> None:
+    schema = "reconcile_v4"
+    try:
+        with Memory.open(pg_dsn, embedder, schema=schema) as memory:
+            (kept,) = memory.add_facts([LIVES], **scope)
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:  # what a version-4 store looks like
+            conn.execute(f"DROP TABLE {schema}.single_valued")
+            conn.execute(f"DROP INDEX {schema}.facts_relation, {schema}.facts_superseded_by")
+            conn.execute(f"ALTER TABLE {schema}.facts DROP COLUMN superseded_by, DROP COLUMN times_seen")
+            conn.execute(f"UPDATE {schema}.meta SET value = '4' WHERE key = 'schema_version'")  # noqa: S608
+            conn.execute(  # the duplicate a version-4 write stored
+                f"""INSERT INTO {schema}.facts (dataset, project, subject, predicate, object, object_type,
+                        subject_id, object_id, anchor_id, valid_at, confidence, embedding)
+                    SELECT dataset, project, subject, predicate, object, object_type, subject_id, object_id,
+                           anchor_id, valid_at, confidence, embedding FROM {schema}.facts"""  # noqa: S608
+            )
+        with Memory.open(pg_dsn, embedder, schema=schema) as memory:
+            assert memory.stats(**scope)[0]["facts"] == 2  # nothing merged or lost
+            assert memory.add_facts([LIVES], **scope) == [kept]  # new writes resolve to the oldest
+            assert memory.get_fact(kept, **scope).times_seen == 2
+        with psycopg.connect(pg_dsn) as conn:
+            version = conn.execute(f"SELECT value FROM {schema}.meta WHERE key = 'schema_version'").fetchone()  # noqa: S608
+        assert version == (str(SCHEMA_VERSION),)
+    finally:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def test_the_cli_lists_shows_supersedes_invalidates_and_tells_a_fact_history(
+    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]
+) -> None:
+    from typer.testing import CliRunner
+
+    from memsoda_core.cli import app
+
+    with Memory.open(pg_dsn, embedder) as memory:
+        (old,) = memory.add_facts([{**BANK, "valid_at": "2024-01-01"}], **scope)
+    runner = CliRunner()
+    where = ["--dataset", scope["dataset"], "--project", scope["project"]]
+
+    def cli(*args: str) -> Any:
+        return runner.invoke(app, ["--dsn", pg_dsn, *args], env={"COLUMNS": "200", "NO_COLOR": "1"})
+
+    replaced = cli("supersede", str(old), *where, "--object", "ing", "--valid-at", "2025-01-01")
+    assert replaced.exit_code == 0, replaced.output
+    new = int(replaced.stdout.split()[1])
+    listed = cli("facts", "list", *where, "--json")
+    assert [f["object"] for f in json.loads(listed.stdout)] == ["ing"]
+    chain = cli("facts", "history", str(new), *where, "--json")
+    assert [f["id"] for f in json.loads(chain.stdout)] == [old, new]
+    shown = cli("facts", "show", str(old), *where)
+    assert "user bank is abn amro" in shown.stdout and str(new) in shown.stdout
+    again = cli("supersede", str(old), *where, "--object", "bunq")
+    assert again.exit_code == 1 and f"fact {new} is live now" in again.stderr
+    assert cli("invalidate", str(new), *where).exit_code == 0
+    assert json.loads(cli("facts", "list", *where, "--json").stdout) == []
+    assert len(json.loads(cli("facts", "list", *where, "--status", "all", "--json").stdout)) == 2
