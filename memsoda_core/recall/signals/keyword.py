@@ -19,22 +19,17 @@ from memsoda_core.validation import Scope
 def keyword_ctes(schema: str, indexed: Scope | None = None) -> sql.Composed:
     """Full-text search for the query's lexemes (its terms stemmed by the store's config), minus the
     terms of any hub named in the query (a match on nothing but a hub's name is noise) and the terms
-    too common in the scope (`RecallOptions.common_term_share`). Of the n lexemes left (stopwords do
-    not count), a fact must hold min(ceil(n/2), `keyword_min_terms`); it is ranked by the summed IDF
-    of those it holds (BM25's IDF, from the scope's per-lexeme fact counts, `lexemes`).
+    too common in the scope (`RecallOptions.common_term_share`). Of the n lexemes left, a fact must
+    hold min(ceil(n/2), `keyword_min_terms`), ranked by the summed BM25 IDF of those it holds (from
+    the scope's per-lexeme fact counts, `lexemes`).
 
-    A fixed small number rather than half the query: a long first-person message has ~20 lexemes and
-    no note holds ten of them, so the half rule left the list empty; with two, one common word alone
-    still cannot put a fact on the list (the reason the half rule replaced plain OR). IDF because a
-    rare shared word says which fact is meant and a frequent one does not; `ts_rank` counts
-    occurrences and has no IDF. The GIN index answers the rule's necessary part, one tsquery
-    (`keyword_any`: any lexeme when one is enough, else any pair), so only facts sharing two lexemes
-    are read and scored, as the half rule's tsquery did (fetching each lexeme's facts instead read
-    every fact of every lexeme: 2.4x slower at 100k facts). Both CTEs are MATERIALIZED so the
-    lexeme lookups and the tsquery are built once, not per fact. The term array is read through a
-    subquery and a fact scored from arrays (`qs`, `idfs`): the planner then estimates the same cost
-    whatever the query's terms, so a small scope's statement keeps its generic plan (estimated from
-    the bound array, every custom plan looked cheaper and PostgreSQL planned each run)."""
+    A small fixed number rather than half the query, so a long message still finds notes sharing two
+    of its words while one common word alone places nothing; IDF, because a rare shared word says
+    which fact is meant and a frequent one does not (`ts_rank` has no IDF). The GIN index answers the
+    rule's necessary part in one tsquery (`keyword_any`: any lexeme, or any pair), so only those facts
+    are scored. Both CTEs are MATERIALIZED so the lookups and the tsquery are built once, and the term
+    array is read through a subquery so the planner's estimate, and a small scope's generic plan, do
+    not depend on the query's terms (bench/RESULTS.md, "Keyword signal")."""
     return fragment(
         """
     keyword_terms AS MATERIALIZED (
