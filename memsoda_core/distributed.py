@@ -23,7 +23,7 @@ from psycopg import sql
 
 from memsoda_core.errors import ConfigurationError, StoreError, StoreUnavailableError
 from memsoda_core.runner.policy import SESSION_SETTINGS
-from memsoda_core.runner.steps import Execute, Operation, execute, execute_as
+from memsoda_core.runner.steps import Operation, execute, execute_as
 
 TENANT_COLUMN = "dataset"
 """The distribution column: every key and join of memsoda's tables starts with it
@@ -231,26 +231,12 @@ def distribute(
     `StoreError` (Citus refused a step)."""
     import psycopg
 
+    from memsoda_core.runner.sync_runner import Runner
+
+    operation = distribution(schema, isolate=isolate, shard_count=shard_count, transfer_mode=transfer_mode)
     try:
-        conn = psycopg.connect(dsn, autocommit=True)
+        conn = psycopg.connect(dsn, autocommit=True)  # each step commits on its own: see `distribution`
     except psycopg.OperationalError as exc:
         raise StoreUnavailableError(f"could not connect to the coordinator: {exc}") from exc
     with conn:
-        operation = distribution(schema, isolate=isolate, shard_count=shard_count, transfer_mode=transfer_mode)
-        reply: object = None
-        try:
-            while True:
-                request = operation.send(reply)
-                if not isinstance(request, Execute):
-                    raise TypeError(f"distribute runs statements only, not {type(request).__name__}")
-                with conn.cursor(row_factory=request.row_factory) as cursor:
-                    try:
-                        cursor.execute(request.statement, request.params)
-                    except psycopg.OperationalError as exc:
-                        raise StoreUnavailableError(f"a Citus node is unavailable: {exc}") from exc
-                    except psycopg.Error as exc:
-                        raise StoreError(f"Citus refused a step of distribute: {exc}") from exc
-                    reply = cursor.fetchall() if cursor.description else []
-        except StopIteration as stop:
-            result: Distribution = stop.value
-            return result
+        return Runner.run_on(conn, operation)

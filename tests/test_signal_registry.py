@@ -4,7 +4,6 @@ Pure: no database."""
 from __future__ import annotations
 
 import dataclasses
-import timeit
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, get_args
@@ -155,27 +154,6 @@ def test_hit_rows_decode_by_name_whatever_the_column_order() -> None:
         _maker(("signal", "fact_id", "rank", "valid_at_us", "unknown_column"))
     with pytest.raises(ValueError, match="not the columns"):
         _maker(("signal", "fact_id", "valid_at_us"))  # no rank
-
-
-def test_decoding_a_hit_row_costs_about_what_a_tuple_does() -> None:
-    names = ("signal", "fact_id", "rank", "valid_at_us", "similarity", "matched")
-    values = ("vector", 12345, 3, 1_700_000_000_000_000, 0.5, None)
-    make = _maker(names)
-    by_name = min(timeit.repeat(lambda: make(values), number=2000, repeat=5))
-    as_dataclass = min(  # what psycopg's class_row does per row
-        timeit.repeat(lambda: _Frozen(**dict(zip(names, values, strict=True))), number=2000, repeat=5)
-    )
-    assert by_name < as_dataclass  # psycopg's class_row with a frozen dataclass is the slower way
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Frozen:
-    signal: str
-    fact_id: int
-    rank: int
-    valid_at_us: int
-    similarity: float | None = None
-    matched: list[str] | None = None
 
 
 # --- a fifth signal: one spec in a copy of the registry ----------------------------------------------

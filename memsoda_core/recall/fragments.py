@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from psycopg import sql
 
-from memsoda_core.store.tenant_index import scope_predicate, table_alias
+from memsoda_core.store.tenant_index import scope_predicate, table_alias, tenant_predicate
 from memsoda_core.validation import Scope
 
 
@@ -16,10 +16,7 @@ def where(alias: str, *, live: bool = True, named: Scope | None = None) -> sql.C
     """Tenant predicate on `alias` (the scope's names as literals when `named`, else bound); with
     `live`, also valid at %(at)s and above the confidence floor."""
     a = table_alias(alias)
-    if named is None:
-        scope = sql.SQL("{a}.dataset = %(dataset)s AND {a}.project = %(project)s").format(a=a)
-    else:
-        scope = scope_predicate(named, alias)
+    scope = tenant_predicate(alias) if named is None else scope_predicate(named, alias)
     if not live:
         return scope
     return sql.SQL(

@@ -2,7 +2,7 @@
 
 A statement names only the detail columns its own signals fill (see `statements.hits_statement`);
 the others are None. Columns are matched to fields by name once per result, then each row is
-built by position, so decoding costs about what a tuple does.
+built by position, so decoding costs about what a tuple does (bench/RESULTS.md, "Named hit rows").
 """
 
 from __future__ import annotations

@@ -199,7 +199,7 @@ class AsyncRunner:
         pool, waiting for its first connections so the first recall finds its spare one."""
         try:
             async with await psycopg.AsyncConnection.connect(target.dsn, **CONNECTION_KWARGS) as conn:
-                info = await cls._drive(opening, lambda: _ready(conn))
+                info = await cls.run_on(conn, opening)
             pool = _Pool(
                 target.dsn,
                 min_size=min(POOL_MIN_SIZE, pool_size),
@@ -229,6 +229,15 @@ class AsyncRunner:
 
     async def close(self) -> None:
         await self.pool.close()
+
+    @classmethod
+    async def run_on(cls, conn: Connection, op: Operation[T]) -> T:
+        """Drive `op` on `conn` alone, outside any pool (opening or distributing a store): only
+        statements are performed, and database errors raise as memsoda errors."""
+        try:
+            return await cls._drive(op, lambda: _ready(conn))
+        except psycopg.Error as exc:
+            raise translate_db_error(exc) from exc
 
     async def run(
         self, op: Operation[T], *, read_only: bool = False, sink: Sink | None = None, advance: Advance | None = None

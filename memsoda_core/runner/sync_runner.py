@@ -196,7 +196,7 @@ class Runner:
         pool, waiting for its first connections so the first recall finds its spare one."""
         try:
             with psycopg.Connection.connect(target.dsn, **CONNECTION_KWARGS) as conn:
-                info = cls._drive(opening, lambda: _ready(conn))
+                info = cls.run_on(conn, opening)
             pool = _Pool(
                 target.dsn,
                 min_size=min(POOL_MIN_SIZE, pool_size),
@@ -226,6 +226,15 @@ class Runner:
 
     def close(self) -> None:
         self.pool.close()
+
+    @classmethod
+    def run_on(cls, conn: Connection, op: Operation[T]) -> T:
+        """Drive `op` on `conn` alone, outside any pool (opening or distributing a store): only
+        statements are performed, and database errors raise as memsoda errors."""
+        try:
+            return cls._drive(op, lambda: _ready(conn))
+        except psycopg.Error as exc:
+            raise translate_db_error(exc) from exc
 
     def run(
         self, op: Operation[T], *, read_only: bool = False, sink: Sink | None = None, advance: Advance | None = None

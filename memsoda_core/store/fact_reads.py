@@ -10,7 +10,7 @@ from psycopg import sql
 from memsoda_core.models import Fact
 from memsoda_core.store.fact_columns import fact_columns, fact_from
 from memsoda_core.store.reconcile import CHAIN_DEPTH
-from memsoda_core.store.statements import _statement
+from memsoda_core.store.statements import tenant_statement
 
 
 class FactRow:
@@ -32,7 +32,7 @@ _FROM = """FROM {s}.facts f
 
 def get_fact(schema: str) -> sql.Composed:
     """Fact %(id)s of the scope."""
-    return _statement("SELECT {cols} {from_} WHERE {tenant_f} AND f.id = %(id)s", schema, **_parts(schema))
+    return tenant_statement("SELECT {cols} {from_} WHERE {tenant_f} AND f.id = %(id)s", schema, **_parts(schema))
 
 
 STATUSES = ("live", "ended", "all")
@@ -43,7 +43,7 @@ def list_facts(schema: str) -> sql.Composed:
     primary key serves every page alike), filtered by %(subject)s, %(predicate)s (case folded),
     %(entity)s (touching it in any role) and %(status)s at %(as_of)s: "live" (valid then), "ended"
     (ended by then), "all"."""
-    return _statement(
+    return tenant_statement(
         """SELECT {cols} {from_}
            WHERE {tenant_f} AND f.id > %(after)s
              AND (%(subject)s::text IS NULL OR f.subject = %(subject)s)
@@ -67,7 +67,7 @@ def list_facts(schema: str) -> sql.Composed:
 def history(schema: str) -> sql.Composed:
     """Every fact of the supersede chain of fact %(id)s (those it replaced, transitively, and those
     that replaced it), oldest first."""
-    return _statement(
+    return tenant_statement(
         """WITH RECURSIVE back AS (
                SELECT f.id, 1 AS depth FROM {s}.facts f WHERE {tenant_f} AND f.id = %(id)s
                UNION ALL

@@ -11,7 +11,7 @@ from datetime import datetime
 
 from psycopg import sql
 
-from memsoda_core.store.statements import _statement
+from memsoda_core.store.statements import tenant_statement
 
 LOCK_BUCKETS = 512
 """Keys are hashed into this many advisory locks per scope, so that an import, which takes the
@@ -26,7 +26,7 @@ def lock_relations(schema: str) -> sql.Composed:
     predicate) as well. Every write holds them from before it reads the facts it may meet to its
     commit, so two writers of one value or of one single-valued relation take turns (no duplicate,
     exactly one live value), and taking them first and in one order means no wait cycle."""
-    return _statement(
+    return tenant_statement(
         """SELECT count(pg_advisory_xact_lock(k.scope_key, k.bucket)::text) AS locks
            FROM (SELECT DISTINCT
                         hashtext(concat_ws(chr(31), %(schema)s::text, %(dataset)s::text, %(project)s::text))
@@ -69,7 +69,7 @@ def met_facts(schema: str) -> sql.Composed:
     %(singles)s flag or the scope's registry); for an ended input, the facts of equal value and
     equal interval (an exported history line). Keys are compared in SQL alone, so the batch and
     the store are grouped by one definition of case folding."""
-    return _statement(
+    return tenant_statement(
         """WITH u AS (
                SELECT * FROM unnest(%(subjects)b::text[], %(predicates)b::text[], %(objects)b::text[],
                                     %(valid_ats)b::timestamptz[], %(invalid_ats)b::timestamptz[],
@@ -99,7 +99,7 @@ def met_facts(schema: str) -> sql.Composed:
 
 def end_facts(schema: str) -> sql.Composed:
     """End facts %(ids)s at %(ats)s, superseded by %(bys)s (NULL: ended, not replaced)."""
-    return _statement(
+    return tenant_statement(
         """UPDATE {s}.facts f SET invalid_at = u.at, superseded_by = u.by
            FROM unnest(%(ids)b::bigint[], %(ats)b::timestamptz[], %(bys)b::bigint[]) AS u(id, at, by)
            WHERE {tenant_f} AND f.id = u.id""",
@@ -110,7 +110,7 @@ def end_facts(schema: str) -> sql.Composed:
 def merge_facts(schema: str) -> sql.Composed:
     """Fold writes equal to stored facts %(ids)s into them: the higher confidence, the earlier start,
     the stored quote (else the new one), and %(repeats)s more times seen."""
-    return _statement(
+    return tenant_statement(
         """UPDATE {s}.facts f
            SET confidence = greatest(f.confidence, u.confidence),
                valid_at = least(f.valid_at, u.valid_at),
@@ -138,7 +138,7 @@ class FactState:
 
 def fact_state(schema: str, *, lock: bool = False) -> sql.Composed:
     """The `FactState` of fact %(id)s; with `lock`, locked FOR UPDATE (under its relation's lock)."""
-    return _statement(
+    return tenant_statement(
         """SELECT id, subject, predicate, object, valid_at, invalid_at, superseded_by FROM {s}.facts
            WHERE {tenant} AND id = %(id)s{lock}""",
         schema,
@@ -160,7 +160,7 @@ class ChainEnd:
 
 def chain_end(schema: str) -> sql.Composed:
     """The `ChainEnd` of the chain of fact %(id)s, following `superseded_by` forward."""
-    return _statement(
+    return tenant_statement(
         """WITH RECURSIVE chain AS (
                SELECT f.id, f.superseded_by, f.invalid_at, 1 AS depth FROM {s}.facts f
                WHERE {tenant_f} AND f.id = %(id)s
@@ -179,7 +179,7 @@ def chain_end(schema: str) -> sql.Composed:
 
 def add_single_valued(schema: str) -> sql.Composed:
     """Register %(predicates)s (case-folded here) as single-valued in the scope."""
-    return _statement(
+    return tenant_statement(
         """INSERT INTO {s}.single_valued (dataset, project, predicate)
            SELECT DISTINCT %(dataset)s, %(project)s, lower(p) FROM unnest(%(predicates)b::text[]) AS p
            ON CONFLICT DO NOTHING""",
@@ -188,7 +188,7 @@ def add_single_valued(schema: str) -> sql.Composed:
 
 
 def remove_single_valued(schema: str) -> sql.Composed:
-    return _statement(
+    return tenant_statement(
         """DELETE FROM {s}.single_valued
            WHERE {tenant} AND predicate IN (SELECT lower(p) FROM unnest(%(predicates)b::text[]) AS p)""",
         schema,
@@ -196,4 +196,4 @@ def remove_single_valued(schema: str) -> sql.Composed:
 
 
 def list_single_valued(schema: str) -> sql.Composed:
-    return _statement("SELECT predicate FROM {s}.single_valued WHERE {tenant} ORDER BY predicate", schema)
+    return tenant_statement("SELECT predicate FROM {s}.single_valued WHERE {tenant} ORDER BY predicate", schema)

@@ -18,7 +18,7 @@ from memsoda_core.store.tenant_index import tenant_predicate
 _TENANT = re.compile(r"\{tenant(?:_([a-z]+))?\}")
 
 
-def _statement(template: str, schema: str, **parts: sql.Composable) -> sql.Composed:
+def tenant_statement(template: str, schema: str, **parts: sql.Composable) -> sql.Composed:
     """`template` with {s} the schema, {tenant} the bound tenant predicate (`tenant_predicate`) and
     {tenant_x} the same on alias x, and `parts`."""
     tenants = {match[0][1:-1]: tenant_predicate(match[1]) for match in _TENANT.finditer(template)}
@@ -33,7 +33,7 @@ def known_entities(schema: str, *, lock: bool = False) -> sql.Composed:
     SHARE until the write commits: a concurrent `forget` cannot delete them in between (other
     writers are not blocked), so their stored name embeddings can be reused instead of embedding
     the names again."""
-    return _statement(
+    return tenant_statement(
         """SELECT name, id FROM {s}.entities
            WHERE {tenant} AND name = ANY(%(names)b::text[])
            ORDER BY name{lock}""",
@@ -49,7 +49,7 @@ def insert_entities(schema: str) -> sql.Composed:
     updated here, so writers into one scope do not wait for each other through the rest of the
     write; the counts are added at its end (`bump_entities`). A name that another writer created
     and committed while this statement waited for it is missing from the result: run it again."""
-    return _statement(
+    return tenant_statement(
         """WITH added AS (
                INSERT INTO {s}.entities AS e (dataset, project, name, type, embedding, fact_count)
                SELECT %(dataset)s, %(project)s, u.name, u.type, u.embedding, 0
@@ -77,7 +77,7 @@ def bump_entities(schema: str) -> sql.Composed:
     does not promise. The proposed row copies the stored embedding because NOT NULL is checked
     before ON CONFLICT resolves. A write runs this at its end (`ops.writing.bump_counts`), so it
     holds the rows only until it commits."""
-    return _statement(
+    return tenant_statement(
         """INSERT INTO {s}.entities AS e (dataset, project, name, type, embedding, fact_count)
            SELECT %(dataset)s, %(project)s, u.name, u.type,
                   (SELECT k.embedding FROM {s}.entities k WHERE {tenant_k} AND k.name = u.name),
@@ -105,7 +105,7 @@ class InsertedFact:
 def insert_facts(schema: str) -> sql.Composed:
     """Insert a batch of facts in the given order, so their ids ascend in that order; returns an
     `InsertedFact` of each."""
-    return _statement(
+    return tenant_statement(
         """INSERT INTO {s}.facts (dataset, project, subject, predicate, object, object_type,
                                  subject_id, object_id, anchor_id, valid_at, invalid_at,
                                  confidence, source_quote, times_seen, embedding)
@@ -128,7 +128,7 @@ def insert_facts(schema: str) -> sql.Composed:
 
 
 def insert_fact_entities(schema: str) -> sql.Composed:
-    return _statement(
+    return tenant_statement(
         """INSERT INTO {s}.fact_entities (dataset, project, fact_id, entity_id, roles)
            SELECT %(dataset)s, %(project)s, u.fact_id, u.entity_id, u.roles
            FROM unnest(%(fact_ids)b::bigint[], %(entity_ids)b::bigint[], %(roles)b::smallint[])
@@ -139,7 +139,7 @@ def insert_fact_entities(schema: str) -> sql.Composed:
 
 def bump_scope(schema: str) -> sql.Composed:
     """Add `delta` to the scope's fact count, creating the scope row on its first write."""
-    return _statement(
+    return tenant_statement(
         """INSERT INTO {s}.scopes AS sc (dataset, project, fact_count)
            VALUES (%(dataset)s, %(project)s, %(delta)s)
            ON CONFLICT (dataset, project) DO UPDATE SET fact_count = sc.fact_count + EXCLUDED.fact_count""",
@@ -148,7 +148,7 @@ def bump_scope(schema: str) -> sql.Composed:
 
 
 def ensure_scope(schema: str) -> sql.Composed:
-    return _statement(
+    return tenant_statement(
         """INSERT INTO {s}.scopes (dataset, project) VALUES (%(dataset)s, %(project)s)
            ON CONFLICT (dataset, project) DO NOTHING""",
         schema,
@@ -195,12 +195,12 @@ class Interval:
 
 def fact_interval(schema: str) -> sql.Composed:
     """The `Interval` of fact %(id)s."""
-    return _statement("SELECT valid_at, invalid_at FROM {s}.facts WHERE {tenant} AND id = %(id)s", schema)
+    return tenant_statement("SELECT valid_at, invalid_at FROM {s}.facts WHERE {tenant} AND id = %(id)s", schema)
 
 
 def invalidate_fact(schema: str) -> sql.Composed:
     """Close a fact's validity at `at`. Returns its id, if it was open then."""
-    return _statement(
+    return tenant_statement(
         """WITH old AS (
                SELECT id, valid_at, invalid_at FROM {s}.facts
                WHERE {tenant} AND id = %(id)s FOR UPDATE)
@@ -217,7 +217,7 @@ def invalidate_fact(schema: str) -> sql.Composed:
 
 
 def insert_episodes(schema: str) -> sql.Composed:
-    return _statement(
+    return tenant_statement(
         """INSERT INTO {s}.episodes (dataset, project, thread_id, text, created_at, embedding)
            SELECT %(dataset)s, %(project)s, u.thread_id, u.text, u.created_at, u.embedding
            FROM unnest(%(thread_ids)b::text[], %(texts)b::text[], %(created_ats)b::timestamptz[],
@@ -234,7 +234,7 @@ def insert_episodes(schema: str) -> sql.Composed:
 def forget_entity(schema: str) -> sql.Composed:
     """Delete every fact touching the entity, fix the counts of the other entities, the scope and
     its lexemes, then delete the entity. Returns the number of facts deleted."""
-    return _statement(
+    return tenant_statement(
         """WITH target AS (
                SELECT id FROM {s}.entities WHERE {tenant} AND name = %(name)s),
            doomed AS (
@@ -272,7 +272,7 @@ def forget_entity(schema: str) -> sql.Composed:
 def delete_orphan_entities(schema: str) -> sql.Composed:
     """Remove the scope's entities no fact touches any more (after `forget_entity`): the forgotten
     entity itself, and others whose only facts went with it."""
-    return _statement(
+    return tenant_statement(
         """DELETE FROM {s}.entities e
            WHERE {tenant_e}
              AND (e.fact_count <= 0 OR e.name = %(name)s)
@@ -288,13 +288,13 @@ def delete_orphan_entities(schema: str) -> sql.Composed:
 def forget_scope(schema: str) -> list[sql.Composed]:
     """Delete everything of one (dataset, project), children first."""
     return [
-        _statement("DELETE FROM {s}.{t} WHERE {tenant}", schema, t=sql.Identifier(table))
+        tenant_statement("DELETE FROM {s}.{t} WHERE {tenant}", schema, t=sql.Identifier(table))
         for table in ("fact_entities", "facts", "lexemes", "entities", "episodes", "scopes")
     ]
 
 
 def count_facts(schema: str) -> sql.Composed:
-    return _statement("SELECT count(*) FROM {s}.facts WHERE {tenant}", schema)
+    return tenant_statement("SELECT count(*) FROM {s}.facts WHERE {tenant}", schema)
 
 
 # --- export ----------------------------------------------------------------------------------------
@@ -312,7 +312,7 @@ class ExportedFact:
 
 def export_facts(schema: str) -> sql.Composed:
     """Every fact of a scope as an `ExportedFact`, in id order, by keyset pages."""
-    return _statement(
+    return tenant_statement(
         """SELECT {cols}, st.type AS subject_type
            FROM {s}.facts f
            JOIN {s}.entities a ON a.dataset = f.dataset AND a.project = f.project AND a.id = f.anchor_id
@@ -337,7 +337,7 @@ class EpisodeRow:
 
 def export_episodes(schema: str) -> sql.Composed:
     """Every episode of a scope as an `EpisodeRow`, in id order."""
-    return _statement(
+    return tenant_statement(
         "SELECT id, thread_id, text, created_at FROM {s}.episodes WHERE {tenant} ORDER BY id",
         schema,
     )
@@ -361,7 +361,7 @@ class ScopeCounts:
 
 def stats(schema: str) -> sql.Composed:
     """`ScopeCounts` of every scope, or of those matching %(dataset)s / %(project)s where given."""
-    return _statement(
+    return tenant_statement(
         """SELECT sc.dataset, sc.project,
                   (SELECT count(*) FROM {s}.facts f WHERE f.dataset = sc.dataset AND f.project = sc.project)
                     AS facts,
