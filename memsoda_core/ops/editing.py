@@ -108,7 +108,13 @@ def supersede(
         yield from check_live(info, scope, fact_id, at=valid.valid_at, verb="supersede")
 
     (new_id,) = yield from write_facts(
-        info, scope, [valid], None, peek=True, also_lock=[(state.subject, state.predicate, state.object)], guard=guard
+        info,
+        scope,
+        [valid],
+        None,
+        standalone=True,
+        also_lock=[(state.subject, state.predicate, state.object)],
+        guard=guard,
     )
     if new_id == fact_id:
         raise ValidationError(f"the new fact is equal to fact {fact_id}, which it would supersede")

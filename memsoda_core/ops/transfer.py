@@ -162,7 +162,7 @@ def import_records(
         yield from lock_facts(info, scope, facts)
     for start in range(0, len(facts), batch_size):
         batch = facts[start : start + batch_size]
-        _, added = yield from insert_fact_rows(info, scope, batch, None, peek=False)
+        _, added = yield from insert_fact_rows(info, scope, batch, None, standalone=False)
         deltas.add(added)
         yield from progress(len(batch))
     yield from bump_counts(info, scope, deltas)  # once, at the end: see `CountDeltas`

@@ -115,12 +115,14 @@ def write_facts(
     facts: Sequence[ValidFact],
     vectors: Sequence[Vector] | None,
     *,
-    peek: bool,
+    standalone: bool,
     also_lock: Sequence[tuple[str, str, str]] = (),
     guard: Callable[[], Operation[None]] | None = None,
 ) -> Operation[list[int]]:
     """`insert_fact_rows` then `bump_counts`: one whole write of a batch."""
-    ids, deltas = yield from insert_fact_rows(info, scope, facts, vectors, peek=peek, also_lock=also_lock, guard=guard)
+    ids, deltas = yield from insert_fact_rows(
+        info, scope, facts, vectors, standalone=standalone, also_lock=also_lock, guard=guard
+    )
     yield from bump_counts(info, scope, deltas)
     return ids
 
@@ -131,7 +133,7 @@ def insert_fact_rows(
     facts: Sequence[ValidFact],
     vectors: Sequence[Vector] | None,
     *,
-    peek: bool,
+    standalone: bool,
     also_lock: Sequence[tuple[str, str, str]] = (),
     guard: Callable[[], Operation[None]] | None = None,
 ) -> Operation[tuple[list[int], CountDeltas]]:
@@ -142,12 +144,14 @@ def insert_fact_rows(
     ends and merges it decided; returns each input's fact id and what the new facts add to the
     counts.
 
-    With `peek` (the operation's first step), which entities exist is read first on a borrowed
-    connection (`ReadAside`), so neither a connection nor a transaction is held while a model embeds;
-    inside the transaction they are then locked FOR KEY SHARE, and a name a concurrent `forget`
-    deleted in between is embedded there (a second, rare call). Without it (the batches of an
-    import, whose transaction is open already and holds the scope's lock), they are read and locked
-    after the reconciliation, and the embedding runs inside that transaction."""
+    `standalone`: a write of its own, not one batch of an import. Then, as the operation's first
+    step, which entities exist is read on a borrowed connection (`ReadAside`), so neither a
+    connection nor a transaction is held while a model embeds; inside the transaction they are
+    locked FOR KEY SHARE, a name a concurrent `forget` deleted in between is embedded there (a
+    second, rare call), and a repeated fact counts in `times_seen`. An import's batches run in its
+    open transaction, which holds their locks already: entities are read and locked after the
+    reconciliation, the embedding runs inside that transaction, and repeats do not count (an import
+    restores, it does not observe)."""
     if not facts:
         return [], CountDeltas()
     base = {"dataset": scope.dataset, "project": scope.project}
@@ -155,7 +159,7 @@ def insert_fact_rows(
     known: dict[str, int] = {}
     embedded: list[Vector] = []
     texts = [] if vectors is not None else [fact.embedding_text for fact in facts]
-    if peek:
+    if standalone:
         found = yield from read_aside(sql_store.known_entities(info.schema), {**base, "names": all_names})
         known = {name: int(eid) for name, eid in found or ()}
         new_names = [name for name in all_names if name not in known]
@@ -164,12 +168,12 @@ def insert_fact_rows(
         yield from lock_facts(info, scope, facts, also_lock)
     if guard is not None:
         yield from guard()
-    plan = yield from reconcile(info, scope, facts, count_repeats=peek)
+    plan = yield from reconcile(info, scope, facts, count_repeats=standalone)
     rows = plan.inserts
     names, types, touches = _entity_rows(rows)
     entity_ids: dict[str, int] = {}
     given = list(vectors) if vectors is not None else None
-    if peek:
+    if standalone:
         fact_vectors = [given[i] if given is not None else embedded[i] for i in plan.sources]
         needed = sorted(set(known) & set(names))
         if needed:
@@ -357,6 +361,6 @@ def add_facts(
             given = check_vectors(vectors, count=len(valid), dimensions=info.dimensions, source="got", items="facts")
         except EmbeddingError as exc:
             raise ValidationError(f"vectors are not usable: {exc}") from None
-    ids = yield from write_facts(info, scope, valid, given, peek=True)
+    ids = yield from write_facts(info, scope, valid, given, standalone=True)
     yield from ensure_tenant_indexes(info, scope)
     return ids
