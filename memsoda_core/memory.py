@@ -122,18 +122,23 @@ class Memory(MemoryBase):
         folded) stores nothing and returns the live fact's id, which keeps the higher confidence,
         the earlier valid_at and its source quote (the new one if it had none) and counts the
         repetition (`Fact.times_seen`). A new value of a single-valued relation (`set_single_valued`,
-        or `FactInput.single_valued`) ends the live value at its valid_at, superseded by it."""
+        or `FactInput.single_valued`) ends the live value at its valid_at, superseded by it.
+
+        A fact without valid_at has no known start: it is true for as long as memory knows (live
+        at any `as_of` before its end). A new single-valued value without one starts when memory
+        learns it, and the value it replaces ends then."""
         return self._run(self._add_facts_op(facts, dataset, project, vectors))
 
     def invalidate(self, fact_id: int, *, dataset: str, project: str, at: Any = None) -> bool:
-        """End a live fact's validity at `at` (default now); True. A fact that has ended or was
-        superseded raises `NotLiveError` (naming the fact live now in its chain)."""
+        """End a live fact's validity at `at` (default now); True. Memory records when it learned
+        the end (`Fact.expired_at`). A fact that has ended or was superseded raises `NotLiveError`
+        (naming the fact live now in its chain)."""
         return self._run(self._invalidate_op(fact_id, dataset, project, at))
 
     def supersede(self, fact_id: int, new_fact: FactInput | Mapping[str, Any], *, dataset: str, project: str) -> int:
-        """Store `new_fact` and end the live fact `fact_id` at its valid_at, superseded by it,
-        atomically; returns the new id. `NotLiveError` if `fact_id` has ended or was superseded
-        (it names the fact live now in its chain)."""
+        """Store `new_fact` and end the live fact `fact_id` at its valid_at (none: now, when memory
+        learns it), superseded by it, atomically; returns the new id. `NotLiveError` if `fact_id`
+        has ended or was superseded (it names the fact live now in its chain)."""
         return self._run(self._supersede_op(fact_id, new_fact, dataset, project))
 
     def set_single_valued(
@@ -164,14 +169,18 @@ class Memory(MemoryBase):
         as_of: Any = None,
         limit: int = 100,
         after: int | None = None,
+        known_at: Any = None,
     ) -> FactPage:
         """A page of the scope's facts in id order, filtered by subject, predicate, an entity they
-        touch, and `status` at `as_of` (default now): "live", "ended" or "all". Pass the page's
-        `next_after` as `after` for the next page (keyset paging)."""
+        touch, and `status` at `as_of` (default `known_at`, else now): "live", "ended" or "all".
+        `known_at` (transaction time): only the facts memory knew then, each as it knew it (an end
+        recorded later is left out). Pass the page's `next_after` as `after` for the next page
+        (keyset paging)."""
         op = self._list_facts_op(
             dataset,
             project,
             as_of,
+            known_at,
             subject=subject,
             predicate=predicate,
             entity=entity,
@@ -212,10 +221,15 @@ class Memory(MemoryBase):
         query_embedding: Sequence[float] | None = None,
         as_of: Any = None,
         options: RecallOptions | None = None,
+        known_at: Any = None,
     ) -> RecallResult:
         """The facts that matter for `query`, fused from vector, entity-anchor and keyword signals
         and rendered for a prompt. No query: the most recent live facts. Never raises for an
-        embedder failure: the result is then `degraded`."""
+        embedder failure: the result is then `degraded`.
+
+        `as_of` asks what was true then (valid time); `known_at` what memory knew then
+        (transaction time: facts it had learned by then, as it knew them, an end it recorded
+        later left out), with `as_of` defaulting to it."""
         return self._run(
             self._recall_op(
                 query,
@@ -224,6 +238,7 @@ class Memory(MemoryBase):
                 include=include,
                 query_embedding=query_embedding,
                 as_of=as_of,
+                known_at=known_at,
                 options=options,
                 overrides={
                     "facts_in_context": facts_in_context,

@@ -128,16 +128,16 @@ class MemoryBase:
         vectors: Sequence[Sequence[float]] | np.ndarray[Any, Any] | None,
     ) -> Operation[list[int]]:
         scope = check_scope(dataset, project)
-        return self._resizing(scope, ops.add_facts(self._info, scope, facts, now=self._now(), vectors=vectors))
+        return self._resizing(scope, ops.add_facts(self._info, scope, facts, vectors=vectors))
 
     def _invalidate_op(self, fact_id: int, dataset: str, project: str, at: Any) -> Operation[bool]:
-        return ops.invalidate(self._info, check_scope(dataset, project), fact_id, at=at, now=self._now())
+        return ops.invalidate(self._info, check_scope(dataset, project), fact_id, at=at)
 
     def _supersede_op(
         self, fact_id: int, new_fact: FactInput | Mapping[str, Any], dataset: str, project: str
     ) -> Operation[int]:
         scope = check_scope(dataset, project)
-        return self._resizing(scope, ops.supersede(self._info, scope, fact_id, new_fact, now=self._now()))
+        return self._resizing(scope, ops.supersede(self._info, scope, fact_id, new_fact))
 
     def _add_episodes_op(
         self, episodes: Sequence[EpisodeInput | Mapping[str, Any]], dataset: str, project: str
@@ -152,12 +152,13 @@ class MemoryBase:
     def _get_fact_op(self, fact_id: int, dataset: str, project: str) -> Operation[Fact]:
         return ops.get_fact(self._info, check_scope(dataset, project), fact_id)
 
-    def _list_facts_op(self, dataset: str, project: str, as_of: Any, **filters: Any) -> Operation[FactPage]:
+    def _list_facts_op(
+        self, dataset: str, project: str, as_of: Any, known_at: Any, **filters: Any
+    ) -> Operation[FactPage]:
         scope = check_scope(dataset, project)
         checked = check_list_args(**filters)
-        when = parse_time(as_of, "as_of", default=self._now())
-        assert when is not None
-        return ops.list_facts(self._info, scope, checked, when)
+        known, when = check_times(as_of, known_at)
+        return ops.list_facts(self._info, scope, checked, when or self._now(), known)
 
     def _history_op(self, fact_id: int, dataset: str, project: str) -> Operation[list[Fact]]:
         return ops.history(self._info, check_scope(dataset, project), fact_id)
@@ -184,6 +185,7 @@ class MemoryBase:
         as_of: Any,
         options: RecallOptions | None,
         overrides: dict[str, Any],
+        known_at: Any = None,
     ) -> Operation[RecallResult]:
         scope = check_scope(dataset, project)
         text = check_query(query)
@@ -202,7 +204,7 @@ class MemoryBase:
                 vector = check_vectors([query_embedding], count=1, dimensions=self._info.dimensions)[0]
             except EmbeddingError as exc:
                 raise ValidationError(f"query_embedding is not usable: {exc}") from None
-        when = parse_time(as_of, "as_of")
+        known, when = check_times(as_of, known_at)
         typed: frozenset[IncludeOption] = wanted  # type: ignore[assignment]
         return recall_operation(
             self._info,
@@ -214,6 +216,7 @@ class MemoryBase:
             as_of=when,
             now=self._now(),
             scope_sizes=self._scope_sizes,
+            known_at=known,
         )
 
     def _parse_import(self, lines: Sequence[str], dataset: str, project: str, on_error: str) -> ParsedImport:
@@ -251,6 +254,14 @@ class MemoryBase:
 
     def _export_op(self, dataset: str, project: str) -> Operation[int]:
         return ops.export_jsonl(self._info, check_scope(dataset, project))
+
+
+def check_times(as_of: Any, known_at: Any) -> tuple[datetime | None, datetime | None]:
+    """(known_at, as_of) of a read: transaction time and valid time, each None when not given;
+    `as_of` defaults to `known_at` ("what memory held true at T, as it knew it then")."""
+    known = parse_time(known_at, "known_at")
+    when = parse_time(as_of, "as_of")
+    return known, when if when is not None else known
 
 
 def open_args(

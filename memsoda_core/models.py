@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
@@ -23,7 +23,8 @@ class FactInput:
     """A fact to store. Strings are taken as given; names are normalized on write.
 
     `anchor` defaults to the object when it is an entity, else the subject.
-    `valid_at` defaults to now; `invalid_at=None` means "still true".
+    `valid_at=None` means no known start: true for as long as memory knows (live at any `as_of`
+    before its end); `invalid_at=None` means "still true".
     Dates may be `datetime`, `date` or ISO-8601 strings; naive values are read as UTC.
     """
 
@@ -71,15 +72,26 @@ class Fact:
     anchor: str
     anchor_type: str
     mentions: tuple[str, ...]
-    valid_at: datetime
+    valid_at: datetime | None
+    """When it became true; None: no known start (true for as long as memory knows)."""
     invalid_at: datetime | None
     confidence: float
     source_quote: str | None
     created_at: datetime
+    """When memory learned it (transaction time)."""
     superseded_by: int | None = None
     """The fact that replaced this one (its chain: `history`)."""
     times_seen: int = 1
     """How often this fact was written (equal writes resolve to it)."""
+    expired_at: datetime | None = None
+    """When memory learned that it ended (`invalidate`, `supersede`, a new single-valued value);
+    None while it is open, or when it was written with its end already known."""
+
+    def as_known_at(self, at: datetime) -> Fact:
+        """The fact as memory held it at `at`: an end memory recorded after `at` is left out."""
+        if self.expired_at is None or self.expired_at <= at:
+            return self
+        return replace(self, invalid_at=None, superseded_by=None, expired_at=None)
 
     @property
     def text(self) -> str:
@@ -121,7 +133,7 @@ class ScoredFact:
         fact = asdict(self.fact)
         fact["mentions"] = list(self.fact.mentions)
         fact["text"] = self.fact.text
-        for key in ("valid_at", "invalid_at", "created_at"):
+        for key in ("valid_at", "invalid_at", "created_at", "expired_at"):
             value = fact[key]
             fact[key] = value.isoformat() if value is not None else None
         fact["score"] = self.score

@@ -43,11 +43,16 @@ class ValidFact:
     object_type: str
     mentions: tuple[str, ...]
     anchor: str
-    valid_at: datetime
+    valid_at: datetime | None
+    """None: no known start (true for as long as memory knows; stored as -infinity)."""
     invalid_at: datetime | None
     confidence: float
     source_quote: str | None
     single_valued: bool = False
+    starts_when_learned: bool = False
+    """With no `valid_at`: start when memory learns it, the write's time (`supersede`)."""
+    times_seen: int = 1
+    """How often it was written before (an import restores the exported count)."""
 
     @property
     def object_is_entity(self) -> bool:
@@ -182,8 +187,9 @@ def _as_fact_input(item: FactInput | Mapping[str, Any], position: int) -> FactIn
     return FactInput.from_mapping(item)
 
 
-def validate_fact(item: FactInput | Mapping[str, Any], *, now: datetime, position: int = 0) -> ValidFact:
-    """Check and normalize one fact; raise the documented error naming the field and what to fix."""
+def validate_fact(item: FactInput | Mapping[str, Any], *, position: int = 0) -> ValidFact:
+    """Check and normalize one fact; raise the documented error naming the field and what to fix.
+    No `valid_at` means no known start (`ValidFact.valid_at` None), not "from now"."""
     fact = _as_fact_input(item, position)
     try:
         subject = _check_name(fact.subject, "subject")
@@ -208,10 +214,9 @@ def validate_fact(item: FactInput | Mapping[str, Any], *, now: datetime, positio
             anchor = _check_name(fact.anchor, "anchor")
             if anchor not in entities and anchor not in mentions:
                 mentions = (*mentions, anchor)
-        valid_at = parse_time(fact.valid_at, "valid_at", default=now)
+        valid_at = parse_time(fact.valid_at, "valid_at")
         invalid_at = parse_time(fact.invalid_at, "invalid_at")
-        assert valid_at is not None
-        if invalid_at is not None and invalid_at <= valid_at:
+        if invalid_at is not None and valid_at is not None and invalid_at <= valid_at:
             raise IntervalError(
                 f"invalid_at ({invalid_at.date()}) must be after valid_at ({valid_at.date()}); "
                 "leave invalid_at empty for a fact that is still true"
@@ -241,12 +246,12 @@ def validate_fact(item: FactInput | Mapping[str, Any], *, now: datetime, positio
         raise
 
 
-def validate_facts(items: Sequence[FactInput | Mapping[str, Any]], *, now: datetime) -> list[ValidFact]:
+def validate_facts(items: Sequence[FactInput | Mapping[str, Any]]) -> list[ValidFact]:
     """Validate a whole batch before anything is written. Positions in messages are 1-based."""
     if isinstance(items, Mapping | FactInput) or not isinstance(items, Sequence):
         raise ValidationError("facts must be a list of dicts or FactInput objects")
     check_batch_size(len(items), "facts")
-    return [validate_fact(item, now=now, position=i) for i, item in enumerate(items, start=1)]
+    return [validate_fact(item, position=i) for i, item in enumerate(items, start=1)]
 
 
 def validate_episode(item: EpisodeInput | Mapping[str, Any], *, now: datetime, position: int = 0) -> ValidEpisode:

@@ -51,6 +51,7 @@ def write_script(known: dict[str, int]) -> Script:
         return [sql_store.InsertedFact(id=10 + i, lexemes=["user"]) for i in range(count)]
 
     script = Script(dimensions=INFO.dimensions)
+    script.on(sql_reconcile.lock_relations(INFO.schema), [sql_reconcile.Locked(locks=1, learned_at=NOW)])
     script.on(sql_reconcile.met_facts(INFO.schema), nothing_met)
     known_rows = sorted(known.items())
     script.on(sql_store.known_entities(INFO.schema), known_rows)
@@ -62,7 +63,7 @@ def write_script(known: dict[str, int]) -> Script:
 
 
 def test_a_write_embeds_before_it_takes_a_connection_and_only_names_the_scope_lacks() -> None:
-    conversation = drive(ops.add_facts(INFO, SCOPE, FACTS, now=NOW), write_script({"user": 1}))
+    conversation = drive(ops.add_facts(INFO, SCOPE, FACTS), write_script({"user": 1}))
     requests = conversation.requests
     assert isinstance(requests[0], ReadAside)  # which entities exist: a borrowed connection, returned at once
     embed = conversation.index(EmbedDocuments)
@@ -79,7 +80,7 @@ def test_a_write_embeds_before_it_takes_a_connection_and_only_names_the_scope_la
 def test_a_write_counts_its_rows_last_in_a_fixed_order() -> None:
     """Counts are bumped at the end (entities by name, lexemes, then the scope), so two writers into
     one scope wait for each other only from there to their commits, and never deadlock."""
-    conversation = drive(ops.add_facts(INFO, SCOPE, FACTS, now=NOW), write_script({}))
+    conversation = drive(ops.add_facts(INFO, SCOPE, FACTS), write_script({}))
     order = [
         conversation.index(Execute, sql_store.insert_facts(INFO.schema)),
         conversation.index(Execute, sql_store.bump_entities(INFO.schema)),
@@ -102,12 +103,12 @@ def test_a_failed_embedding_writes_nothing() -> None:
         return script(request)  # type: ignore[arg-type]
 
     with pytest.raises(EmbeddingError):
-        drive(ops.add_facts(INFO, SCOPE, FACTS, now=NOW), answer)
+        drive(ops.add_facts(INFO, SCOPE, FACTS), answer)
     assert not any(isinstance(r, Execute) for r in seen)
 
 
 def test_invalid_input_raises_before_any_request() -> None:
-    op = ops.add_facts(INFO, SCOPE, [{"subject": "", "predicate": "x", "object": "y"}], now=NOW)
+    op = ops.add_facts(INFO, SCOPE, [{"subject": "", "predicate": "x", "object": "y"}])
     with pytest.raises(ValidationError):
         next(op)
 
@@ -125,7 +126,7 @@ def test_an_entity_another_writer_created_meanwhile_is_found_in_a_second_round()
 
     script.rules = [rule for rule in script.rules if rule[0] != sql_store.insert_entities(INFO.schema)]
     script.on(sql_store.insert_entities(INFO.schema), racing)
-    drive(ops.add_facts(INFO, SCOPE, FACTS, now=NOW), script)
+    drive(ops.add_facts(INFO, SCOPE, FACTS), script)
     assert rounds == [["amsterdam", "tesla", "user"], ["tesla"]]
 
 
@@ -134,7 +135,7 @@ def test_entities_that_never_settle_are_a_store_error() -> None:
     script.rules = [rule for rule in script.rules if rule[0] != sql_store.insert_entities(INFO.schema)]
     script.on(sql_store.insert_entities(INFO.schema), [])
     with pytest.raises(StoreError, match="try the write again"):
-        drive(ops.add_facts(INFO, SCOPE, FACTS, now=NOW), script)
+        drive(ops.add_facts(INFO, SCOPE, FACTS), script)
 
 
 def test_a_scope_under_the_threshold_gets_no_index_build() -> None:
@@ -170,7 +171,7 @@ def test_an_index_build_stops_at_the_first_failure_and_releases_its_lock() -> No
 
 
 def test_export_hands_its_lines_to_the_runner_page_by_page() -> None:
-    fact = validate_facts(FACTS[:1], now=NOW)[0]
+    fact = validate_facts(FACTS[:1])[0]
     row = {
         "id": 7,
         "subject": fact.subject,
@@ -211,7 +212,7 @@ def _exported(row: dict[str, object]) -> sql_store.ExportedFact:
 
 
 def test_an_import_reports_progress_per_batch_and_bumps_counts_once() -> None:
-    facts = validate_facts(FACTS * 3, now=NOW)
+    facts = validate_facts(FACTS * 3)
     conversation = drive(
         ops.import_records(INFO, SCOPE, facts, [], batch_size=2, rebuild_index=False), write_script({"user": 1})
     )
@@ -236,7 +237,7 @@ def met(ord_: int, relation: int, value: int, *stored: tuple[int, bool, datetime
 
 
 def test_a_write_locks_its_relations_before_it_reads_them_and_after_it_embeds() -> None:
-    conversation = drive(ops.add_facts(INFO, SCOPE, FACTS, now=NOW), write_script({}))
+    conversation = drive(ops.add_facts(INFO, SCOPE, FACTS), write_script({}))
     order = [
         conversation.index(EmbedDocuments),
         conversation.index(Execute, sql_reconcile.lock_relations(INFO.schema)),
@@ -253,7 +254,7 @@ def test_a_duplicate_write_inserts_nothing_and_merges_into_the_live_fact() -> No
     script = write_script({"user": 1, "amsterdam": 2})
     rows = met(1, 1, 1, (7, True, JAN))
     script.rules.insert(0, (sql_reconcile.met_facts(INFO.schema), lambda _request: rows))
-    conversation = drive(ops.add_facts(INFO, SCOPE, FACTS[:1], now=NOW), script)
+    conversation = drive(ops.add_facts(INFO, SCOPE, FACTS[:1]), script)
     assert conversation.result == [7]
     assert conversation.index(Execute, sql_store.insert_facts(INFO.schema)) == -1
     assert conversation.index(Execute, sql_store.bump_scope(INFO.schema)) == -1  # no count changes
@@ -266,21 +267,21 @@ def test_a_duplicate_write_inserts_nothing_and_merges_into_the_live_fact() -> No
 
 
 def test_plan_a_new_single_value_ends_the_live_one_at_its_start() -> None:
-    (fact,) = validate_facts([{**FACTS[1], "valid_at": MAR}], now=NOW)
-    plan = plan_batch([fact], met(1, 1, 1, (7, False, JAN), single=True))
+    (fact,) = validate_facts([{**FACTS[1], "valid_at": MAR}])
+    plan = plan_batch([fact], met(1, 1, 1, (7, False, JAN), single=True), learned=NOW)
     assert plan.ends == [(("old", 7), MAR, ("new", 0))] and len(plan.inserts) == 1
 
 
 def test_plan_an_older_single_value_is_stored_as_history() -> None:
-    (fact,) = validate_facts([{**FACTS[1], "valid_at": JAN}], now=NOW)
-    plan = plan_batch([fact], met(1, 1, 1, (7, False, MAR), single=True))
+    (fact,) = validate_facts([{**FACTS[1], "valid_at": JAN}])
+    plan = plan_batch([fact], met(1, 1, 1, (7, False, MAR), single=True), learned=NOW)
     assert plan.inserts[0].invalid_at == MAR and plan.ends == [(("new", 0), MAR, ("old", 7))]
 
 
 def test_plan_two_values_with_one_start_cannot_be_ordered() -> None:
-    (fact,) = validate_facts([{**FACTS[1], "valid_at": JAN}], now=NOW)
+    (fact,) = validate_facts([{**FACTS[1], "valid_at": JAN}])
     with pytest.raises(IntervalError):
-        plan_batch([fact], met(1, 1, 1, (7, False, JAN), single=True))
+        plan_batch([fact], met(1, 1, 1, (7, False, JAN), single=True), learned=NOW)
 
 
 def test_plan_within_a_batch_equal_facts_fold_and_a_later_value_replaces_an_earlier_one() -> None:
@@ -289,11 +290,10 @@ def test_plan_within_a_batch_equal_facts_fold_and_a_later_value_replaces_an_earl
             {**FACTS[1], "valid_at": JAN, "confidence": 0.4},
             {**FACTS[1], "valid_at": MAR, "confidence": 0.8, "source_quote": "q"},
             {**FACTS[1], "object": "bmw", "valid_at": datetime(2025, 6, 1, tzinfo=UTC)},
-        ],
-        now=NOW,
+        ]
     )
     rows = [*met(1, 1, 1, single=True), *met(2, 1, 1, single=True), *met(3, 1, 2, single=True)]
-    plan = plan_batch(facts, rows)
+    plan = plan_batch(facts, rows, learned=NOW)
     assert plan.resolved == [("new", 0), ("new", 0), ("new", 1)]
     kept = plan.inserts[0]
     assert (kept.confidence, kept.valid_at, kept.source_quote, plan.seen[0]) == (0.8, JAN, "q", 2)
@@ -307,7 +307,7 @@ def test_supersede_of_a_fact_no_longer_live_writes_nothing_and_names_the_live_on
     script.on(sql_reconcile.fact_state(INFO.schema), [tuple(vars(state).values())])
     script.on(sql_reconcile.fact_state(INFO.schema, lock=True), [state])
     script.on(sql_reconcile.chain_end(INFO.schema), [sql_reconcile.ChainEnd(9, None)])
-    op = ops.supersede(INFO, SCOPE, 5, {**FACTS[1], "object": "bmw"}, now=NOW)
+    op = ops.supersede(INFO, SCOPE, 5, {**FACTS[1], "object": "bmw"})
     with pytest.raises(NotLiveError) as raised:
         drive(op, script)
     assert raised.value.live_id == 9 and "fact 9 is live now" in str(raised.value)

@@ -75,6 +75,7 @@ def fact_row(**fields: Any) -> tuple[Any, ...]:
         "created_at": NOW,
         "superseded_by": None,
         "times_seen": 1,
+        "expired_at": None,
     }
     values = {**defaults, **fields}
     return tuple(values[column.name] for column in FACT_COLUMNS)

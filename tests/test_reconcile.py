@@ -36,7 +36,8 @@ async def test_a_fact_equal_to_a_live_one_resolves_to_it(memory: Either, scope: 
     first = {**LIVES, "confidence": 0.6, "valid_at": "2025-01-01", "source_quote": "I live in Amsterdam"}
     (fact_id,) = await memory.add_facts([first], **scope)
     again = {**LIVES, "object": "Amsterdam", "confidence": 0.9, "valid_at": "2024-06-01", "source_quote": "later"}
-    ids = await memory.add_facts([again, {**LIVES, "predicate": "Lives In", "confidence": 0.5}], **scope)
+    later = {**LIVES, "predicate": "Lives In", "confidence": 0.5, "valid_at": "2025-02-01"}
+    ids = await memory.add_facts([again, later], **scope)
     assert ids == [fact_id, fact_id]
     fact = await memory.get_fact(fact_id, **scope)
     assert (fact.confidence, fact.valid_at.date().isoformat()) == (0.9, "2024-06-01")  # higher, earlier
@@ -151,7 +152,8 @@ async def test_list_facts_pages_by_keyset_and_filters(memory: Either, scope: dic
     assert len((await memory.list_facts(**scope, status="all")).facts) == 7
     assert [f.id for f in (await memory.list_facts(**scope, subject="Person 1")).facts] == [ids[1], ids[4]]
     assert [f.id for f in (await memory.list_facts(**scope, entity="friend 2")).facts] == [ids[2]]
-    assert (await memory.list_facts(**scope, as_of="2000-01-01")).facts == ()
+    # no start given: true for as long as memory knows, so live in 2000, the one ended today too
+    assert [f.id for f in (await memory.list_facts(**scope, as_of="2000-01-01")).facts] == ids
     with pytest.raises(NotFoundError):
         await memory.get_fact(ids[0], dataset=scope["dataset"], project="another")
 
@@ -167,6 +169,7 @@ def test_a_version_4_store_with_duplicates_migrates_without_losing_them(
             conn.execute(f"DROP TABLE {schema}.single_valued")
             conn.execute(f"DROP INDEX {schema}.facts_relation, {schema}.facts_superseded_by")
             conn.execute(f"ALTER TABLE {schema}.facts DROP COLUMN superseded_by, DROP COLUMN times_seen")
+            conn.execute(f"ALTER TABLE {schema}.facts DROP COLUMN expired_at")  # and without version 6's
             conn.execute(f"UPDATE {schema}.meta SET value = '4' WHERE key = 'schema_version'")  # noqa: S608
             conn.execute(  # the duplicate a version-4 write stored
                 f"""INSERT INTO {schema}.facts (dataset, project, subject, predicate, object, object_type,

@@ -13,6 +13,7 @@ from memsoda_core.cli.common import DatasetOpt, JsonOpt, ProjectOpt, settings_of
 from memsoda_core.cli.output import out, print_json, table
 from memsoda_core.cli.store import open_memory
 from memsoda_core.models import LITERAL, Fact
+from memsoda_core.recall.render import start_day
 
 facts_app = typer.Typer(help="Read stored facts: list, show one, its history.", no_args_is_help=True)
 
@@ -34,7 +35,7 @@ def _show(facts: Sequence[Fact], as_json: bool, next_after: int | None = None) -
         grid.add_row(
             str(fact.id),
             fact.text,
-            f"{_when(fact.valid_at)} – {_when(fact.invalid_at) if fact.invalid_at else 'present'}",
+            f"{start_day(fact.valid_at)} – {_when(fact.invalid_at) if fact.invalid_at else 'present'}",
             f"{fact.confidence:.2f}",
             str(fact.times_seen),
             str(fact.superseded_by or ""),
@@ -53,7 +54,12 @@ def list_(
     predicate: Annotated[str | None, typer.Option(help="Only facts with this predicate.")] = None,
     entity: Annotated[str | None, typer.Option(help="Only facts touching this entity.")] = None,
     status: Annotated[str, typer.Option(help="live, ended or all (at --as-of).")] = "live",
-    as_of: Annotated[str | None, typer.Option(help="The time status is read at (ISO-8601; default now).")] = None,
+    as_of: Annotated[
+        str | None, typer.Option(help="The time status is read at (ISO-8601; default --known-at, else now).")
+    ] = None,
+    known_at: Annotated[
+        str | None, typer.Option("--known-at", help="Only what memory knew at this time, as it knew it (ISO-8601).")
+    ] = None,
     limit: Annotated[int, typer.Option(help="Facts per page.")] = 50,
     after: Annotated[int | None, typer.Option(help="The cursor a previous page printed.")] = None,
     as_json: JsonOpt = False,
@@ -68,6 +74,7 @@ def list_(
             entity=entity,
             status=status,
             as_of=as_of,
+            known_at=known_at,
             limit=limit,
             after=after,
         )
@@ -122,7 +129,9 @@ def supersede(
     literal: Annotated[
         bool | None, typer.Option("--literal/--entity", help="The new object is a value / an entity.")
     ] = None,
-    valid_at: Annotated[str | None, typer.Option(help="True from (ISO-8601; default now).")] = None,
+    valid_at: Annotated[
+        str | None, typer.Option(help="True from (ISO-8601; default now, when memory learns it).")
+    ] = None,
 ) -> None:
     """Replace a live fact by a new one: the old one ends where the new one starts."""
     with open_memory(settings_of(ctx)) as memory:

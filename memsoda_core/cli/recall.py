@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
@@ -15,6 +14,7 @@ from memsoda_core.cli.output import out, print_json, table, warn
 from memsoda_core.cli.store import open_memory
 from memsoda_core.models import LITERAL, RecallResult, ScoredFact
 from memsoda_core.options import RecallOptions
+from memsoda_core.recall.render import start_day
 from memsoda_core.recall.signals import QUERY_SIGNALS, SIGNAL_NAMES
 from memsoda_core.validation import parse_time, validate_fact
 
@@ -60,7 +60,7 @@ def _raw_table(facts: Sequence[ScoredFact]) -> Table:
             Text(str(fact.id)),
             Text(fact.text),
             Text(f"{fact.confidence:g}"),
-            Text(f"{fact.valid_at.date().isoformat()} – {until}"),
+            Text(f"{start_day(fact.valid_at)} – {until}"),
             Text(fact.source_quote or "", style="italic"),
         )
     return result
@@ -95,6 +95,10 @@ def recall(
     as_of: Annotated[
         str | None, typer.Option("--as-of", help="Recall as of a date or time (ISO-8601, e.g. 2025-01-31).")
     ] = None,
+    known_at: Annotated[
+        str | None,
+        typer.Option("--known-at", help="Recall what memory knew at this time (ISO-8601; --as-of defaults to it)."),
+    ] = None,
     include: Annotated[str, typer.Option(help="Extras, comma-separated: raw, episodes.")] = "",
     explain: Annotated[bool, typer.Option("--explain", help="Show each fact's rank per signal and why.")] = False,
     as_json: JsonOpt = False,
@@ -107,10 +111,19 @@ def recall(
         )
     # Check what can be checked without the store, so mistakes fail before a model loads.
     parse_time(as_of, "as_of")
+    parse_time(known_at, "known_at")
     if k is not None:
         RecallOptions(facts_in_context=k)
     with open_memory(settings_of(ctx)) as memory:
-        result = memory.recall(query, dataset=dataset, project=project, facts_in_context=k, as_of=as_of, include=extras)
+        result = memory.recall(
+            query,
+            dataset=dataset,
+            project=project,
+            facts_in_context=k,
+            as_of=as_of,
+            known_at=known_at,
+            include=extras,
+        )
     if as_json:
         print_json(result.to_dict())
         return
@@ -133,7 +146,7 @@ def add(
     anchor: Annotated[
         str | None, typer.Option(help="Anchor entity (default: the object entity, else the subject).")
     ] = None,
-    valid_at: Annotated[str | None, typer.Option(help="True from (ISO-8601; default now).")] = None,
+    valid_at: Annotated[str | None, typer.Option(help="True from (ISO-8601; default: no known start).")] = None,
     invalid_at: Annotated[str | None, typer.Option(help="True until (ISO-8601; default: still true).")] = None,
     confidence: Annotated[float, typer.Option(help="0..1; below 0.5 it is stored but not recalled.")] = 1.0,
     quote: Annotated[str | None, typer.Option(help="The words the fact came from.")] = None,
@@ -152,7 +165,7 @@ def add(
         "confidence": confidence,
         "source_quote": quote,
     }
-    validate_fact(fact, now=datetime.now(UTC))  # fails fast, before a model loads
+    validate_fact(fact)  # fails fast, before a model loads
     with open_memory(settings_of(ctx)) as memory:
         (fact_id,) = memory.add_facts([fact], dataset=dataset, project=project)
     out().print(Text(f"added fact {fact_id} to {dataset}/{project}", style="green"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -47,9 +48,10 @@ def check_live(
     info: StoreInfo, scope: Scope, fact_id: int, *, at: datetime, verb: str
 ) -> Operation[sql_reconcile.FactState]:
     """Lock fact `fact_id` FOR UPDATE (its relation's lock is held) and check that it is live and
-    began before `at`: `NotLiveError` names the fact live now in its chain; `IntervalError`."""
+    began before `at` (a fact with no known start began before any `at`): `NotLiveError` names
+    the fact live now in its chain; `IntervalError`."""
     state = yield from _state(info, scope, fact_id, lock=True)
-    if at <= state.valid_at:
+    if state.valid_at is not None and at <= state.valid_at:
         raise IntervalError(
             f"cannot {verb} fact {fact_id} at {at.isoformat()}: it only became valid at {state.valid_at.isoformat()}"
         )
@@ -70,16 +72,24 @@ def check_live(
     return state
 
 
-def invalidate(info: StoreInfo, scope: Scope, fact_id: int, *, at: Any, now: datetime) -> Operation[bool]:
-    """End a live fact at `at` (default now), under its relation's lock. A fact that has ended (or
-    was superseded) raises `NotLiveError`; `at` at or before its start, `IntervalError`."""
+def invalidate(info: StoreInfo, scope: Scope, fact_id: int, *, at: Any) -> Operation[bool]:
+    """End a live fact at `at` (default: now, when memory learns it), under its relation's lock;
+    memory records that it learned the end then (`expired_at`). A fact that has ended (or was
+    superseded) raises `NotLiveError`; `at` at or before its start, `IntervalError`."""
     _check_id(fact_id)
-    when = parse_time(at, "at", default=now)
-    assert when is not None
+    given = parse_time(at, "at")
     state = yield from _state(info, scope, fact_id, lock=False)
-    yield from lock_facts(info, scope, [], [(state.subject, state.predicate, state.object)])
+    learned = yield from lock_facts(info, scope, [], [(state.subject, state.predicate, state.object)])
+    when = given if given is not None else learned
     yield from check_live(info, scope, fact_id, at=when, verb="invalidate")
-    params = {"dataset": scope.dataset, "project": scope.project, "ids": [fact_id], "ats": [when], "bys": [None]}
+    params = {
+        "dataset": scope.dataset,
+        "project": scope.project,
+        "ids": [fact_id],
+        "ats": [when],
+        "bys": [None],
+        "expireds": [learned],
+    }
     yield from execute(sql_reconcile.end_facts(info.schema), params)
     return True
 
@@ -89,14 +99,16 @@ def supersede(
     scope: Scope,
     fact_id: int,
     new_fact: FactInput | Mapping[str, Any],
-    *,
-    now: datetime,
 ) -> Operation[int]:
     """Store `new_fact` (by the write rules of `ops.reconciling`) and end the live fact `fact_id`
     at the new fact's valid_at, superseded by it, in one transaction; both relations are locked
-    first. `NotLiveError` if `fact_id` is not live; a new fact equal to it, `ValidationError`."""
+    first. A new fact without valid_at starts when memory learns it (the write's time), and the
+    old one ends then. `NotLiveError` if `fact_id` is not live; a new fact equal to it,
+    `ValidationError`."""
     _check_id(fact_id)
-    (valid,) = validate_facts([new_fact], now=now)
+    (valid,) = validate_facts([new_fact])
+    if valid.valid_at is None:
+        valid = dataclasses.replace(valid, starts_when_learned=True)
     params = {"dataset": scope.dataset, "project": scope.project, "id": fact_id}
     found = yield from read_aside(sql_reconcile.fact_state(info.schema), params)
     if not found:  # not there, or the read failed: read it in the transaction
@@ -104,8 +116,11 @@ def supersede(
     else:
         state = sql_reconcile.FactState(*found[0])
 
-    def guard() -> Operation[None]:
-        yield from check_live(info, scope, fact_id, at=valid.valid_at, verb="supersede")
+    learned: list[datetime] = []
+
+    def guard(at: datetime) -> Operation[None]:
+        learned.append(at)
+        yield from check_live(info, scope, fact_id, at=valid.valid_at or at, verb="supersede")
 
     (new_id,) = yield from write_facts(
         info,
@@ -118,7 +133,13 @@ def supersede(
     )
     if new_id == fact_id:
         raise ValidationError(f"the new fact is equal to fact {fact_id}, which it would supersede")
-    ended = {**params, "ids": [fact_id], "ats": [valid.valid_at], "bys": [new_id]}
+    ended = {
+        **params,
+        "ids": [fact_id],
+        "ats": [valid.valid_at or learned[0]],
+        "bys": [new_id],
+        "expireds": [learned[0]],
+    }
     yield from execute(sql_reconcile.end_facts(info.schema), ended)
     yield from ensure_tenant_indexes(info, scope)
     return new_id
@@ -160,15 +181,23 @@ def write_episodes(info: StoreInfo, scope: Scope, episodes: Sequence[ValidEpisod
 
 def forget(info: StoreInfo, scope: Scope, entity: str | None) -> Operation[int]:
     """Delete an entity and every fact touching it, or (entity=None) the whole scope.
-    Returns the number of facts deleted."""
+    Returns the number of facts deleted.
+
+    It first takes the reconciliation locks of what it deletes (those of the entity's facts, or
+    every lock of the scope), as a write does: a concurrent write that met one of these facts (to
+    resolve a duplicate to it, or to end it) has committed before, or reads the store after."""
     base: dict[str, Any] = {"dataset": scope.dataset, "project": scope.project}
     if entity is None:
+        yield from execute(sql_reconcile.lock_scope(info.schema), {**base, "schema": info.schema})
         ((count,),) = yield from execute(sql_store.count_facts(info.schema), base)
         for statement in sql_store.forget_scope(info.schema):
             yield from execute(statement, base)
         yield from drop_tenant_indexes(info, scope)
         return int(count)
     params = {**base, "name": entity}
+    keys = yield from execute_as(sql_store.FactKey, sql_store.entity_fact_keys(info.schema), params)
+    if keys:
+        yield from lock_facts(info, scope, [], [(key.subject, key.predicate, key.object) for key in keys])
     ((count,),) = yield from execute(sql_store.forget_entity(info.schema), params)
     yield from execute(sql_store.delete_orphan_entities(info.schema), params)
     yield from execute(sql_lexemes.delete_spent_lexemes(info.schema), base)

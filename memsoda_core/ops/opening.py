@@ -48,10 +48,14 @@ def open_store(
             f"schema (schema=...) or MEMSODA_HOME for the new model"
         )
     shape = ddl.StoreShape(schema=schema, dimensions=stored_dims, text_search_config=meta["text_search_config"])
-    for version, migration in ddl.pending_migrations(current):
+    pending = ddl.pending_migrations(current)
+    for version, migration in pending:
         for statement_ in migration(shape):
             yield from execute(statement_)
         meta["schema_version"] = str(version)
+    if pending:  # a migration may record meta keys of its own
+        written = yield from execute(ddl.read_meta_statement(schema))
+        meta = {**{str(key): str(value) for key, value in written}, **meta}
     if tenant_index_min_facts is not None:
         meta[TENANT_INDEX_KEY] = str(tenant_index_min_facts)  # recorded, so every process agrees
     for key, value in sorted(meta.items()):
@@ -66,6 +70,7 @@ def open_store(
         text_search_config=shape.text_search_config,
         tenant_index_min_facts=int(meta.get(TENANT_INDEX_KEY, sql_tenant_index.DEFAULT_MIN_FACTS)),
         distributed=bool(distributed),
+        legacy_starts_through=int(meta[ddl.LEGACY_STARTS_KEY]) if ddl.LEGACY_STARTS_KEY in meta else None,
     )
     yield from ensure_all_tenant_indexes(info)
     return info

@@ -52,12 +52,15 @@ def check_list_args(subject: Any, predicate: Any, entity: Any, status: Any, limi
     }
 
 
-def list_facts(info: StoreInfo, scope: Scope, filters: dict[str, Any], as_of: datetime) -> Operation[FactPage]:
-    """One keyset page of the scope's facts (`check_list_args`' filters) in id order."""
-    params = {**filters, "dataset": scope.dataset, "project": scope.project, "as_of": as_of}
+def list_facts(
+    info: StoreInfo, scope: Scope, filters: dict[str, Any], as_of: datetime, known_at: datetime | None = None
+) -> Operation[FactPage]:
+    """One keyset page of the scope's facts (`check_list_args`' filters) in id order; with
+    `known_at`, only those memory knew then, each as it knew it (`Fact.as_known_at`)."""
+    params = {**filters, "dataset": scope.dataset, "project": scope.project, "as_of": as_of, "known_at": known_at}
     params["limit"] = filters["limit"] + 1  # one more: whether there is a next page
     rows = yield from execute_as(sql_reads.FactRow, sql_reads.list_facts(info.schema), params)
-    facts = tuple(row.fact for row in rows[: filters["limit"]])
+    facts = tuple(row.fact if known_at is None else row.fact.as_known_at(known_at) for row in rows[: filters["limit"]])
     more = len(rows) > filters["limit"]
     return FactPage(facts=facts, next_after=facts[-1].id if more else None)
 

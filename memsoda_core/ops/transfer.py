@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
@@ -41,10 +42,11 @@ def fact_record(row: sql_store.ExportedFact) -> dict[str, Any]:
         "object_type": fact.object_type,
         "mentions": list(fact.mentions),
         "anchor": fact.anchor,
-        "valid_at": fact.valid_at.isoformat(),
+        "valid_at": fact.valid_at.isoformat() if fact.valid_at is not None else None,
         "invalid_at": fact.invalid_at.isoformat() if fact.invalid_at else None,
         "confidence": fact.confidence,
         "source_quote": fact.source_quote,
+        "times_seen": fact.times_seen,
     }
     return record
 
@@ -96,7 +98,15 @@ def export_jsonl(info: StoreInfo, scope: Scope) -> Operation[int]:
     return written + len(episodes)
 
 
-_FACT_RECORD_IGNORED = {"kind", "id"}
+_FACT_RECORD_IGNORED = {"kind", "id", "times_seen"}
+
+
+def _times_seen(record: Mapping[str, Any], line: int) -> int:
+    """An exported line's `times_seen` (absent: 1), restored on import."""
+    value = record.get("times_seen", 1)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ImportFormatError(f"times_seen must be a positive integer, got {value!r}", line=line)
+    return value
 
 
 def parse_jsonl(
@@ -123,7 +133,8 @@ def parse_jsonl(
             body = {k: v for k, v in record.items() if k not in _FACT_RECORD_IGNORED}
             try:
                 if kind == "fact":
-                    facts.extend(validate_facts([body], now=now))
+                    seen = _times_seen(record, number)
+                    facts.extend(dataclasses.replace(fact, times_seen=seen) for fact in validate_facts([body]))
                 elif kind == "episode":
                     episodes.append(validate_episode(body, now=now))
                 else:
@@ -159,10 +170,10 @@ def import_records(
         # The locks of every fact of the import, taken before its first row (and bounded in number,
         # `store.reconcile.LOCK_BUCKETS`): taken per batch, a batch's could wait for a writer that
         # waits for the import's new entities, a cycle.
-        yield from lock_facts(info, scope, facts)
+        learned = yield from lock_facts(info, scope, facts)
     for start in range(0, len(facts), batch_size):
         batch = facts[start : start + batch_size]
-        _, added = yield from insert_fact_rows(info, scope, batch, None, standalone=False)
+        _, added = yield from insert_fact_rows(info, scope, batch, None, standalone=False, learned=learned)
         deltas.add(added)
         yield from progress(len(batch))
     yield from bump_counts(info, scope, deltas)  # once, at the end: see `CountDeltas`

@@ -117,7 +117,7 @@ def write_facts(
     *,
     standalone: bool,
     also_lock: Sequence[tuple[str, str, str]] = (),
-    guard: Callable[[], Operation[None]] | None = None,
+    guard: Callable[[datetime], Operation[None]] | None = None,
 ) -> Operation[list[int]]:
     """`insert_fact_rows` then `bump_counts`: one whole write of a batch."""
     ids, deltas = yield from insert_fact_rows(
@@ -135,11 +135,13 @@ def insert_fact_rows(
     *,
     standalone: bool,
     also_lock: Sequence[tuple[str, str, str]] = (),
-    guard: Callable[[], Operation[None]] | None = None,
+    guard: Callable[[datetime], Operation[None]] | None = None,
+    learned: datetime | None = None,
 ) -> Operation[tuple[list[int], CountDeltas]]:
     """One embedding call for the batch (the facts, unless their `vectors` are given, and the
     names of entities the scope does not have yet), then, under the locks of the batch's relations
-    (and `also_lock`'s; `guard` runs once they are held), the reconciliation with the facts they
+    (and `also_lock`'s; `guard` runs once they are held, given the time memory learns the write,
+    `store.reconcile.Locked`), the reconciliation with the facts they
     hold (`ops.reconciling`), the inserts of entities the scope lacks, facts and links, and the
     ends and merges it decided; returns each input's fact id and what the new facts add to the
     counts.
@@ -151,7 +153,7 @@ def insert_fact_rows(
     second, rare call), and a repeated fact counts in `times_seen`. An import's batches run in its
     open transaction, which holds their locks already: entities are read and locked after the
     reconciliation, the embedding runs inside that transaction, and repeats do not count (an import
-    restores, it does not observe)."""
+    restores, it does not observe), and `learned` is the time its locks were taken."""
     if not facts:
         return [], CountDeltas()
     base = {"dataset": scope.dataset, "project": scope.project}
@@ -165,10 +167,12 @@ def insert_fact_rows(
         new_names = [name for name in all_names if name not in known]
         embedded = (yield from embed_documents(texts + new_names)) if texts or new_names else []
         new_vectors = dict(zip(new_names, embedded[len(texts) :], strict=True))
-        yield from lock_facts(info, scope, facts, also_lock)
+        learned = yield from lock_facts(info, scope, facts, also_lock)
+    if learned is None:
+        raise ValueError("a batch of an import needs the time its locks were taken (learned)")
     if guard is not None:
-        yield from guard()
-    plan = yield from reconcile(info, scope, facts, count_repeats=standalone)
+        yield from guard(learned)
+    plan = yield from reconcile(info, scope, facts, learned=learned, count_repeats=standalone)
     rows = plan.inserts
     names, types, touches = _entity_rows(rows)
     entity_ids: dict[str, int] = {}
@@ -193,19 +197,23 @@ def insert_fact_rows(
     fact_ids: list[int] = []
     deltas = CountDeltas()
     if rows:
-        fact_ids, deltas = yield from _insert_new(info, scope, rows, plan.seen, fact_vectors, entity_ids, new_vectors)
+        fact_ids, deltas = yield from _insert_new(
+            info, scope, rows, plan.seen, fact_vectors, entity_ids, new_vectors, learned
+        )
         deltas.types = dict(zip(names, types, strict=True))
         deltas.touches = Counter(dict(zip(names, touches, strict=True)))
-    yield from apply_plan(info, scope, plan, fact_ids)
+    yield from apply_plan(info, scope, plan, fact_ids, learned)
     return [fact_ids[ref] if kind == "new" else ref for kind, ref in plan.resolved], deltas
 
 
 def lock_facts(
     info: StoreInfo, scope: Scope, facts: Sequence[ValidFact], also: Sequence[tuple[str, str, str]] = ()
-) -> Operation[None]:
+) -> Operation[datetime]:
     """The advisory locks of `facts` (`store.reconcile.lock_relations`) and of the stored facts
-    `also` (subject, predicate, object: their value and relation both)."""
-    yield from execute(
+    `also` (subject, predicate, object: their value and relation both); returns the time memory
+    learns what the write holds (`store.reconcile.Locked`)."""
+    (locked,) = yield from execute_as(
+        sql_reconcile.Locked,
         sql_reconcile.lock_relations(info.schema),
         {
             "dataset": scope.dataset,
@@ -217,9 +225,12 @@ def lock_facts(
             "singles": [f.single_valued for f in facts] + [True for _ in also],
         },
     )
+    return locked.learned_at
 
 
-def reconcile(info: StoreInfo, scope: Scope, facts: Sequence[ValidFact], *, count_repeats: bool) -> Operation[Plan]:
+def reconcile(
+    info: StoreInfo, scope: Scope, facts: Sequence[ValidFact], *, learned: datetime, count_repeats: bool
+) -> Operation[Plan]:
     """The `Plan` of `facts` against the facts their relations hold (their locks are held)."""
     met = yield from execute_as(
         sql_reconcile.Met,
@@ -235,11 +246,14 @@ def reconcile(info: StoreInfo, scope: Scope, facts: Sequence[ValidFact], *, coun
             "singles": [f.single_valued for f in facts],
         },
     )
-    return plan_batch(facts, met, count_repeats=count_repeats)
+    return plan_batch(facts, met, learned=learned, count_repeats=count_repeats)
 
 
-def apply_plan(info: StoreInfo, scope: Scope, plan: Plan, fact_ids: Sequence[int]) -> Operation[None]:
-    """The ends and merges of `plan` on stored facts, once its new facts have `fact_ids`."""
+def apply_plan(
+    info: StoreInfo, scope: Scope, plan: Plan, fact_ids: Sequence[int], learned: datetime
+) -> Operation[None]:
+    """The ends and merges of `plan` on stored facts, once its new facts have `fact_ids`; memory
+    learns at `learned` that the stored facts it ends have ended (`expired_at`)."""
     base = {"dataset": scope.dataset, "project": scope.project}
 
     def fact_id(ref: tuple[str, int]) -> int:
@@ -253,6 +267,7 @@ def apply_plan(info: StoreInfo, scope: Scope, plan: Plan, fact_ids: Sequence[int
                 "ids": [fact_id(target) for target, _, _ in plan.ends],
                 "ats": [at for _, at, _ in plan.ends],
                 "bys": [None if by is None else fact_id(by) for _, _, by in plan.ends],
+                "expireds": [learned if target[0] == "old" else None for target, _, _ in plan.ends],
             },
         )
     if plan.merges:
@@ -279,8 +294,10 @@ def _insert_new(
     fact_vectors: Sequence[Vector],
     entity_ids: dict[str, int],
     new_vectors: dict[str, Vector],
+    learned: datetime,
 ) -> Operation[tuple[list[int], CountDeltas]]:
-    """Insert the entities `facts` need that `entity_ids` lacks, then the facts and their links."""
+    """Insert the entities `facts` need that `entity_ids` lacks, then the facts (learned at
+    `learned`) and their links."""
     base = {"dataset": scope.dataset, "project": scope.project}
     names, types, _ = _entity_rows(facts)
     type_of = dict(zip(names, types, strict=True))
@@ -319,6 +336,7 @@ def _insert_new(
             "quotes": [f.source_quote for f in facts],
             "seen": list(seen),
             "embeddings": list(fact_vectors),
+            "learned_at": learned,
         },
     )
     fact_ids = sorted(int(row.id) for row in inserted)
@@ -348,13 +366,12 @@ def add_facts(
     scope: Scope,
     facts: Sequence[FactInput | Mapping[str, Any]],
     *,
-    now: datetime,
     vectors: Sequence[Sequence[float]] | np.ndarray[Any, Any] | None = None,
 ) -> Operation[list[int]]:
     """Validate the whole batch (and `vectors`, one per fact, which replace embedding the facts'
     texts), then write it in one transaction, reconciled with the facts the scope holds
     (`ops.reconciling`). Returns ids in input order: a fact equal to a live one gets its id."""
-    valid = validate_facts(facts, now=now)
+    valid = validate_facts(facts)
     given = None
     if vectors is not None:
         try:

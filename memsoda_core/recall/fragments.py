@@ -12,13 +12,21 @@ from memsoda_core.store.tenant_index import scope_predicate, table_alias, tenant
 from memsoda_core.validation import Scope
 
 
-def where(alias: str, *, live: bool = True, named: Scope | None = None) -> sql.Composed:
+def where(alias: str, *, live: bool = True, named: Scope | None = None, known: bool = False) -> sql.Composed:
     """Tenant predicate on `alias` (the scope's names as literals when `named`, else bound); with
-    `live`, also valid at %(at)s and above the confidence floor."""
+    `live`, also valid at %(at)s and above the confidence floor. With `known`, live as memory
+    knew it at %(known_at)s (transaction time): learned by then (`created_at`), and an end it
+    recorded after then (`expired_at`) does not count. Without it the text is the plain valid-time
+    test, so the default recall statements stay as short as they were (`statements.PARSE_CACHE_BYTES`)."""
     a = table_alias(alias)
     scope = tenant_predicate(alias) if named is None else scope_predicate(named, alias)
     if not live:
         return scope
+    if known:
+        return sql.SQL(
+            "{scope} AND {a}.valid_at <= %(at)s AND {a}.created_at <= %(known_at)s AND ({a}.invalid_at IS NULL"
+            " OR {a}.invalid_at > %(at)s OR {a}.expired_at > %(known_at)s) AND {a}.confidence >= %(min_confidence)s"
+        ).format(scope=scope, a=a)
     return sql.SQL(
         "{scope} AND {a}.valid_at <= %(at)s AND ({a}.invalid_at IS NULL OR {a}.invalid_at > %(at)s)"
         " AND {a}.confidence >= %(min_confidence)s"
@@ -26,19 +34,23 @@ def where(alias: str, *, live: bool = True, named: Scope | None = None) -> sql.C
 
 
 _PREDICATES: dict[str, sql.Composable] = {
-    "where_f": where("f"),
     **{"scope_" + alias: where(alias, live=False) for alias in ("sc", "e", "fe", "b", "f", "a", "l")},
 }
+_WHERE_F = {False: where("f"), True: where("f", known=True)}
 
 
-def fragment(template: str, schema: str, *, indexed: Scope | None = None, **parts: sql.Composable) -> sql.Composed:
-    """`template` with {s} the schema, {where_f} the full predicate on facts `f`, {scope_x} the
-    tenant predicate on alias x, and `parts`. {index_where_f} and {index_scope_e} are the
-    predicates a scope's partial indexes must match: the scope's names as literals when
-    `indexed` is given (see `statements.recall_statements`), else the bound ones."""
+def fragment(
+    template: str, schema: str, *, indexed: Scope | None = None, known: bool = False, **parts: sql.Composable
+) -> sql.Composed:
+    """`template` with {s} the schema, {where_f} the full predicate on facts `f` (`known`: as
+    memory knew it at %(known_at)s, see `where`), {scope_x} the tenant predicate on alias x, and
+    `parts`. {index_where_f} and {index_scope_e} are the predicates a scope's partial indexes must
+    match: the scope's names as literals when `indexed` is given (see
+    `statements.recall_statements`), else the bound ones."""
     predicates = {
         **_PREDICATES,
-        "index_where_f": where("f", named=indexed),
+        "where_f": _WHERE_F[known],
+        "index_where_f": where("f", named=indexed, known=known),
         "index_scope_e": where("e", live=False, named=indexed),
     }
     used = {key: value for key, value in predicates.items() if "{" + key + "}" in template}

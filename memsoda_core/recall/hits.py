@@ -29,9 +29,10 @@ class HitRow(NamedTuple):
     fact_id: int
     rank: int
     """1-based, in the signal's own list."""
-    valid_at_us: int
-    """valid_at in microseconds since the epoch: fusion's recency tie-break (an integer decodes
-    faster than a timestamp and compares the same)."""
+    valid_at_us: float
+    """valid_at in microseconds since the epoch: fusion's recency tie-break (a number decodes
+    faster than a timestamp and compares the same; exact below 2**53 us, year 2255; an unknown
+    start is -inf, the least recent)."""
     hop: Annotated[int | None, "int"] = None
     via: Annotated[str | None, "text"] = None
     via_named: Annotated[bool | None, "boolean"] = None

@@ -59,11 +59,15 @@ def recall(
     as_of: datetime | None,
     now: datetime,
     scope_sizes: ScopeSizes,
+    known_at: datetime | None = None,
 ) -> Operation[RecallResult]:
     """The signals in two statements run at once, RRF, the kept facts read, grouping and
     rendering; see `recall.result`. Statements whose plan fits every scope they serve are prepared
     (the kept facts' read; the signals of a scope under the tenant-index threshold): see
-    `recall.planning`, which also remembers the scope's size between recalls."""
+    `recall.planning`, which also remembers the scope's size between recalls.
+
+    `known_at` (transaction time): what memory knew then, as it knew it (statements of their own,
+    `RecallPlan.known`); the default statements are untouched by it."""
     timings: dict[str, float] = {}
     started = time.perf_counter()
     embedding: Sequence[float] | np.ndarray[Any, Any] | None = None
@@ -84,6 +88,7 @@ def recall(
         at=at,
         options=options,
         text_search_config=info.text_search_config,
+        known_at=known_at,
     )
     mark = time.perf_counter()
     scope_facts = scope_sizes.get(scope)
@@ -93,7 +98,8 @@ def recall(
     indexed, planning = recall_statement_choice(
         scope, scope_facts, info.tenant_index_min_facts, distributed=info.distributed
     )
-    statements = recall_statements(info.schema, plan_for(query, embedding is not None, options), indexed)
+    plan = plan_for(query, embedding is not None, options, known=known_at is not None)
+    statements = recall_statements(info.schema, plan, indexed)
     results = yield from concurrently([Execute(statement, params, planning, hit_rows) for statement in statements])
     timings["query"] = _ms(mark)
     mark = time.perf_counter()
@@ -103,7 +109,7 @@ def recall(
     fact_ids = BigintArray(k.fact_id for k in kept)
     kept_read = Planning.FRESH if info.distributed else Planning.CACHED
     fact_rows = yield from execute(facts_statement(info.schema), {**params, "fact_ids": fact_ids}, kept_read)
-    scored = scored_facts(kept, fact_rows)
+    scored = scored_facts(kept, fact_rows, known_at)
     timings["facts"] = _ms(mark)
     episodes = []
     if "episodes" in include:

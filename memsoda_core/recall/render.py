@@ -12,7 +12,9 @@ Format::
     # ENTITIES
     - honda civic (PRODUCT)
 
-Every stored string is collapsed to one line, so no fact can open a new line or section.
+A fact with no known start shows `unknown` as its start (`(valid: unknown – present)`): true
+for as long as memory knows. Every stored string is collapsed to one line, so no fact can open a
+new line or section.
 """
 
 from __future__ import annotations
@@ -47,10 +49,19 @@ def _day(value: datetime | None) -> str:
     return "present" if value is None else value.strftime("%Y-%m-%d")
 
 
+UNKNOWN_START = "unknown"
+"""How a fact with no known start shows its start."""
+
+
+def start_day(value: datetime | None) -> str:
+    """A fact's start as rendered: its day, or `UNKNOWN_START`."""
+    return UNKNOWN_START if value is None else value.strftime("%Y-%m-%d")
+
+
 def fact_line(scored: ScoredFact) -> str:
     fact = scored.fact
     text = collapse_line(f"{fact.subject} {fact.predicate} {fact.object}")
-    return f"- {text}  (valid: {_day(fact.valid_at)} – {_day(fact.invalid_at)})"
+    return f"- {text}  (valid: {start_day(fact.valid_at)} – {_day(fact.invalid_at)})"
 
 
 def episode_line(episode: Episode) -> str:

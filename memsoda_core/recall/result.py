@@ -20,14 +20,14 @@ from memsoda_core.text import normalize_query
 from memsoda_core.validation import Scope
 
 
-def plan_for(query: str | None, has_embedding: bool, options: RecallOptions) -> RecallPlan:
+def plan_for(query: str | None, has_embedding: bool, options: RecallOptions, *, known: bool = False) -> RecallPlan:
     """What a recall searches with; the registry decides from it which signals run (recency alone
     with neither a query nor a vector; keyword + named anchors + recency without an embedding, when
     degraded; vector + near anchors for a bare `query_embedding`; otherwise vector, anchor and
-    keyword)."""
+    keyword). `known`: the recall reads as memory knew it at a transaction time (`known_at`)."""
     if query is None and not has_embedding:
-        return RecallPlan(query=False, embedding=False)  # hops do not matter: one plan, one statement
-    return RecallPlan(query=query is not None, embedding=has_embedding, hops=options.anchor_hops)
+        return RecallPlan(query=False, embedding=False, known=known)  # hops do not matter: one statement
+    return RecallPlan(query=query is not None, embedding=has_embedding, hops=options.anchor_hops, known=known)
 
 
 def statement_params(
@@ -39,6 +39,7 @@ def statement_params(
     options: RecallOptions,
     text_search_config: str,
     registry: Sequence[SignalSpec] = REGISTRY,
+    known_at: datetime | None = None,
 ) -> dict[str, Any]:
     """Every bound value of the recall statements (those of every signal, whichever run), and of
     the episodes' read."""
@@ -55,6 +56,8 @@ def statement_params(
         "min_confidence": options.min_confidence,
         "episodes_k": options.episodes_k,
     }
+    if known_at is not None:  # only the statements of a `RecallPlan.known` take it
+        params["known_at"] = known_at
     for shared in dict.fromkeys(required for spec in registry for required in spec.requires):
         params.update(shared.params(inputs))
     for spec in registry:
@@ -116,10 +119,15 @@ def fuse_hits(rows: Iterable[HitRow], options: RecallOptions, registry: Sequence
     ]
 
 
-def scored_facts(kept: Sequence[Kept], fact_rows: Iterable[Sequence[Any]]) -> list[ScoredFact]:
-    """Attach the facts' columns to what fusion kept, in fusion's order. A fact deleted between
-    the two reads (a concurrent `forget`) is left out."""
+def scored_facts(
+    kept: Sequence[Kept], fact_rows: Iterable[Sequence[Any]], known_at: datetime | None = None
+) -> list[ScoredFact]:
+    """Attach the facts' columns to what fusion kept, in fusion's order; with `known_at`, each
+    fact as memory knew it then (`Fact.as_known_at`). A fact deleted between the two reads (a
+    concurrent `forget`) is left out."""
     facts = {fact.id: fact for fact in map(decode_fact, fact_rows)}
+    if known_at is not None:
+        facts = {fact_id: fact.as_known_at(known_at) for fact_id, fact in facts.items()}
     return [
         ScoredFact(fact=facts[entry.fact_id], score=entry.score, hits=entry.hits)
         for entry in kept

@@ -21,9 +21,9 @@ from memsoda_core.recall.signals import REGISTRY, RecallPlan, SignalSpec, by_nam
 from memsoda_core.store.fact_columns import fact_columns
 from memsoda_core.validation import Scope
 
-_COMMON = (
-    "{signal} AS signal, fact_id, rank, (extract(epoch FROM valid_at) * 1e6)::int8 AS valid_at_us",
-    "{signal}, fact_id, rank, (extract(epoch FROM valid_at) * 1e6)::int8",
+_COMMON = (  # float8: an unknown start (-infinity) is -inf, where an int8 cast would fail
+    "{signal} AS signal, fact_id, rank, (extract(epoch FROM valid_at)*1e6)::float8 AS valid_at_us",
+    "{signal}, fact_id, rank, (extract(epoch FROM valid_at)*1e6)::float8",
 )
 
 

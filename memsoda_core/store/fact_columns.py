@@ -11,6 +11,10 @@ from psycopg import sql
 
 from memsoda_core.models import Fact
 
+UNKNOWN_START = "'-infinity'::timestamptz"
+"""How a fact with no known start is stored: every liveness test (`valid_at <= at`) and index
+works unchanged, and every read maps it back to None (`NULLIF`; psycopg cannot load an infinity)."""
+
 
 def _as_is(value: Any) -> Any:
     return value
@@ -53,13 +57,14 @@ FACT_COLUMNS: tuple[FactColumn, ...] = (
     FactColumn("anchor", "a.name"),
     FactColumn("anchor_type", "a.type"),
     FactColumn("mentions", _MENTIONS, _names),
-    FactColumn("valid_at", "f.valid_at"),
+    FactColumn("valid_at", "NULLIF(f.valid_at, " + UNKNOWN_START + ")"),
     FactColumn("invalid_at", "f.invalid_at"),
     FactColumn("confidence", "f.confidence", _confidence),
     FactColumn("source_quote", "f.source_quote"),
     FactColumn("created_at", "f.created_at"),
     FactColumn("superseded_by", "f.superseded_by"),
     FactColumn("times_seen", "f.times_seen", int),
+    FactColumn("expired_at", "f.expired_at"),
 )
 """Every field of `Fact`, in the order of the select list (a test holds it to `Fact`)."""
 

@@ -42,7 +42,8 @@ def list_facts(schema: str) -> sql.Composed:
     """Up to %(limit)s facts of the scope with ids above %(after)s, in id order (keyset pages: the
     primary key serves every page alike), filtered by %(subject)s, %(predicate)s (case folded),
     %(entity)s (touching it in any role) and %(status)s at %(as_of)s: "live" (valid then), "ended"
-    (ended by then), "all"."""
+    (ended by then), "all". With %(known_at)s (transaction time), as memory knew it then: only
+    facts learned by then (`created_at`), and an end it recorded later (`expired_at`) is not one."""
     return tenant_statement(
         """SELECT {cols} {from_}
            WHERE {tenant_f} AND f.id > %(after)s
@@ -53,9 +54,12 @@ def list_facts(schema: str) -> sql.Composed:
                     JOIN {s}.entities e ON e.dataset = fe.dataset AND e.project = fe.project AND e.id = fe.entity_id
                     WHERE fe.dataset = f.dataset AND fe.project = f.project AND fe.fact_id = f.id
                       AND e.name = %(entity)s))
+             AND (%(known_at)s::timestamptz IS NULL OR f.created_at <= %(known_at)s)
              AND CASE %(status)s::text
-                   WHEN 'live' THEN f.valid_at <= %(as_of)s AND (f.invalid_at IS NULL OR f.invalid_at > %(as_of)s)
+                   WHEN 'live' THEN f.valid_at <= %(as_of)s AND (f.invalid_at IS NULL OR f.invalid_at > %(as_of)s
+                                                                  OR f.expired_at > %(known_at)s)
                    WHEN 'ended' THEN f.invalid_at IS NOT NULL AND f.invalid_at <= %(as_of)s
+                                     AND NOT coalesce(f.expired_at > %(known_at)s, false)
                    ELSE true END
            ORDER BY f.id
            LIMIT %(limit)s""",

@@ -20,3 +20,7 @@ class StoreInfo:
     distributed: bool = False
     """The facts table is distributed by Citus (`memsoda distribute`): recall's statements are then
     planned at every run, as Citus cannot plan their generic (parameterized) forms."""
+    legacy_starts_through: int | None = None
+    """The highest fact id written before schema v6, when a fact written without `valid_at` got
+    the time of its write as its start: such starts cannot be told from given ones (`store.schema._v6`).
+    None: every fact was written by v6 or later."""

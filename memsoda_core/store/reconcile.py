@@ -11,6 +11,7 @@ from datetime import datetime
 
 from psycopg import sql
 
+from memsoda_core.store.fact_columns import UNKNOWN_START
 from memsoda_core.store.statements import tenant_statement
 
 LOCK_BUCKETS = 512
@@ -25,9 +26,13 @@ def lock_relations(schema: str) -> sql.Composed:
     and for a single-valued relation (%(singles)s, or the scope's registry) the relation (subject,
     predicate) as well. Every write holds them from before it reads the facts it may meet to its
     commit, so two writers of one value or of one single-valued relation take turns (no duplicate,
-    exactly one live value), and taking them first and in one order means no wait cycle."""
+    exactly one live value), and taking them first and in one order means no wait cycle.
+
+    Returns a `Locked`: `learned_at` is read once every lock is held, so the writes of one value or
+    relation are learned in the order they take turns (transaction time; see `Locked`)."""
     return tenant_statement(
-        """SELECT count(pg_advisory_xact_lock(k.scope_key, k.bucket)::text) AS locks
+        """SELECT count(pg_advisory_xact_lock(k.scope_key, k.bucket)::text) AS locks,
+                  clock_timestamp() AS learned_at
            FROM (SELECT DISTINCT
                         hashtext(concat_ws(chr(31), %(schema)s::text, %(dataset)s::text, %(project)s::text))
                           AS scope_key,
@@ -47,6 +52,31 @@ def lock_relations(schema: str) -> sql.Composed:
 
 
 @dataclass(frozen=True)
+class Locked:
+    """The row of `lock_relations` and `lock_scope`."""
+
+    locks: int
+    learned_at: datetime
+    """When memory learns what the write holds: its new facts' `created_at`, the `expired_at` of
+    the facts it ends, and the start of a new value that has none of its own. Read after the
+    locks (not the transaction's start), so a writer that waited for another learns later."""
+
+
+def lock_scope(schema: str) -> sql.Composed:
+    """Every lock `lock_relations` could take in the scope, in ascending order (`forget` of the
+    whole scope): every writer into it has committed before, and the next ones wait."""
+    return tenant_statement(
+        """SELECT count(pg_advisory_xact_lock(
+                      hashtext(concat_ws(chr(31), %(schema)s::text, %(dataset)s::text, %(project)s::text)),
+                      b)::text) AS locks,
+                  clock_timestamp() AS learned_at
+           FROM generate_series(0, {mask}) AS b""",
+        schema,
+        mask=sql.Literal(LOCK_BUCKETS - 1),
+    )
+
+
+@dataclass(frozen=True)
 class Met:
     """A row of `met_facts`: input fact `ord` (1-based), the groups of the batch it belongs to
     (`relation`: same subject and predicate; `value`: same object too), whether its relation holds
@@ -60,6 +90,7 @@ class Met:
     same: bool | None
     """The stored fact has the input's value."""
     valid_at: datetime | None
+    """The stored fact's start; None when it has none (or there is no stored fact)."""
     invalid_at: datetime | None
 
 
@@ -83,43 +114,51 @@ def met_facts(schema: str) -> sql.Composed:
                                            WHERE {tenant_r} AND r.predicate = lower(u.predicate)))
                         AS single_valued
                FROM u)
-           SELECT k.ord, k.relation, k.value, k.single_valued, m.id, m.same, m.valid_at, m.invalid_at
+           SELECT k.ord, k.relation, k.value, k.single_valued, m.id, m.same,
+                  NULLIF(m.valid_at, {unknown}) AS valid_at, m.invalid_at
            FROM k LEFT JOIN LATERAL (
                SELECT f.id, lower(f.object) = k.okey AS same, f.valid_at, f.invalid_at
                FROM {s}.facts f
                WHERE {tenant_f} AND f.subject = k.subject AND lower(f.predicate) = k.pkey
                  AND CASE WHEN k.invalid_at IS NULL
                           THEN f.invalid_at IS NULL AND (k.single_valued OR lower(f.object) = k.okey)
-                          ELSE f.valid_at = k.valid_at AND f.invalid_at = k.invalid_at
+                          ELSE f.valid_at = coalesce(k.valid_at, {unknown}) AND f.invalid_at = k.invalid_at
                                AND lower(f.object) = k.okey END) m ON true
            ORDER BY k.ord, m.id""",
         schema,
+        unknown=sql.SQL(UNKNOWN_START),
     )
 
 
 def end_facts(schema: str) -> sql.Composed:
-    """End facts %(ids)s at %(ats)s, superseded by %(bys)s (NULL: ended, not replaced)."""
+    """End facts %(ids)s at %(ats)s, superseded by %(bys)s (NULL: ended, not replaced), memory
+    learning it at %(expireds)s (NULL for a fact this write stores ended)."""
     return tenant_statement(
-        """UPDATE {s}.facts f SET invalid_at = u.at, superseded_by = u.by
-           FROM unnest(%(ids)b::bigint[], %(ats)b::timestamptz[], %(bys)b::bigint[]) AS u(id, at, by)
+        """UPDATE {s}.facts f SET invalid_at = u.at, superseded_by = u.by, expired_at = u.expired
+           FROM unnest(%(ids)b::bigint[], %(ats)b::timestamptz[], %(bys)b::bigint[],
+                       %(expireds)b::timestamptz[]) AS u(id, at, by, expired)
            WHERE {tenant_f} AND f.id = u.id""",
         schema,
     )
 
 
 def merge_facts(schema: str) -> sql.Composed:
-    """Fold writes equal to stored facts %(ids)s into them: the higher confidence, the earlier start,
-    the stored quote (else the new one), and %(repeats)s more times seen."""
+    """Fold writes equal to stored facts %(ids)s into them: the higher confidence, the earlier start
+    (none, NULL, is earliest), the stored quote (else the new one), and %(repeats)s more times
+    seen. The start of a fact that another ended (`superseded_by` it) is the moment that one ended,
+    and is kept: moved earlier, both would be live between."""
     return tenant_statement(
         """UPDATE {s}.facts f
            SET confidence = greatest(f.confidence, u.confidence),
-               valid_at = least(f.valid_at, u.valid_at),
+               valid_at = CASE WHEN EXISTS (SELECT 1 FROM {s}.facts p WHERE {tenant_p} AND p.superseded_by = f.id)
+                               THEN f.valid_at ELSE least(f.valid_at, coalesce(u.valid_at, {unknown})) END,
                source_quote = coalesce(f.source_quote, u.quote),
                times_seen = f.times_seen + u.repeats
            FROM unnest(%(ids)b::bigint[], %(confidences)b::real[], %(valid_ats)b::timestamptz[],
                        %(quotes)b::text[], %(repeats)b::int[]) AS u(id, confidence, valid_at, quote, repeats)
            WHERE {tenant_f} AND f.id = u.id""",
         schema,
+        unknown=sql.SQL(UNKNOWN_START),
     )
 
 
@@ -131,7 +170,8 @@ class FactState:
     subject: str
     predicate: str
     object: str
-    valid_at: datetime
+    valid_at: datetime | None
+    """None: no known start."""
     invalid_at: datetime | None
     superseded_by: int | None
 
@@ -139,10 +179,12 @@ class FactState:
 def fact_state(schema: str, *, lock: bool = False) -> sql.Composed:
     """The `FactState` of fact %(id)s; with `lock`, locked FOR UPDATE (under its relation's lock)."""
     return tenant_statement(
-        """SELECT id, subject, predicate, object, valid_at, invalid_at, superseded_by FROM {s}.facts
+        """SELECT id, subject, predicate, object, NULLIF(valid_at, {unknown}) AS valid_at, invalid_at,
+                  superseded_by FROM {s}.facts
            WHERE {tenant} AND id = %(id)s{lock}""",
         schema,
         lock=sql.SQL(" FOR UPDATE" if lock else ""),
+        unknown=sql.SQL(UNKNOWN_START),
     )
 
 

@@ -15,7 +15,7 @@ from psycopg import sql
 
 from memsoda_core.store.lexemes import recount_lexemes
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 KEYWORD_SEPARATORS = string.punctuation
 """ASCII punctuation is blanked before full-text indexing, as the query side splits terms on it
@@ -212,7 +212,42 @@ def _v5(shape: StoreShape) -> list[sql.Composed]:
     ]
 
 
-MIGRATIONS: dict[int, Migration] = {1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5}
+LEGACY_STARTS_KEY = "legacy_starts_through_id"
+"""Meta key: the highest fact id written before schema v6 (see `_v6`)."""
+
+
+def _v6(shape: StoreShape) -> list[sql.Composed]:
+    """Time (bitemporal): `expired_at`, when memory learned that a fact ended (transaction time,
+    beside `created_at`); a fact's start may be unknown (`store.fact_columns.UNKNOWN_START`).
+
+    Existing starts are kept as they are: before v6 a fact written without `valid_at` got the
+    client's clock at the call as its start, a moment before the transaction's `created_at`, so
+    no test on the stored values tells a defaulted start from a given one (a start given as "now"
+    looks the same), and a start another fact superseded into is a supersede point in any case.
+    What cannot be told apart is recorded instead: meta `LEGACY_STARTS_KEY` holds the highest fact
+    id written before v6 (`StoreInfo.legacy_starts_through`, `memsoda stats`); a fact at or below
+    it may carry the time of its write as its start. Facts superseded before v6 get the
+    supersede's time (their successor's `created_at`, written in the same transaction) as
+    `expired_at`; facts ended by `invalidate` before v6 keep NULL, as if written ended (when
+    their end was recorded is not stored). No table rewrite: the column has no default."""
+    s = sql.Identifier(shape.schema)
+    key = sql.Literal(LEGACY_STARTS_KEY)
+    return [
+        sql.SQL("ALTER TABLE {s}.facts ADD COLUMN expired_at timestamptz").format(s=s),
+        sql.SQL(
+            """UPDATE {s}.facts o SET expired_at = greatest(n.created_at, o.created_at)
+               FROM {s}.facts n
+               WHERE n.dataset = o.dataset AND n.project = o.project AND n.id = o.superseded_by"""
+        ).format(s=s),
+        sql.SQL(
+            """INSERT INTO {s}.meta (key, value)
+               SELECT {key}, max(id)::text FROM {s}.facts HAVING max(id) IS NOT NULL
+               ON CONFLICT (key) DO NOTHING"""
+        ).format(s=s, key=key),
+    ]
+
+
+MIGRATIONS: dict[int, Migration] = {1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6}
 """Version -> DDL. Append only; never edit a released migration."""
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from psycopg import sql
 
 from memsoda_core.models import Fact
-from memsoda_core.store.fact_columns import fact_columns, fact_from
+from memsoda_core.store.fact_columns import UNKNOWN_START, fact_columns, fact_from
 from memsoda_core.store.lexemes import fact_lexemes
 from memsoda_core.store.tenant_index import tenant_predicate
 
@@ -103,15 +103,16 @@ class InsertedFact:
 
 
 def insert_facts(schema: str) -> sql.Composed:
-    """Insert a batch of facts in the given order, so their ids ascend in that order; returns an
+    """Insert a batch of facts in the given order, so their ids ascend in that order, learned at
+    %(learned_at)s (`created_at`; a NULL start is stored as `UNKNOWN_START`); returns an
     `InsertedFact` of each."""
     return tenant_statement(
         """INSERT INTO {s}.facts (dataset, project, subject, predicate, object, object_type,
                                  subject_id, object_id, anchor_id, valid_at, invalid_at,
-                                 confidence, source_quote, times_seen, embedding)
+                                 confidence, source_quote, times_seen, embedding, created_at)
            SELECT %(dataset)s, %(project)s, u.subject, u.predicate, u.object, u.object_type,
-                  u.subject_id, u.object_id, u.anchor_id, u.valid_at, u.invalid_at,
-                  u.confidence, u.source_quote, u.times_seen, u.embedding
+                  u.subject_id, u.object_id, u.anchor_id, coalesce(u.valid_at, {unknown}), u.invalid_at,
+                  u.confidence, u.source_quote, u.times_seen, u.embedding, %(learned_at)s
            FROM unnest(%(subjects)b::text[], %(predicates)b::text[], %(objects)b::text[],
                        %(object_types)b::text[], %(subject_ids)b::bigint[], %(object_ids)b::bigint[],
                        %(anchor_ids)b::bigint[], %(valid_ats)b::timestamptz[],
@@ -124,6 +125,7 @@ def insert_facts(schema: str) -> sql.Composed:
            RETURNING id, {lexemes} AS lexemes""",
         schema,
         lexemes=fact_lexemes(),
+        unknown=sql.SQL(UNKNOWN_START),
     )
 
 
@@ -182,37 +184,6 @@ def analyze(schema: str) -> list[sql.Composed]:
     ]
 
 
-# --- validity --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Interval:
-    """A row of `fact_interval`."""
-
-    valid_at: datetime
-    invalid_at: datetime | None
-
-
-def fact_interval(schema: str) -> sql.Composed:
-    """The `Interval` of fact %(id)s."""
-    return tenant_statement("SELECT valid_at, invalid_at FROM {s}.facts WHERE {tenant} AND id = %(id)s", schema)
-
-
-def invalidate_fact(schema: str) -> sql.Composed:
-    """Close a fact's validity at `at`. Returns its id, if it was open then."""
-    return tenant_statement(
-        """WITH old AS (
-               SELECT id, valid_at, invalid_at FROM {s}.facts
-               WHERE {tenant} AND id = %(id)s FOR UPDATE)
-           UPDATE {s}.facts f SET invalid_at = %(at)s
-           FROM old
-           WHERE {tenant_f} AND f.id = old.id
-             AND old.valid_at < %(at)s AND (old.invalid_at IS NULL OR old.invalid_at > %(at)s)
-           RETURNING f.id""",
-        schema,
-    )
-
-
 # --- episodes --------------------------------------------------------------------------------------
 
 
@@ -229,6 +200,28 @@ def insert_episodes(schema: str) -> sql.Composed:
 
 
 # --- forget ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FactKey:
+    """A row of `entity_fact_keys`."""
+
+    subject: str
+    predicate: str
+    object: str
+
+
+def entity_fact_keys(schema: str) -> sql.Composed:
+    """The distinct (subject, predicate, object) of the facts touching entity %(name)s: the
+    reconciliation locks `forget_entity` takes first."""
+    return tenant_statement(
+        """SELECT DISTINCT f.subject, f.predicate, f.object
+           FROM {s}.entities e
+           JOIN {s}.fact_entities fe ON {tenant_fe} AND fe.entity_id = e.id
+           JOIN {s}.facts f ON {tenant_f} AND f.id = fe.fact_id
+           WHERE {tenant_e} AND e.name = %(name)s""",
+        schema,
+    )
 
 
 def forget_entity(schema: str) -> sql.Composed:

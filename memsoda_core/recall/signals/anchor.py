@@ -113,11 +113,12 @@ def anchor_ctes(schema: str, plan: RecallPlan) -> sql.Composed:
     )
     two_hops = plan.hops >= 2
     real = sql.SQL(real_name("b.name"))
-    hop2 = fragment(_HOP2, schema, distance=distance, real=real) if two_hops else sql.SQL("")
+    hop2 = fragment(_HOP2, schema, known=plan.known, distance=distance, real=real) if two_hops else sql.SQL("")
     hop2_union = sql.SQL("UNION ALL SELECT 2, * FROM hop2" if two_hops else "")
     return fragment(
         _ANCHOR,
         schema,
+        known=plan.known,
         distance=distance,
         near_union=near_union,
         hop2=hop2,

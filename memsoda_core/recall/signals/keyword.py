@@ -16,7 +16,7 @@ from memsoda_core.text import normalized_terms
 from memsoda_core.validation import Scope
 
 
-def keyword_ctes(schema: str, indexed: Scope | None = None) -> sql.Composed:
+def keyword_ctes(schema: str, indexed: Scope | None = None, *, known: bool = False) -> sql.Composed:
     """Full-text search for the query's lexemes (its terms stemmed by the store's config), minus the
     terms of any hub named in the query (a match on nothing but a hub's name is noise) and the terms
     too common in the scope (`RecallOptions.common_term_share`). Of the n lexemes left, a fact must
@@ -68,11 +68,12 @@ def keyword_ctes(schema: str, indexed: Scope | None = None) -> sql.Composed:
         LIMIT %(keyword_candidates)s)""",
         schema,
         indexed=indexed,
+        known=known,
     )
 
 
 def _ctes(schema: str, plan: RecallPlan, indexed: Scope | None) -> Sequence[sql.Composable]:
-    return (keyword_ctes(schema, indexed),)
+    return (keyword_ctes(schema, indexed, known=plan.known),)
 
 
 def _params(inputs: SignalInputs) -> Mapping[str, Any]:

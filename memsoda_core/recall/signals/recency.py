@@ -13,7 +13,7 @@ from memsoda_core.recall.signals.spec import RecallPlan, SignalInputs, SignalSpe
 from memsoda_core.validation import Scope
 
 
-def recent_cte(schema: str) -> sql.Composed:
+def recent_cte(schema: str, *, known: bool = False) -> sql.Composed:
     """The most recent live facts: the no-query list, and the fallback when embedding failed."""
     return fragment(
         """
@@ -24,11 +24,12 @@ def recent_cte(schema: str) -> sql.Composed:
         ORDER BY f.valid_at DESC, f.id DESC
         LIMIT %(recent_limit)s)""",
         schema,
+        known=known,
     )
 
 
 def _ctes(schema: str, plan: RecallPlan, indexed: Scope | None) -> Sequence[sql.Composable]:
-    return (recent_cte(schema),)
+    return (recent_cte(schema, known=plan.known),)
 
 
 def _params(inputs: SignalInputs) -> Mapping[str, Any]:

@@ -23,6 +23,9 @@ class RecallPlan:
     embedding: bool
     """There is a query embedding."""
     hops: int = 2
+    known: bool = False
+    """A transaction time is given (`recall(known_at=...)`): every fragment's liveness test is the
+    bitemporal one (`fragments.where`)."""
 
 
 @dataclass(frozen=True, kw_only=True)

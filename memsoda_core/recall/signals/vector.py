@@ -13,7 +13,7 @@ from memsoda_core.recall.signals.spec import RecallPlan, SignalInputs, SignalSpe
 from memsoda_core.validation import Scope
 
 
-def vector_cte(schema: str, indexed: Scope | None = None) -> sql.Composed:
+def vector_cte(schema: str, indexed: Scope | None = None, *, known: bool = False) -> sql.Composed:
     """Cosine kNN over fact embeddings. The inner ORDER BY can use HNSW (with iterative scans the
     order is relaxed); the outer row_number re-sorts exactly and breaks ties by id."""
     return fragment(
@@ -28,11 +28,12 @@ def vector_cte(schema: str, indexed: Scope | None = None) -> sql.Composed:
               LIMIT %(vector_candidates)s) v)""",
         schema,
         indexed=indexed,
+        known=known,
     )
 
 
 def _ctes(schema: str, plan: RecallPlan, indexed: Scope | None) -> Sequence[sql.Composable]:
-    return (vector_cte(schema, indexed),)
+    return (vector_cte(schema, indexed, known=plan.known),)
 
 
 def _params(inputs: SignalInputs) -> Mapping[str, Any]:
