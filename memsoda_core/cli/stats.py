@@ -24,6 +24,16 @@ def stats(
     """Facts, live facts, entities and episodes per dataset/project."""
     with open_memory(settings_of(ctx), embeds=False) as memory:
         rows = memory.stats(dataset=dataset, project=project)
+        legacy = memory.info.legacy_starts_through
+    if legacy is not None and not as_json:
+        out().print(
+            Text(
+                f"facts up to id {legacy} were written before schema v6: a start given to them and one "
+                "defaulted to the time of the write look the same (see README, Time)",
+                style="dim",
+            ),
+            soft_wrap=True,
+        )
     if as_json:
         print_json(rows)
         return
