@@ -9,6 +9,7 @@ Every query is embedded once; each variant is one statement per query (see `vari
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 from collections.abc import Sequence
@@ -220,7 +221,8 @@ def load_scope(memory: Memory, labelled: LabelledMemory, project: str, *, embedd
     with connect(memory.dsn) as conn:
         rows = conn.execute(
             sql.SQL(
-                "SELECT f.id, f.subject, f.predicate, f.object, f.valid_at, a.name FROM {s}.facts f "
+                "SELECT f.id, f.subject, f.predicate, f.object, NULLIF(f.valid_at, '-infinity'), a.name "
+                "FROM {s}.facts f "
                 "JOIN {s}.entities a ON a.dataset = f.dataset AND a.project = f.project AND a.id = f.anchor_id "
                 "WHERE f.dataset = %s AND f.project = %s ORDER BY f.id"
             ).format(s=schema),
@@ -239,7 +241,8 @@ def load_scope(memory: Memory, labelled: LabelledMemory, project: str, *, embedd
                         for v, row in zip(vectors, redo, strict=True)
                     ],
                 )
-    return LoadedScope(scope=scope, keys=keys, recency={int(r[0]): r[4].timestamp() for r in rows})
+    recency = {int(r[0]): r[4].timestamp() if r[4] else -math.inf for r in rows}  # no start: least recent
+    return LoadedScope(scope=scope, keys=keys, recency=recency)
 
 
 def _ranked(row: Row, lists: dict[str, list[int]], options: RecallOptions, loaded: LoadedScope) -> list[str]:

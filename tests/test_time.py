@@ -116,6 +116,52 @@ async def test_supersede_without_a_start_starts_when_memory_learns_it(memory: Ei
 # --- transaction time ----------------------------------------------------------------------------
 
 
+def _wait_for_an_advisory_lock(pg_dsn: str) -> bool:
+    """Until some backend waits for an advisory lock (at most a minute)."""
+    with psycopg.connect(pg_dsn, autocommit=True) as watcher:
+        for _ in range(600):
+            row = watcher.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            ).fetchone()
+            if row and row[0]:
+                return True
+            watcher.execute("SELECT pg_sleep(0.1)")
+    return False
+
+
+def test_a_write_that_waited_for_a_relation_learns_after_the_one_it_waited_for(
+    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]
+) -> None:
+    """The transaction time is read once the locks are held, not at the transaction's start: a
+    writer that waited for another writer of the relation learns after that one committed."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with Memory.open(pg_dsn, embedder) as memory:
+        memory.set_single_valued(["bank is"], **scope)
+        (old,) = memory.add_facts([BANK], **scope)
+        with psycopg.connect(pg_dsn) as writer, ThreadPoolExecutor(1) as pool:
+            writer.execute(
+                sql_reconcile.lock_relations("memsoda"),
+                {
+                    **scope,
+                    "schema": "memsoda",
+                    "subjects": ["user"],
+                    "predicates": ["bank is"],
+                    "objects": ["x"],
+                    "singles": [False],
+                },
+            )
+            pending = pool.submit(memory.add_facts, [{**BANK, "object": "ing"}], **scope)
+            assert _wait_for_an_advisory_lock(pg_dsn) and not pending.done()
+            row = writer.execute("SELECT clock_timestamp()").fetchone()
+            assert row is not None
+            writer.commit()
+            (new,) = pending.result(timeout=60)
+        fact = memory.get_fact(new, **scope)
+        assert fact.valid_at == fact.created_at and fact.created_at > row[0]
+        assert memory.get_fact(old, **scope).invalid_at == fact.valid_at
+
+
 async def test_known_at_before_a_supersede_returns_the_old_value_and_after_it_the_new(
     memory: Either, scope: dict[str, str]
 ) -> None:
@@ -241,15 +287,7 @@ def test_a_forget_waits_for_a_writer_of_a_relation_it_deletes(
                 },
             )
             pending = pool.submit(memory.forget, entity="user", **scope)
-            with psycopg.connect(pg_dsn, autocommit=True) as watcher:
-                for _ in range(600):  # until forget's backend waits for an advisory lock (at most a minute)
-                    waiting = watcher.execute(
-                        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
-                    ).fetchone()
-                    if waiting and waiting[0]:
-                        break
-                    watcher.execute("SELECT pg_sleep(0.1)")
-                assert waiting and waiting[0] and not pending.done()
+            assert _wait_for_an_advisory_lock(pg_dsn) and not pending.done()
             writer.commit()
             assert pending.result(timeout=60) == 1
 
