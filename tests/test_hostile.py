@@ -594,7 +594,7 @@ async def test_deeply_nested_import_line_is_an_import_format_error(fast: Either,
 # --- the rendered block, fuzzed through the store -----------------------------------------------
 
 DATE = r"\d{4}-\d{2}-\d{2}"
-FACT_LINE = re.compile(rf"- .+  \(valid: {DATE} – (?:present|{DATE})\)")
+FACT_LINE = re.compile(rf"- .+  \(valid: (?:unknown|{DATE}) – (?:present|{DATE})\)")
 ENTITY_LINE = re.compile(r"- .+ \(.*\)")
 EPISODE_LINE = re.compile(rf"- .*  \(.+, {DATE}\)")
 BIDI = set("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")

@@ -40,6 +40,7 @@ def test_decode_fact_by_position_and_by_name_agree() -> None:
         "created_at": when,
         "superseded_by": None,
         "times_seen": 1,
+        "expired_at": None,
     }
     fact = decode_fact(tuple(stored[column.name] for column in FACT_COLUMNS))
     assert fact == fact_from({**stored, "subject_type": "PERSON"})  # other columns are ignored
