@@ -322,18 +322,19 @@ class AsyncMemory(MemoryBase):
         self,
         namespace_prefix: Sequence[str] = (),
         *,
+        project: str,
         dataset: str | None = None,
-        project: str | None = None,
         query: str | None = None,
         filter: Mapping[str, Any] | None = None,
         limit: int = 10,
         offset: int = 0,
     ) -> list[StoredItem]:
         """Items under `namespace_prefix` matching `filter` (LangGraph's: equality, `$eq`, `$ne`,
-        `$gt`, `$gte`, `$lt`, `$lte`), in the scope, or in every scope when both names are None.
+        `$gt`, `$gte`, `$lt`, `$lte`), in the scope, or in every dataset of `project` when `dataset`
+        is None.
         No query: most recently updated first. A query: recall in each scope, items ranked by the
         fused score of their facts (`StoredItem.score`); limit + offset at most `limits.MAX_K`."""
-        scope, prefix = check_item_scope(dataset, project), check_namespace(namespace_prefix, empty=True)
+        (dataset, project), prefix = check_item_scope(dataset, project), check_namespace(namespace_prefix, empty=True)
         text, conditions = check_query(query), parse_filter(filter)
         check_page(limit, offset, most=MAX_LIST_LIMIT if text is None else MAX_K)
 
@@ -352,7 +353,8 @@ class AsyncMemory(MemoryBase):
 
         op = items_ops.search_items(
             self._info,
-            scope,
+            project,
+            dataset,
             prefix,
             query=text,
             conditions=conditions,
@@ -369,15 +371,15 @@ class AsyncMemory(MemoryBase):
         max_depth: int | None = None,
         limit: int = 100,
         offset: int = 0,
+        project: str,
         dataset: str | None = None,
-        project: str | None = None,
     ) -> list[tuple[str, ...]]:
         """Distinct namespaces of items matching every ("prefix" | "suffix", labels) pattern of
         `match` ("*" is any one label), cut to `max_depth` labels, sorted label by label; in the
-        scope, or in every scope when both names are None."""
-        scope, patterns = check_item_scope(dataset, project), parse_match(match)
+        scope, or in every dataset of `project` when `dataset` is None."""
+        (dataset, project), patterns = check_item_scope(dataset, project), parse_match(match)
         check_page(limit, offset, most=MAX_LIST_LIMIT)
         op = items_ops.list_item_namespaces(
-            self._info, scope, patterns, max_depth=check_max_depth(max_depth), limit=limit, offset=offset
+            self._info, project, dataset, patterns, max_depth=check_max_depth(max_depth), limit=limit, offset=offset
         )
         return await self._run(op, read_only=True)

@@ -21,7 +21,7 @@ from memsoda_core import limits
 from memsoda_core.errors import InvalidTextError, LimitError, TextTooLongError, ValidationError
 from memsoda_core.models import LITERAL
 from memsoda_core.text import collapse_line
-from memsoda_core.validation import Scope, ValidFact, check_batch_size, check_scope, check_text, validate_fact
+from memsoda_core.validation import ValidFact, check_batch_size, check_scope, check_text, validate_fact
 
 ITEM_SUBJECT = "user"
 """The subject of every item's fact: the scope's user, the speaker of what the item holds."""
@@ -36,7 +36,7 @@ MAX_KEY_CHARS = 1_000
 MAX_LIST_LIMIT = 10_000
 """`limit` of an item search without a query, or of a namespace listing."""
 MAX_SEARCH_SCOPES = 50
-"""Scopes one search by query may span (one recall each): a shorter prefix raises `LimitError`."""
+"""Datasets one search by query may span (one recall each): more raise `LimitError`."""
 
 Namespace = tuple[str, ...]
 Comparison = Literal["$eq", "$ne", "$gt", "$gte", "$lt", "$lte"]
@@ -253,8 +253,7 @@ def check_max_depth(value: Any) -> int | None:
     return value
 
 
-def check_item_scope(dataset: Any, project: Any) -> Scope | None:
-    """Both names (one scope) or neither (every scope)."""
-    if dataset is None and project is None:
-        return None
-    return check_scope(dataset, project)
+def check_item_scope(dataset: Any, project: Any) -> tuple[str | None, str]:
+    """A project, and a dataset in it or None (every dataset of the project)."""
+    scope = check_scope("-" if dataset is None else dataset, project)
+    return (None if dataset is None else scope.dataset), scope.project

@@ -143,7 +143,8 @@ def get_item(info: StoreInfo, scope: Scope, namespace: Namespace, key: str) -> O
 
 def search_items(
     info: StoreInfo,
-    scope: Scope | None,
+    project: str,
+    dataset: str | None,
     prefix: Namespace,
     *,
     query: str | None,
@@ -152,28 +153,27 @@ def search_items(
     offset: int,
     recall_in: RecallIn,
 ) -> Operation[list[StoredItem]]:
-    """Items under `prefix` matching `conditions`, in `scope` (None: every scope holding such
-    items). No query: most recently updated first. A query: by the fused score of their facts in
-    a recall of each scope (at most `MAX_SEARCH_SCOPES`), highest first."""
+    """Items under `prefix` matching `conditions`, in the scope (`dataset` None: in every dataset of
+    the project holding such items). No query: most recently updated first. A query: by the fused
+    score of their facts in a recall of each scope (at most `MAX_SEARCH_SCOPES`), highest first."""
     filters, filter_params = sql_items.filter_sql(conditions)
-    params: dict[str, Any] = {**sql_items.prefix_params(prefix), **filter_params}
+    params: dict[str, Any] = {**sql_items.prefix_params(prefix), **filter_params, "project": project}
     if query is None:
-        statement = sql_items.recent_items(info.schema, filters, scoped=scope is not None)
-        page: dict[str, Any] = {"limit": limit, "offset": offset}
-        if scope is not None:
-            page |= {"dataset": scope.dataset, "project": scope.project}
+        statement = sql_items.recent_items(info.schema, filters, scoped=dataset is not None)
+        page = {"dataset": dataset, "limit": limit, "offset": offset}
         rows = yield from execute_as(sql_items.ItemRow, statement, {**params, **page})
         return [row.stored() for row in rows]
-    if scope is not None:
-        scopes = [scope]
+    if dataset is not None:
+        datasets = [dataset]
     else:
         found = yield from execute(sql_items.item_scopes(info.schema), {**params, "limit": MAX_SEARCH_SCOPES + 1})
         if len(found) > MAX_SEARCH_SCOPES:
             raise LimitError(
-                f"items under namespace {prefix!r} lie in more than {MAX_SEARCH_SCOPES} scopes; a search by query "
-                "runs one recall per scope: search a longer namespace prefix"
+                f"items under namespace {prefix!r} lie in more than {MAX_SEARCH_SCOPES} datasets; a search by "
+                "query runs one recall per dataset: search a longer namespace prefix"
             )
-        scopes = [Scope(dataset=row[0], project=row[1]) for row in found]
+        datasets = [str(row[0]) for row in found]
+    scopes = [Scope(dataset=name, project=project) for name in datasets]
     scored: list[tuple[float, int, StoredItem]] = []
     for each in scopes:
         result = yield from recall_in(each, MAX_K)  # all it fuses: the prefix and filter drop some
@@ -194,10 +194,17 @@ def search_items(
 
 
 def list_item_namespaces(
-    info: StoreInfo, scope: Scope | None, match: NamespaceMatch, *, max_depth: int | None, limit: int, offset: int
+    info: StoreInfo,
+    project: str,
+    dataset: str | None,
+    match: NamespaceMatch,
+    *,
+    max_depth: int | None,
+    limit: int,
+    offset: int,
 ) -> Operation[list[Namespace]]:
     """Distinct namespaces of items matching `match` (cut to `max_depth` labels), in LangGraph's
-    order, a page; in `scope`, or in every scope."""
+    order, a page; in the scope, or (`dataset` None) in every dataset of the project."""
     params: dict[str, Any] = {
         "positions": list(match.positions),
         "labels": list(match.labels),
@@ -205,8 +212,8 @@ def list_item_namespaces(
         "max_depth": max_depth,
         "limit": limit,
         "offset": offset,
+        "dataset": dataset,
+        "project": project,
     }
-    if scope is not None:
-        params |= {"dataset": scope.dataset, "project": scope.project}
-    rows = yield from execute(sql_items.list_namespaces(info.schema, scoped=scope is not None), params)
+    rows = yield from execute(sql_items.list_namespaces(info.schema, scoped=dataset is not None), params)
     return [tuple(row[0]) for row in rows]

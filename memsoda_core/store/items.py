@@ -34,8 +34,9 @@ _PARTS = {"batch": sql.SQL(_BATCH), "columns": sql.SQL(_ITEM_COLUMNS), "under": 
 
 
 def _scope(scoped: bool) -> sql.Composable:
-    """The bound tenant predicate and AND, or nothing for a cross-scope statement."""
-    return sql.SQL("{} AND ").format(tenant_predicate("i")) if scoped else sql.SQL("")
+    """The bound tenant predicate, or for a statement across the datasets of project %(project)s
+    that project's, and AND."""
+    return sql.SQL("{} AND ").format(tenant_predicate("i") if scoped else sql.SQL("i.project = %(project)s"))
 
 
 @dataclass(frozen=True)
@@ -181,7 +182,7 @@ def prefix_params(prefix: Namespace) -> dict[str, Any]:
 
 def recent_items(schema: str, filters: sql.Composable, *, scoped: bool) -> sql.Composed:
     """Items under %(prefix)s matching `filters`, most recently updated first, a page of
-    %(limit)s after %(offset)s; in one scope, or (`scoped` False) in every scope."""
+    %(limit)s after %(offset)s; in one scope, or (`scoped` False) in every dataset of the project."""
     return tenant_statement(
         """SELECT {columns} FROM {s}.items i WHERE {scope}{under}{filters}
            ORDER BY i.updated_at DESC, i.namespace, i.key
@@ -206,9 +207,10 @@ def items_of_facts(schema: str, filters: sql.Composable) -> sql.Composed:
 
 
 def item_scopes(schema: str) -> sql.Composed:
-    """Cross-scope: the scopes holding items under %(prefix)s, at most %(limit)s."""
+    """The datasets of project %(project)s holding items under %(prefix)s, at most %(limit)s."""
     return tenant_statement(
-        "SELECT DISTINCT i.dataset, i.project FROM {s}.items i WHERE {under} ORDER BY 1, 2 LIMIT %(limit)s",
+        """SELECT DISTINCT i.dataset FROM {s}.items i WHERE i.project = %(project)s AND {under}
+           ORDER BY 1 LIMIT %(limit)s""",
         schema,
         **_PARTS,
     )
@@ -218,7 +220,7 @@ def list_namespaces(schema: str, *, scoped: bool) -> sql.Composed:
     """The distinct namespaces (cut to %(max_depth)s labels unless NULL) with at least
     %(min_labels)s labels whose label at each of %(positions)s (1-based; negative: from the end)
     is the matching one of %(labels)s, in LangGraph's order (label by label, bytewise), a page of
-    %(limit)s after %(offset)s; in one scope, or (`scoped` False) in every scope."""
+    %(limit)s after %(offset)s; in one scope, or (`scoped` False) in every dataset of the project."""
     return tenant_statement(
         """SELECT n.namespace FROM (
                SELECT DISTINCT coalesce(i.namespace[1:%(max_depth)s::int], i.namespace) AS namespace
