@@ -28,6 +28,7 @@ from memsoda_core.errors import (
     TextTooLongError,
     ValidationError,
 )
+from memsoda_core.items import ItemInput, StoredItem
 from memsoda_core.memory import Memory
 from memsoda_core.models import (
     LITERAL,
@@ -67,6 +68,7 @@ __all__ = [
     "ImportReport",
     "IntervalError",
     "InvalidTextError",
+    "ItemInput",
     "LimitError",
     "LocalEmbedder",
     "Memory",
@@ -82,6 +84,7 @@ __all__ = [
     "SignalHit",
     "StoreError",
     "StoreUnavailableError",
+    "StoredItem",
     "Synthesizer",
     "TextTooLongError",
     "ValidationError",

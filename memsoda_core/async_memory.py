@@ -20,8 +20,22 @@ import numpy as np
 from memsoda_core.embedders import Embedder
 from memsoda_core.errors import MemsodaError
 from memsoda_core.files import open_sink, progress_callback, read_jsonl
+from memsoda_core.items import (
+    MAX_LIST_LIMIT,
+    ItemInput,
+    StoredItem,
+    check_item_scope,
+    check_key,
+    check_max_depth,
+    check_namespace,
+    check_page,
+    parse_filter,
+    parse_match,
+)
+from memsoda_core.limits import MAX_K
 from memsoda_core.memory_base import MemoryBase, check_import_args, open_args
 from memsoda_core.models import EpisodeInput, Fact, FactInput, FactPage, ImportReport, RecallResult
+from memsoda_core.ops import items as items_ops
 from memsoda_core.ops.opening import open_store
 from memsoda_core.options import RecallOptions
 from memsoda_core.runner.async_runner import AsyncRunner
@@ -29,6 +43,7 @@ from memsoda_core.runner.policy import check_pool_args
 from memsoda_core.runner.steps import Operation
 from memsoda_core.runner.target import release_target, resolve_target
 from memsoda_core.synthesis import as_synthesizer
+from memsoda_core.validation import Scope, check_query, check_scope
 
 T = TypeVar("T")
 
@@ -300,3 +315,86 @@ class AsyncMemory(MemoryBase):
                     await self._run(self._restore_indexes_op(parsed))
                 raise
         return parsed.report(*counts)
+
+    # --- items: key-addressed JSON documents with searchable text (`memsoda_core.items`) --------
+
+    async def put_items(
+        self, items: Sequence[ItemInput | Mapping[str, Any]], *, dataset: str, project: str
+    ) -> list[int | None]:
+        """Store, replace or (value None) delete items in one transaction. An item with `text`
+        gets a fact "user noted <text>" that recall finds; replacing or deleting the item ends the
+        fact (superseded by the new text's) once no item refers to it. Returns the fact id (or None)
+        of each distinct (namespace, key), in the order of their last writes."""
+        scope = check_scope(dataset, project)
+        return await self._run(self._resizing(scope, items_ops.put_items(self._info, scope, items, now=self._now())))
+
+    async def get_item(self, namespace: Sequence[str], key: str, *, dataset: str, project: str) -> StoredItem | None:
+        """The item at (`namespace`, `key`) of the scope, or None."""
+        op = items_ops.get_item(self._info, check_scope(dataset, project), check_namespace(namespace), check_key(key))
+        return await self._run(op, read_only=True)
+
+    async def search_items(
+        self,
+        namespace_prefix: Sequence[str] = (),
+        *,
+        project: str,
+        dataset: str | None = None,
+        query: str | None = None,
+        filter: Mapping[str, Any] | None = None,
+        limit: int = 10,
+        offset: int = 0,
+    ) -> list[StoredItem]:
+        """Items under `namespace_prefix` matching `filter` (LangGraph's: equality, `$eq`, `$ne`,
+        `$gt`, `$gte`, `$lt`, `$lte`), in the scope, or in every dataset of `project` when `dataset`
+        is None.
+        No query: most recently updated first. A query: recall in each scope, items ranked by the
+        fused score of their facts (`StoredItem.score`); limit + offset at most `limits.MAX_K`."""
+        (dataset, project), prefix = check_item_scope(dataset, project), check_namespace(namespace_prefix, empty=True)
+        text, conditions = check_query(query), parse_filter(filter)
+        check_page(limit, offset, most=MAX_LIST_LIMIT if text is None else MAX_K)
+
+        def recall_in(where: Scope, keep: int) -> Operation[RecallResult]:
+            overrides: dict[str, Any] = {"facts_in_context": keep}
+            return self._recall_op(
+                text,
+                dataset=where.dataset,
+                project=where.project,
+                include=(),
+                query_embedding=None,
+                as_of=None,
+                options=None,
+                overrides=overrides,
+            )
+
+        op = items_ops.search_items(
+            self._info,
+            project,
+            dataset,
+            prefix,
+            query=text,
+            conditions=conditions,
+            limit=limit,
+            offset=offset,
+            recall_in=recall_in,
+        )
+        return await self._run(op, read_only=True)
+
+    async def list_item_namespaces(
+        self,
+        *,
+        match: Sequence[tuple[str, Sequence[str]]] = (),
+        max_depth: int | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        project: str,
+        dataset: str | None = None,
+    ) -> list[tuple[str, ...]]:
+        """Distinct namespaces of items matching every ("prefix" | "suffix", labels) pattern of
+        `match` ("*" is any one label), cut to `max_depth` labels, sorted label by label; in the
+        scope, or in every dataset of `project` when `dataset` is None."""
+        (dataset, project), patterns = check_item_scope(dataset, project), parse_match(match)
+        check_page(limit, offset, most=MAX_LIST_LIMIT)
+        op = items_ops.list_item_namespaces(
+            self._info, project, dataset, patterns, max_depth=check_max_depth(max_depth), limit=limit, offset=offset
+        )
+        return await self._run(op, read_only=True)

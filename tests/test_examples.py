@@ -26,6 +26,13 @@ EXPECTED = {
         "- honda civic has color blue",
         "You drive a blue Honda Civic.",
     ],
+    "langgraph_store.py": [
+        "manage_memory",
+        "created memory",
+        "search_memory",
+        '"value":{"content":"User is allergic to shellfish"}',
+        "scope={'dataset': 'memories.alice', 'project': 'langgraph'}",
+    ],
     "llamaindex_query_engine.py": [
         "memsoda-fact-",
         "user works at acme corp",

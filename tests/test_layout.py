@@ -9,6 +9,7 @@ from pathlib import Path
 
 import memsoda_core
 import memsoda_langchain
+import memsoda_langgraph
 import memsoda_llamaindex
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,6 +34,7 @@ CORE_API = {
     "ImportReport",
     "IntervalError",
     "InvalidTextError",
+    "ItemInput",
     "LimitError",
     "LocalEmbedder",
     "Memory",
@@ -48,6 +50,7 @@ CORE_API = {
     "SignalHit",
     "StoreError",
     "StoreUnavailableError",
+    "StoredItem",
     "Synthesizer",
     "TextTooLongError",
     "ValidationError",
@@ -60,7 +63,8 @@ def test_the_public_api_is_what_the_packages_export() -> None:
     assert set(memsoda_core.__all__) == CORE_API
     assert set(memsoda_langchain.__all__) == {"LangChainEmbedder", "MemsodaRetriever"}
     assert set(memsoda_llamaindex.__all__) == {"LlamaIndexEmbedder", "MemsodaMemoryBlock", "MemsodaRetriever"}
-    for package in (memsoda_core, memsoda_langchain, memsoda_llamaindex):
+    assert set(memsoda_langgraph.__all__) == {"MemsodaStore"}
+    for package in (memsoda_core, memsoda_langchain, memsoda_langgraph, memsoda_llamaindex):
         for name in package.__all__:
             assert getattr(package, name) is not None, name
 
@@ -88,7 +92,7 @@ def test_no_module_is_over_400_lines() -> None:
     """One job per module: a module past ~400 lines is a sign it holds two."""
     sizes = {
         str(path.relative_to(ROOT)): len(path.read_text(encoding="utf-8").splitlines())
-        for package in ("memsoda_core", "memsoda_langchain", "memsoda_llamaindex")
+        for package in ("memsoda_core", "memsoda_langchain", "memsoda_langgraph", "memsoda_llamaindex")
         for path in (ROOT / package).rglob("*.py")
     }
     assert {name: size for name, size in sizes.items() if size > 420} == {}
@@ -101,7 +105,7 @@ def test_every_subpackage_is_installed() -> None:
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = {
         ".".join(path.parent.relative_to(ROOT).parts)
-        for package in ("memsoda_core", "memsoda_langchain", "memsoda_llamaindex")
+        for package in ("memsoda_core", "memsoda_langchain", "memsoda_langgraph", "memsoda_llamaindex")
         for path in (ROOT / package).rglob("__init__.py")
     }
     assert found <= listed, sorted(found - listed)

@@ -15,7 +15,7 @@ from psycopg import sql
 
 from memsoda_core.store.lexemes import recount_lexemes
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 KEYWORD_SEPARATORS = string.punctuation
 """ASCII punctuation is blanked before full-text indexing, as the query side splits terms on it
@@ -247,7 +247,34 @@ def _v6(shape: StoreShape) -> list[sql.Composed]:
     ]
 
 
-MIGRATIONS: dict[int, Migration] = {1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6}
+def _v7(shape: StoreShape) -> list[sql.Composed]:
+    """Key-addressed JSON items (`ops.items`, LangGraph's store): a namespace (a path of labels,
+    compared bytewise, as LangGraph orders them) and a key within the scope, the value, and the fact
+    that makes the item's text searchable by recall (`fact_id`; none when the item has no text)."""
+    s = sql.Identifier(shape.schema)
+
+    def q(template: str) -> sql.Composed:
+        return sql.SQL(template).format(s=s)
+
+    return [
+        q(
+            """CREATE TABLE {s}.items (
+                dataset text NOT NULL,
+                project text NOT NULL,
+                namespace text[] COLLATE "C" NOT NULL CHECK (cardinality(namespace) > 0),
+                key text COLLATE "C" NOT NULL,
+                value jsonb NOT NULL,
+                fact_id bigint,
+                created_at timestamptz NOT NULL DEFAULT now(),
+                updated_at timestamptz NOT NULL DEFAULT now(),
+                PRIMARY KEY (dataset, project, namespace, key))"""
+        ),
+        q("CREATE INDEX items_recent ON {s}.items (dataset, project, updated_at DESC)"),
+        q("CREATE INDEX items_fact ON {s}.items (dataset, project, fact_id) WHERE fact_id IS NOT NULL"),
+    ]
+
+
+MIGRATIONS: dict[int, Migration] = {1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7}
 """Version -> DDL. Append only; never edit a released migration."""
 
 

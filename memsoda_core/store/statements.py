@@ -282,7 +282,7 @@ def forget_scope(schema: str) -> list[sql.Composed]:
     """Delete everything of one (dataset, project), children first."""
     return [
         tenant_statement("DELETE FROM {s}.{t} WHERE {tenant}", schema, t=sql.Identifier(table))
-        for table in ("fact_entities", "facts", "lexemes", "entities", "episodes", "scopes")
+        for table in ("items", "fact_entities", "facts", "lexemes", "entities", "episodes", "scopes")
     ]
 
 

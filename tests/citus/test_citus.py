@@ -54,7 +54,7 @@ def test_tables_are_distributed_by_tenant_and_colocated(cluster: Any, distribute
         ).fetchall()
     tables = {name.removeprefix("memsoda."): (method, column, group) for name, method, column, group in rows}
     assert tables.pop("meta")[0] == "n"  # a reference table
-    assert {"entities", "facts", "fact_entities", "episodes", "scopes", "lexemes"} <= set(tables)
+    assert {"entities", "facts", "fact_entities", "episodes", "scopes", "lexemes", "items"} <= set(tables)
     assert {(method, column) for method, column, _ in tables.values()} == {("h", "dataset")}
     assert len({group for _, _, group in tables.values()}) == 1  # one colocation group
     assert set(distributed.distributed) | set(distributed.unchanged) >= set(tables)
@@ -303,3 +303,21 @@ def test_an_indexed_tenant_recalls(cluster: Any, distributed: Distribution, embe
         result = memory.recall("where is item 3 stored", **scope)
         assert result.facts and not result.degraded
         assert any(f.fact.subject == "item 3" for f in result.facts)
+
+
+def test_langgraph_items_on_citus(citus_memory: Memory) -> None:
+    """Items (schema v7) live on their tenant's shard: writes with their facts, gets and recalls are
+    routed; a prefix over several datasets and a namespace listing run across shards."""
+    from memsoda_langgraph import MemsodaStore
+
+    store = MemsodaStore(citus_memory, project="citus-items")
+    ann, ben = ("memories", "ann"), ("memories", "ben")
+    store.put(ann, "1", {"content": "Ann plays the cello"})
+    store.put(ben, "1", {"content": "Ben plays the drums"})
+    store.put(ann, "1", {"content": "Ann plays the viola"})
+    assert store.get(ann, "1").value == {"content": "Ann plays the viola"}
+    assert [i.value["content"] for i in store.search(ann, query="which instrument?")] == ["Ann plays the viola"]
+    assert store.search(("memories",), query="drums")[0].namespace == ben
+    assert store.list_namespaces(prefix=("memories",)) == [ann, ben]
+    store.delete(ben, "1")
+    assert store.list_namespaces(prefix=("memories",)) == [ann]

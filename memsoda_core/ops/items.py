@@ -1,0 +1,228 @@
+"""Items: write, read, search and list key-addressed JSON documents (operations; `memsoda_core.items`
+says what an item is).
+
+A write of items is one transaction. Their facts go through the reconciling write path
+(`ops.writing.write_facts`: one embedding call, the facts' relation locks), which also locks the
+relations of the facts the items refer to now; then each item's own advisory lock is taken, the
+facts they refer to are read again under it, the items are stored or deleted, and each fact no item
+refers to any more is ended: superseded by its item's new fact, or just ended when the item went
+or lost its text. So a fact is live exactly while some item refers to it.
+
+A search by query is memsoda's recall in each scope it spans (RRF over vector, anchor and keyword
+signals), its kept facts mapped back to the items that refer to them, filtered, and ranked by the
+fused score.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from memsoda_core.errors import LimitError
+from memsoda_core.items import (
+    MAX_SEARCH_SCOPES,
+    Condition,
+    ItemInput,
+    Namespace,
+    NamespaceMatch,
+    StoredItem,
+    ValidItem,
+    validate_items,
+)
+from memsoda_core.limits import MAX_K
+from memsoda_core.models import RecallResult
+from memsoda_core.ops.maintenance import ensure_tenant_indexes
+from memsoda_core.ops.writing import lock_facts, write_facts
+from memsoda_core.runner.steps import Operation, execute, execute_as, read_aside
+from memsoda_core.store import items as sql_items
+from memsoda_core.store import reconcile as sql_reconcile
+from memsoda_core.store.info import StoreInfo
+from memsoda_core.validation import Scope
+
+RecallIn = Callable[[Scope, int], Operation[RecallResult]]
+"""Recall of the search's query in a scope, keeping that many facts (built by the memory, which
+holds the recall options and scope sizes)."""
+
+
+def _batch(items: Sequence[ValidItem], fact_ids: Mapping[int, int] | None = None) -> str:
+    """The jsonb array the statements read (`store.items._BATCH`): values are already JSON text."""
+    parts = []
+    for n, item in enumerate(items):
+        head = {"namespace": list(item.namespace), "key": item.key, "fact_id": (fact_ids or {}).get(n)}
+        body = json.dumps(head, ensure_ascii=False)
+        parts.append(body if item.value_json is None else body[:-1] + ', "value": ' + item.value_json + "}")
+    return "[" + ", ".join(parts) + "]"
+
+
+def put_items(
+    info: StoreInfo, scope: Scope, items: Sequence[ItemInput | Mapping[str, Any]], *, now: datetime
+) -> Operation[list[int | None]]:
+    """Store, replace or (value None) delete items in one transaction; each input's fact id (None
+    when it has no text or was deleted), in input order after the last-write-wins merge of repeated
+    keys (see the module docstring for the locks and the facts kept consistent)."""
+    valid = validate_items(items, now=now)
+    if not valid:
+        return []
+    base: dict[str, Any] = {"dataset": scope.dataset, "project": scope.project, "schema": info.schema}
+    keys = _batch(valid)
+    before = [
+        sql_items.ItemFact(*row)
+        for row in (yield from read_aside(sql_items.item_facts(info.schema), {**base, "items": keys})) or ()
+    ]
+    old_values = sorted({(r.subject, r.predicate, r.object) for r in before if r.subject and r.predicate and r.object})
+    held: list[sql_items.ItemFact] = []
+    learned_at: list[datetime] = []
+
+    def under_item_locks(learned: datetime) -> Operation[None]:
+        learned_at.append(learned)
+        yield from execute(sql_items.lock_items(info.schema), {**base, "items": keys})
+        rows = yield from execute_as(sql_items.ItemFact, sql_items.item_facts(info.schema), {**base, "items": keys})
+        now_values = {(r.subject, r.predicate, r.object) for r in rows if r.subject and r.predicate and r.object}
+        moved = sorted(now_values - set(old_values))
+        if moved:  # another writer changed an item since the read above: lock its fact's relation too
+            yield from lock_facts(info, scope, [], moved)
+        held.extend(rows)
+
+    writing = [n for n, item in enumerate(valid) if item.fact is not None]
+    facts = [item.fact for item in valid if item.fact is not None]
+    if facts:
+        ids = yield from write_facts(
+            info, scope, facts, None, standalone=True, also_lock=old_values, guard=under_item_locks
+        )
+    else:
+        learned = yield from lock_facts(info, scope, [], old_values)
+        yield from under_item_locks(learned)
+        ids = []
+    new_fact = dict(zip(writing, ids, strict=True))
+    stored = [n for n, item in enumerate(valid) if item.value_json is not None]
+    if stored:
+        kept = [valid[n] for n in stored]
+        payload = _batch(kept, {i: new_fact[n] for i, n in enumerate(stored) if n in new_fact})
+        yield from execute(sql_items.upsert_items(info.schema), {**base, "items": payload, "now": now})
+    gone = [item for item in valid if item.value_json is None]
+    if gone:
+        yield from execute(sql_items.delete_items(info.schema), {**base, "items": _batch(gone)})
+    yield from _end_orphans(info, scope, valid, new_fact, held, now, learned_at[0])
+    yield from ensure_tenant_indexes(info, scope)
+    return [new_fact.get(n) for n in range(len(valid))]
+
+
+def _end_orphans(
+    info: StoreInfo,
+    scope: Scope,
+    valid: Sequence[ValidItem],
+    new_fact: Mapping[int, int],
+    held: Sequence[sql_items.ItemFact],
+    now: datetime,
+    learned: datetime,
+) -> Operation[None]:
+    """End each fact the items referred to before this write that no item refers to now, superseded
+    by its item's new fact when it has one."""
+    position = {(item.namespace, item.key): n for n, item in enumerate(valid)}
+    successor: dict[int, int | None] = {}
+    for row in held:
+        if row.fact_id is None:
+            continue
+        replaced_by = new_fact.get(position[(tuple(row.namespace), row.key)])
+        if replaced_by != row.fact_id and successor.get(row.fact_id) is None:
+            successor[row.fact_id] = replaced_by
+    if not successor:
+        return
+    base = {"dataset": scope.dataset, "project": scope.project}
+    rows = yield from execute(sql_items.orphaned_facts(info.schema), {**base, "ids": sorted(successor), "now": now})
+    ended = [int(row[0]) for row in rows]
+    if ended:
+        params = {
+            **base,
+            "ids": ended,
+            "ats": [now] * len(ended),
+            "bys": [successor[i] for i in ended],
+            "expireds": [learned] * len(ended),
+        }
+        yield from execute(sql_reconcile.end_facts(info.schema), params)
+
+
+def get_item(info: StoreInfo, scope: Scope, namespace: Namespace, key: str) -> Operation[StoredItem | None]:
+    params = {"dataset": scope.dataset, "project": scope.project, "namespace": list(namespace), "key": key}
+    rows = yield from execute_as(sql_items.ItemRow, sql_items.get_item(info.schema), params)
+    return rows[0].stored() if rows else None
+
+
+def search_items(
+    info: StoreInfo,
+    project: str,
+    dataset: str | None,
+    prefix: Namespace,
+    *,
+    query: str | None,
+    conditions: list[Condition],
+    limit: int,
+    offset: int,
+    recall_in: RecallIn,
+) -> Operation[list[StoredItem]]:
+    """Items under `prefix` matching `conditions`, in the scope (`dataset` None: in every dataset of
+    the project holding such items). No query: most recently updated first. A query: by the fused
+    score of their facts in a recall of each scope (at most `MAX_SEARCH_SCOPES`), highest first."""
+    filters, filter_params = sql_items.filter_sql(conditions)
+    params: dict[str, Any] = {**sql_items.prefix_params(prefix), **filter_params, "project": project}
+    if query is None:
+        statement = sql_items.recent_items(info.schema, filters, scoped=dataset is not None)
+        page = {"dataset": dataset, "limit": limit, "offset": offset}
+        rows = yield from execute_as(sql_items.ItemRow, statement, {**params, **page})
+        return [row.stored() for row in rows]
+    if dataset is not None:
+        datasets = [dataset]
+    else:
+        found = yield from execute(sql_items.item_scopes(info.schema), {**params, "limit": MAX_SEARCH_SCOPES + 1})
+        if len(found) > MAX_SEARCH_SCOPES:
+            raise LimitError(
+                f"items under namespace {prefix!r} lie in more than {MAX_SEARCH_SCOPES} datasets; a search by "
+                "query runs one recall per dataset: search a longer namespace prefix"
+            )
+        datasets = [str(row[0]) for row in found]
+    scopes = [Scope(dataset=name, project=project) for name in datasets]
+    scored: list[tuple[float, int, StoredItem]] = []
+    for each in scopes:
+        result = yield from recall_in(each, MAX_K)  # all it fuses: the prefix and filter drop some
+        order = {s.fact.id: (s.score, rank) for rank, s in enumerate(result.facts)}
+        if not order:
+            continue
+        rows = yield from execute_as(
+            sql_items.ItemRow,
+            sql_items.items_of_facts(info.schema, filters),
+            {**params, "dataset": each.dataset, "project": each.project, "fact_ids": sorted(order)},
+        )
+        for row in rows:
+            assert row.fact_id is not None
+            score, rank = order[row.fact_id]
+            scored.append((score, rank, row.stored(score)))
+    scored.sort(key=lambda entry: (-entry[0], entry[1]))
+    return [item for _, _, item in scored[offset : offset + limit]]
+
+
+def list_item_namespaces(
+    info: StoreInfo,
+    project: str,
+    dataset: str | None,
+    match: NamespaceMatch,
+    *,
+    max_depth: int | None,
+    limit: int,
+    offset: int,
+) -> Operation[list[Namespace]]:
+    """Distinct namespaces of items matching `match` (cut to `max_depth` labels), in LangGraph's
+    order, a page; in the scope, or (`dataset` None) in every dataset of the project."""
+    params: dict[str, Any] = {
+        "positions": list(match.positions),
+        "labels": list(match.labels),
+        "min_labels": match.min_labels,
+        "max_depth": max_depth,
+        "limit": limit,
+        "offset": offset,
+        "dataset": dataset,
+        "project": project,
+    }
+    rows = yield from execute(sql_items.list_namespaces(info.schema, scoped=dataset is not None), params)
+    return [tuple(row[0]) for row in rows]

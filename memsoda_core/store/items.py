@@ -1,0 +1,238 @@
+"""SQL of items (`ops.items`): per-item locks, reads, upserts and deletes, the facts items leave
+behind, searches and namespace listings, with the rows they return. Pure: each builder returns a
+`sql.Composed`; values are always bound.
+
+A batch of items is bound as one jsonb array of {"namespace": [...], "key": ..., ...} (namespaces
+have different lengths, so they cannot be one text[][] parameter). A statement on one scope carries
+the bound tenant predicate; the cross-scope ones (a namespace prefix or listing that no scope
+holds alone) say so in their names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from psycopg import sql
+
+from memsoda_core.items import Condition, Namespace, StoredItem
+from memsoda_core.store.statements import tenant_statement
+from memsoda_core.store.tenant_index import tenant_predicate
+
+_BATCH = """batch AS (
+               SELECT ARRAY(SELECT n.label FROM jsonb_array_elements_text(e.item -> 'namespace')
+                                                WITH ORDINALITY AS n(label, ord) ORDER BY n.ord)::text[] AS namespace,
+                      e.item ->> 'key' AS key, e.item -> 'value' AS value, (e.item ->> 'fact_id')::bigint AS fact_id
+               FROM jsonb_array_elements(%(items)s::jsonb) AS e(item))"""
+
+_ITEM_COLUMNS = "i.dataset, i.project, i.namespace, i.key, i.value, i.created_at, i.updated_at, i.fact_id"
+
+_UNDER_PREFIX = "i.namespace[1:%(prefix_labels)s] = %(prefix)s::text[]"
+
+_PARTS = {"batch": sql.SQL(_BATCH), "columns": sql.SQL(_ITEM_COLUMNS), "under": sql.SQL(_UNDER_PREFIX)}
+
+
+def _scope(scoped: bool) -> sql.Composable:
+    """The bound tenant predicate, or for a statement across the datasets of project %(project)s
+    that project's, and AND."""
+    return sql.SQL("{} AND ").format(tenant_predicate("i") if scoped else sql.SQL("i.project = %(project)s"))
+
+
+@dataclass(frozen=True)
+class ItemRow:
+    """An item as statements return it (`_ITEM_COLUMNS`, plus a score where there is one)."""
+
+    dataset: str
+    project: str
+    namespace: list[str]
+    key: str
+    value: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+    fact_id: int | None
+
+    def stored(self, score: float | None = None) -> StoredItem:
+        return StoredItem(
+            dataset=self.dataset,
+            project=self.project,
+            namespace=tuple(self.namespace),
+            key=self.key,
+            value=self.value,
+            created_at=self.created_at,
+            updated_at=self.updated_at,
+            fact_id=self.fact_id,
+            score=score,
+        )
+
+
+@dataclass(frozen=True)
+class ItemFact:
+    """A row of `item_facts`: an item of the batch and the fact it refers to now (if any)."""
+
+    namespace: list[str]
+    key: str
+    fact_id: int | None
+    subject: str | None
+    predicate: str | None
+    object: str | None
+
+
+def lock_items(schema: str) -> sql.Composed:
+    """Take, until the transaction ends, one advisory lock per item of %(items)s, in ascending
+    order: two writers of one item take turns from before either reads the fact it refers to. The
+    one-bigint form keeps these apart from the facts' two-int locks (`reconcile.lock_relations`)."""
+    return tenant_statement(
+        """WITH {batch}
+           SELECT count(pg_advisory_xact_lock(k.key)::text) AS locks
+           FROM (SELECT DISTINCT hashtextextended(concat_ws(
+                                     chr(31), %(schema)s::text, %(dataset)s::text, %(project)s::text,
+                                     b.key, array_to_string(b.namespace, chr(31))), 0) AS key
+                 FROM batch b ORDER BY 1) k""",
+        schema,
+        **_PARTS,
+    )
+
+
+def item_facts(schema: str) -> sql.Composed:
+    """`ItemFact` of each stored item of %(items)s."""
+    return tenant_statement(
+        """WITH {batch}
+           SELECT i.namespace, i.key, i.fact_id, f.subject, f.predicate, f.object
+           FROM batch b
+           JOIN {s}.items i ON {tenant_i} AND i.namespace = b.namespace AND i.key = b.key
+           LEFT JOIN {s}.facts f ON {tenant_f} AND f.id = i.fact_id""",
+        schema,
+        **_PARTS,
+    )
+
+
+def upsert_items(schema: str) -> sql.Composed:
+    """Store %(items)s (value, fact_id) at %(now)s: new ones created, existing ones replaced."""
+    return tenant_statement(
+        """WITH {batch}
+           INSERT INTO {s}.items AS i (dataset, project, namespace, key, value, fact_id, created_at, updated_at)
+           SELECT %(dataset)s, %(project)s, b.namespace, b.key, b.value, b.fact_id, %(now)s, %(now)s FROM batch b
+           ON CONFLICT (dataset, project, namespace, key) DO UPDATE
+           SET value = EXCLUDED.value, fact_id = EXCLUDED.fact_id, updated_at = EXCLUDED.updated_at""",
+        schema,
+        **_PARTS,
+    )
+
+
+def delete_items(schema: str) -> sql.Composed:
+    return tenant_statement(
+        """WITH {batch}
+           DELETE FROM {s}.items i USING batch b
+           WHERE {tenant_i} AND i.namespace = b.namespace AND i.key = b.key""",
+        schema,
+        **_PARTS,
+    )
+
+
+def orphaned_facts(schema: str) -> sql.Composed:
+    """Which of facts %(ids)s are live, began before %(now)s and no item of the scope refers to any
+    more (their relations' locks are held), locked FOR UPDATE."""
+    return tenant_statement(
+        """SELECT f.id FROM {s}.facts f
+           WHERE {tenant_f} AND f.id = ANY(%(ids)s::bigint[])
+             AND f.invalid_at IS NULL AND f.superseded_by IS NULL AND f.valid_at < %(now)s
+             AND NOT EXISTS (SELECT 1 FROM {s}.items i WHERE {tenant_i} AND i.fact_id = f.id)
+           ORDER BY f.id
+           FOR UPDATE OF f""",
+        schema,
+        **_PARTS,
+    )
+
+
+def get_item(schema: str) -> sql.Composed:
+    return tenant_statement(
+        """SELECT {columns} FROM {s}.items i
+           WHERE {tenant_i} AND i.namespace = %(namespace)s::text[] AND i.key = %(key)s""",
+        schema,
+        **_PARTS,
+    )
+
+
+def filter_sql(conditions: list[Condition]) -> tuple[sql.Composable, dict[str, Any]]:
+    """` AND ...` over `i.value` for the filter's conditions, and their bound values."""
+    parts: list[sql.Composable] = []
+    params: dict[str, Any] = {}
+    for n, condition in enumerate(conditions):
+        path, value = sql.Placeholder(f"filter_path_{n}"), sql.Placeholder(f"filter_value_{n}")
+        params[f"filter_path_{n}"] = list(condition.path)
+        params[f"filter_value_{n}"] = condition.value_json
+        found = sql.SQL("(i.value #> {p}::text[])").format(p=path)
+        if condition.op in ("$eq", "$ne"):
+            compare = sql.SQL("=" if condition.op == "$eq" else "<>")
+            parts.append(sql.SQL("coalesce({f}, 'null'::jsonb) {c} {v}::jsonb").format(f=found, c=compare, v=value))
+        else:
+            compare = sql.SQL({"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}[condition.op])
+            parts.append(
+                sql.SQL("(jsonb_typeof({f}) = jsonb_typeof({v}::jsonb) AND {f} {c} {v}::jsonb)").format(
+                    f=found, c=compare, v=value
+                )
+            )
+    return sql.SQL("").join(sql.SQL(" AND ") + part for part in parts), params
+
+
+def prefix_params(prefix: Namespace) -> dict[str, Any]:
+    return {"prefix": list(prefix), "prefix_labels": len(prefix)}
+
+
+def recent_items(schema: str, filters: sql.Composable, *, scoped: bool) -> sql.Composed:
+    """Items under %(prefix)s matching `filters`, most recently updated first, a page of
+    %(limit)s after %(offset)s; in one scope, or (`scoped` False) in every dataset of the project."""
+    return tenant_statement(
+        """SELECT {columns} FROM {s}.items i WHERE {scope}{under}{filters}
+           ORDER BY i.updated_at DESC, i.namespace, i.key
+           LIMIT %(limit)s OFFSET %(offset)s""",
+        schema,
+        filters=filters,
+        scope=_scope(scoped),
+        **_PARTS,
+    )
+
+
+def items_of_facts(schema: str, filters: sql.Composable) -> sql.Composed:
+    """The scope's items under %(prefix)s, matching `filters`, that refer to facts %(fact_ids)s."""
+    return tenant_statement(
+        """SELECT {columns} FROM {s}.items i
+           WHERE {tenant_i} AND {under} AND i.fact_id = ANY(%(fact_ids)s::bigint[]){filters}
+           ORDER BY i.namespace, i.key""",
+        schema,
+        filters=filters,
+        **_PARTS,
+    )
+
+
+def item_scopes(schema: str) -> sql.Composed:
+    """The datasets of project %(project)s holding items under %(prefix)s, at most %(limit)s."""
+    return tenant_statement(
+        """SELECT DISTINCT i.dataset FROM {s}.items i WHERE i.project = %(project)s AND {under}
+           ORDER BY 1 LIMIT %(limit)s""",
+        schema,
+        **_PARTS,
+    )
+
+
+def list_namespaces(schema: str, *, scoped: bool) -> sql.Composed:
+    """The distinct namespaces (cut to %(max_depth)s labels unless NULL) with at least
+    %(min_labels)s labels whose label at each of %(positions)s (1-based; negative: from the end)
+    is the matching one of %(labels)s, in LangGraph's order (label by label, bytewise), a page of
+    %(limit)s after %(offset)s; in one scope, or (`scoped` False) in every dataset of the project."""
+    return tenant_statement(
+        """SELECT n.namespace FROM (
+               SELECT DISTINCT coalesce(i.namespace[1:%(max_depth)s::int], i.namespace) AS namespace
+               FROM {s}.items i
+               WHERE {scope}cardinality(i.namespace) >= %(min_labels)s
+                 AND NOT EXISTS (
+                     SELECT 1 FROM unnest(%(positions)s::int[], %(labels)s::text[]) AS c(at, label)
+                     WHERE i.namespace[CASE WHEN c.at > 0 THEN c.at ELSE cardinality(i.namespace) + 1 + c.at END]
+                           IS DISTINCT FROM c.label)) n
+           ORDER BY n.namespace COLLATE "C"
+           LIMIT %(limit)s OFFSET %(offset)s""",
+        schema,
+        scope=_scope(scoped),
+        **_PARTS,
+    )

@@ -1,0 +1,260 @@
+"""`MemsodaStore`: LangGraph's `BaseStore` on memsoda's items (`Memory.put_items` and the rest).
+Translation only: the items, their facts and the recall behind `search` are memsoda_core's.
+
+Namespaces map to scopes by their first `scope_depth` labels (default 2): ("memories", "u1") and
+("memories", "u1", "profile") lie in one scope, so one user's items share one tenant, one recall
+and one Citus shard, and two users never share any of them. `scope_of(head)` names that scope,
+by default dataset "<label>.<label>" (LangGraph labels hold no ".", so distinct heads never meet)
+and the store's `project`. The whole namespace is kept with each item, so it comes back as given.
+A search or listing whose prefix is shorter than `scope_depth` spans the scopes under it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langgraph.store.base import (
+    BaseStore,
+    GetOp,
+    InvalidNamespaceError,
+    Item,
+    ListNamespacesOp,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+)
+from langgraph.store.base.embed import get_text_at_path
+
+from memsoda_core import AsyncMemory, ConfigurationError, Memory
+from memsoda_core.items import ItemInput, StoredItem
+
+DatasetOf = Callable[[tuple[str, ...]], str]
+
+
+@dataclass(frozen=True)
+class _Puts:
+    """Consecutive puts into one scope: one `put_items` call (one transaction, one embedding)."""
+
+    scope: dict[str, str]
+    items: list[ItemInput]
+
+
+class MemsodaStore(BaseStore):
+    """A LangGraph store whose items live in memsoda and whose `search(query=...)` is memsoda's
+    recall (vector, entity anchor and keyword signals fused by RRF; `SearchItem.score` is the
+    fused score).
+
+    `memory`: a `Memory` serves `batch` and `abatch` (the latter in a worker thread); an
+    `AsyncMemory` serves `abatch` only, and `batch` raises `ConfigurationError` (its pool lives on
+    an event loop). `scope_depth` / `scope_of` / `project`: see the module docstring. `fields`:
+    what an item is found by when `put` gives no `index`: LangGraph paths ("content",
+    "facts[*].text"), "$" (default) being every string in the value. `index=False` stores an item
+    that only `get` and searches without a query find. Ops of a batch apply in order; TTLs are
+    not supported (`supports_ttl` is False: a `ttl` raises NotImplementedError).
+    """
+
+    supports_ttl = False
+
+    __slots__ = ("_dataset_of", "_fields", "_memory", "_project", "_scope_depth")
+
+    def __init__(
+        self,
+        memory: Memory | AsyncMemory,
+        *,
+        project: str = "langgraph",
+        scope_depth: int = 2,
+        dataset_of: DatasetOf | None = None,
+        fields: Sequence[str] = ("$",),
+    ) -> None:
+        if not isinstance(memory, Memory | AsyncMemory):
+            raise ConfigurationError(f"MemsodaStore needs a memsoda Memory or AsyncMemory, got {type(memory).__name__}")
+        if isinstance(scope_depth, bool) or not isinstance(scope_depth, int) or scope_depth < 1:
+            raise ConfigurationError(f"scope_depth must be a positive int, got {scope_depth!r}")
+        self._memory = memory
+        self._project = project
+        self._scope_depth = scope_depth
+        self._dataset_of = dataset_of or ".".join
+        self._fields = tuple(fields)
+
+    def scope(self, namespace: tuple[str, ...]) -> dict[str, str]:
+        """The memsoda scope (dataset, project keywords) of a namespace."""
+        return {"dataset": self._dataset_of(tuple(namespace[: self._scope_depth])), "project": self._project}
+
+    # --- BaseStore ---------------------------------------------------------------------------------
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        memory = self._memory
+        if isinstance(memory, AsyncMemory):
+            raise ConfigurationError(
+                "this MemsodaStore wraps an AsyncMemory: use the async API (ainvoke, aput, asearch), "
+                "or give it a Memory for synchronous calls"
+            )
+        listed = list(ops)
+        results: list[Result] = [None] * len(listed)
+        for step in self._steps(listed):
+            if isinstance(step, _Puts):
+                memory.put_items(step.items, **step.scope)
+            else:
+                position, op = step
+                results[position] = self._translate(op, self._call_sync(memory, op))
+        return results
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        memory = self._memory
+        if isinstance(memory, Memory):
+            return await asyncio.to_thread(self.batch, list(ops))
+        listed = list(ops)
+        results: list[Result] = [None] * len(listed)
+        for step in self._steps(listed):
+            if isinstance(step, _Puts):
+                await memory.put_items(step.items, **step.scope)
+            else:
+                position, op = step
+                results[position] = self._translate(op, await self._call_async(memory, op))
+        return results
+
+    # --- translation -------------------------------------------------------------------------------
+
+    def _steps(self, ops: Sequence[Op]) -> Iterator[_Puts | tuple[int, Op]]:
+        """The ops in order, runs of puts into one scope merged (a later put of a key wins)."""
+        pending: _Puts | None = None
+        for position, op in enumerate(ops):
+            _check_labels(op)
+            if isinstance(op, PutOp):
+                scope = self.scope(op.namespace)
+                if pending is not None and pending.scope != scope:
+                    yield pending
+                    pending = None
+                if pending is None:
+                    pending = _Puts(scope, [])
+                pending.items.append(self._item_input(op))
+                continue
+            if pending is not None:
+                yield pending
+                pending = None
+            if not isinstance(op, GetOp | SearchOp | ListNamespacesOp):
+                raise ValueError(f"unknown store operation {type(op).__name__}")
+            yield position, op
+        if pending is not None:
+            yield pending
+
+    def _item_input(self, op: PutOp) -> ItemInput:
+        if op.ttl is not None:
+            raise NotImplementedError("MemsodaStore does not support TTLs (supports_ttl is False); pass ttl=None")
+        if op.value is None:
+            return ItemInput(namespace=op.namespace, key=op.key, value=None)
+        fields = () if op.index is False else self._fields if op.index is None else tuple(op.index)
+        texts = [text for path in fields for text in _texts(op.value, path)]
+        return ItemInput(namespace=op.namespace, key=op.key, value=op.value, text="; ".join(texts) or None)
+
+    def _arguments(self, op: Op) -> tuple[str, dict[str, Any]]:
+        """The memsoda method an op calls, and its arguments."""
+        if isinstance(op, GetOp):
+            return "get_item", {"namespace": op.namespace, "key": op.key, **self.scope(op.namespace)}
+        if isinstance(op, SearchOp):
+            scope = self._scope_or_project(
+                op.namespace_prefix if len(op.namespace_prefix) >= self._scope_depth else None
+            )
+            return "search_items", {
+                "namespace_prefix": op.namespace_prefix,
+                "query": op.query,
+                "filter": op.filter,
+                "limit": op.limit,
+                "offset": op.offset,
+                **scope,
+            }
+        assert isinstance(op, ListNamespacesOp)
+        conditions = op.match_conditions or ()
+        known = [c.path for c in conditions if c.match_type == "prefix" and "*" not in c.path[: self._scope_depth]]
+        fixed = next((path for path in known if len(path) >= self._scope_depth), None)
+        return "list_item_namespaces", {
+            "match": [(c.match_type, c.path) for c in conditions],
+            "max_depth": op.max_depth,
+            "limit": op.limit,
+            "offset": op.offset,
+            **self._scope_or_project(None if fixed is None else tuple(fixed)),
+        }
+
+    def _scope_or_project(self, namespace: tuple[str, ...] | None) -> dict[str, str]:
+        """A namespace's scope, or (None) every dataset of the store's project."""
+        return {"project": self._project} if namespace is None else self.scope(namespace)
+
+    def _call_sync(self, memory: Memory, op: Op) -> Any:
+        name, kwargs = self._arguments(op)
+        return getattr(memory, name)(**kwargs)
+
+    async def _call_async(self, memory: AsyncMemory, op: Op) -> Any:
+        name, kwargs = self._arguments(op)
+        return await getattr(memory, name)(**kwargs)
+
+    @staticmethod
+    def _translate(op: Op, reply: Any) -> Result:
+        if isinstance(op, GetOp):
+            return None if reply is None else _item(reply)
+        if isinstance(op, SearchOp):
+            return [_search_item(stored) for stored in reply]
+        return [tuple(namespace) for namespace in reply]
+
+
+def _texts(value: Any, path: str) -> list[str]:
+    """The text at a LangGraph path of `value`; "$" is every string in it, in order."""
+    if path != "$":
+        return [text for text in get_text_at_path(value, path) if text.strip()]
+    found: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, str):
+            if node.strip():
+                found.append(node)
+        elif isinstance(node, dict):
+            for child in node.values():
+                walk(child)
+        elif isinstance(node, list | tuple):
+            for child in node:
+                walk(child)
+
+    walk(value)
+    return found
+
+
+def _check_labels(op: Op) -> None:
+    """LangGraph's own rule for namespaces (its stores check it in `batch` too): string labels,
+    none empty or holding a "." (the default scope names rely on that) or a NUL."""
+    if isinstance(op, GetOp | PutOp):
+        paths = [op.namespace]
+    elif isinstance(op, SearchOp):
+        paths = [op.namespace_prefix]
+    else:
+        paths = [c.path for c in op.match_conditions or ()]
+    for path in paths:
+        for label in path:
+            if not isinstance(label, str) or not label or "." in label or "\x00" in label:
+                raise InvalidNamespaceError(f"invalid namespace label {label!r} in {path!r}")
+    if isinstance(op, PutOp) and (not op.namespace or op.namespace[0] == "langgraph"):
+        raise InvalidNamespaceError(f'a namespace must be non-empty and not start with "langgraph": {op.namespace!r}')
+
+
+def _item(stored: StoredItem) -> Item:
+    return Item(
+        value=stored.value,
+        key=stored.key,
+        namespace=stored.namespace,
+        created_at=stored.created_at,
+        updated_at=stored.updated_at,
+    )
+
+
+def _search_item(stored: StoredItem) -> SearchItem:
+    return SearchItem(
+        namespace=stored.namespace,
+        key=stored.key,
+        value=stored.value,
+        created_at=stored.created_at,
+        updated_at=stored.updated_at,
+        score=stored.score,
+    )

@@ -1,0 +1,384 @@
+"""`MemsodaStore` against the real embedded PostgreSQL and the offline embedder: LangGraph's store
+API (put, get, search, delete, list_namespaces, batch and abatch) checked op by op against
+LangGraph's own `InMemoryStore` (LangGraph ships no conformance suite for stores), the facts behind
+items, filters, isolation, search by meaning, langmem's memory tools and agents built with
+`store=`. Each test runs with a `Memory` (sync API) and an `AsyncMemory` (async API)."""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langgraph.config import get_store
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.store.base import (
+    GetOp,
+    InvalidNamespaceError,
+    ListNamespacesOp,
+    MatchCondition,
+    PutOp,
+    SearchOp,
+)
+from langgraph.store.memory import InMemoryStore
+from langmem import create_manage_memory_tool, create_search_memory_tool
+
+from memsoda_core import AsyncMemory, ConfigurationError, LocalEmbedder, Memory, ValidationError
+from memsoda_langgraph import MemsodaStore
+
+
+class Store:
+    """Calls a MemsodaStore through its sync or its async API the same way: `await s.put(...)`."""
+
+    def __init__(self, store: MemsodaStore, *, is_async: bool) -> None:
+        self.raw = store
+        self.is_async = is_async
+
+    def __getattr__(self, name: str) -> Any:
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            if self.is_async:
+                return await getattr(self.raw, "a" + name)(*args, **kwargs)
+            return getattr(self.raw, name)(*args, **kwargs)
+
+        return call
+
+
+@pytest.fixture(params=["sync", "async"])
+async def memory(request: pytest.FixtureRequest, pg_dsn: str, embedder: LocalEmbedder) -> AsyncIterator[Any]:
+    if request.param == "sync":
+        with Memory.open(pg_dsn, embedder) as opened:
+            yield opened
+    else:
+        async with await AsyncMemory.open(pg_dsn, embedder) as opened_async:
+            yield opened_async
+
+
+@pytest.fixture
+def store(memory: Memory | AsyncMemory) -> Store:
+    """A store on its own project, so the default scopes ("memories.u1", ...) are this test's."""
+    wrapped = MemsodaStore(memory, project=f"lg-{uuid.uuid4().hex[:10]}")
+    return Store(wrapped, is_async=isinstance(memory, AsyncMemory))
+
+
+def shape(items: Sequence[Any]) -> list[tuple[tuple[str, ...], str, dict[str, Any]]]:
+    return [(item.namespace, item.key, item.value) for item in items]
+
+
+async def test_put_get_update_delete_round_trip(store: Store) -> None:
+    namespace = ("memories", "u1", "profile")
+    assert await store.get(namespace, "tz") is None
+    await store.put(namespace, "tz", {"content": "lives in Lisbon", "zone": "WET"})
+    first = await store.get(namespace, "tz")
+    assert (first.namespace, first.key, first.value) == (namespace, "tz", {"content": "lives in Lisbon", "zone": "WET"})
+    await store.put(namespace, "tz", {"content": "moved to Tokyo", "zone": "JST"})
+    second = await store.get(namespace, "tz")
+    assert second.value == {"content": "moved to Tokyo", "zone": "JST"}
+    assert second.created_at == first.created_at and second.updated_at > first.updated_at
+    await store.delete(namespace, "tz")
+    assert await store.get(namespace, "tz") is None
+    assert await store.search(namespace) == []
+
+
+async def test_each_item_has_one_live_fact_and_updates_supersede_it(store: Store, memory: Memory | AsyncMemory) -> None:
+    """The fact behind an item follows it: replaced by the new text's fact (history keeps the old
+    one, superseded), ended when the item is deleted; equal texts share one fact."""
+    namespace = ("memories", "u1")
+    scope = store.raw.scope(namespace)
+
+    async def facts() -> list[Any]:
+        page = memory.list_facts(status="all", **scope)
+        return list((await page if isinstance(memory, AsyncMemory) else page).facts)
+
+    await store.put(namespace, "a", {"content": "likes green tea"})
+    await store.put(namespace, "b", {"content": "likes green tea"})
+    (shared,) = await facts()
+    assert (shared.subject, shared.predicate, shared.object) == ("user", "noted", "likes green tea")
+    await store.put(namespace, "a", {"content": "likes black coffee"})
+    assert {f.object: f.invalid_at is None for f in await facts()} == {
+        "likes green tea": True,
+        "likes black coffee": True,
+    }
+    await store.put(namespace, "b", {"content": "likes oolong"})
+    by_text = {f.object: f for f in await facts()}
+    assert by_text["likes green tea"].invalid_at is not None  # no item refers to it any more
+    assert by_text["likes green tea"].superseded_by == by_text["likes oolong"].id
+    await store.delete(namespace, "a")
+    by_text = {f.object: f for f in await facts()}
+    assert by_text["likes black coffee"].invalid_at is not None and by_text["likes black coffee"].superseded_by is None
+    assert [f.object for f in by_text.values() if f.invalid_at is None] == ["likes oolong"]
+
+
+async def test_search_by_meaning_puts_the_right_item_first(store: Store) -> None:
+    namespace = ("memories", "u1")
+    notes = {
+        "pet": "Has a golden retriever called Biscuit",
+        "job": "Works as a nurse at the city hospital",
+        "food": "Is allergic to peanuts",
+        "car": "Drives a red Toyota Corolla",
+    }
+    for key, text in notes.items():
+        await store.put(namespace, key, {"content": text})
+    for query, expected in [
+        ("what kind of dog do I have?", "pet"),
+        ("where do I work?", "job"),
+        ("which vehicle do I own?", "car"),
+        ("food allergy", "food"),
+    ]:
+        found = await store.search(namespace, query=query, limit=4)
+        assert found[0].key == expected, (query, [(i.key, i.score) for i in found])
+        scores = [item.score for item in found]
+        assert all(isinstance(s, float) for s in scores) and scores == sorted(scores, reverse=True)
+    top_two = await store.search(namespace, query="where do I work?", limit=2)
+    rest = await store.search(namespace, query="where do I work?", limit=2, offset=2)
+    everything = await store.search(namespace, query="where do I work?", limit=4)
+    assert [i.key for i in top_two + rest] == [i.key for i in everything]
+
+
+async def test_index_false_and_index_fields(store: Store) -> None:
+    namespace = ("docs", "u1")
+    await store.put(namespace, "hidden", {"content": "the launch code is swordfish"}, index=False)
+    await store.put(namespace, "titled", {"title": "swordfish recipes", "body": "grilled fish"}, index=["title"])
+    assert [i.key for i in await store.search(namespace, query="swordfish")] == ["titled"]
+    assert {i.key for i in await store.search(namespace)} == {"hidden", "titled"}  # no query: every item
+
+
+async def test_filters_run_in_sql_like_langgraphs(store: Store) -> None:
+    namespace = ("products", "shop")
+    rows = {
+        "a": {"name": "apple", "price": 1.5, "tags": ["fruit"], "meta": {"color": "red", "n": 1}},
+        "b": {"name": "bread", "price": 3, "tags": ["bakery"], "meta": {"color": "brown", "n": 2}},
+        "c": {"name": "cheese", "price": 7.25, "meta": {"color": "yellow", "n": 3}},
+    }
+    reference = InMemoryStore()
+    for key, value in rows.items():
+        await store.put(namespace, key, value)
+        reference.put(namespace, key, value)
+    cases: list[dict[str, Any]] = [
+        {"name": "apple"},
+        {"price": {"$gt": 1.5}},
+        {"price": {"$gte": 1.5, "$lt": 7.25}},
+        {"price": {"$lte": 3}},
+        {"name": {"$ne": "bread"}},
+        {"name": {"$eq": "cheese"}},
+        {"meta": {"color": "brown"}},
+        {"tags": ["fruit"]},
+        {"missing": None},
+        {"name": "apple", "price": {"$gt": 2}},
+    ]
+    for case in cases:
+        got = {i.key for i in await store.search(namespace, filter=case)}
+        expected = {i.key for i in reference.search(namespace, filter=case)}
+        assert got == expected, case
+    # InMemoryStore raises comparing "n/a" with a number; memsoda compares values of one JSON type only
+    await store.put(("products", "odd"), "d", {"name": "dates", "price": "n/a"})
+    assert await store.search(("products", "odd"), filter={"price": {"$gt": 2}}) == []
+    assert len(await store.search(("products", "odd"), filter={"price": {"$gt": "m"}})) == 1
+    with pytest.raises(ValidationError):
+        await store.search(namespace, filter={"price": {"$regex": "x"}})
+
+
+async def test_namespaces_are_tenants_and_users_never_meet(store: Store) -> None:
+    alice, bob = ("memories", "alice"), ("memories", "bob")
+    await store.put(alice, "1", {"content": "Alice's sister is called Maria"})
+    await store.put(bob, "1", {"content": "Bob's sister is called Clara"})
+    assert store.raw.scope(alice) != store.raw.scope(bob)
+    for query in ("sister", "what is Clara's name?", "Bob"):
+        assert [i.namespace for i in await store.search(alice, query=query)] == [alice]
+        assert [i.namespace for i in await store.search(bob, query=query)] == [bob]
+    assert (await store.get(alice, "1")).value["content"].startswith("Alice")
+    # a prefix shorter than a scope spans the scopes under it, and says which namespace each item is in
+    spanning = await store.search(("memories",), query="Clara")
+    assert spanning[0].namespace == bob and {i.namespace for i in spanning} == {alice, bob}
+    assert {i.namespace for i in await store.search(("memories",))} == {alice, bob}
+
+
+NAMESPACES = [
+    ("a", "b", "c"),
+    ("a", "b", "d", "e"),
+    ("a", "b", "d", "i"),
+    ("a", "b", "f"),
+    ("a", "c", "f"),
+    ("b", "a", "f"),
+    ("users", "123"),
+    ("users", "456", "settings"),
+    ("admin", "users", "789"),
+    ("a", "Z"),
+    ("a", "é"),
+]
+
+
+async def test_list_namespaces_matches_inmemorystore(store: Store) -> None:
+    reference = InMemoryStore()
+    for n, namespace in enumerate(NAMESPACES):
+        await store.put(namespace, f"k{n}", {"n": n}, index=False)
+        reference.put(namespace, f"k{n}", {"n": n})
+    cases: list[dict[str, Any]] = [
+        {},
+        {"prefix": ("a",)},
+        {"prefix": ("a", "b")},
+        {"prefix": ("a", "*", "f")},
+        {"suffix": ("f",)},
+        {"suffix": ("*", "f")},
+        {"prefix": ("a",), "suffix": ("f",)},
+        {"prefix": ("*", "users")},
+        {"max_depth": 2},
+        {"prefix": ("a",), "max_depth": 3},
+        {"limit": 3},
+        {"limit": 3, "offset": 2},
+        {"prefix": ("nothing",)},
+        {"prefix": ("a", "b", "c", "d", "e")},
+    ]
+    for case in cases:
+        assert await store.list_namespaces(**case) == reference.list_namespaces(**case), case
+
+
+async def test_batch_applies_ops_in_order(store: Store) -> None:
+    namespace = ("memories", "u1")
+    ops = [
+        PutOp(namespace, "x", {"content": "first"}),
+        PutOp(namespace, "x", {"content": "second"}),
+        PutOp(("memories", "u2"), "y", {"content": "other user"}),
+        GetOp(namespace, "x"),
+        SearchOp(namespace, query="second"),
+        ListNamespacesOp(match_conditions=(MatchCondition("prefix", ("memories",)),)),
+        PutOp(namespace, "x", None),
+        GetOp(namespace, "x"),
+        GetOp(("memories", "u2"), "y"),
+    ]
+    results = await store.batch(ops)
+    assert results[:3] == [None, None, None]
+    assert results[3].value == {"content": "second"}
+    assert shape(results[4]) == [(namespace, "x", {"content": "second"})]
+    assert results[5] == [("memories", "u1"), ("memories", "u2")]
+    assert results[6:8] == [None, None]
+    assert results[8].value == {"content": "other user"}
+
+
+async def test_bad_input_raises_and_writes_nothing(store: Store) -> None:
+    namespace = ("memories", "u1")
+    with pytest.raises(ValidationError):
+        await store.put(namespace, "nan", {"score": math.nan})
+    with pytest.raises(ValidationError):
+        await store.batch([PutOp(namespace, "ok", {"content": "fine"}), PutOp(namespace, "bad", {"x": {1, 2}})])
+    assert await store.search(namespace) == []
+    with pytest.raises(InvalidNamespaceError):
+        await store.batch([PutOp(("memories", "a.b"), "k", {"content": "dotted"})])
+    with pytest.raises(NotImplementedError):
+        await store.put(namespace, "k", {"content": "expiring"}, ttl=5)
+
+
+def test_an_async_memory_refuses_the_sync_api(pg_dsn: str, embedder: LocalEmbedder) -> None:
+    import asyncio
+
+    async def make() -> AsyncMemory:
+        return await AsyncMemory.open(pg_dsn, embedder)
+
+    loop = asyncio.new_event_loop()
+    try:
+        opened = loop.run_until_complete(make())
+        with pytest.raises(ConfigurationError, match="AsyncMemory"):
+            MemsodaStore(opened).get(("memories", "u1"), "k")
+        loop.run_until_complete(opened.close())
+    finally:
+        loop.close()
+
+
+async def test_langmem_tools_run_on_memsoda(store: Store) -> None:
+    """langmem's own tools, unchanged, with a namespace template filled from the config."""
+    namespace = ("memories", "{langgraph_user_id}")
+    manage = create_manage_memory_tool(namespace=namespace, store=store.raw)
+    search = create_search_memory_tool(namespace=namespace, store=store.raw, response_format="content_and_artifact")
+    config = {"configurable": {"langgraph_user_id": "u-42"}}
+    other = {"configurable": {"langgraph_user_id": "u-43"}}
+
+    async def call(tool: Any, args: dict[str, Any], cfg: dict[str, Any]) -> Any:
+        return await tool.ainvoke(args, config=cfg) if store.is_async else tool.invoke(args, config=cfg)
+
+    said = await call(manage, {"content": "User prefers window seats on flights", "action": "create"}, config)
+    memory_id = said.split()[-1]
+    await call(manage, {"content": "User's daughter is named Ana"}, config)
+    await call(manage, {"content": "User is vegetarian"}, other)
+    item = await store.get(("memories", "u-42"), memory_id)
+    assert item.value == {"content": "User prefers window seats on flights"}
+    found = await call(
+        search, {"type": "tool_call", "name": "search_memory", "id": "c1", "args": {"query": "seat preference"}}, config
+    )
+    assert found.artifact[0].key == memory_id and "window seats" in found.content
+    assert "vegetarian" not in found.content
+    await call(manage, {"content": "User prefers aisle seats", "action": "update", "id": memory_id}, config)
+    assert (await store.get(("memories", "u-42"), memory_id)).value == {"content": "User prefers aisle seats"}
+    await call(manage, {"action": "delete", "id": memory_id}, config)
+    assert await store.get(("memories", "u-42"), memory_id) is None
+
+
+class ScriptedChatModel(GenericFakeChatModel):
+    """LangChain's fake chat model, whose scripted replies may call tools; binding tools is a no-op."""
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        return self
+
+
+async def test_an_agent_built_with_the_store_learns_in_one_thread_and_recalls_in_the_next(store: Store) -> None:
+    namespace = ("memories", "{langgraph_user_id}")
+    tools = [create_manage_memory_tool(namespace=namespace), create_search_memory_tool(namespace=namespace)]
+    script = [
+        AIMessage("", tool_calls=[{"name": "manage_memory", "id": "t1", "args": {"content": "User's cat is Miso"}}]),
+        AIMessage("Noted: your cat is Miso."),
+        AIMessage("", tool_calls=[{"name": "search_memory", "id": "t2", "args": {"query": "pet's name"}}]),
+        AIMessage("Your cat is called Miso."),
+    ]
+    agent = create_agent(ScriptedChatModel(messages=iter(script)), tools=tools, store=store.raw)
+    config = {"configurable": {"langgraph_user_id": "u-7"}}
+
+    async def run(text: str) -> list[Any]:
+        state = {"messages": [HumanMessage(text)]}
+        done = await agent.ainvoke(state, config) if store.is_async else agent.invoke(state, config)
+        return list(done["messages"])
+
+    await run("My cat is called Miso.")
+    assert [i.value for i in await store.search(("memories", "u-7"))] == [{"content": "User's cat is Miso"}]
+    replies = await run("What's my pet's name?")
+    (tool_message,) = [m for m in replies if isinstance(m, ToolMessage)]
+    assert "Miso" in str(tool_message.content)
+    assert replies[-1].content == "Your cat is called Miso."
+
+
+async def test_a_graph_node_writes_through_get_store_and_a_later_run_reads(store: Store) -> None:
+    def remember(state: MessagesState) -> dict[str, Any]:
+        get_store().put(("notes", "u1"), "last", {"content": str(state["messages"][-1].content)})
+        return {}
+
+    async def aremember(state: MessagesState) -> dict[str, Any]:
+        await get_store().aput(("notes", "u1"), "last", {"content": str(state["messages"][-1].content)})
+        return {}
+
+    def read(state: MessagesState) -> dict[str, Any]:
+        found = get_store().search(("notes", "u1"), query="favourite city")
+        return {"messages": [AIMessage(found[0].value["content"] if found else "nothing")]}
+
+    async def aread(state: MessagesState) -> dict[str, Any]:
+        found = await get_store().asearch(("notes", "u1"), query="favourite city")
+        return {"messages": [AIMessage(found[0].value["content"] if found else "nothing")]}
+
+    def graph(name: str, node: Any) -> Any:
+        builder = StateGraph(MessagesState)
+        builder.add_node(name, node)
+        builder.add_edge(START, name)
+        return builder.compile(store=store.raw)
+
+    writer = graph("remember", aremember if store.is_async else remember)
+    reader = graph("read", aread if store.is_async else read)
+    told = {"messages": [HumanMessage("My favourite city is Porto")]}
+    asked = {"messages": [HumanMessage("Which city do I like best?")]}
+    if store.is_async:
+        await writer.ainvoke(told)
+        done = await reader.ainvoke(asked)
+    else:
+        writer.invoke(told)
+        done = reader.invoke(asked)
+    assert done["messages"][-1].content == "My favourite city is Porto"
