@@ -19,8 +19,20 @@ import numpy as np
 from memsoda_core.embedders import Embedder
 from memsoda_core.errors import MemsodaError
 from memsoda_core.files import open_sink, progress_callback, read_jsonl
+from memsoda_core.learning.call import RememberCall, extraction_failed
+from memsoda_core.learning.extractors import as_extractor
 from memsoda_core.memory_base import MemoryBase, check_import_args, open_args
-from memsoda_core.models import EpisodeInput, Fact, FactInput, FactPage, ImportReport, RecallResult
+from memsoda_core.models import (
+    EpisodeInput,
+    Fact,
+    FactInput,
+    FactPage,
+    FactSource,
+    ImportReport,
+    Message,
+    RecallResult,
+    RememberResult,
+)
 from memsoda_core.ops.opening import open_store
 from memsoda_core.options import RecallOptions
 from memsoda_core.runner.policy import check_pool_args
@@ -47,6 +59,7 @@ class Memory(MemoryBase):
         schema: str = "memsoda",
         options: RecallOptions | None = None,
         synthesizer: Any = None,
+        extractor: Any = None,
         pool_size: int = 10,
         pool_timeout: float = 10.0,
         text_search_config: str = "english",
@@ -58,10 +71,12 @@ class Memory(MemoryBase):
         set, else the offline all-MiniLM-L6-v2 model. A dataset/project gets its own vector and
         keyword indexes once it holds `tenant_index_min_facts` facts (built concurrently by the
         write that crosses it); smaller ones are searched exactly. The threshold is recorded in the
-        store; None uses the recorded one (2,000 for a new store)."""
+        store; None uses the recorded one (2,000 for a new store). `extractor` is `remember`'s
+        default model (an Extractor, a LangChain chat model or a LlamaIndex LLM)."""
         check_pool_args(pool_size, pool_timeout)
         args = open_args(embedder, schema, text_search_config, tenant_index_min_facts)
         chosen_synthesizer = as_synthesizer(synthesizer)
+        chosen_extractor = as_extractor(extractor)
         target = resolve_target(dsn, home)
         try:
             runner = Runner.open(
@@ -79,7 +94,12 @@ class Memory(MemoryBase):
         self = cls()
         self._runner = runner
         self._setup(
-            info=runner.info, embedder=runner.embedder, options=options, synthesizer=chosen_synthesizer, target=target
+            info=runner.info,
+            embedder=runner.embedder,
+            options=options,
+            synthesizer=chosen_synthesizer,
+            extractor=chosen_extractor,
+            target=target,
         )
         return self
 
@@ -185,6 +205,62 @@ class Memory(MemoryBase):
         """The supersede chain of `fact_id` (the facts it replaced and those that replaced it),
         oldest first."""
         return self._run(self._history_op(fact_id, dataset, project), read_only=True)
+
+    def remember(
+        self,
+        messages: Sequence[Message | Mapping[str, Any]],
+        *,
+        dataset: str,
+        project: str,
+        thread_id: str | None = None,
+        extractor: Any = None,
+        user: str = "user",
+        related: int = 20,
+        summarize: bool = False,
+        on_invalid: str = "skip",
+    ) -> RememberResult:
+        """Learn from a window of chat messages: the extractor (this call's, else the one given to
+        `open`) sees them with the `related` live facts recall finds for them, and proposes facts
+        to add, shown facts to supersede or end. memsoda checks each (its quote occurs in a message;
+        it changes only a shown fact; its fact passes `add_facts`' validation) and applies those
+        that pass in one transaction through the write rules (duplicates, single-valued relations),
+        recording the thread and message each fact came from (`sources`). Operations that fail are
+        returned in `rejected` (`on_invalid="skip"`) or make the call raise `ExtractionError`
+        (`"raise"`). A model error, timeout or malformed answer raises `ExtractionError`; either
+        way nothing is written. `user` names the speaking user's entity; `summarize` stores the
+        extractor's summary of the window as an episode of `thread_id`."""
+        call = RememberCall.check(
+            messages,
+            dataset=dataset,
+            project=project,
+            extractor=extractor if extractor is not None else self._extractor,
+            user=user,
+            thread_id=thread_id,
+            related=related,
+            summarize=summarize,
+            on_invalid=on_invalid,
+            now=self._now(),
+        )
+        found = (
+            self.recall(call.query(), dataset=dataset, project=project, facts_in_context=related)
+            if related
+            else RecallResult(context="", facts=(), entities=())
+        )
+        request = call.request(found)
+        try:
+            raw = call.extractor.extract(request)
+        except MemsodaError:
+            raise
+        except Exception as exc:
+            raise extraction_failed(call.extractor, exc) from exc
+        checked = call.answer(raw, request)
+        applied = self._run(self._apply_extraction_op(call, checked))
+        return call.result(request, checked, applied)
+
+    def sources(self, fact_id: int, *, dataset: str, project: str) -> list[FactSource]:
+        """The messages fact `fact_id` was learned from by `remember` (thread and message ids),
+        oldest first; empty for a fact written otherwise."""
+        return self._run(self._sources_op(fact_id, dataset, project), read_only=True)
 
     def add_episodes(
         self, episodes: Sequence[EpisodeInput | Mapping[str, Any]], *, dataset: str, project: str
