@@ -20,6 +20,8 @@ from memsoda_core.validation import Scope, ValidEpisode, check_scope, check_text
 
 MAX_RELATED = limits.MAX_K
 
+USER_ROLES = frozenset({"user", "human"})
+
 
 @dataclass(frozen=True, kw_only=True)
 class RememberCall:
@@ -72,8 +74,13 @@ class RememberCall:
         )
 
     def query(self) -> str:
-        """What the related facts are recalled by: the window's text, its latest part when long."""
-        text = "\n".join(m.content for m in self.messages)
+        """What the related facts are recalled by: the user's messages (all of them when the user
+        says nothing), their latest part when long. The user states what memory learns; the
+        assistant's replies restate it or add noise, and double the query's cost."""
+        said = [m.content for m in self.messages if m.role.casefold() in USER_ROLES] or [
+            m.content for m in self.messages
+        ]
+        text = "\n".join(said)
         return text[-limits.MAX_QUERY_CHARS :]
 
     def request(self, related: RecallResult) -> ExtractionRequest:
