@@ -169,3 +169,26 @@ def test_the_prompt_is_a_versioned_overridable_file(tmp_path: Path) -> None:
         load_prompt(path)
     with pytest.raises(ConfigurationError):
         load_prompt(tmp_path / "missing.md")
+
+
+def test_the_demo_learns_only_with_a_real_model(
+    sync_memory: Any, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rich.console import Console
+
+    from memsoda_core.demo_learning import show_learning
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    console = Console(record=True, width=200)
+    assert show_learning(sync_memory, console)
+    said = console.export_text()
+    assert "Set OPENAI_API_KEY" in said and "learned" not in said
+    reply = answer(add("I", "works at", "philips", "I started a new job at Philips", object_type="ORGANIZATION"))
+    fake.chat_content = json.dumps(reply)
+    monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+    console = Console(record=True, width=200)
+    assert show_learning(sync_memory, console)
+    said = console.export_text()
+    assert "learned [" in said and "user works at philips" in said
+    assert fake.requests("chat")  # the model was really asked
