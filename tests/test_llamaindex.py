@@ -319,3 +319,23 @@ async def test_llamaindex_embedder_protocol() -> None:
     assert LlamaIndexEmbedder(mock, model="mock", dimensions=8).dimensions == 8
     assert wrapped.embed_query("a") == await wrapped.aembed_query("a") == [0.5] * 8
     assert wrapped.embed_documents(["a", "b"]) == await wrapped.aembed_documents(["a", "b"])
+
+
+async def test_retriever_settings_per_call(memory: Any, scope: dict[str, str]) -> None:
+    await memory.add_facts(
+        [
+            {"subject": "user", "predicate": "lives in", "object": "amsterdam", "valid_at": "2020-01-01",
+             "invalid_at": "2024-01-01"},
+            {"subject": "user", "predicate": "lives in", "object": "utrecht", "valid_at": "2024-01-01"},
+        ],
+        **scope,
+    )  # fmt: skip
+    retriever = retriever_for(memory, scope, mode="facts", k=8)
+    then = retriever.with_options(as_of="2022-06-01", k=1)
+    assert (then.k, then.as_of, retriever.as_of) == (1, "2022-06-01", None)
+    (node,) = await then.aretrieve("where does the user live?")
+    assert node.node.get_content() == "user lives in amsterdam"
+    now = [n.node.get_content() for n in await retriever.aretrieve("where does the user live?")]
+    assert now == ["user lives in utrecht"]
+    with pytest.raises(LimitError):
+        retriever.with_options(k=10_000)
