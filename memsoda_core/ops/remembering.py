@@ -53,6 +53,8 @@ def apply_extraction(
     locks of their relations and of the facts they supersede or end, each target checked live
     once the locks are held (`NotLiveError` when another writer ended it since it was shown: then
     nothing is written), then the ends, the sources, and the episode."""
+    if not checked.operations and episode is None:
+        return Applied(added=(), superseded=(), ended=(), episode_id=None)  # no statement, no transaction
     base = {"dataset": scope.dataset, "project": scope.project}
     writes = [c for c in checked.operations if c.fact is not None]
     changes = [c for c in checked.operations if c.target is not None]
