@@ -1,4 +1,4 @@
-"""`python -m bench quality|speed|ingest|index`: every table of bench/RESULTS.md."""
+"""`python -m bench quality|speed|ingest|index|learning`: every table of bench/RESULTS.md."""
 
 from __future__ import annotations
 
@@ -64,6 +64,13 @@ def main(argv: list[str] | None = None) -> int:
     index.add_argument("--queries", type=int, default=None, help="first N labelled questions (default: all)")
     index.add_argument("--embedder", choices=("local", "hash"), default="local")
 
+    learning = commands.add_parser("learning", help="remember: its cost, and the realmem replay through it")
+    learning.add_argument("--calls", type=int, default=200, help="timed remember / add_facts calls")
+    learning.add_argument("--seed", type=int, default=1000, help="facts in the timed scope")
+    learning.add_argument("--personas", type=int, default=None, help="realmem: the first N personas")
+    learning.add_argument("--sessions", type=int, default=None, help="realmem: the first N sessions of each")
+    learning.add_argument("--embedder", choices=("local", "hash"), default="local")
+
     args = parser.parse_args(argv)
     if args.command == "quality":
         from bench import quality as bench_quality
@@ -114,6 +121,18 @@ def main(argv: list[str] | None = None) -> int:
 
         sys.stdout.write(
             bench_index.run(embedder=_embedder(args.embedder), facts=args.facts, extra=args.extra, queries=args.queries)
+        )
+    elif args.command == "learning":
+        from bench import learning as bench_learning
+
+        sys.stdout.write(
+            bench_learning.run(
+                embedder=_embedder(args.embedder),
+                calls=args.calls,
+                seed=args.seed,
+                personas=args.personas,
+                max_sessions=args.sessions,
+            )
         )
     return 0
 

@@ -36,7 +36,7 @@ async def main() -> None:
         async with await AsyncMemory.open(home=home, embedder=LocalEmbedder()) as memory:
             for user, facts in FACTS.items():
                 await memory.add_facts(facts, dataset=user, project=PROJECT)
-            block = MemsodaMemoryBlock(memory=memory, project=PROJECT, k=4)  # dataset = session_id
+            block = MemsodaMemoryBlock(memory=memory, project=PROJECT, k=4, use_session_id=True)
             llm = MockLLM()
             for user in ("alice", "bob"):
                 chat_memory = ChatMemory.from_defaults(session_id=user, memory_blocks=[block])

@@ -31,6 +31,22 @@ async def recall_async(memory: Memory | AsyncMemory, query: str | None, **kwargs
     return await asyncio.to_thread(memory.recall, query, **kwargs)
 
 
+def call_sync(memory: Memory | AsyncMemory, method: str, *args: Any, **kwargs: Any) -> Any:
+    """`memory.<method>(...)` from synchronous code (an AsyncMemory is refused, as by `recall_sync`)."""
+    if isinstance(memory, AsyncMemory):
+        raise ConfigurationError(
+            "this wraps an AsyncMemory: call its async form (ainvoke / aget / aput), or give it a Memory"
+        )
+    return getattr(memory, method)(*args, **kwargs)
+
+
+async def call_async(memory: Memory | AsyncMemory, method: str, *args: Any, **kwargs: Any) -> Any:
+    """`memory.<method>(...)` from async code: awaited on an AsyncMemory, in a thread for a Memory."""
+    if isinstance(memory, AsyncMemory):
+        return await getattr(memory, method)(*args, **kwargs)
+    return await asyncio.to_thread(getattr(memory, method), *args, **kwargs)
+
+
 def fact_id(scored: ScoredFact) -> str:
     """A stable document id for one fact."""
     return f"memsoda-fact-{scored.fact.id}"

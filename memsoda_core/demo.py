@@ -24,6 +24,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from memsoda_core.demo_learning import show_learning
 from memsoda_core.embedders import Embedder
 from memsoda_core.memory import Memory
 from memsoda_core.models import RecallResult, ScoredFact
@@ -340,9 +341,11 @@ def run_demo(
                 now = memory.recall(example.query, dataset=dataset, project=project, options=options)
             results += [result] + ([now] if now else [])
             outcomes.append(_show(console, number, example, result, now))
-    ok, floor_line = _low_confidence_line(results)
-    outcomes.append(ok)
-    console.print(floor_line)
+        ok, floor_line = _low_confidence_line(results)
+        outcomes.append(ok)
+        console.print(floor_line)
+        console.print()
+        outcomes.append(show_learning(memory, console))
     held = all(outcomes)
     summary = "every claim above held" if held else f"{outcomes.count(False)} claim(s) did not hold"
     console.print(Text(summary, style="bold green" if held else "bold red"))

@@ -16,6 +16,7 @@
     │   └── ImportFormatError      a JSONL line that is not a valid record
     ├── NotFoundError              a fact id that does not exist in the given scope
     ├── EmbeddingError             the embedder failed, timed out or returned bad vectors
+    ├── ExtractionError            `remember`'s model failed, timed out or returned unusable operations
     ├── EmbedderMismatchError      the store was created with another embedding model or dimension
     ├── StoreError                 the database could not do what was asked
     │   ├── StoreUnavailableError  PostgreSQL cannot be reached, or no pooled connection was free
@@ -32,6 +33,7 @@ __all__ = [
     "EmbedderMismatchError",
     "EmbeddingError",
     "EmptyFieldError",
+    "ExtractionError",
     "ImportFormatError",
     "IntervalError",
     "InvalidTextError",
@@ -112,6 +114,16 @@ class NotFoundError(MemsodaError, LookupError):
 
 class EmbeddingError(MemsodaError):
     """The embedder raised, timed out, or returned vectors of the wrong shape or with NaN."""
+
+
+class ExtractionError(MemsodaError):
+    """`remember`'s extractor raised or timed out, or returned output that is not the extraction
+    schema (or, with `on_invalid="raise"`, an operation that failed its checks). Nothing was written.
+    `rejected` holds the failed operations' reasons when that is the cause."""
+
+    def __init__(self, message: str, *, rejected: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.rejected = rejected
 
 
 class EmbedderMismatchError(MemsodaError):

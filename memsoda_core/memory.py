@@ -20,21 +20,24 @@ from memsoda_core.embedders import Embedder
 from memsoda_core.errors import MemsodaError
 from memsoda_core.files import open_sink, progress_callback, read_jsonl
 from memsoda_core.items import (
-    MAX_LIST_LIMIT,
     ItemInput,
     StoredItem,
-    check_item_scope,
-    check_key,
-    check_max_depth,
-    check_namespace,
-    check_page,
-    parse_filter,
-    parse_match,
 )
-from memsoda_core.limits import MAX_K
-from memsoda_core.memory_base import MemoryBase, check_import_args, open_args
-from memsoda_core.models import EpisodeInput, Fact, FactInput, FactPage, ImportReport, RecallResult
-from memsoda_core.ops import items as items_ops
+from memsoda_core.items_base import ItemsBase
+from memsoda_core.learning.call import extraction_failed
+from memsoda_core.learning.extractors import as_extractor
+from memsoda_core.memory_base import check_import_args, open_args
+from memsoda_core.models import (
+    EpisodeInput,
+    Fact,
+    FactInput,
+    FactPage,
+    FactSource,
+    ImportReport,
+    Message,
+    RecallResult,
+    RememberResult,
+)
 from memsoda_core.ops.opening import open_store
 from memsoda_core.options import RecallOptions
 from memsoda_core.runner.policy import check_pool_args
@@ -42,12 +45,11 @@ from memsoda_core.runner.steps import Operation
 from memsoda_core.runner.sync_runner import Runner
 from memsoda_core.runner.target import release_target, resolve_target
 from memsoda_core.synthesis import as_synthesizer
-from memsoda_core.validation import Scope, check_query, check_scope
 
 T = TypeVar("T")
 
 
-class Memory(MemoryBase):
+class Memory(ItemsBase):
     """Long-term memory of facts in PostgreSQL + pgvector. Open with `Memory.open()`."""
 
     _runner: Runner
@@ -62,6 +64,7 @@ class Memory(MemoryBase):
         schema: str = "memsoda",
         options: RecallOptions | None = None,
         synthesizer: Any = None,
+        extractor: Any = None,
         pool_size: int = 10,
         pool_timeout: float = 10.0,
         text_search_config: str = "english",
@@ -73,10 +76,12 @@ class Memory(MemoryBase):
         set, else the offline all-MiniLM-L6-v2 model. A dataset/project gets its own vector and
         keyword indexes once it holds `tenant_index_min_facts` facts (built concurrently by the
         write that crosses it); smaller ones are searched exactly. The threshold is recorded in the
-        store; None uses the recorded one (2,000 for a new store)."""
+        store; None uses the recorded one (2,000 for a new store). `extractor` is `remember`'s
+        default model (an Extractor, a LangChain chat model or a LlamaIndex LLM)."""
         check_pool_args(pool_size, pool_timeout)
         args = open_args(embedder, schema, text_search_config, tenant_index_min_facts)
         chosen_synthesizer = as_synthesizer(synthesizer)
+        chosen_extractor = as_extractor(extractor)
         target = resolve_target(dsn, home)
         try:
             runner = Runner.open(
@@ -94,7 +99,12 @@ class Memory(MemoryBase):
         self = cls()
         self._runner = runner
         self._setup(
-            info=runner.info, embedder=runner.embedder, options=options, synthesizer=chosen_synthesizer, target=target
+            info=runner.info,
+            embedder=runner.embedder,
+            options=options,
+            synthesizer=chosen_synthesizer,
+            extractor=chosen_extractor,
+            target=target,
         )
         return self
 
@@ -210,6 +220,48 @@ class Memory(MemoryBase):
         oldest first."""
         return self._run(self._history_op(fact_id, dataset, project), read_only=True)
 
+    def remember(
+        self,
+        messages: Sequence[Message | Mapping[str, Any]],
+        *,
+        dataset: str,
+        project: str,
+        thread_id: str | None = None,
+        extractor: Any = None,
+        user: str = "user",
+        related: int = 20,
+        summarize: bool = False,
+        on_invalid: str = "skip",
+    ) -> RememberResult:
+        """Learn from a window of chat messages: the extractor (this call's, else the one given to
+        `open`) sees them with the `related` live facts recall finds for them, and proposes facts
+        to add, shown facts to supersede or end. memsoda checks each (its quote occurs in a message;
+        it changes only a shown fact; its fact passes `add_facts`' validation) and applies those
+        that pass in one transaction through the write rules (duplicates, single-valued relations),
+        recording the thread and message each fact came from (`sources`). Operations that fail are
+        returned in `rejected` (`on_invalid="skip"`) or make the call raise `ExtractionError`
+        (`"raise"`). A model error, timeout or malformed answer raises `ExtractionError`; either
+        way nothing is written. `user` names the speaking user's entity; `summarize` stores the
+        extractor's summary of the window as an episode of `thread_id`."""
+        settings = {"thread_id": thread_id, "extractor": extractor, "user": user, "related": related}
+        call = self._remember_call(messages, dataset, project, summarize=summarize, on_invalid=on_invalid, **settings)
+        found = self._run(self._related_op(call), read_only=True)
+        request = call.request(found)
+        try:
+            raw = call.extractor.extract(request)
+        except MemsodaError:
+            raise
+        except Exception as exc:
+            raise extraction_failed(call.extractor, exc) from exc
+        checked = call.answer(raw, request)
+        applied = self._run(self._apply_extraction_op(call, checked))
+        return call.result(request, checked, applied)
+
+    def sources(self, fact_id: int, *, dataset: str, project: str) -> list[FactSource]:
+        """The messages fact `fact_id` was learned from by `remember` (thread and message ids),
+        oldest first; empty for a fact written otherwise."""
+        return self._run(self._sources_op(fact_id, dataset, project), read_only=True)
+
     def add_episodes(
         self, episodes: Sequence[EpisodeInput | Mapping[str, Any]], *, dataset: str, project: str
     ) -> list[int]:
@@ -321,13 +373,11 @@ class Memory(MemoryBase):
         gets a fact "user noted <text>" that recall finds; replacing or deleting the item ends the
         fact (superseded by the new text's) once no item refers to it. Returns the fact id (or None)
         of each distinct (namespace, key), in the order of their last writes."""
-        scope = check_scope(dataset, project)
-        return self._run(self._resizing(scope, items_ops.put_items(self._info, scope, items, now=self._now())))
+        return self._run(self._put_items_op(items, dataset, project))
 
     def get_item(self, namespace: Sequence[str], key: str, *, dataset: str, project: str) -> StoredItem | None:
         """The item at (`namespace`, `key`) of the scope, or None."""
-        op = items_ops.get_item(self._info, check_scope(dataset, project), check_namespace(namespace), check_key(key))
-        return self._run(op, read_only=True)
+        return self._run(self._get_item_op(namespace, key, dataset, project), read_only=True)
 
     def search_items(
         self,
@@ -345,34 +395,7 @@ class Memory(MemoryBase):
         is None.
         No query: most recently updated first. A query: recall in each scope, items ranked by the
         fused score of their facts (`StoredItem.score`); limit + offset at most `limits.MAX_K`."""
-        (dataset, project), prefix = check_item_scope(dataset, project), check_namespace(namespace_prefix, empty=True)
-        text, conditions = check_query(query), parse_filter(filter)
-        check_page(limit, offset, most=MAX_LIST_LIMIT if text is None else MAX_K)
-
-        def recall_in(where: Scope, keep: int) -> Operation[RecallResult]:
-            overrides: dict[str, Any] = {"facts_in_context": keep}
-            return self._recall_op(
-                text,
-                dataset=where.dataset,
-                project=where.project,
-                include=(),
-                query_embedding=None,
-                as_of=None,
-                options=None,
-                overrides=overrides,
-            )
-
-        op = items_ops.search_items(
-            self._info,
-            project,
-            dataset,
-            prefix,
-            query=text,
-            conditions=conditions,
-            limit=limit,
-            offset=offset,
-            recall_in=recall_in,
-        )
+        op = self._search_items_op(namespace_prefix, project, dataset, query, filter, limit, offset)
         return self._run(op, read_only=True)
 
     def list_item_namespaces(
@@ -388,9 +411,5 @@ class Memory(MemoryBase):
         """Distinct namespaces of items matching every ("prefix" | "suffix", labels) pattern of
         `match` ("*" is any one label), cut to `max_depth` labels, sorted label by label; in the
         scope, or in every dataset of `project` when `dataset` is None."""
-        (dataset, project), patterns = check_item_scope(dataset, project), parse_match(match)
-        check_page(limit, offset, most=MAX_LIST_LIMIT)
-        op = items_ops.list_item_namespaces(
-            self._info, project, dataset, patterns, max_depth=check_max_depth(max_depth), limit=limit, offset=offset
-        )
+        op = self._list_item_namespaces_op(match, max_depth, limit, offset, project, dataset)
         return self._run(op, read_only=True)

@@ -17,8 +17,21 @@ from memsoda_core.errors import (
     EmbeddingError,
     ValidationError,
 )
-from memsoda_core.models import EpisodeInput, Fact, FactInput, FactPage, ImportReport, IncludeOption, RecallResult
+from memsoda_core.learning.call import RememberCall
+from memsoda_core.learning.extractors import Extractor
+from memsoda_core.learning.operations import CheckedExtraction
+from memsoda_core.models import (
+    EpisodeInput,
+    Fact,
+    FactInput,
+    FactPage,
+    FactSource,
+    ImportReport,
+    IncludeOption,
+    RecallResult,
+)
 from memsoda_core.ops.reading import check_list_args, check_predicates
+from memsoda_core.ops.remembering import Applied, apply_extraction, fact_sources
 from memsoda_core.options import DEFAULT_OPTIONS, RecallOptions
 from memsoda_core.recall.operation import recall as recall_operation
 from memsoda_core.recall.planning import ScopeSizes
@@ -70,6 +83,7 @@ class MemoryBase:
     _embedder: Embedder
     _options: RecallOptions
     _synthesizer: Synthesizer | None
+    _extractor: Extractor | None
     _target: Target
 
     def _setup(
@@ -80,11 +94,13 @@ class MemoryBase:
         options: RecallOptions | None,
         synthesizer: Synthesizer | None,
         target: Target,
+        extractor: Extractor | None = None,
     ) -> None:
         self._info = info
         self._embedder = embedder
         self._options = options or DEFAULT_OPTIONS
         self._synthesizer = synthesizer
+        self._extractor = extractor
         self._scope_sizes = ScopeSizes()
         self._target = target
 
@@ -148,6 +164,38 @@ class MemoryBase:
         scope = check_scope(dataset, project)
         name = None if entity is None else check_entity_name(entity)
         return self._resizing(scope, ops.forget(self._info, scope, name))
+
+    def _remember_call(
+        self, messages: Any, dataset: str, project: str, *, extractor: Any, **settings: Any
+    ) -> RememberCall:
+        chosen = extractor if extractor is not None else self._extractor
+        return RememberCall.check(
+            messages, dataset=dataset, project=project, extractor=chosen, now=self._now(), **settings
+        )
+
+    def _related_op(self, call: RememberCall) -> Operation[RecallResult]:
+        """The live facts recall finds for the window (none when `related` is 0)."""
+        if not call.related:
+            return _nothing_related()
+        scope = call.scope
+        overrides = {"facts_in_context": call.related}
+        return self._recall_op(
+            call.query(),
+            dataset=scope.dataset,
+            project=scope.project,
+            include=(),
+            query_embedding=None,
+            as_of=None,
+            options=None,
+            overrides=overrides,
+        )
+
+    def _apply_extraction_op(self, call: RememberCall, checked: CheckedExtraction) -> Operation[Applied]:
+        op = apply_extraction(self._info, call.scope, checked, thread_id=call.thread_id, episode=call.episode(checked))
+        return self._resizing(call.scope, op)
+
+    def _sources_op(self, fact_id: int, dataset: str, project: str) -> Operation[list[FactSource]]:
+        return fact_sources(self._info, check_scope(dataset, project), fact_id)
 
     def _get_fact_op(self, fact_id: int, dataset: str, project: str) -> Operation[Fact]:
         return ops.get_fact(self._info, check_scope(dataset, project), fact_id)
@@ -254,6 +302,11 @@ class MemoryBase:
 
     def _export_op(self, dataset: str, project: str) -> Operation[int]:
         return ops.export_jsonl(self._info, check_scope(dataset, project))
+
+
+def _nothing_related() -> Operation[RecallResult]:
+    return RecallResult(context="", facts=(), entities=())
+    yield  # an operation with no requests
 
 
 def check_times(as_of: Any, known_at: Any) -> tuple[datetime | None, datetime | None]:

@@ -214,3 +214,49 @@ class ImportReport:
     episodes: int
     skipped: int
     errors: tuple[tuple[int, str], ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Message:
+    """One chat message for `remember`: who said it, what, and optionally when and its id (kept as
+    the provenance of the facts it yields). Mappings with `role` and `content` (or `text`) are
+    accepted wherever a Message is."""
+
+    role: str
+    content: str
+    timestamp: Any = None
+    id: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RejectedOperation:
+    """An operation the extractor proposed that failed memsoda's checks, and why."""
+
+    index: int
+    """Its 0-based position in the extractor's output."""
+    op: str
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class RememberResult:
+    """What `remember` did. `added` holds the ids of facts written (a fact already live resolves to
+    its id), `superseded` (old id, new id) pairs, `ended` the ids of facts ended."""
+
+    added: tuple[int, ...] = ()
+    superseded: tuple[tuple[int, int], ...] = ()
+    ended: tuple[int, ...] = ()
+    rejected: tuple[RejectedOperation, ...] = ()
+    shown: tuple[int, ...] = ()
+    """The ids of the live facts the extractor was shown (the only ones it may change)."""
+    episode_id: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FactSource:
+    """Where a fact came from: a message of a thread, written by `remember` at `created_at`."""
+
+    fact_id: int
+    thread_id: str | None
+    message_id: str | None
+    created_at: datetime

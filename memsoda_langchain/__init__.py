@@ -1,5 +1,6 @@
-"""memsoda for LangChain: `MemsodaRetriever` (a `BaseRetriever` over `recall`) and
-`LangChainEmbedder` (any LangChain `Embeddings` as a memsoda embedder).
+"""memsoda for LangChain: `MemsodaRetriever` (a `BaseRetriever` over `recall`), `memory_tools`
+(an agent's recall / save / correct / end tools) and `LangChainEmbedder` (any LangChain
+`Embeddings` as a memsoda embedder).
 
     retriever = MemsodaRetriever(memory=memory, dataset="acme", project="assistant")
     docs = retriever.invoke("what does the user drive?", k=3)
@@ -7,5 +8,6 @@
 
 from memsoda_langchain.embedder import LangChainEmbedder
 from memsoda_langchain.retriever import MemsodaRetriever
+from memsoda_langchain.tools import memory_tools, render_facts
 
-__all__ = ["LangChainEmbedder", "MemsodaRetriever"]
+__all__ = ["LangChainEmbedder", "MemsodaRetriever", "memory_tools", "render_facts"]

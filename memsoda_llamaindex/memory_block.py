@@ -1,42 +1,61 @@
-"""`MemsodaMemoryBlock`: recalled facts as a block of a LlamaIndex agent `Memory`."""
+"""`MemsodaMemoryBlock`: memsoda as a block of a LlamaIndex agent `Memory`: it recalls for the
+latest message and learns from the messages the Memory flushes."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
-from llama_index.core.bridge.pydantic import Field
+from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.memory.memory import BaseMemoryBlock
 
-from memsoda_core import AsyncMemory, Memory
-from memsoda_core.adapting import recall_async
+from memsoda_core import AsyncMemory, ConfigurationError, Memory
+from memsoda_core.adapting import call_async, recall_async
 from memsoda_core.limits import MAX_K
+
+LEARNED_ROLES = frozenset({MessageRole.USER, MessageRole.ASSISTANT})
 
 
 class MemsodaMemoryBlock(BaseMemoryBlock[str]):
-    """Fills a `llama_index.core.memory.Memory` with memsoda's context for the latest message.
+    """Fills a `llama_index.core.memory.Memory` with memsoda's context for the latest message, and
+    learns from the messages the Memory flushes out of its short-term window (`Memory.remember`),
+    when an extractor is configured (`extractor=` here, or the one memsoda was opened with).
 
-    The scope is resolved on every call, never remembered: `dataset` and `project` given to
-    `memory.aget(dataset=..., project=...)` win, then this block's fields; `dataset=None` (the
-    default) uses the LlamaIndex Memory's `session_id` as the dataset. The block is read-only:
-    write facts with `Memory.add_facts`. With an `AsyncMemory`, call `await memory.aget()` on
-    the event loop that opened it (the sync `memory.get()` runs on another loop).
+    The scope: `dataset` and `project` given to `memory.aget(dataset=..., project=...)` win, then
+    this block's fields. `dataset` is required: LlamaIndex gives each `Memory` a random
+    `session_id` unless told otherwise, so a scope taken from it would be empty on every run; set
+    `use_session_id=True` to use the session id as the dataset when you choose it yourself. With
+    an `AsyncMemory`, call `await memory.aget()` / `aput()` on the event loop that opened it.
     """
 
     name: str = Field(default="memsoda", description="The name of the memory block.")
     memory: Memory | AsyncMemory = Field(description="The memsoda Memory or AsyncMemory to recall from.")
-    dataset: str | None = Field(default=None, description="memsoda dataset; None: the session_id.")
+    dataset: str | None = Field(default=None, description="memsoda dataset (required unless use_session_id).")
+    use_session_id: bool = Field(default=False, description="Use the LlamaIndex session_id as the dataset.")
     project: str = Field(default="default", description="memsoda project.")
     k: int = Field(default=8, ge=1, le=MAX_K, description="Facts in the context.")
     include: tuple[str, ...] = Field(default=(), description="Recall extras, e.g. ('episodes',).")
-    accept_short_term_memory: bool = Field(default=False, description="Read-only: flushed messages are ignored.")
+    extractor: Any = Field(default=None, description="remember's model; None: the memsoda Memory's.")
+    accept_short_term_memory: bool = Field(default=True, description="Learn from flushed messages.")
+    _said_no_extractor: bool = PrivateAttr(default=False)
+
+    def _dataset(self, given: Any, session_id: Any) -> str:
+        chosen = given or self.dataset or (session_id if self.use_session_id else None)
+        if not chosen:
+            raise ConfigurationError(
+                "MemsodaMemoryBlock needs dataset='...' (whose memory this is): LlamaIndex's default "
+                "session_id is random, so its scope would be empty; or use_session_id=True when you set it"
+            )
+        return str(chosen)
 
     async def _aget(self, messages: list[ChatMessage] | None = None, **block_kwargs: Any) -> str:
+        dataset = self._dataset(block_kwargs.get("dataset"), block_kwargs.get("session_id"))
         query = _latest_text(messages or [])
         if not query:
             return ""
         kwargs: dict[str, Any] = {
-            "dataset": block_kwargs.get("dataset") or self.dataset or block_kwargs.get("session_id"),
+            "dataset": dataset,
             "project": block_kwargs.get("project") or self.project,
             "facts_in_context": self.k,
             "include": self.include,
@@ -44,7 +63,35 @@ class MemsodaMemoryBlock(BaseMemoryBlock[str]):
         return (await recall_async(self.memory, query, **kwargs)).context
 
     async def _aput(self, messages: list[ChatMessage]) -> None:
-        """Nothing: memsoda stores extracted facts, not chat messages."""
+        """Learn from flushed messages through `remember` (one window, one transaction)."""
+        extractor = self.extractor if self.extractor is not None else getattr(self.memory, "_extractor", None)
+        if extractor is None:
+            if not self._said_no_extractor:
+                self._said_no_extractor = True
+                warnings.warn(
+                    "MemsodaMemoryBlock learns nothing from flushed messages: no extractor is configured "
+                    "(pass extractor= to the block, or to Memory.open)",
+                    UserWarning,
+                    stacklevel=2,
+                )
+            return
+        session = next((m.additional_kwargs.get("session_id") for m in messages if m.additional_kwargs), None)
+        window = [
+            {"role": message.role.value, "content": message.content}
+            for message in messages
+            if message.role in LEARNED_ROLES and message.content and message.content.strip()
+        ]
+        if not window:
+            return
+        await call_async(
+            self.memory,
+            "remember",
+            window,
+            dataset=self._dataset(None, session),
+            project=self.project,
+            thread_id=None if session is None else str(session),
+            extractor=extractor,
+        )
 
 
 def _latest_text(messages: list[ChatMessage]) -> str:

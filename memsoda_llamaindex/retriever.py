@@ -24,6 +24,9 @@ class MemsodaRetriever(BaseRetriever):
     out of the LLM and embedding text. `QueryBundle.embedding` is used as the query vector, so
     the embedder is not called. With an `AsyncMemory` only `aretrieve` works; a `Memory` serves
     both (async calls run it in a thread).
+
+    LlamaIndex's `retrieve` takes only the query, so per-call settings come from a copy:
+    `retriever.with_options(k=3, as_of="2025-01-01").retrieve(...)`.
     """
 
     def __init__(
@@ -35,6 +38,7 @@ class MemsodaRetriever(BaseRetriever):
         mode: Literal["context", "facts"] = "context",
         k: int = 8,
         include: Sequence[str] = (),
+        as_of: Any = None,
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
     ) -> None:
@@ -47,7 +51,25 @@ class MemsodaRetriever(BaseRetriever):
         self.mode = mode
         self.k = k
         self.include = (include,) if isinstance(include, str) else tuple(include)
+        self.as_of = as_of
+        self._verbose = verbose
         super().__init__(callback_manager=callback_manager, verbose=verbose)
+
+    def with_options(
+        self, *, k: int | None = None, as_of: Any = None, include: Sequence[str] | None = None
+    ) -> MemsodaRetriever:
+        """A copy with these settings changed (same memory, scope, mode and callbacks)."""
+        return MemsodaRetriever(
+            memory=self.memory,
+            dataset=self.dataset,
+            project=self.project,
+            mode=self.mode,
+            k=self.k if k is None else k,
+            include=self.include if include is None else include,
+            as_of=self.as_of if as_of is None else as_of,
+            callback_manager=self.callback_manager,
+            verbose=self._verbose,
+        )
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         return self._nodes(recall_sync(self.memory, query_bundle.query_str, **self._recall_kwargs(query_bundle)))
@@ -62,6 +84,7 @@ class MemsodaRetriever(BaseRetriever):
             "facts_in_context": self.k,
             "include": self.include,
             "query_embedding": query_bundle.embedding,
+            "as_of": self.as_of,
         }
 
     def _nodes(self, result: RecallResult) -> list[NodeWithScore]:

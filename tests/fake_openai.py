@@ -1,5 +1,7 @@
 """A small OpenAI-compatible HTTP server for tests: `POST /v1/embeddings` and
 `POST /v1/chat/completions` on 127.0.0.1, in a background thread, with scripted faults.
+Chat replies are `chat_content`, or `chat(body)` when given; a request with `tools` gets the reply
+as the arguments of a call of its first tool.
 
 It speaks the real wire protocol, so the real `openai` client (and the embedder and synthesizer
 built on it) is exercised end to end without the internet:
@@ -126,12 +128,14 @@ class FakeOpenAI:
         dimensions: dict[str, int] | None = None,
         default_dimensions: int = DEFAULT_DIMENSIONS,
         chat_content: str = "The user likes green tea.",
+        chat: Callable[[dict[str, Any]], str] | None = None,
         shuffle: bool = False,
     ) -> None:
         self.embed = embed
         self.dimensions = {**KNOWN_DIMENSIONS, **(dimensions or {})}
         self.default_dimensions = default_dimensions
         self.chat_content = chat_content
+        self.chat = chat
         self.shuffle = shuffle
         self._state = _State()
         self._stopping = threading.Event()
@@ -311,7 +315,15 @@ class _Handler(BaseHTTPRequestHandler):
         if not isinstance(model, str) or not isinstance(messages, list) or not messages:
             self._send_json(400, _error(400, "model and messages are required"))
             return
-        content = fault.chat_content if fault.chat_content is not None else self.fake.chat_content
+        if fault.chat_content is not None:
+            content = fault.chat_content
+        else:
+            content = self.fake.chat(body) if self.fake.chat is not None else self.fake.chat_content
+        message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
+        if body.get("tools"):  # a forced tool call: the reply text is the call's arguments
+            name = body["tools"][0]["function"]["name"]
+            call = {"id": "call_fake", "type": "function", "function": {"name": name, "arguments": content}}
+            message = {"role": "assistant", "content": None, "refusal": None, "tool_calls": [call]}
         prompt_tokens = sum(len(_WORD.findall(str(m.get("content", "")))) for m in messages)
         completion_tokens = len(_WORD.findall(content))
         self._send_json(
@@ -324,7 +336,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "choices": [
                     {
                         "index": 0,
-                        "message": {"role": "assistant", "content": content, "refusal": None},
+                        "message": message,
                         "logprobs": None,
                         "finish_reason": "stop",
                     }

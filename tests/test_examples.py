@@ -39,6 +39,14 @@ EXPECTED = {
         "Context information is below.",
         "Query: Where does the user work?",
     ],
+    "langchain_agent_memory.py": [
+        "=== session 1",
+        "save_memory",
+        "Saved as fact(s)",
+        "=== session 2",
+        "] user is allergic to peanuts (valid",
+    ],
+    "llamaindex_learning_block.py": ["learned [", "user plays the violin", "=== session 2", "- user plays the violin"],
     "llamaindex_memory_block.py": [
         "=== session alice",
         "- alice drives honda civic",

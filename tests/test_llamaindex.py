@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from memsoda_core import AsyncMemory, ConfigurationError, LimitError, LocalEmbedder, Memory
 from memsoda_llamaindex import LlamaIndexEmbedder, MemsodaMemoryBlock, MemsodaRetriever
+from tests.scripted_extractor import ScriptedExtractor, add, answer
 
 
 class LocalLlamaEmbedding(BaseEmbedding):
@@ -225,7 +226,7 @@ async def test_memory_block_follows_the_session(memory: Any, chat_memory: ChatMe
         dataset=bob,
         project="app",
     )
-    block = MemsodaMemoryBlock(memory=memory.raw, project="app")  # dataset: the session id
+    block = MemsodaMemoryBlock(memory=memory.raw, project="app", use_session_id=True)  # dataset: the session
     question = ChatMessage(role="user", content=QUERY)
 
     async def seen(session: str, **block_kwargs: Any) -> str:
@@ -258,7 +259,39 @@ async def test_memory_block_fixed_scope_and_other_blocks(
     content = (await chat.aget())[0].content or ""
     assert "ana lives in porto" in content
     assert "You are a helpful assistant." in content
-    await blocks[0].aput([ChatMessage(role="user", content="ignored")])  # read-only: a no-op
+    with pytest.warns(UserWarning, match="learns nothing"):  # no extractor: said once
+        await blocks[0].aput([ChatMessage(role="user", content="ignored")])
+    await blocks[0].aput([ChatMessage(role="user", content="ignored again")])
+    assert len((await memory.list_facts(**scope)).facts) == len(FACTS)
+
+
+async def test_memory_block_needs_a_dataset(memory: Any, chat_memory: ChatMemoryFactory) -> None:
+    chat = chat_memory(memory_blocks=[MemsodaMemoryBlock(memory=memory.raw)])  # a random session_id
+    await chat.aput(ChatMessage(role="user", content=QUERY))
+    with pytest.raises(ConfigurationError, match="dataset"):
+        await chat.aget()
+
+
+async def test_memory_block_learns_from_flushed_messages(
+    memory: Any, scope: dict[str, str], chat_memory: ChatMemoryFactory
+) -> None:
+    extractor = ScriptedExtractor(answer(add("I", "plays", "the violin", "I play the violin")))
+    block = MemsodaMemoryBlock(memory=memory.raw, **scope, extractor=extractor)
+    chat = chat_memory(
+        session_id="s-1", memory_blocks=[block], token_limit=60, chat_history_token_ratio=0.5, token_flush_size=20
+    )
+    await chat.aput(ChatMessage(role="user", content="I play the violin every evening, for about an hour or so."))
+    await chat.aput(ChatMessage(role="assistant", content="That is a lovely habit; how long have you played it?"))
+    await chat.aput(ChatMessage(role="user", content="Since I was a child, about twenty years now in total."))
+    await chat.aget()  # the Memory flushes its oldest messages to the blocks
+    (request,) = extractor.requests
+    assert request.messages[0].content.startswith("I play the violin")
+    (fact,) = (await memory.list_facts(**scope)).facts
+    assert fact.text == "user plays the violin"
+    assert [s.thread_id for s in await memory.sources(fact.id, **scope)] == ["s-1"]
+    later = chat_memory(session_id="s-2", memory_blocks=[MemsodaMemoryBlock(memory=memory.raw, **scope)])
+    await later.aput(ChatMessage(role="user", content="Which instrument do I play?"))
+    assert "user plays the violin" in ((await later.aget())[0].content or "")
 
 
 def test_memory_block_sync_get(sync_memory: Memory, scope: dict[str, str], sync_chat_memory: ChatMemoryFactory) -> None:
@@ -286,3 +319,23 @@ async def test_llamaindex_embedder_protocol() -> None:
     assert LlamaIndexEmbedder(mock, model="mock", dimensions=8).dimensions == 8
     assert wrapped.embed_query("a") == await wrapped.aembed_query("a") == [0.5] * 8
     assert wrapped.embed_documents(["a", "b"]) == await wrapped.aembed_documents(["a", "b"])
+
+
+async def test_retriever_settings_per_call(memory: Any, scope: dict[str, str]) -> None:
+    await memory.add_facts(
+        [
+            {"subject": "user", "predicate": "lives in", "object": "amsterdam", "valid_at": "2020-01-01",
+             "invalid_at": "2024-01-01"},
+            {"subject": "user", "predicate": "lives in", "object": "utrecht", "valid_at": "2024-01-01"},
+        ],
+        **scope,
+    )  # fmt: skip
+    retriever = retriever_for(memory, scope, mode="facts", k=8)
+    then = retriever.with_options(as_of="2022-06-01", k=1)
+    assert (then.k, then.as_of, retriever.as_of) == (1, "2022-06-01", None)
+    (node,) = await then.aretrieve("where does the user live?")
+    assert node.node.get_content() == "user lives in amsterdam"
+    now = [n.node.get_content() for n in await retriever.aretrieve("where does the user live?")]
+    assert now == ["user lives in utrecht"]
+    with pytest.raises(LimitError):
+        retriever.with_options(k=10_000)

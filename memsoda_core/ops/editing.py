@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from memsoda_core.embedders.protocol import Vector
 from memsoda_core.errors import (
     IntervalError,
     NotFoundError,
@@ -160,10 +161,14 @@ def add_episodes(
     return (yield from write_episodes(info, scope, valid))
 
 
-def write_episodes(info: StoreInfo, scope: Scope, episodes: Sequence[ValidEpisode]) -> Operation[list[int]]:
+def write_episodes(
+    info: StoreInfo, scope: Scope, episodes: Sequence[ValidEpisode], vectors: Sequence[Vector] | None = None
+) -> Operation[list[int]]:
+    """Store `episodes`, embedding their texts unless `vectors` are given."""
     if not episodes:
         return []
-    vectors = yield from embed_documents([e.text for e in episodes])
+    if vectors is None:
+        vectors = yield from embed_documents([e.text for e in episodes])
     base = {"dataset": scope.dataset, "project": scope.project}
     yield from execute(sql_store.ensure_scope(info.schema), base)
     rows = yield from execute(

@@ -15,7 +15,7 @@ from psycopg import sql
 
 from memsoda_core.store.lexemes import recount_lexemes
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 KEYWORD_SEPARATORS = string.punctuation
 """ASCII punctuation is blanked before full-text indexing, as the query side splits terms on it
@@ -274,7 +274,28 @@ def _v7(shape: StoreShape) -> list[sql.Composed]:
     ]
 
 
-MIGRATIONS: dict[int, Migration] = {1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7}
+def _v8(shape: StoreShape) -> list[sql.Composed]:
+    """Provenance of learned facts (`remember`): one row per fact and message it was learned from,
+    so a fact seen again in another thread keeps both sources. Keyed by tenant first and colocated
+    with facts (a fact's sources go with it when it is deleted)."""
+    return [
+        sql.SQL(
+            """CREATE TABLE {s}.fact_sources (
+                dataset text NOT NULL,
+                project text NOT NULL,
+                fact_id bigint NOT NULL,
+                id bigint GENERATED ALWAYS AS IDENTITY,
+                thread_id text,
+                message_id text,
+                created_at timestamptz NOT NULL DEFAULT now(),
+                PRIMARY KEY (dataset, project, fact_id, id),
+                FOREIGN KEY (dataset, project, fact_id) REFERENCES {s}.facts (dataset, project, id)
+                    ON DELETE CASCADE)"""
+        ).format(s=sql.Identifier(shape.schema))
+    ]
+
+
+MIGRATIONS: dict[int, Migration] = {1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8}
 """Version -> DDL. Append only; never edit a released migration."""
 
 

@@ -1,0 +1,188 @@
+"""An extractor's answer, parsed and checked before anything is written (pure).
+
+Every proposed operation must stand on the window: its quote occurs in one of the messages, the
+fact it changes is one of those the extractor was shown (so nothing in a message can make the
+model touch another fact or another tenant), and its fact passes `add_facts`' validation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from memsoda_core.errors import ExtractionError, ValidationError
+from memsoda_core.learning.messages import WindowMessage, quoted_message
+from memsoda_core.learning.schema import MODEL_FIELDS, OPERATIONS
+from memsoda_core.models import Fact, RejectedOperation
+from memsoda_core.validation import ValidFact, parse_time, validate_fact
+
+SPEAKER_WORDS = frozenset({"i", "me", "myself", "user", "the user"})
+"""Names a model may give the speaking user; each becomes the scope's user entity."""
+
+ON_INVALID = ("skip", "raise")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Checked:
+    """One operation that passed: `fact` for add and supersede, `target` for supersede and end,
+    `at` for end, and the message its quote came from."""
+
+    index: int
+    op: str
+    message: WindowMessage
+    fact: ValidFact | None = None
+    target: int | None = None
+    at: datetime | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckedExtraction:
+    operations: tuple[Checked, ...]
+    rejected: tuple[RejectedOperation, ...]
+    summary: str | None
+    proposed: int = 0
+
+
+@dataclass
+class _Seen:
+    targets: set[int] = field(default_factory=set)
+
+
+def parse_answer(raw: Any) -> tuple[list[Any], str | None]:
+    """The operations list and summary of an extractor's answer (a mapping, or JSON text, fenced
+    or not); `ExtractionError` when it is neither."""
+    answer = raw
+    if isinstance(raw, str | bytes):
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+        fenced = re.search(r"```(?:json)?\s*(.*?)```", text, re.DOTALL)
+        try:
+            answer = json.loads(fenced.group(1) if fenced else text)
+        except json.JSONDecodeError as exc:
+            raise ExtractionError(f"the extractor's answer is not JSON ({exc.msg} at {exc.pos})") from None
+    if not isinstance(answer, Mapping):
+        raise ExtractionError(f"the extractor's answer must be an object, got {type(answer).__name__}")
+    operations = answer.get("operations")
+    if not isinstance(operations, list):
+        raise ExtractionError("the extractor's answer has no 'operations' list")
+    summary = answer.get("summary")
+    if summary is not None and not isinstance(summary, str):
+        raise ExtractionError(f"the extractor's 'summary' must be text or null, got {type(summary).__name__}")
+    return operations, (summary.strip() or None) if summary else None
+
+
+def _speaker(name: Any, user: str) -> Any:
+    return user if isinstance(name, str) and name.strip().casefold() in SPEAKER_WORDS else name
+
+
+def _quote_source(quote: Any, messages: Sequence[WindowMessage]) -> WindowMessage:
+    if not isinstance(quote, str) or not quote.strip():
+        raise ValidationError("it has no source_quote")
+    message = quoted_message(quote, messages)
+    if message is None:
+        raise ValidationError(f"its source_quote {quote[:80]!r} occurs in none of the messages")
+    return message
+
+
+def _fact(data: Any, user: str, now: datetime) -> ValidFact:
+    if not isinstance(data, Mapping):
+        raise ValidationError("it has no fact")
+    unknown = sorted(set(data) - set(MODEL_FIELDS))
+    if unknown:
+        raise ValidationError(f"its fact has unknown field(s) {unknown}")
+    given = {key: value for key, value in data.items() if value is not None}
+    for key in ("subject", "object"):
+        if key in given:
+            given[key] = _speaker(given[key], user)
+    if "mentions" in given and isinstance(given["mentions"], list):
+        given["mentions"] = [m for m in given["mentions"] if _speaker(m, user) != user]
+    return validate_fact(given)
+
+
+def _target(data: Mapping[str, Any], shown: Mapping[int, Fact], seen: _Seen) -> int:
+    fact_id = data.get("fact_id")
+    if isinstance(fact_id, bool) or not isinstance(fact_id, int):
+        raise ValidationError(f"its fact_id must be the id of a shown fact, got {fact_id!r}")
+    if fact_id not in shown:
+        raise ValidationError(f"fact {fact_id} was not shown to the extractor")
+    if fact_id in seen.targets:
+        raise ValidationError(f"fact {fact_id} is changed by an earlier operation")
+    seen.targets.add(fact_id)
+    return fact_id
+
+
+def _check_after(target: Fact, at: datetime | None, what: str) -> None:
+    """A shown fact ends only after it began."""
+    start = target.valid_at
+    if at is not None and start is not None and at <= start:
+        raise ValidationError(f"{what} {at.isoformat()} is not after fact {target.id}'s start {start.isoformat()}")
+
+
+def _check_one(
+    index: int,
+    data: Mapping[str, Any],
+    messages: Sequence[WindowMessage],
+    shown: Mapping[int, Fact],
+    user: str,
+    now: datetime,
+    seen: _Seen,
+) -> Checked:
+    op = data.get("op")
+    if op == "add":
+        fact = _fact(data.get("fact"), user, now)
+        return Checked(index=index, op=op, fact=fact, message=_quote_source(fact.source_quote, messages))
+    if op == "supersede":
+        fact = _fact(data.get("fact"), user, now)
+        if fact.valid_at is None:  # the new value holds from when the window says it
+            fact = dataclasses.replace(fact, valid_at=now)
+        message = _quote_source(fact.source_quote, messages)
+        target = _target(data, shown, seen)
+        _check_after(shown[target], fact.valid_at, "its new fact's valid_at")
+        return Checked(index=index, op=op, fact=fact, target=target, message=message)
+    if op == "end":
+        message = _quote_source(data.get("source_quote"), messages)
+        at = parse_time(data.get("ended_at"), "ended_at", default=now)
+        assert at is not None
+        target = _target(data, shown, seen)
+        _check_after(shown[target], at, "ended_at")
+        return Checked(index=index, op=op, target=target, at=at, message=message)
+    raise ValidationError(f"op must be one of {list(OPERATIONS)}, got {op!r}")
+
+
+def check_answer(
+    raw: Any,
+    *,
+    messages: Sequence[WindowMessage],
+    shown: Sequence[Fact],
+    user: str,
+    now: datetime,
+    on_invalid: str = "skip",
+) -> CheckedExtraction:
+    """`raw` parsed (`parse_answer`) and each operation checked against the window: those that
+    fail are `rejected` with their reason (`on_invalid="skip"`), or make the whole answer raise
+    `ExtractionError` (`"raise"`). `now` is the window's time: the start of a new value that
+    supersedes a shown fact, and the end of an ended one, when the answer gives none; an added fact
+    without a start has no known start, as in `add_facts`."""
+    proposed, summary = parse_answer(raw)
+    by_id = {fact.id: fact for fact in shown}
+    passed: list[Checked] = []
+    rejected: list[RejectedOperation] = []
+    seen = _Seen()
+    for index, data in enumerate(proposed):
+        op = str(data.get("op")) if isinstance(data, Mapping) else "?"
+        try:
+            if not isinstance(data, Mapping):
+                raise ValidationError(f"an operation must be an object, got {type(data).__name__}")
+            passed.append(_check_one(index, data, messages, by_id, user, now, seen))
+        except ValidationError as exc:
+            rejected.append(RejectedOperation(index=index, op=op, reason=str(exc)))
+    if rejected and on_invalid == "raise":
+        reasons = tuple(f"operation {r.index} ({r.op}): {r.reason}" for r in rejected)
+        raise ExtractionError(f"{len(rejected)} of {len(proposed)} operations failed their checks", rejected=reasons)
+    return CheckedExtraction(
+        operations=tuple(passed), rejected=tuple(rejected), summary=summary, proposed=len(proposed)
+    )

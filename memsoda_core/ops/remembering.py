@@ -1,0 +1,131 @@
+"""Applying a checked extraction (`remember`): its facts, supersedes and ends in one transaction
+through the write rules of `ops.reconciling`, with the messages they came from (operations)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import datetime
+
+from memsoda_core.errors import NotFoundError
+from memsoda_core.learning.operations import Checked, CheckedExtraction
+from memsoda_core.models import FactSource
+from memsoda_core.ops.editing import check_live, write_episodes
+from memsoda_core.ops.maintenance import ensure_tenant_indexes
+from memsoda_core.ops.writing import lock_facts, write_facts
+from memsoda_core.runner.steps import Operation, embed_documents, execute, execute_as, read_aside
+from memsoda_core.store import reconcile as sql_reconcile
+from memsoda_core.store import sources as sql_sources
+from memsoda_core.store.info import StoreInfo
+from memsoda_core.validation import Scope, ValidEpisode
+
+
+@dataclass(frozen=True, kw_only=True)
+class Applied:
+    """What `apply_extraction` wrote: per fact-bearing operation its fact id, the (old, new) pairs
+    superseded, the facts ended, the episode."""
+
+    added: tuple[int, ...]
+    superseded: tuple[tuple[int, int], ...]
+    ended: tuple[int, ...]
+    episode_id: int | None
+
+
+def _end_at(operation: Checked) -> datetime:
+    """When a supersede or end takes its target's end: the new fact's start, or the given end."""
+    if operation.op == "end":
+        assert operation.at is not None
+        return operation.at
+    assert operation.fact is not None and operation.fact.valid_at is not None  # set by the checks
+    return operation.fact.valid_at
+
+
+def apply_extraction(
+    info: StoreInfo,
+    scope: Scope,
+    checked: CheckedExtraction,
+    *,
+    thread_id: str | None,
+    episode: ValidEpisode | None,
+) -> Operation[Applied]:
+    """Write `checked` in one transaction (the episode is embedded, and the changed facts' keys
+    read, before it opens): one batch of the new facts (one embedding call) under the
+    locks of their relations and of the facts they supersede or end, each target checked live
+    once the locks are held (`NotLiveError` when another writer ended it since it was shown: then
+    nothing is written), then the ends, the sources, and the episode."""
+    if not checked.operations and episode is None:
+        return Applied(added=(), superseded=(), ended=(), episode_id=None)  # no statement, no transaction
+    base = {"dataset": scope.dataset, "project": scope.project}
+    writes = [c for c in checked.operations if c.fact is not None]
+    changes = [c for c in checked.operations if c.target is not None]
+    episode_vectors = (yield from embed_documents([episode.text])) if episode is not None else None
+    keys: list[sql_sources.TargetKey] = []
+    if changes:
+        params = {**base, "ids": [c.target for c in changes]}
+        found = yield from read_aside(sql_sources.target_keys(info.schema), params)  # no transaction yet
+        if found is None:
+            keys = yield from execute_as(sql_sources.TargetKey, sql_sources.target_keys(info.schema), params)
+        else:
+            keys = [sql_sources.TargetKey(*row) for row in found]
+        missing = sorted({c.target for c in changes if c.target is not None} - {k.id for k in keys})
+        if missing:
+            where = f"dataset={scope.dataset!r} project={scope.project!r}"
+            raise NotFoundError(f"fact {missing[0]} is no longer in {where}")
+    also = [(k.subject, k.predicate, k.object) for k in keys]
+
+    learned: list[datetime] = []
+
+    def guard(at: datetime) -> Operation[None]:
+        learned.append(at)
+        for change in changes:
+            assert change.target is not None
+            verb = "supersede" if change.op == "supersede" else "invalidate"
+            yield from check_live(info, scope, change.target, at=_end_at(change), verb=verb)
+
+    facts = [c.fact for c in writes if c.fact is not None]
+    if facts:
+        ids = yield from write_facts(info, scope, facts, None, standalone=True, also_lock=also, guard=guard)
+    else:
+        ids = []
+        yield from guard((yield from lock_facts(info, scope, [], also)))
+    new_id = {c.index: fact_id for c, fact_id in zip(writes, ids, strict=True)}
+    ends = [
+        (c.target, _end_at(c), new_id.get(c.index))
+        for c in changes
+        if c.target is not None and new_id.get(c.index) != c.target  # a "new" value equal to the old: kept
+    ]
+    if ends:
+        yield from execute(
+            sql_reconcile.end_facts(info.schema),
+            {
+                **base,
+                "ids": [e[0] for e in ends],
+                "ats": [e[1] for e in ends],
+                "bys": [e[2] for e in ends],
+                "expireds": [learned[0]] * len(ends),
+            },
+        )
+    if writes:
+        yield from execute(
+            sql_sources.insert_sources(info.schema),
+            {**base, "thread_id": thread_id, "fact_ids": ids, "message_ids": [c.message.id for c in writes]},
+        )
+    episode_ids = (yield from write_episodes(info, scope, [episode], episode_vectors)) if episode is not None else []
+    if facts:
+        yield from ensure_tenant_indexes(info, scope)
+    return Applied(
+        added=tuple(ids),
+        superseded=tuple((old, by) for old, _, by in ends if by is not None),
+        ended=tuple(old for old, _, by in ends if by is None),
+        episode_id=episode_ids[0] if episode_ids else None,
+    )
+
+
+def fact_sources(info: StoreInfo, scope: Scope, fact_id: int) -> Operation[list[FactSource]]:
+    """The messages fact `fact_id` was learned from, oldest first."""
+    rows = yield from execute_as(
+        sql_sources.SourceRow,
+        sql_sources.fact_sources(info.schema),
+        {"dataset": scope.dataset, "project": scope.project, "id": fact_id},
+    )
+    return [FactSource(**dataclasses.asdict(row)) for row in rows]
