@@ -132,6 +132,7 @@ def test_a_store_of_an_older_version_is_upgraded_at_open(pg_dsn: str, embedder: 
             conn.execute("ALTER TABLE upgrade_test.facts DROP COLUMN superseded_by, DROP COLUMN times_seen")
             conn.execute("ALTER TABLE upgrade_test.facts DROP COLUMN expired_at")  # and version 6's
             conn.execute("DROP TABLE upgrade_test.items")  # and without version 7's
+            conn.execute("DROP TABLE upgrade_test.fact_sources")  # and version 8's
             conn.execute("UPDATE upgrade_test.meta SET value = '2' WHERE key = 'schema_version'")
         with Memory.open(pg_dsn, embedder, schema="upgrade_test"):
             pass
