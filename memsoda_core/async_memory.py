@@ -216,10 +216,14 @@ class AsyncMemory(MemoryBase):
         query_embedding: Sequence[float] | None = None,
         as_of: Any = None,
         options: RecallOptions | None = None,
+        conversation: Sequence[Mapping[str, Any]] | None = None,
     ) -> RecallResult:
         """The facts that matter for `query`, fused from vector, entity-anchor and keyword signals
         and rendered for a prompt. No query: the most recent live facts. Never raises for an
-        embedder failure: the result is then `degraded`."""
+        embedder failure: the result is then `degraded`. A date the query names ("on 7 May",
+        "last week"), resolved against `as_of` or now, adds the facts that held then.
+        `conversation`: the prior messages, oldest first, each a mapping with `role` and
+        `content`; the latest user turns then add the facts nearest them (opt-in)."""
         return await self._run(
             self._recall_op(
                 query,
@@ -229,6 +233,7 @@ class AsyncMemory(MemoryBase):
                 query_embedding=query_embedding,
                 as_of=as_of,
                 options=options,
+                conversation=conversation,
                 overrides={
                     "facts_in_context": facts_in_context,
                     "min_confidence": min_confidence,

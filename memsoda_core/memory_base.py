@@ -22,6 +22,7 @@ from memsoda_core.ops.reading import check_list_args, check_predicates
 from memsoda_core.options import DEFAULT_OPTIONS, RecallOptions
 from memsoda_core.recall.operation import recall as recall_operation
 from memsoda_core.recall.planning import ScopeSizes
+from memsoda_core.recall.signals.conversation import check_conversation
 from memsoda_core.runner.embedding import check_embedder
 from memsoda_core.runner.steps import Operation
 from memsoda_core.runner.target import Target, check_schema_name
@@ -184,9 +185,11 @@ class MemoryBase:
         as_of: Any,
         options: RecallOptions | None,
         overrides: dict[str, Any],
+        conversation: Any = None,
     ) -> Operation[RecallResult]:
         scope = check_scope(dataset, project)
         text = check_query(query)
+        turns = check_conversation(conversation)
         chosen = (options or self._options).with_overrides({k: v for k, v in overrides.items() if v is not None})
         if isinstance(include, str):
             include = (include,)
@@ -214,6 +217,7 @@ class MemoryBase:
             as_of=when,
             now=self._now(),
             scope_sizes=self._scope_sizes,
+            conversation=turns,
         )
 
     def _parse_import(self, lines: Sequence[str], dataset: str, project: str, on_error: str) -> ParsedImport:
