@@ -83,10 +83,14 @@ def test_planned_signals_are_those_whose_spec_runs_in_registry_order() -> None:
 
 
 def test_statement_groups_come_from_each_specs_statement_number() -> None:
-    assert statements.STATEMENT_GROUPS == statement_groups() == (
-        ("vector", "keyword", "recent"),
-        ("anchor",),
-        ("date", "conversation"),
+    assert (
+        statements.STATEMENT_GROUPS
+        == statement_groups()
+        == (
+            ("vector", "keyword", "recent"),
+            ("anchor",),
+            ("date", "conversation"),
+        )
     )
     for plan in PLANS:
         texts = [_text(s) for s in statements.recall_statements("memsoda", plan)]
