@@ -9,12 +9,13 @@ from llama_index.core.bridge.pydantic import Field
 from llama_index.core.memory.memory import BaseMemoryBlock
 
 from memsoda_core import AsyncMemory, Memory
-from memsoda_core.adapting import recall_async
+from memsoda_core.adapting import conversation_messages, recall_async
 from memsoda_core.limits import MAX_K
 
 
 class MemsodaMemoryBlock(BaseMemoryBlock[str]):
-    """Fills a `llama_index.core.memory.Memory` with memsoda's context for the latest message.
+    """Fills a `llama_index.core.memory.Memory` with memsoda's context for the latest message,
+    recalled with the chat history as its conversation (the user's recent turns).
 
     The scope is resolved on every call, never remembered: `dataset` and `project` given to
     `memory.aget(dataset=..., project=...)` win, then this block's fields; `dataset=None` (the
@@ -40,6 +41,7 @@ class MemsodaMemoryBlock(BaseMemoryBlock[str]):
             "project": block_kwargs.get("project") or self.project,
             "facts_in_context": self.k,
             "include": self.include,
+            "conversation": conversation_messages(messages),
         }
         return (await recall_async(self.memory, query, **kwargs)).context
 
