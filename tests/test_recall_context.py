@@ -3,13 +3,14 @@ question names), the conversation signal (`recall(conversation=...)`) and the re
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from conftest import Either
 
-from memsoda_core import RecallOptions, ValidationError
+from memsoda_core import LocalEmbedder, Memory, RecallOptions, ValidationError
 
 DATED = [
     {"subject": "user", "predicate": "went", "object": "hiking on mount tamalpais", "valid_at": "2023-05-07"},
@@ -130,3 +131,25 @@ async def test_the_relevance_floor_empties_an_unrelated_recall_only(memory: Eith
     related = await memory.recall("which temples will I see in kyoto?", **scope, options=floor)
     default = await memory.recall("which temples will I see in kyoto?", **scope)
     assert related.context == default.context != ""
+
+
+def test_the_adapters_pass_the_conversation(pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]) -> None:
+    from langchain_core.messages import AIMessage, HumanMessage
+    from llama_index.core.llms import ChatMessage
+
+    from memsoda_langchain import MemsodaRetriever
+    from memsoda_llamaindex import MemsodaMemoryBlock
+
+    with Memory.open(pg_dsn, embedder, options=SHORT_LISTS) as memory:
+        memory.add_facts([PLAN, *OTHERS], **scope)
+        retriever = MemsodaRetriever(memory=memory, **scope, mode="facts")
+        history = [HumanMessage(CONVERSATION[0]["content"]), AIMessage(CONVERSATION[1]["content"])]
+        assert PLAN["object"] not in " ".join(doc.page_content for doc in retriever.invoke(FOLLOW_UP))
+        followed = retriever.invoke(FOLLOW_UP, conversation=history)
+        assert any(PLAN["object"] in doc.page_content for doc in followed)
+
+        block = MemsodaMemoryBlock(memory=memory, **scope)
+        question = ChatMessage(role="user", content=FOLLOW_UP)
+        assert PLAN["object"] not in asyncio.run(block.aget([question]))
+        chat = [ChatMessage(role=m["role"], content=m["content"]) for m in CONVERSATION]
+        assert PLAN["object"] in asyncio.run(block.aget([*chat, question]))
