@@ -29,21 +29,21 @@ CASES: list[tuple[str, str | None, str | None]] = [
     ("in 2022", "2022-01-01", "2023-01-01"),
     ("where did I live in 2019?", "2019-01-01", "2020-01-01"),
     ("yesterday", "2023-05-19", "2023-05-20"),
-    ("what did I eat today?", "2023-05-20", "2023-05-20T15:00:00"),
+    ("what did I eat today?", "2023-05-20", "2023-05-21"),
     ("last week", "2023-05-08", "2023-05-15"),
     ("last weekend", "2023-05-13", "2023-05-15"),
     ("last month", "2023-04-01", "2023-05-01"),
     ("last year", "2022-01-01", "2023-01-01"),
-    ("this year", "2023-01-01", "2023-05-20T15:00:00"),
+    ("this year", "2023-01-01", "2024-01-01"),
     ("last Friday", "2023-05-19", "2023-05-20"),
     ("last Saturday", "2023-05-13", "2023-05-14"),
     ("3 days ago", "2023-05-17", "2023-05-18"),
     ("two weeks ago", "2023-05-01", "2023-05-08"),
     ("a month ago", "2023-04-01", "2023-05-01"),
-    ("since March", "2023-03-01", "2023-05-20T15:00:00"),
-    ("after 2021", "2022-01-01", "2023-05-20T15:00:00"),
+    ("since March", "2023-03-01", "2023-05-21"),
+    ("after 2021", "2022-01-01", "2023-05-21"),
     ("before 2020", None, "2020-01-01"),
-    ("between March and May 2023", "2023-03-01", "2023-05-20T15:00:00"),
+    ("between March and May 2023", "2023-03-01", "2023-06-01"),
 ]
 
 NO_WINDOW = [
@@ -88,6 +88,12 @@ def test_days_are_those_of_the_question_time_zone() -> None:
     assert window is not None
     assert window.start == datetime(2023, 5, 19, tzinfo=tokyo)
     assert window.end == datetime(2023, 5, 20, tzinfo=tokyo)
+
+
+def test_the_same_words_give_the_same_window_all_day() -> None:
+    morning, evening = (datetime(2023, 5, 20, hour, tzinfo=UTC) for hour in (8, 23))
+    for text in ("today", "since March", "this week"):
+        assert question_window(text, morning) == question_window(text, evening), text
 
 
 def test_a_naive_question_time_is_utc() -> None:

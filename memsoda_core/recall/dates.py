@@ -85,7 +85,9 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
 
 @dataclass(frozen=True, kw_only=True)
 class Window:
-    """A span of time a question names: [start, end), start None when open ("before 2020")."""
+    """A span of time a question names: [start, end), whole days, start None when open ("before
+    2020"). It may reach past the question's time ("today", "this year"): the date signal lists only
+    facts valid by then."""
 
     start: datetime | None
     end: datetime
@@ -99,7 +101,7 @@ class Window:
 
 
 def _day_text(moment: datetime) -> str:
-    return moment.date().isoformat() if moment.timetz() == time(0, tzinfo=moment.tzinfo) else moment.isoformat()
+    return moment.date().isoformat()
 
 
 def question_window(text: str | None, at: datetime) -> Window | None:
@@ -122,7 +124,7 @@ def question_window(text: str | None, at: datetime) -> Window | None:
             start, end = _lead(match.group("lead"), resolved, at)
             if start is not None and start >= at:
                 continue  # a plan, not a memory (see the module docstring)
-            spans.append((start, min(end, at), match.group().strip()))
+            spans.append((start, end, match.group().strip()))
     if not spans:
         return None
     spans.sort(key=lambda span: text.find(span[2]))
@@ -139,10 +141,11 @@ def _lead(lead: str | None, span: tuple[datetime, datetime], at: datetime) -> tu
     start, end = span
     if word in ("before", "until", "by"):
         return None, start
+    through = _midnight(at.date() + timedelta(days=1), at)  # whole days: the same words, the same window all day
     if word == "since" or word == "from":
-        return start, at
+        return start, through
     if word == "after":
-        return end, at
+        return end, through
     return start, end
 
 
