@@ -20,7 +20,7 @@ from typing import Any, TextIO
 import numpy as np
 from psycopg import sql
 
-from bench import metrics, realmem, variants
+from bench import extras, metrics, realmem, variants
 from bench.common import bench_memory, connect, environment, markdown_table
 from bench.labelled import KINDS, LabelledMemory, Query, import_record, load
 from bench.variants import UNCAPPED, KeywordForm, Variant
@@ -60,6 +60,8 @@ CONFIGS: dict[str, Variant] = {
 }
 
 ALL = ("vector", "anchor", "keyword")
+DEFAULTS = (*ALL, "date")
+"""What `Memory.recall` fuses by default: the date list joins when the question names a date."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,7 +103,8 @@ ROWS: tuple[Row, ...] = (
         signals=("vector", "keyword"),
     ),
     Row(label="vector + anchor RRF", config="default", signals=("vector", "anchor")),
-    Row(label="**full: vector + anchor + keyword (defaults)**", config="default", signals=ALL),
+    Row(label="full: vector + anchor + keyword, no date signal (the defaults before)", config="default", signals=ALL),
+    Row(label="**full: vector + anchor + keyword + date (defaults)**", config="default", signals=DEFAULTS),
     Row(label="full, anchor list in physical order", config="wide", signals=ALL, physical=True),
     Row(label="full, 1 hop", config="hop1", signals=ALL),
     Row(label="full, 1 hop, physical order", config="hop1_wide", signals=ALL, physical=True),
@@ -173,7 +176,27 @@ REALMEM_ROWS: tuple[realmem.RealmemRow, ...] = (
         label="vector + keyword RRF, memsoda's keyword signal", config="default", signals=("vector", "keyword")
     ),
     realmem.RealmemRow(label="vector + anchor RRF", config="default", signals=("vector", "anchor")),
-    realmem.RealmemRow(label="**full: vector + anchor + keyword (defaults)**", config="default", signals=ALL),
+    realmem.RealmemRow(
+        label="full: vector + anchor + keyword, no date signal (the defaults before)", config="default", signals=ALL
+    ),
+    realmem.RealmemRow(
+        label="**full: vector + anchor + keyword + date (defaults)**", config="default", signals=DEFAULTS
+    ),
+    realmem.RealmemRow(
+        label="defaults + conversation: last 2 user turns as a list of their own (`conversation=`)",
+        config="default",
+        signals=(*DEFAULTS, "conversation"),
+    ),
+    realmem.RealmemRow(
+        label="defaults + conversation: last 4 user turns as a list of their own",
+        config="default",
+        signals=(*DEFAULTS, "conversation4"),
+    ),
+    realmem.RealmemRow(
+        label="defaults, query vector blended with the last 2 user turns (one vector list)",
+        config="default",
+        signals=("blend", "anchor", "keyword", "date"),
+    ),
     realmem.RealmemRow(
         label="full, keyword half rule by ts_rank (the default before issue 20)", config="kw_half", signals=ALL
     ),
@@ -286,6 +309,22 @@ def run_memory(memory: Memory, labelled: LabelledMemory, *, rows: Sequence[Row] 
                 )
                 out.append(variants.lists_from_rows(conn.execute(statement, bound).fetchall()))
             runs[(config, mode)] = out
+        for mode in sorted({mode for _, mode in needed}):
+            for index, (text, vector) in enumerate(zip(texts, vectors, strict=True)):
+                found, _ = extras.lists(
+                    conn,
+                    memory.info.schema,
+                    scope=scopes[mode].scope,
+                    query=text,
+                    embedding=vector,
+                    at=at,
+                    options=DEFAULT_OPTIONS,
+                    tsconfig=tsconfig,
+                    conversation={},
+                )
+                for config, run_mode in needed:
+                    if run_mode == mode:
+                        runs[(config, mode)][index].update(found)
         entities = conn.execute(
             sql.SQL("SELECT count(*) FROM {}.entities WHERE dataset = %s AND project = %s").format(
                 sql.Identifier(memory.info.schema)

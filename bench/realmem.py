@@ -25,7 +25,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
-from bench import metrics, variants
+import numpy as np
+
+from bench import extras, metrics, variants
 from bench.common import markdown_table
 from memsoda_core import LITERAL, Memory
 from memsoda_core.options import DEFAULT_OPTIONS
@@ -37,6 +39,10 @@ CATEGORIES = ("Dynamic Incremental", "Dynamic Updating", "Implicit Preference", 
 _TAG = re.compile(r"^\s*【([^】]*)】\s*")
 _CAPITALISED = re.compile(r"\b[A-Z][\w'’&-]*(?:\s+[A-Z][\w'’&-]*)*")
 _NOT_MENTIONS = frozenset({"user", "i"})
+DEFAULT_SIGNALS = ("vector", "anchor", "keyword", "date")
+"""The lists `Memory.recall` fuses by default (the date list only when the question names a date)."""
+FULL_SIGNALS = (*DEFAULT_SIGNALS, "conversation")
+"""... and with `conversation=`."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,9 +68,11 @@ class Question:
 @dataclass(frozen=True, kw_only=True)
 class Session:
     at: datetime
-    questions: tuple[tuple[str, str, str, frozenset[str]], ...]
-    """(query id, category, text, gold contents)"""
+    questions: tuple[tuple[str, str, str, frozenset[str], tuple[tuple[str, str], ...]], ...]
+    """(query id, category, text, gold contents, the session's turns before it as (role, content))"""
     memories: tuple[str, ...]
+    negatives: tuple[str, ...] = ()
+    """User turns that need no memory (`is_query` false): the relevance floor's test."""
 
 
 @dataclass
@@ -75,7 +83,13 @@ class Replay:
     keys: dict[int, str] = field(default_factory=dict)
     """fact id -> memory point content"""
     recency: dict[int, float] = field(default_factory=dict)
+    top: list[float | None] = field(default_factory=list)
+    """Per question: the cosine similarity of its nearest live fact (None: empty memory)."""
+    negatives: list[float] = field(default_factory=list)
+    """Per user turn needing no memory, asked of a non-empty memory: the same similarity."""
     agreement: tuple[int, int] = (0, 0)
+    full_agreement: tuple[int, int] = (0, 0)
+    """`FULL_SIGNALS` fused against `Memory.recall(..., conversation=...)`."""
     facts: int = 0
     seconds: float = 0.0
 
@@ -98,17 +112,24 @@ def sessions(path: Path) -> Iterator[Session]:
         day = datetime.strptime(session["current_time"][:10], "%Y-%m-%d").replace(tzinfo=UTC)
         turns = session["dialogue_turns"]
         questions = []
+        negatives = []
         for index, turn in enumerate(turns):
             if not turn.get("is_query"):
+                if turn.get("speaker") == "User" and turn.get("content", "").strip():
+                    negatives.append(turn["content"])
                 continue
             answer: dict[str, Any] = next((t for t in turns[index + 1 :] if t.get("speaker") == "Assistant"), {})
             gold = frozenset(m["content"] for m in answer.get("memory_used") or ())
+            prior = tuple((str(t.get("speaker", "")).lower(), str(t.get("content", ""))) for t in turns[:index])
             if gold:
-                questions.append((str(turn.get("query_id")), str(turn.get("category_name")), turn["content"], gold))
+                questions.append(
+                    (str(turn.get("query_id")), str(turn.get("category_name")), turn["content"], gold, prior)
+                )
         yield Session(
             at=day + timedelta(seconds=position),
             questions=tuple(questions),
             memories=tuple(m["content"] for m in session.get("extracted_memory") or ()),
+            negatives=tuple(negatives),
         )
 
 
@@ -159,7 +180,7 @@ def replay(
     statements = {config: variants.statement(memory.info.schema, variant) for config, variant in configs.items()}
     tsconfig = memory.info.text_search_config
     started = time.perf_counter()
-    agree = asked = 0
+    agree = asked = full_agree = 0
     stored: set[str] = set()
     with connect(memory.dsn) as conn:
         for session in sessions(path):
@@ -169,7 +190,15 @@ def replay(
                 : None if max_queries is None else max_queries - len(out.questions)
             ]
             vectors = memory.embedder.embed_documents(texts) if texts else []
-            for (query_id, category, text, gold), vector in zip(session.questions, vectors, strict=False):
+            said = [extras.windows(q[4], q[2]) for q in session.questions[: len(texts)]]
+            flat = [(index, label, text) for index, found in enumerate(said) for label, text in found.items()]
+            embedded = memory.embedder.embed_documents([text for _, _, text in flat]) if flat else []
+            windows: list[dict[str, Sequence[float]]] = [{} for _ in said]
+            for (index, label, _), window_vector in zip(flat, embedded, strict=True):
+                windows[index][label] = window_vector
+            for (query_id, category, text, gold, prior), vector, window in zip(
+                session.questions, vectors, windows, strict=False
+            ):
                 out.questions.append(
                     Question(
                         persona=name,
@@ -194,19 +223,57 @@ def replay(
                     out.lists[config].append(
                         variants.lists_from_rows(conn.execute(statements[config], bound).fetchall())
                     )
+                found, top = extras.lists(
+                    conn,
+                    memory.info.schema,
+                    scope=scope,
+                    query=text,
+                    embedding=vector,
+                    at=session.at,
+                    options=DEFAULT_OPTIONS,
+                    tsconfig=tsconfig,
+                    conversation=window,
+                )
+                out.lists["default"][-1].update(found)
+                out.top.append(top)
                 if out.keys:
                     recalled = memory.recall(
                         text, dataset=scope.dataset, project=scope.project, query_embedding=vector, as_of=session.at
                     )
                     mine = variants.fuse(
                         out.lists["default"][-1],
-                        ("vector", "anchor", "keyword"),
+                        DEFAULT_SIGNALS,
                         k=DEFAULT_OPTIONS.rrf_k,
                         recency=out.recency,
                         top=metrics.K,
                     )
                     agree += [s.fact.id for s in recalled.facts] == mine
                     asked += 1
+                    full = memory.recall(
+                        text,
+                        dataset=scope.dataset,
+                        project=scope.project,
+                        query_embedding=vector,
+                        as_of=session.at,
+                        conversation=[{"role": role, "content": content} for role, content in prior],
+                    )
+                    fused = variants.fuse(
+                        out.lists["default"][-1],
+                        FULL_SIGNALS,
+                        k=DEFAULT_OPTIONS.rrf_k,
+                        recency=out.recency,
+                        top=metrics.K,
+                    )
+                    full_agree += [s.fact.id for s in full.facts] == fused
+            if out.keys and session.negatives and (max_queries is None or len(out.questions) < max_queries):
+                plain = variants.params(
+                    scope=scope, query="", embedding=[0.0], at=session.at, options=DEFAULT_OPTIONS, tsconfig=tsconfig
+                )
+                for vector in memory.embedder.embed_documents(list(session.negatives)):
+                    params = {**plain, "qvec": np.asarray(vector, dtype=np.float32)}
+                    top = extras.top_similarity(conn, memory.info.schema, params)
+                    if top is not None:
+                        out.negatives.append(top)
             if session.memories:
                 records = [fact_record(content, session.at) for content in session.memories]
                 ids = memory.add_facts(records, dataset=scope.dataset, project=scope.project)
@@ -215,6 +282,7 @@ def replay(
                     out.recency[fact_id] = session.at.timestamp()
                 stored.update(session.memories)
     out.agreement = (agree, asked)
+    out.full_agreement = (full_agree, asked)
     out.facts = len(out.keys)
     out.seconds = time.perf_counter() - started
     return out
@@ -312,6 +380,10 @@ def run(
     reachable = sum(q.reachable for q in questions)
     agree = sum(r.agreement[0] for r in replays)
     asked = sum(r.agreement[1] for r in replays)
+    full_agree = sum(r.full_agreement[0] for r in replays)
+    negatives = [top for r in replays for top in r.negatives]
+    bold = next(row.label for row in rows if row.label.startswith("**"))
+    floors = extras.floor_rows([t for r in replays for t in r.top], table[bold]["recall@all"], negatives)
     names = ", ".join(
         f"{r.questions[0].persona if r.questions else '-'} ({len(r.questions)} q, {r.facts} facts, {r.seconds:.0f} s)"
         for r in replays
@@ -321,8 +393,13 @@ def run(
         f"Personas: {names}. "
         f"Gold points stored before their question: {reachable}/{gold}. Cells: recall@8 / MRR@8 / nDCG@8 "
         f"(mean over the category's questions). Default row identical to `Memory.recall` on {agree}/{asked} "
-        "questions asked of a non-empty memory.\n",
+        "questions asked of a non-empty memory; defaults + conversation identical to "
+        f"`Memory.recall(conversation=...)` on {full_agree}/{asked}.\n",
         tables(replays, table),
+        "",
+        f"Relevance floor on the default row: {len(negatives)} user turns that need no memory (`is_query` "
+        f"false, asked of a non-empty memory) against the {len(questions)} questions.\n",
+        markdown_table(extras.FLOOR_HEADER, floors),
         "",
     ]
     if details is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from memsoda_core.async_memory import AsyncMemory
@@ -91,3 +92,22 @@ class WrappedEmbedder:
 
     def embed_query(self, text: str) -> list[float]:  # pragma: no cover - overridden
         raise NotImplementedError
+
+
+def conversation_messages(messages: Iterable[Any] | None) -> list[dict[str, str]] | None:
+    """Chat messages as `recall(conversation=...)` takes them ({"role", "content"}, oldest first):
+    mappings pass through; a framework message gives its `role` (LlamaIndex's ChatMessage) or its
+    `type` (LangChain's "human" / "ai"), and its text content. Messages without text are skipped."""
+    if messages is None:
+        return None
+    out = []
+    for message in messages:
+        if isinstance(message, Mapping):
+            out.append(dict(message))
+            continue
+        role = getattr(message, "role", None) or getattr(message, "type", None)
+        role = getattr(role, "value", role)  # an enum such as LlamaIndex's MessageRole
+        content = getattr(message, "content", None)
+        if isinstance(content, str) and content.strip() and isinstance(role, str):
+            out.append({"role": role, "content": content})
+    return out

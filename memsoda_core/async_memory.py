@@ -237,7 +237,12 @@ class AsyncMemory(ItemsBase):
         summarize: bool = False,
         on_invalid: str = "skip",
     ) -> RememberResult:
-        """Learn from a window of chat messages: the extractor (this call's, else the one given to
+        """Learn from a window of chat messages: the extractor (this call's, else `open`'s) sees
+        them with the `related` live facts recall finds, and proposes facts to add and shown facts
+        to supersede or end. Each is checked (quote in a message, only shown facts changed, the
+        fact validation of `add_facts`); those that pass are written in one transaction by the
+        write rules, with their `sources`; the others are `rejected` (`on_invalid="skip"`) or
+        raise `ExtractionError` (`"raise"`), as does a model error: then nothing is written."""Learn from a window of chat messages: the extractor (this call's, else the one given to
         `open`) sees them with the `related` live facts recall finds for them, and proposes facts
         to add, shown facts to supersede or end. memsoda checks each (its quote occurs in a message;
         it changes only a shown fact; its fact passes `add_facts`' validation) and applies those
@@ -294,14 +299,16 @@ class AsyncMemory(ItemsBase):
         as_of: Any = None,
         options: RecallOptions | None = None,
         known_at: Any = None,
+        conversation: Sequence[Mapping[str, Any]] | None = None,
     ) -> RecallResult:
         """The facts that matter for `query`, fused from vector, entity-anchor and keyword signals
         and rendered for a prompt. No query: the most recent live facts. Never raises for an
-        embedder failure: the result is then `degraded`.
-
+        embedder failure: the result is then `degraded`. A date the query names ("on 7 May",
+        "last week"), resolved against `as_of` or now, adds the facts that held then.
         `as_of` asks what was true then (valid time); `known_at` what memory knew then
-        (transaction time: facts it had learned by then, as it knew them, an end it recorded
-        later left out), with `as_of` defaulting to it."""
+        (transaction time), with `as_of` defaulting to it. `conversation`: the prior messages,
+        oldest first, each a mapping with `role` and `content` (opt-in: the latest user turns
+        add the facts nearest them)."""
         return await self._run(
             self._recall_op(
                 query,
@@ -312,6 +319,7 @@ class AsyncMemory(ItemsBase):
                 as_of=as_of,
                 known_at=known_at,
                 options=options,
+                conversation=conversation,
                 overrides={
                     "facts_in_context": facts_in_context,
                     "min_confidence": min_confidence,

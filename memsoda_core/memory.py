@@ -289,14 +289,16 @@ class Memory(ItemsBase):
         as_of: Any = None,
         options: RecallOptions | None = None,
         known_at: Any = None,
+        conversation: Sequence[Mapping[str, Any]] | None = None,
     ) -> RecallResult:
         """The facts that matter for `query`, fused from vector, entity-anchor and keyword signals
         and rendered for a prompt. No query: the most recent live facts. Never raises for an
-        embedder failure: the result is then `degraded`.
-
+        embedder failure: the result is then `degraded`. A date the query names ("on 7 May",
+        "last week"), resolved against `as_of` or now, adds the facts that held then.
         `as_of` asks what was true then (valid time); `known_at` what memory knew then
-        (transaction time: facts it had learned by then, as it knew them, an end it recorded
-        later left out), with `as_of` defaulting to it."""
+        (transaction time), with `as_of` defaulting to it. `conversation`: the prior messages,
+        oldest first, each a mapping with `role` and `content` (opt-in: the latest user turns
+        add the facts nearest them)."""
         return self._run(
             self._recall_op(
                 query,
@@ -307,6 +309,7 @@ class Memory(ItemsBase):
                 as_of=as_of,
                 known_at=known_at,
                 options=options,
+                conversation=conversation,
                 overrides={
                     "facts_in_context": facts_in_context,
                     "min_confidence": min_confidence,

@@ -35,6 +35,7 @@ from memsoda_core.ops.remembering import Applied, apply_extraction, fact_sources
 from memsoda_core.options import DEFAULT_OPTIONS, RecallOptions
 from memsoda_core.recall.operation import recall as recall_operation
 from memsoda_core.recall.planning import ScopeSizes
+from memsoda_core.recall.signals.conversation import check_conversation
 from memsoda_core.runner.embedding import check_embedder
 from memsoda_core.runner.steps import Operation
 from memsoda_core.runner.target import Target, check_schema_name
@@ -234,9 +235,11 @@ class MemoryBase:
         options: RecallOptions | None,
         overrides: dict[str, Any],
         known_at: Any = None,
+        conversation: Any = None,
     ) -> Operation[RecallResult]:
         scope = check_scope(dataset, project)
         text = check_query(query)
+        turns = check_conversation(conversation)
         chosen = (options or self._options).with_overrides({k: v for k, v in overrides.items() if v is not None})
         if isinstance(include, str):
             include = (include,)
@@ -265,6 +268,7 @@ class MemoryBase:
             now=self._now(),
             scope_sizes=self._scope_sizes,
             known_at=known,
+            conversation=turns,
         )
 
     def _parse_import(self, lines: Sequence[str], dataset: str, project: str, on_error: str) -> ParsedImport:

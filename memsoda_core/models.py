@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
-Signal = Literal["vector", "anchor", "keyword", "recent"]
+Signal = Literal["vector", "anchor", "keyword", "date", "conversation", "recent"]
 """The ranked lists a recall can fuse. `recent` only appears when there is no query, or when the
 embedder failed and recall degraded to keyword + named anchors + recency. For typing only: the
 names, in order, are those of `recall.signals.REGISTRY` (a test holds this to it)."""

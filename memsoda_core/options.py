@@ -48,6 +48,17 @@ class RecallOptions:
     """Length of the keyword signal's list."""
     anchor_candidates: int = 50
     """Length of the anchor signal's list (after ordering by relevance)."""
+    date_candidates: int = 50
+    """Length of the date signal's list (facts that held in the window a question names); 0 turns
+    the signal off."""
+    conversation_turns: int = 2
+    """With `recall(conversation=...)`: how many of the latest user turns the conversation signal
+    embeds together."""
+    conversation_candidates: int = 50
+    """Length of the conversation signal's list."""
+    relevance_floor: float = -1.0
+    """When the query's nearest fact has a cosine similarity below this, the recall finds nothing
+    (no facts, context ""). -1 (the default): off. Only a recall with a query embedding is judged."""
     episodes_k: int = 3
     embed_timeout_s: float = 10.0
     """An embedder slower than this makes the recall degrade instead of waiting."""
@@ -64,8 +75,9 @@ class RecallOptions:
             raise LimitError(f"facts_in_context (k) must be between 1 and {MAX_K}, got {self.facts_in_context}")
         if not 0.0 <= self.min_confidence <= 1.0:
             raise LimitError(f"min_confidence must be between 0 and 1, got {self.min_confidence}")
-        if not -1.0 <= self.anchor_vector_min <= 1.0:
-            raise LimitError(f"anchor_vector_min must be a cosine similarity in -1..1, got {self.anchor_vector_min}")
+        for name in ("anchor_vector_min", "relevance_floor"):
+            if not -1.0 <= getattr(self, name) <= 1.0:
+                raise LimitError(f"{name} must be a cosine similarity in -1..1, got {getattr(self, name)}")
         if self.anchor_hops not in (1, 2):
             raise LimitError(f"anchor_hops must be 1 or 2, got {self.anchor_hops}")
         for name in ("hub_min_share", "common_term_share"):
@@ -83,9 +95,19 @@ class RecallOptions:
                 raise LimitError(f"{name} must not be negative")
         if not 1 <= self.keyword_min_terms <= 64:
             raise LimitError(f"keyword_min_terms must be between 1 and 64, got {self.keyword_min_terms}")
-        for name in ("vector_candidates", "keyword_candidates", "anchor_candidates", "anchor_max_facts"):
+        for name in (
+            "vector_candidates",
+            "keyword_candidates",
+            "anchor_candidates",
+            "anchor_max_facts",
+            "conversation_candidates",
+        ):
             if not 1 <= getattr(self, name) <= 1000:
                 raise LimitError(f"{name} must be between 1 and 1000")
+        if not 0 <= self.date_candidates <= 1000:
+            raise LimitError("date_candidates must be between 0 (off) and 1000")
+        if not 1 <= self.conversation_turns <= 20:
+            raise LimitError(f"conversation_turns must be between 1 and 20, got {self.conversation_turns}")
         if self.embed_timeout_s <= 0:
             raise LimitError("embed_timeout_s must be positive")
 

@@ -12,7 +12,14 @@ from langchain_core.retrievers import BaseRetriever
 from pydantic import Field
 
 from memsoda_core import AsyncMemory, Memory, RecallResult
-from memsoda_core.adapting import context_id, context_metadata, fact_id, recall_async, recall_sync
+from memsoda_core.adapting import (
+    context_id,
+    context_metadata,
+    conversation_messages,
+    fact_id,
+    recall_async,
+    recall_sync,
+)
 from memsoda_core.limits import MAX_K
 
 
@@ -25,7 +32,9 @@ class MemsodaRetriever(BaseRetriever):
     order, `id` "memsoda-fact-<id>", metadata `ScoredFact.to_dict()`.
 
     `k` (facts in the context) is set here and per call, as are `query_embedding`, `as_of` and
-    `include`: `retriever.invoke(query, k=3, as_of="2025-01-01")`. With an `AsyncMemory` only
+    `include`: `retriever.invoke(query, k=3, as_of="2025-01-01")`. `conversation` (per call: the
+    prior messages, LangChain messages or {"role", "content"} mappings, oldest first) lets recall
+    use the user's recent turns: `retriever.invoke(query, conversation=history)`. With an `AsyncMemory` only
     `ainvoke` works (its pool lives on an event loop); a `Memory` serves both, async calls
     running it in an executor.
     """
@@ -46,8 +55,9 @@ class MemsodaRetriever(BaseRetriever):
         query_embedding: Sequence[float] | None = None,
         as_of: Any = None,
         include: Sequence[str] | None = None,
+        conversation: Sequence[Any] | None = None,
     ) -> list[Document]:
-        kwargs = self._recall_kwargs(k, query_embedding, as_of, include)
+        kwargs = self._recall_kwargs(k, query_embedding, as_of, include, conversation)
         return self._documents(recall_sync(self.memory, query, **kwargs), kwargs["include"])
 
     async def _aget_relevant_documents(
@@ -59,12 +69,18 @@ class MemsodaRetriever(BaseRetriever):
         query_embedding: Sequence[float] | None = None,
         as_of: Any = None,
         include: Sequence[str] | None = None,
+        conversation: Sequence[Any] | None = None,
     ) -> list[Document]:
-        kwargs = self._recall_kwargs(k, query_embedding, as_of, include)
+        kwargs = self._recall_kwargs(k, query_embedding, as_of, include, conversation)
         return self._documents(await recall_async(self.memory, query, **kwargs), kwargs["include"])
 
     def _recall_kwargs(
-        self, k: int | None, query_embedding: Sequence[float] | None, as_of: Any, include: Sequence[str] | None
+        self,
+        k: int | None,
+        query_embedding: Sequence[float] | None,
+        as_of: Any,
+        include: Sequence[str] | None,
+        conversation: Sequence[Any] | None = None,
     ) -> dict[str, Any]:
         chosen = self.include if include is None else include
         return {
@@ -74,6 +90,7 @@ class MemsodaRetriever(BaseRetriever):
             "query_embedding": query_embedding,
             "as_of": as_of,
             "include": (chosen,) if isinstance(chosen, str) else tuple(chosen),
+            "conversation": conversation_messages(conversation),
         }
 
     def _documents(self, result: RecallResult, include: tuple[str, ...]) -> list[Document]:

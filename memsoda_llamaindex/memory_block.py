@@ -11,16 +11,17 @@ from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.memory.memory import BaseMemoryBlock
 
 from memsoda_core import AsyncMemory, ConfigurationError, Memory
-from memsoda_core.adapting import call_async, recall_async
+from memsoda_core.adapting import call_async, conversation_messages, recall_async
 from memsoda_core.limits import MAX_K
 
 LEARNED_ROLES = frozenset({MessageRole.USER, MessageRole.ASSISTANT})
 
 
 class MemsodaMemoryBlock(BaseMemoryBlock[str]):
-    """Fills a `llama_index.core.memory.Memory` with memsoda's context for the latest message, and
-    learns from the messages the Memory flushes out of its short-term window (`Memory.remember`),
-    when an extractor is configured (`extractor=` here, or the one memsoda was opened with).
+    """Fills a `llama_index.core.memory.Memory` with memsoda's context for the latest message,
+    recalled with the chat history as its conversation (the user's recent turns), and learns from
+    the messages the Memory flushes out of its short-term window (`Memory.remember`), when an
+    extractor is configured (`extractor=` here, or the one memsoda was opened with).
 
     The scope: `dataset` and `project` given to `memory.aget(dataset=..., project=...)` win, then
     this block's fields. `dataset` is required: LlamaIndex gives each `Memory` a random
@@ -59,6 +60,7 @@ class MemsodaMemoryBlock(BaseMemoryBlock[str]):
             "project": block_kwargs.get("project") or self.project,
             "facts_in_context": self.k,
             "include": self.include,
+            "conversation": conversation_messages(messages),
         }
         return (await recall_async(self.memory, query, **kwargs)).context
 

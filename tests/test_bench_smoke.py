@@ -65,7 +65,7 @@ def test_quality_smoke(bench_dsn: str, capsys: pytest.CaptureFixture[str]) -> No
     match = re.findall(r"identical to `Memory.recall` on (\d+)/(\d+) queries", out)
     assert len(match) == 2 and all(a == b for a, b in match)
     assert "| variant | paraphrase (1) |" in out
-    assert "**full: vector + anchor + keyword (defaults)**" in out
+    assert "**full: vector + anchor + keyword + date (defaults)**" in out
     assert "vector + keyword RRF, no validity filter" in out
 
 
@@ -78,8 +78,11 @@ def test_realmem_smoke(bench_dsn: str, capsys: pytest.CaptureFixture[str]) -> No
     agree, asked = re.findall(r"identical to `Memory.recall` on (\d+)/(\d+) questions", out)[0]
     assert agree == asked and int(asked) > 0
     assert "| vector + keyword RRF (EnsembleRetriever's fusion) |" in out
-    assert "| **full: vector + anchor + keyword (defaults)** |" in out
+    assert "| **full: vector + anchor + keyword + date (defaults)** |" in out
     assert "all (6) |" in out
+    full = re.findall(r"identical to `Memory.recall\(conversation=...\)` on (\d+)/(\d+)", out)
+    assert full and full[0][0] == full[0][1] == asked
+    assert "| relevance_floor |" in out and "| 0.30 |" in out
 
 
 def test_realmem_mapping() -> None:

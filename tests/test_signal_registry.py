@@ -15,6 +15,7 @@ from memsoda_core import RecallOptions
 from memsoda_core.cli import recall as cli_recall
 from memsoda_core.models import Signal
 from memsoda_core.recall import statements
+from memsoda_core.recall.dates import question_window
 from memsoda_core.recall.fragments import fragment
 from memsoda_core.recall.hits import COMMON_COLUMNS, DETAIL_TYPES, HitRow, _maker
 from memsoda_core.recall.result import explain, fuse_hits, plan_for, statement_params
@@ -37,6 +38,11 @@ PLANS = [
     for query in (True, False)
     for embedding in (True, False)
     for hops in (1, 2)
+] + [
+    RecallPlan(query=True, embedding=embedding, dated=dated, conversation=conversation)
+    for embedding in (True, False)
+    for dated in (True, False)
+    for conversation in (True, False)
 ]
 
 
@@ -45,7 +51,7 @@ def _text(statement: sql.Composable) -> str:
 
 
 def test_models_signal_is_the_registrys_names_in_order() -> None:
-    assert get_args(Signal) == SIGNAL_NAMES == ("vector", "anchor", "keyword", "recent")
+    assert get_args(Signal) == SIGNAL_NAMES == ("vector", "anchor", "keyword", "date", "conversation", "recent")
 
 
 def test_the_cli_and_the_demo_read_the_registry() -> None:
@@ -63,10 +69,29 @@ def test_planned_signals_are_those_whose_spec_runs_in_registry_order() -> None:
     assert planned_signals(plan_for("q", False, options)) == ("anchor", "keyword", "recent")
     assert planned_signals(plan_for(None, True, options)) == ("vector", "anchor")
     assert planned_signals(plan_for(None, False, options)) == ("recent",)
+    window = question_window("what did I do on 7 May 2023?", datetime(2023, 6, 1, tzinfo=UTC))
+    assert planned_signals(plan_for("q", True, options, window=window, conversation=True)) == (
+        "vector",
+        "anchor",
+        "keyword",
+        "date",
+        "conversation",
+    )
+    off = RecallOptions(date_candidates=0)
+    assert planned_signals(plan_for("q", True, off, window=window)) == ("vector", "anchor", "keyword")
+    assert planned_signals(plan_for(None, True, options, window=window)) == ("vector", "anchor")
 
 
 def test_statement_groups_come_from_each_specs_statement_number() -> None:
-    assert statements.STATEMENT_GROUPS == statement_groups() == (("vector", "keyword", "recent"), ("anchor",))
+    assert (
+        statements.STATEMENT_GROUPS
+        == statement_groups()
+        == (
+            ("vector", "keyword", "recent"),
+            ("anchor",),
+            ("date", "conversation"),
+        )
+    )
     for plan in PLANS:
         texts = [_text(s) for s in statements.recall_statements("memsoda", plan)]
         planned = planned_signals(plan)
@@ -103,6 +128,8 @@ def test_fusion_orders_and_explains_a_facts_hits_by_the_registry() -> None:
         HitRow("keyword", 1, 1, 10, matched=["tea"]),
         HitRow("anchor", 1, 3, 10, hop=2, via="kyoto"),
         HitRow("vector", 1, 4, 10, similarity=0.81234),
+        HitRow("conversation", 1, 6, 10, similarity=0.5),
+        HitRow("date", 1, 5, 10, similarity=0.6, began=True, period='2023-05-07 to 2023-05-08 ("7 May 2023")'),
     ]
     (kept,) = fuse_hits(rows, RecallOptions())
     assert [hit.signal for hit in kept.hits] == list(SIGNAL_NAMES) == list(signal_order())
@@ -110,6 +137,9 @@ def test_fusion_orders_and_explains_a_facts_hits_by_the_registry() -> None:
         "cosine similarity 0.812 to the query",
         "second hop via 'kyoto'",
         "matched terms: tea",
+        'began in the window the question names: 2023-05-07 to 2023-05-08 ("7 May 2023");'
+        " cosine similarity 0.600 to the query",
+        "cosine similarity 0.500 to the conversation's recent turns",
         "most recent live fact",
     ]
     assert kept.hits[0].similarity == 0.8123
@@ -137,6 +167,7 @@ def test_parameters_are_named_like_the_options_they_come_from() -> None:
     fields = {field.name for field in dataclasses.fields(RecallOptions)}
     derived = {"dataset", "project", "at", "qvec", "spans", "span_terms", "terms", "tsconfig"}
     derived |= {"keyword_pool", "half_max_lexemes", "recent_limit"}  # computed, not one option each
+    derived |= {"window_start", "window_end", "window_words"}  # the date signal's, from the query
     assert set(params) - derived <= fields
     assert params["anchor_vector_top_k"] == options.anchor_vector_top_k
     text = " ".join(_text(s) for plan in PLANS for s in statements.recall_statements("memsoda", plan))
@@ -177,7 +208,7 @@ def _temporal_params(inputs: SignalInputs) -> Mapping[str, Any]:
 
 TEMPORAL = SignalSpec(
     name="temporal",
-    statement=2,
+    statement=3,
     runs=lambda plan: plan.query,
     ctes=_temporal_ctes,
     details=(("hop", "1"),),
@@ -214,4 +245,4 @@ def test_a_fifth_signal_is_planned_assembled_fused_and_explained_from_its_spec_a
         ("keyword", "matched terms: x"),
         ("temporal", "in the query's time span"),
     ]
-    assert signal_order(WITH_TEMPORAL)["temporal"] == 4
+    assert signal_order(WITH_TEMPORAL)["temporal"] == 6

@@ -39,6 +39,8 @@ class HitRow(NamedTuple):
     via_similarity: Annotated[float | None, "float8"] = None
     similarity: Annotated[float | None, "float8"] = None
     matched: Annotated[list[str] | None, "text[]"] = None
+    began: Annotated[bool | None, "boolean"] = None
+    period: Annotated[str | None, "text"] = None
 
 
 COMMON_COLUMNS = HitRow._fields[:4]

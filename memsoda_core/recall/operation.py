@@ -16,16 +16,19 @@ from memsoda_core.errors import (
 from memsoda_core.models import IncludeOption, RecallResult
 from memsoda_core.ops.maintenance import scope_fact_count
 from memsoda_core.options import RecallOptions
+from memsoda_core.recall.dates import question_window
 from memsoda_core.recall.hits import hit_rows
 from memsoda_core.recall.planning import ScopeSizes, recall_statement_choice
 from memsoda_core.recall.result import (
     assemble,
+    below_floor,
     decode_episodes,
     fuse_hits,
     plan_for,
     scored_facts,
     statement_params,
 )
+from memsoda_core.recall.signals.conversation import conversation_text
 from memsoda_core.recall.statements import (
     episodes_statement,
     facts_statement,
@@ -60,11 +63,14 @@ def recall(
     now: datetime,
     scope_sizes: ScopeSizes,
     known_at: datetime | None = None,
+    conversation: Sequence[tuple[str, str]] | None = None,
 ) -> Operation[RecallResult]:
     """The signals in two statements run at once, RRF, the kept facts read, grouping and
     rendering; see `recall.result`. Statements whose plan fits every scope they serve are prepared
     (the kept facts' read; the signals of a scope under the tenant-index threshold): see
-    `recall.planning`, which also remembers the scope's size between recalls.
+    `recall.planning`, which also remembers the scope's size between recalls. A date the query
+    names (`recall.dates`) and a `conversation` ((role, content) pairs, oldest first) add one
+    statement with their signals; without either it is not sent.
 
     `known_at` (transaction time): what memory knew then, as it knew it (statements of their own,
     `RecallPlan.known`); the default statements are untouched by it."""
@@ -80,7 +86,16 @@ def recall(
         except EmbeddingError as exc:
             degraded = f"embedding failed, recalled by keyword, named anchors and recency: {exc}"
         timings["embed"] = _ms(started)
+    said = conversation_text(conversation or (), query, options.conversation_turns) if query else None
+    conversation_embedding: Sequence[float] | np.ndarray[Any, Any] | None = None
+    if said is not None and embedding is not None:
+        try:
+            conversation_embedding = yield from embed_query(said, options.embed_timeout_s)
+        except EmbeddingError as exc:
+            degraded = f"embedding the conversation failed, recalled without it: {exc}"
+        timings["embed"] = _ms(started)
     at = as_of or now
+    window = question_window(query, at) if options.date_candidates else None
     params = statement_params(
         scope=scope,
         query=query,
@@ -89,6 +104,8 @@ def recall(
         options=options,
         text_search_config=info.text_search_config,
         known_at=known_at,
+        window=window,
+        conversation_embedding=conversation_embedding,
     )
     mark = time.perf_counter()
     scope_facts = scope_sizes.get(scope)
@@ -98,12 +115,20 @@ def recall(
     indexed, planning = recall_statement_choice(
         scope, scope_facts, info.tenant_index_min_facts, distributed=info.distributed
     )
-    plan = plan_for(query, embedding is not None, options, known=known_at is not None)
+    plan = plan_for(
+        query,
+        embedding is not None,
+        options,
+        known=known_at is not None,
+        window=window,
+        conversation=conversation_embedding is not None,
+    )
     statements = recall_statements(info.schema, plan, indexed)
     results = yield from concurrently([Execute(statement, params, planning, hit_rows) for statement in statements])
     timings["query"] = _ms(mark)
     mark = time.perf_counter()
-    kept = fuse_hits((row for rows in results for row in rows), options)
+    rows = [row for statement_rows in results for row in statement_rows]
+    kept = [] if below_floor(rows, options, has_embedding=embedding is not None) else fuse_hits(rows, options)
     timings["fuse"] = _ms(mark)
     mark = time.perf_counter()
     fact_ids = BigintArray(k.fact_id for k in kept)

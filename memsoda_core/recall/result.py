@@ -11,6 +11,7 @@ import numpy as np
 
 from memsoda_core.models import Episode, RecallResult, ScoredFact, SignalHit
 from memsoda_core.options import RecallOptions
+from memsoda_core.recall.dates import Window
 from memsoda_core.recall.fusion import rrf_ranks
 from memsoda_core.recall.hits import HitRow
 from memsoda_core.recall.render import anchor_entities, group_by_anchor, render
@@ -20,14 +21,31 @@ from memsoda_core.text import normalize_query
 from memsoda_core.validation import Scope
 
 
-def plan_for(query: str | None, has_embedding: bool, options: RecallOptions, *, known: bool = False) -> RecallPlan:
+def plan_for(
+    query: str | None,
+    has_embedding: bool,
+    options: RecallOptions,
+    *,
+    known: bool = False,
+    window: Window | None = None,
+    conversation: bool = False,
+) -> RecallPlan:
     """What a recall searches with; the registry decides from it which signals run (recency alone
     with neither a query nor a vector; keyword + named anchors + recency without an embedding, when
     degraded; vector + near anchors for a bare `query_embedding`; otherwise vector, anchor and
-    keyword). `known`: the recall reads as memory knew it at a transaction time (`known_at`)."""
+    keyword; the date signal too when the query names a `window`, the conversation signal when
+    there is an embedding of the `conversation`). `known`: the recall reads as memory knew it at a
+    transaction time (`known_at`)."""
     if query is None and not has_embedding:
         return RecallPlan(query=False, embedding=False, known=known)  # hops do not matter: one statement
-    return RecallPlan(query=query is not None, embedding=has_embedding, hops=options.anchor_hops, known=known)
+    return RecallPlan(
+        query=query is not None,
+        embedding=has_embedding,
+        hops=options.anchor_hops,
+        known=known,
+        dated=query is not None and window is not None and options.date_candidates > 0,
+        conversation=conversation,
+    )
 
 
 def statement_params(
@@ -40,6 +58,8 @@ def statement_params(
     text_search_config: str,
     registry: Sequence[SignalSpec] = REGISTRY,
     known_at: datetime | None = None,
+    window: Window | None = None,
+    conversation_embedding: Sequence[float] | np.ndarray[Any, Any] | None = None,
 ) -> dict[str, Any]:
     """Every bound value of the recall statements (those of every signal, whichever run), and of
     the episodes' read."""
@@ -48,6 +68,7 @@ def statement_params(
         normalized=normalize_query(query) if query else "",
         options=options,
         text_search_config=text_search_config,
+        window=window,
     )
     params: dict[str, Any] = {
         "dataset": scope.dataset,
@@ -64,7 +85,19 @@ def statement_params(
         params.update(spec.params(inputs))
     if embedding is not None:
         params["qvec"] = np.asarray(embedding, dtype=np.float32)
+    if conversation_embedding is not None:
+        params["conversation_qvec"] = np.asarray(conversation_embedding, dtype=np.float32)
     return params
+
+
+def below_floor(rows: Sequence[HitRow], options: RecallOptions, *, has_embedding: bool) -> bool:
+    """The relevance floor (`RecallOptions.relevance_floor`) says nothing in memory is relevant: the
+    vector signal ran and its nearest fact is less similar to the query than the floor (an empty
+    vector list too). Off at -1; a recall without a query embedding is never judged."""
+    if options.relevance_floor <= -1.0 or not has_embedding:
+        return False
+    similarities = [row.similarity for row in rows if row.signal == "vector" and row.similarity is not None]
+    return not similarities or max(similarities) < options.relevance_floor
 
 
 def explain(hit: HitRow, registry: Sequence[SignalSpec] = REGISTRY) -> SignalHit:

@@ -9,10 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from memsoda_core.recall.signals import anchor, keyword, recency, vector
+from memsoda_core.recall.signals import anchor, conversation, date, keyword, recency, vector
 from memsoda_core.recall.signals.spec import RecallPlan, SharedCtes, SignalInputs, SignalSpec
 
-REGISTRY: tuple[SignalSpec, ...] = (vector.SIGNAL, anchor.SIGNAL, keyword.SIGNAL, recency.SIGNAL)
+REGISTRY: tuple[SignalSpec, ...] = (
+    vector.SIGNAL,
+    anchor.SIGNAL,
+    keyword.SIGNAL,
+    date.SIGNAL,
+    conversation.SIGNAL,
+    recency.SIGNAL,
+)
 
 SIGNAL_NAMES: tuple[str, ...] = tuple(spec.name for spec in REGISTRY)
 

@@ -10,6 +10,7 @@ from typing import Any
 from psycopg import sql
 
 from memsoda_core.options import RecallOptions
+from memsoda_core.recall.dates import Window
 from memsoda_core.recall.hits import HitRow
 from memsoda_core.validation import Scope
 
@@ -26,6 +27,10 @@ class RecallPlan:
     known: bool = False
     """A transaction time is given (`recall(known_at=...)`): every fragment's liveness test is the
     bitemporal one (`fragments.where`)."""
+    dated: bool = False
+    """The question names a time window (`recall.dates.question_window`)."""
+    conversation: bool = False
+    """There is an embedding of the conversation's recent turns."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,6 +42,8 @@ class SignalInputs:
     """The query in `text.normalize_query` form ("" without a query)."""
     options: RecallOptions
     text_search_config: str
+    window: Window | None = None
+    """The time window the question names, if any."""
 
 
 CteBuilder = Callable[[str, RecallPlan, Scope | None], Sequence[sql.Composable]]

@@ -1,0 +1,101 @@
+"""The conversation signal: the facts nearest the recent turns of the conversation the query
+comes from (`recall(..., conversation=[...])`), fused as a list of its own.
+
+A follow-up ("ok, let's go on as planned") often says nothing of what it is about; the user's
+previous turns do. The last `RecallOptions.conversation_turns` user messages are embedded together,
+the most recent first, so an embedder that truncates a long window drops the oldest words. Without
+a conversation the signal does not run and its statement is not sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from psycopg import sql
+
+from memsoda_core.errors import ValidationError
+from memsoda_core.limits import MAX_QUERY_CHARS
+from memsoda_core.recall.fragments import fragment
+from memsoda_core.recall.hits import HitRow
+from memsoda_core.recall.signals.spec import RecallPlan, SignalInputs, SignalSpec
+from memsoda_core.text import clean_query
+from memsoda_core.validation import Scope
+
+
+def conversation_cte(schema: str, indexed: Scope | None = None, *, known: bool = False) -> sql.Composed:
+    """Cosine kNN for the conversation's embedding (%(conversation_qvec)s), as the vector signal's."""
+    return fragment(
+        """
+    conversation_hits AS (
+        SELECT id AS fact_id, distance, valid_at,
+               row_number() OVER (ORDER BY distance, id DESC) AS rank
+        FROM (SELECT f.id, f.embedding <=> %(conversation_qvec)s AS distance, f.valid_at
+              FROM {s}.facts f
+              WHERE {index_where_f}
+              ORDER BY f.embedding <=> %(conversation_qvec)s
+              LIMIT %(conversation_candidates)s) v)""",
+        schema,
+        indexed=indexed,
+        known=known,
+    )
+
+
+def _ctes(schema: str, plan: RecallPlan, indexed: Scope | None) -> Sequence[sql.Composable]:
+    return (conversation_cte(schema, indexed, known=plan.known),)
+
+
+def _params(inputs: SignalInputs) -> Mapping[str, Any]:
+    return {"conversation_candidates": inputs.options.conversation_candidates}
+
+
+def _explain(hit: HitRow) -> str:
+    return f"cosine similarity {float(hit.similarity or 0):.3f} to the conversation's recent turns"
+
+
+SIGNAL = SignalSpec(
+    name="conversation",
+    statement=2,
+    runs=lambda plan: plan.conversation,
+    ctes=_ctes,
+    details=(("similarity", "1 - distance"),),
+    params=_params,
+    explain=_explain,
+)
+
+
+USER_ROLES = frozenset({"user", "human"})
+"""The roles whose turns the signal embeds: what the user said is what the session is about."""
+
+
+def check_conversation(conversation: Any) -> tuple[tuple[str, str], ...] | None:
+    """`recall(conversation=...)`: the prior messages, oldest first, each a mapping with a `role`
+    and a `content` string -> (role, content) pairs, or None for no conversation. Anything else
+    raises ValidationError before any I/O."""
+    if conversation is None:
+        return None
+    if isinstance(conversation, (str, bytes, Mapping)) or not isinstance(conversation, Sequence):
+        raise ValidationError("conversation must be a list of {'role': ..., 'content': ...} messages, oldest first")
+    turns = []
+    for position, message in enumerate(conversation):
+        if not isinstance(message, Mapping):
+            raise ValidationError(f"conversation[{position}] must be a mapping with 'role' and 'content'")
+        role, content = message.get("role"), message.get("content")
+        if not isinstance(role, str) or not role.strip():
+            raise ValidationError(f"conversation[{position}]['role'] must be a non-empty string, got {role!r}")
+        if not isinstance(content, str):
+            raise ValidationError(f"conversation[{position}]['content'] must be a string, got {type(content).__name__}")
+        turns.append((role.strip().lower(), clean_query(content)))
+    return tuple(turns)
+
+
+def conversation_text(turns: Sequence[tuple[str, str]], query: str | None, last: int) -> str | None:
+    """The text the signal embeds: the latest `last` user turns before the query, the most recent
+    first (an embedder truncating a long window then drops the oldest words), each cut at
+    `limits.MAX_QUERY_CHARS`; None when there is none. A trailing turn equal to the query is the
+    query itself (frameworks pass the history with the current message) and is skipped."""
+    said = [content.strip() for role, content in turns if role in USER_ROLES and content.strip()]
+    if said and query is not None and said[-1] == query.strip():  # both cleaned by clean_query
+        said.pop()
+    chosen = [text[:MAX_QUERY_CHARS] for text in reversed(said[-last:])]
+    return "\n\n".join(chosen) if chosen else None

@@ -1,0 +1,86 @@
+"""The date signal: when the question names a day, month or year ("on 7 May 2023", "last week"),
+the facts that held in that window, by similarity to the query.
+
+The window comes from `recall.dates.question_window`, resolved against the time of the question
+(`as_of`, else now). A fact is listed when its validity overlaps the window and it is stored as
+valid by the question's time, and either it began in the window (an event of that time) or it
+has ended since (what held then and no longer does, which the other signals leave out as not live
+now). A fact that began earlier and still holds is left to the other signals: listing it would
+only repeat the vector list. Without a window the signal does not run and its statement is not
+sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from psycopg import sql
+
+from memsoda_core.recall.fragments import fragment
+from memsoda_core.recall.hits import HitRow
+from memsoda_core.recall.signals.spec import RecallPlan, SignalInputs, SignalSpec
+from memsoda_core.validation import Scope
+
+OPEN_START = datetime(1, 1, 2, tzinfo=UTC)
+"""The bound start of a window open at the start ("before 2020"): before any stored date."""
+
+
+def date_cte(schema: str, plan: RecallPlan) -> sql.Composed:
+    """Facts that held in [%(window_start)s, %(window_end)s) (see the module docstring), nearest
+    the query embedding first (most recent first without one); ties by recency, then id."""
+    order = "f.embedding <=> %(qvec)s" if plan.embedding else "NULL::float8"
+    learned = " AND f.created_at <= %(known_at)s" if plan.known else ""  # what memory knew by then
+    return fragment(
+        """
+    date_hits AS (
+        SELECT id AS fact_id, distance, valid_at, valid_at >= %(window_start)s AS began,
+               row_number() OVER (ORDER BY distance, valid_at DESC, id DESC) AS rank
+        FROM (SELECT f.id, {order} AS distance, f.valid_at
+              FROM {s}.facts f
+              WHERE {scope_f} AND f.confidence >= %(min_confidence)s AND f.valid_at <= %(at)s
+                AND f.valid_at < %(window_end)s
+                AND (f.invalid_at > %(window_start)s
+                     OR f.invalid_at IS NULL AND f.valid_at >= %(window_start)s){learned}
+              ORDER BY distance, f.valid_at DESC, f.id DESC
+              LIMIT %(date_candidates)s) d)""",
+        schema,
+        order=sql.SQL(order),
+        learned=sql.SQL(learned),
+    )
+
+
+def _ctes(schema: str, plan: RecallPlan, indexed: Scope | None) -> Sequence[sql.Composable]:
+    return (date_cte(schema, plan),)
+
+
+def _params(inputs: SignalInputs) -> Mapping[str, Any]:
+    window = inputs.window
+    return {
+        "date_candidates": inputs.options.date_candidates or 1,
+        "window_start": OPEN_START if window is None or window.start is None else window.start,
+        "window_end": OPEN_START if window is None else window.end,
+        "window_words": "" if window is None else window.describe(),
+    }
+
+
+def _explain(hit: HitRow) -> str:
+    held = "began" if hit.began else "held, since ended,"
+    similarity = "" if hit.similarity is None else f"; cosine similarity {float(hit.similarity):.3f} to the query"
+    return f"{held} in the window the question names: {hit.period}{similarity}"
+
+
+SIGNAL = SignalSpec(
+    name="date",
+    statement=2,
+    runs=lambda plan: plan.dated,
+    ctes=_ctes,
+    details=(
+        ("similarity", "1 - distance"),
+        ("began", "began"),
+        ("period", "%(window_words)s::text"),
+    ),
+    params=_params,
+    explain=_explain,
+)

@@ -1,0 +1,107 @@
+"""The date parser of the date-window signal: pure, table-driven, one fixed question time."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+
+from memsoda_core.recall.dates import question_window
+
+AT = datetime(2023, 5, 20, 15, 0, tzinfo=UTC)
+"""A Saturday afternoon."""
+
+
+def _day(text: str) -> datetime:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+
+CASES: list[tuple[str, str | None, str | None]] = [
+    ("what did I do on 7 May 2023?", "2023-05-07", "2023-05-08"),
+    ("what happened on 7 May?", "2023-05-07", "2023-05-08"),
+    ("May 7th, 2023", "2023-05-07", "2023-05-08"),
+    ("the 2nd of May", "2023-05-02", "2023-05-03"),
+    ("2023-05-07", "2023-05-07", "2023-05-08"),
+    ("in 2023-04", "2023-04-01", "2023-05-01"),
+    ("in March 2023", "2023-03-01", "2023-04-01"),
+    ("what did we plan in March?", "2023-03-01", "2023-04-01"),
+    ("last May", "2022-05-01", "2022-06-01"),
+    ("in 2022", "2022-01-01", "2023-01-01"),
+    ("where did I live in 2019?", "2019-01-01", "2020-01-01"),
+    ("yesterday", "2023-05-19", "2023-05-20"),
+    ("what did I eat today?", "2023-05-20", "2023-05-21"),
+    ("last week", "2023-05-08", "2023-05-15"),
+    ("last weekend", "2023-05-13", "2023-05-15"),
+    ("last month", "2023-04-01", "2023-05-01"),
+    ("last year", "2022-01-01", "2023-01-01"),
+    ("this year", "2023-01-01", "2024-01-01"),
+    ("last Friday", "2023-05-19", "2023-05-20"),
+    ("last Saturday", "2023-05-13", "2023-05-14"),
+    ("3 days ago", "2023-05-17", "2023-05-18"),
+    ("two weeks ago", "2023-05-01", "2023-05-08"),
+    ("a month ago", "2023-04-01", "2023-05-01"),
+    ("since March", "2023-03-01", "2023-05-21"),
+    ("after 2021", "2022-01-01", "2023-05-21"),
+    ("before 2020", None, "2020-01-01"),
+    ("between March and May 2023", "2023-03-01", "2023-06-01"),
+]
+
+NO_WINDOW = [
+    "before I moved",  # an event, not a date: no window
+    "what do I like?",
+    "I may go hiking",
+    "we march on",
+    "I have 2000 photos",
+    "next week",
+    "tomorrow",
+    "in June",  # the nearest June is ahead: a plan
+    "on Monday",  # the nearest Monday is ahead
+    "31 February",
+    "",
+    None,
+]
+
+
+@pytest.mark.parametrize(("text", "start", "end"), CASES)
+def test_a_named_date_is_its_window(text: str, start: str | None, end: str) -> None:
+    window = question_window(text, AT)
+    assert window is not None, text
+    assert window.start == (None if start is None else _day(start))
+    assert window.end == _day(end)
+
+
+@pytest.mark.parametrize("text", NO_WINDOW)
+def test_no_date_no_window(text: str | None) -> None:
+    assert question_window(text, AT) is None
+
+
+def test_the_window_says_what_named_it() -> None:
+    window = question_window("what did I do on 7 May 2023?", AT)
+    assert window is not None
+    assert window.said == "7 May 2023"
+    assert window.describe() == '2023-05-07 to 2023-05-08 ("7 May 2023")'
+
+
+def test_days_are_those_of_the_question_time_zone() -> None:
+    tokyo = timezone(timedelta(hours=9))
+    window = question_window("yesterday", datetime(2023, 5, 20, 1, 0, tzinfo=tokyo))
+    assert window is not None
+    assert window.start == datetime(2023, 5, 19, tzinfo=tokyo)
+    assert window.end == datetime(2023, 5, 20, tzinfo=tokyo)
+
+
+def test_the_same_words_give_the_same_window_all_day() -> None:
+    morning, evening = (datetime(2023, 5, 20, hour, tzinfo=UTC) for hour in (8, 23))
+    for text in ("today", "since March", "this week"):
+        assert question_window(text, morning) == question_window(text, evening), text
+
+
+def test_a_naive_question_time_is_utc() -> None:
+    window = question_window("yesterday", datetime(2023, 5, 20, 12, 0))
+    assert window is not None and window.start == _day("2023-05-19")
+
+
+def test_a_year_less_date_is_its_nearest_occurrence() -> None:
+    january = datetime(2024, 1, 3, tzinfo=UTC)
+    window = question_window("on 28 December", january)
+    assert window is not None and window.start == _day("2023-12-28")
