@@ -242,16 +242,7 @@ class AsyncMemory(ItemsBase):
         to supersede or end. Each is checked (quote in a message, only shown facts changed, the
         fact validation of `add_facts`); those that pass are written in one transaction by the
         write rules, with their `sources`; the others are `rejected` (`on_invalid="skip"`) or
-        raise `ExtractionError` (`"raise"`), as does a model error: then nothing is written."""Learn from a window of chat messages: the extractor (this call's, else the one given to
-        `open`) sees them with the `related` live facts recall finds for them, and proposes facts
-        to add, shown facts to supersede or end. memsoda checks each (its quote occurs in a message;
-        it changes only a shown fact; its fact passes `add_facts`' validation) and applies those
-        that pass in one transaction through the write rules (duplicates, single-valued relations),
-        recording the thread and message each fact came from (`sources`). Operations that fail are
-        returned in `rejected` (`on_invalid="skip"`) or make the call raise `ExtractionError`
-        (`"raise"`). A model error, timeout or malformed answer raises `ExtractionError`; either
-        way nothing is written. `user` names the speaking user's entity; `summarize` stores the
-        extractor's summary of the window as an episode of `thread_id`."""
+        raise `ExtractionError` (`"raise"`), as does a model error: then nothing is written."""
         settings = {"thread_id": thread_id, "extractor": extractor, "user": user, "related": related}
         call = self._remember_call(messages, dataset, project, summarize=summarize, on_invalid=on_invalid, **settings)
         found = await self._run(self._related_op(call), read_only=True)
