@@ -36,6 +36,7 @@ Pair = tuple[dict[str, Any], str, str]
 """(a record of the relation, one object, the other)"""
 
 REALMEM_PAIRS = 400
+EXAMPLES = 5
 
 
 def labelled_pairs(stream: Stream) -> tuple[list[Pair], list[Pair]]:
@@ -99,7 +100,7 @@ def similarities(embedder: Embedder, pairs: Sequence[Pair], *, whole: bool) -> n
     def text(record: dict[str, Any], value: str) -> str:
         if not whole:
             return value
-        body = {k: record[k] for k in ("subject", "predicate", "object_type") if k in record}
+        body: dict[str, Any] = {k: record[k] for k in ("subject", "predicate", "object_type") if k in record}
         return validate_fact({**body, "object": value}).embedding_text
 
     left = np.asarray(embedder.embed_documents([text(r, a) for r, a, _ in pairs]), dtype=np.float64)
@@ -142,9 +143,18 @@ def measure(embedder: Embedder, stream: Stream) -> str:
     )
     rows = []
     verdicts = []
+    examples = []
     for whole, label in ((False, "object"), (True, "fact text")):
         a = similarities(embedder, same, whole=whole)
         b = similarities(embedder, different, whole=whole)
+        for index in np.argsort(-b)[:EXAMPLES]:
+            record, x, y = different[index]
+            examples.append(
+                [label, "different values, most similar", f"{record['predicate']}: {x} / {y}", float(b[index])]
+            )
+        for index in np.argsort(a)[:EXAMPLES]:
+            record, x, y = same[index]
+            examples.append([label, "same value, least similar", f"{record['predicate']}: {x} / {y}", float(a[index])])
         c = similarities(embedder, loose, whole=whole)
         for name, values in (("same value", a), ("different values", b), ("realmem tag versions", c)):
             if len(values):
@@ -177,4 +187,6 @@ def measure(embedder: Embedder, stream: Stream) -> str:
             verdicts,
         )
     )
+    out.append("")
+    out.append(markdown_table(["embedding", "pairs", "example", "similarity"], examples))
     return "\n".join(out) + "\n"

@@ -344,13 +344,13 @@ def write(memory: Memory, stream: Stream, scope: dict[str, str], *, reconcile: b
     schema = memory.info.schema
     written = Written()
     if reconcile:
-        memory.set_single_valued(list(SINGLE_VALUED), **scope)
+        memory.set_single_valued(list(SINGLE_VALUED), dataset=scope["dataset"], project=scope["project"])
     check = sql.SQL(CHECK).format(s=sql.Identifier(schema))
     with connect(memory.dsn) as conn:
         copy = _copy_statement(conn, schema)
         for start in range(0, len(stream.events), step):
             batch = stream.events[start : start + step]
-            ids = memory.add_facts([e.record for e in batch], **scope)
+            ids = memory.add_facts([e.record for e in batch], dataset=scope["dataset"], project=scope["project"])
             for fact_id, event in zip(ids, batch, strict=True):
                 if not reconcile and fact_id in written.keys:
                     fact_id = _store_as_before(conn, schema, copy, scope, fact_id, event)
@@ -398,7 +398,7 @@ class Scores:
 def score(memory: Memory, stream: Stream, queries: Sequence[Query], scope: dict[str, str], written: Written) -> Scores:
     scores = Scores()
     for query in queries:
-        found = memory.recall(query.text, **scope)
+        found = memory.recall(query.text, dataset=scope["dataset"], project=scope["project"])
         ranked = realmem.ranked_keys([s.fact.id for s in found.facts], written.keys)
         groups = ["all", query.kind]
         if stream.changed(query):
@@ -443,7 +443,7 @@ def run(*, embedder: Embedder, seed: int = 17, step: int = STEP) -> str:
         spent = time.perf_counter() - began
         scores = {label: score(memory, stream, queries, scopes[label], written[label]) for label in scopes}
         for scope in scopes.values():
-            memory.forget(**scope)
+            memory.forget(dataset=scope["dataset"], project=scope["project"])
         similarities = near_duplicates.measure(memory.embedder, stream)
     rows = []
     for label, name in (("with", "with reconciliation"), ("without", "without (every write a new row)")):
