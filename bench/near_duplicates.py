@@ -18,6 +18,7 @@ embedding texts (`ValidFact.embedding_text`, what memsoda embeds). Pure but for 
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -110,6 +111,22 @@ def similarities(embedder: Embedder, pairs: Sequence[Pair], *, whole: bool) -> n
     return np.asarray(np.sum(left * right, axis=1))
 
 
+_ARTICLE = re.compile(r"^(a|an|the)\s+")
+_PUNCTUATION = re.compile(r"[.,;:!?'\"()\-]+")
+
+
+def lexical_key(text: str) -> str:
+    """A wording-blind key with no model: case folded, a leading article, punctuation and repeated
+    spaces dropped (abbreviations and synonyms are not covered)."""
+    folded = " ".join(_PUNCTUATION.sub(" ", text.casefold()).split())
+    return _ARTICLE.sub("", folded)
+
+
+def lexical_merges(pairs: Sequence[Pair]) -> int:
+    """How many pairs `lexical_key` would merge."""
+    return sum(lexical_key(a) == lexical_key(b) for _, a, b in pairs)
+
+
 QUANTILES = (0.0, 0.05, 0.25, 0.5, 0.75, 0.95, 1.0)
 
 
@@ -187,6 +204,10 @@ def measure(embedder: Embedder, stream: Stream) -> str:
             verdicts,
         )
     )
-    out.append("")
+    out.append(
+        f"\nNo model, `lexical_key` equality (case, a leading article, punctuation, spacing): merges "
+        f"{lexical_merges(same)}/{len(same)} same-value pairs and {lexical_merges(different)}/{len(different)} "
+        f"different-value pairs; {lexical_merges(loose)}/{len(loose)} realmem tag versions.\n"
+    )
     out.append(markdown_table(["embedding", "pairs", "example", "similarity"], examples))
     return "\n".join(out) + "\n"

@@ -8,14 +8,14 @@ phone number is, phone is, banks with, credit card is, car insurer is, internet 
 laptop is, doctor is, dentist is, therapist is, vet is, pharmacy is, diet is, partner is, is
 married to, emergency contact is, favourite restaurant is, favourite coffee shop is, usual coffee
 order is, chess rating is, climbing grade is, resting heart rate is); the persona holds at most one
-live value of each. A third of the live ones that can change (their value named by no query and
-the subject of no other fact, so no question asks about the old value and no bridge runs through
-it) change value once or twice, at random days between the value's start and `END`, the new
-values drawn from `NEW_VALUES` (per predicate, never the persona's own value). ~15% of the facts
-are repeated verbatim (the same record, including its start) and ~10% of the open ones reworded
-(same subject and predicate, the object in other words: `reword`; a restatement starting when it
-arrives), each arriving before its relation's first change. Events are written in arrival order,
-`STEP` per `add_facts` call.
+live value of each. A third of the live ones that can change (no word of their value in a
+query they answer, the value the subject of no other fact, and not in `KEPT`: no question asks about the old
+value and no bridge runs through it) change value once or twice, at random days between the
+value's start and `END`, the new values drawn from `NEW_VALUES` (per predicate, never the
+persona's own value). ~15% of the facts are repeated verbatim (the same record, including its
+start) and ~10% of the open ones reworded (same subject and predicate, the object in other words:
+`reword`; a restatement starting when it arrives), each arriving before its relation's first
+change. Events are written in arrival order, `STEP` per `add_facts` call.
 
 Gold. A query's gold fact of a changed relation becomes the relation's latest value (the key
 `p002~2` for the second change of `p002`), and its earlier values join the query's stale facts. A
@@ -101,6 +101,9 @@ NEW_VALUES: dict[str, tuple[str, ...]] = {
     "resting heart rate is": ("52 bpm", "57 bpm", "50 bpm"),
 }
 SINGLE_VALUED: tuple[str, ...] = tuple(NEW_VALUES)
+KEPT = frozenset({"p071"})
+"""Values that never change: the persona's query asks what the teacher teaches, which a new job
+would not answer."""
 
 _ABBREVIATIONS = (
     ("street", "st."),
@@ -175,6 +178,13 @@ class Stream:
         return any(k in self.latest.values() for k in query.gold)
 
 
+_STOP = frozenset({"a", "an", "the", "on", "at", "in", "of", "and", "is", "my"})
+
+
+def _words(text: str) -> set[str]:
+    return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in _STOP}
+
+
 def _day(value: str) -> datetime:
     return datetime.fromisoformat(value).replace(tzinfo=UTC)
 
@@ -188,12 +198,21 @@ def build_stream(labelled: LabelledMemory, *, seed: int = 17) -> Stream:
     """The events of the stream in arrival order (see the module docstring)."""
     rng = random.Random(seed)
     facts = list(labelled.facts)
-    named = " ".join(q.text.lower() for q in labelled.queries)
+    named: dict[str, set[str]] = {}
+    for query in labelled.queries:
+        for key in query.gold:
+            named.setdefault(key, set()).update(_words(query.text))
     subjects = {f["subject"] for f in facts}
     single = [f for f in facts if f["predicate"] in NEW_VALUES and f["invalid_at"] is None]
     relations = [(f["subject"], f["predicate"]) for f in single]
     assert len(set(relations)) == len(relations), "the persona holds one live value per single-valued relation"
-    movable = [f for f in single if f["object"] not in subjects and f["object"] not in named]
+    movable = [
+        f
+        for f in single
+        if f["object"] not in subjects
+        and not _words(f["object"]) & named.get(str(f["id"]), set())
+        and str(f["id"]) not in KEPT
+    ]
     chosen = rng.sample(movable, round(CHANGE_SHARE * len(single)))
     events = [Event(key=str(f["id"]), kind="fact", arrival=_day(f["valid_at"]), record=import_record(f)) for f in facts]
     first_change: dict[str, datetime] = {}
