@@ -3,7 +3,7 @@ from a new value, so that writes could merge the first and keep the second?
 
 Pairs of one relation (same subject and predicate), two objects that differ after case folding
 (equal case-folded objects are merged by every write already):
-- same value: every rewording `bench.stream.rewordings_of` gives of every open persona fact's
+- same value: every rewording `bench.stream_build.rewordings_of` gives of every open persona fact's
   object (an article, an abbreviation, spacing or punctuation; case-only ones left out);
 - different values: the stream's changes (a value and the one replacing it), every pair of values
   of a single-valued predicate (`NEW_VALUES` and the persona's own values of it: "lives in
@@ -31,7 +31,7 @@ from memsoda_core.embedders import Embedder
 from memsoda_core.validation import validate_fact
 
 if TYPE_CHECKING:
-    from bench.stream import Stream
+    from bench.stream_build import Stream
 
 Pair = tuple[dict[str, Any], str, str]
 """(a record of the relation, one object, the other)"""
@@ -42,7 +42,7 @@ EXAMPLES = 5
 
 def labelled_pairs(stream: Stream) -> tuple[list[Pair], list[Pair]]:
     """(same-value pairs, different-value pairs), see the module docstring."""
-    from bench.stream import NEW_VALUES, rewordings_of
+    from bench.stream_build import NEW_VALUES, rewordings_of
 
     facts = load("persona").facts
     same = [

@@ -147,7 +147,7 @@ def test_index_smoke(bench_dsn: str, capsys: pytest.CaptureFixture[str]) -> None
 
 
 def test_stream_is_seeded_and_moves_gold() -> None:
-    from bench.stream import SINGLE_VALUED, build_stream, rewordings_of
+    from bench.stream_build import SINGLE_VALUED, build_stream, rewordings_of
 
     persona = load("persona")
     first, again = build_stream(persona, seed=3), build_stream(persona, seed=3)
