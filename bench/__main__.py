@@ -1,4 +1,4 @@
-"""`python -m bench quality|speed|ingest|index|learning`: every table of bench/RESULTS.md."""
+"""`python -m bench quality|speed|ingest|index|learning|stream`: every table of bench/RESULTS.md."""
 
 from __future__ import annotations
 
@@ -71,6 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     learning.add_argument("--sessions", type=int, default=None, help="realmem: the first N sessions of each")
     learning.add_argument("--embedder", choices=("local", "hash"), default="local")
 
+    stream = commands.add_parser("stream", help="a replayed stream of changes, with and without reconciliation")
+    stream.add_argument("--seed", type=int, default=17, help="the stream's random seed")
+    stream.add_argument("--step", type=int, default=4, help="events per add_facts call")
+    stream.add_argument("--embedder", choices=("local", "hash"), default="local")
+
     args = parser.parse_args(argv)
     if args.command == "quality":
         from bench import quality as bench_quality
@@ -134,6 +139,10 @@ def main(argv: list[str] | None = None) -> int:
                 max_sessions=args.sessions,
             )
         )
+    elif args.command == "stream":
+        from bench import stream as bench_stream
+
+        sys.stdout.write(bench_stream.run(embedder=_embedder(args.embedder), seed=args.seed, step=args.step))
     return 0
 
 

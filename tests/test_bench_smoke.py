@@ -144,3 +144,38 @@ def test_index_smoke(bench_dsn: str, capsys: pytest.CaptureFixture[str]) -> None
     assert rows[1][0].startswith("HNSW m 16, ef_construction 64 (memsoda)")
     assert rows[0][4:] == ["1.000", "1.000"]  # the exact scan is its own truth, ties included
     assert all(0 <= float(row[4]) <= 1 and 0 <= float(row[5]) <= 1 for row in rows)
+
+
+def test_stream_is_seeded_and_moves_gold() -> None:
+    from bench.stream_build import SINGLE_VALUED, build_stream, rewordings_of
+
+    persona = load("persona")
+    first, again = build_stream(persona, seed=3), build_stream(persona, seed=3)
+    assert [(e.key, e.kind, e.arrival, e.record) for e in first.events] == [
+        (e.key, e.kind, e.arrival, e.record) for e in again.events
+    ]
+    assert [e.arrival for e in first.events] == sorted(e.arrival for e in first.events)
+    changed = {e.record["predicate"] for e in first.events if e.kind == "change"}
+    assert changed and changed <= set(SINGLE_VALUED)
+    moved = [q for q in first.queries(persona) if first.changed(q)]
+    assert all(any(k in first.latest.values() for k in q.gold) for q in moved)
+    for query in moved:
+        for key in first.latest:
+            if first.latest[key] in query.gold:
+                assert set(first.versions[key]) <= set(query.stale) and key in first.versions[key]
+    assert "denver" not in rewordings_of("denver") and "the denver" in rewordings_of("denver")
+
+
+def test_stream_smoke(bench_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["stream", "--embedder", "hash"]) == 0
+    out = capsys.readouterr().out
+    rows = {
+        line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+        for line in out.splitlines()
+        if line.startswith(("| with reconciliation |", "| without (every write"))
+    }
+    steps, violating = rows["with reconciliation"][:2]
+    assert int(steps) > 50 and violating == "0"
+    assert int(rows["without (every write a new row)"][1]) > 0
+    assert int(rows["without (every write a new row)"][-1]) > 0  # rows copied
+    assert "| changed |" in out and "### Near duplicates" in out
