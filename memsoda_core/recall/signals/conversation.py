@@ -16,29 +16,16 @@ from psycopg import sql
 
 from memsoda_core.errors import ValidationError
 from memsoda_core.limits import MAX_QUERY_CHARS
-from memsoda_core.recall.fragments import fragment
 from memsoda_core.recall.hits import HitRow
 from memsoda_core.recall.signals.spec import RecallPlan, SignalInputs, SignalSpec
+from memsoda_core.recall.signals.vector import nearest_cte
 from memsoda_core.text import clean_query
 from memsoda_core.validation import Scope
 
 
 def conversation_cte(schema: str, indexed: Scope | None = None, *, known: bool = False) -> sql.Composed:
-    """Cosine kNN for the conversation's embedding (%(conversation_qvec)s), as the vector signal's."""
-    return fragment(
-        """
-    conversation_hits AS (
-        SELECT id AS fact_id, distance, valid_at,
-               row_number() OVER (ORDER BY distance, id DESC) AS rank
-        FROM (SELECT f.id, f.embedding <=> %(conversation_qvec)s AS distance, f.valid_at
-              FROM {s}.facts f
-              WHERE {index_where_f}
-              ORDER BY f.embedding <=> %(conversation_qvec)s
-              LIMIT %(conversation_candidates)s) v)""",
-        schema,
-        indexed=indexed,
-        known=known,
-    )
+    """The facts nearest the conversation's embedding %(conversation_qvec)s, as the vector signal's."""
+    return nearest_cte(schema, "conversation", "conversation_qvec", "conversation_candidates", indexed, known=known)
 
 
 def _ctes(schema: str, plan: RecallPlan, indexed: Scope | None) -> Sequence[sql.Composable]:

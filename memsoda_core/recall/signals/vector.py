@@ -12,24 +12,30 @@ from memsoda_core.recall.hits import HitRow
 from memsoda_core.recall.signals.spec import RecallPlan, SignalInputs, SignalSpec
 from memsoda_core.validation import Scope
 
-
-def vector_cte(schema: str, indexed: Scope | None = None, *, known: bool = False) -> sql.Composed:
-    """Cosine kNN over fact embeddings. The inner ORDER BY can use HNSW (with iterative scans the
-    order is relaxed); the outer row_number re-sorts exactly and breaks ties by id."""
-    return fragment(
-        """
-    vector_hits AS (
+NEAREST = """
+    {name}_hits AS (
         SELECT id AS fact_id, distance, valid_at,
                row_number() OVER (ORDER BY distance, id DESC) AS rank
-        FROM (SELECT f.id, f.embedding <=> %(qvec)s AS distance, f.valid_at
-              FROM {s}.facts f
-              WHERE {index_where_f}
-              ORDER BY f.embedding <=> %(qvec)s
-              LIMIT %(vector_candidates)s) v)""",
-        schema,
-        indexed=indexed,
-        known=known,
-    )
+        FROM (SELECT f.id, f.embedding <=> %({vector})s AS distance, f.valid_at
+              FROM {{s}}.facts f
+              WHERE {{index_where_f}}
+              ORDER BY f.embedding <=> %({vector})s
+              LIMIT %({limit})s) v)"""
+
+
+def nearest_cte(
+    schema: str, name: str, vector: str, limit: str, indexed: Scope | None = None, *, known: bool = False
+) -> sql.Composed:
+    """`<name>_hits`: cosine kNN of fact embeddings to the bound vector %(<vector>)s, the nearest
+    %(<limit>)s (the names are memsoda's own constants). The inner ORDER BY can use HNSW (with
+    iterative scans the order is relaxed); the outer row_number re-sorts exactly and breaks ties
+    by id."""
+    return fragment(NEAREST.format(name=name, vector=vector, limit=limit), schema, indexed=indexed, known=known)
+
+
+def vector_cte(schema: str, indexed: Scope | None = None, *, known: bool = False) -> sql.Composed:
+    """The facts nearest the query embedding %(qvec)s."""
+    return nearest_cte(schema, "vector", "qvec", "vector_candidates", indexed, known=known)
 
 
 def _ctes(schema: str, plan: RecallPlan, indexed: Scope | None) -> Sequence[sql.Composable]:
