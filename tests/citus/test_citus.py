@@ -132,6 +132,7 @@ NOT_ROUTED = {
     "facts insert": re.compile(r'^INSERT INTO "memsoda"\.facts '),
     "fact_entities insert": re.compile(r'^INSERT INTO "memsoda"\.fact_entities '),
     "lexemes insert": re.compile(r'^INSERT INTO "memsoda"\.lexemes '),
+    "fact_sources insert": re.compile(r'^INSERT INTO "memsoda"\.fact_sources '),
     # the tenant-index check joins scopes (distributed) with the coordinator's catalog: the scopes row
     # is read on its one shard first (a subplan), then joined on the coordinator.
     "tenant index check": re.compile(r"^SELECT n\.name, c\.oid IS NOT NULL AS present"),
@@ -321,3 +322,26 @@ def test_langgraph_items_on_citus(citus_memory: Memory) -> None:
     assert store.list_namespaces(prefix=("memories",)) == [ann, ben]
     store.delete(ben, "1")
     assert store.list_namespaces(prefix=("memories",)) == [ann]
+
+
+def test_remember_on_citus_stays_on_one_shard(citus_memory: Memory, cluster: Any) -> None:
+    from tests.scripted_extractor import ScriptedExtractor, add, answer, supersede
+
+    scope = new_scope()
+    (old,) = citus_memory.add_facts(
+        [{"subject": "user", "predicate": "lives in", "object": "amsterdam", "valid_at": "2020-01-01"}], **scope
+    )
+    window = [{"role": "user", "content": "I moved to Utrecht and I play the cello.", "id": "m1"}]
+    extractor = ScriptedExtractor(
+        answer(
+            supersede(old, "user", "lives in", "utrecht", "I moved to Utrecht", valid_at="2026-02-01"),
+            add("I", "plays", "the cello", "I play the cello"),
+        )
+    )
+    with statements_sent() as sent:
+        result = citus_memory.remember(window, **scope, thread_id="t-1", extractor=extractor)
+    assert len(result.added) == 2 and result.superseded == ((old, result.added[0]),)
+    assert [s.message_id for s in citus_memory.sources(result.added[1], **scope)] == ["m1"]
+    assert [f.object for f in citus_memory.list_facts(**scope, predicate="lives in").facts] == ["utrecht"]
+    kinds = plans(cluster, sent)
+    check_routing(kinds, lambda text: _known(text) or kinds[text] == "coordinator only")
