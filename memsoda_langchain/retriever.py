@@ -32,7 +32,8 @@ class MemsodaRetriever(BaseRetriever):
     order, `id` "memsoda-fact-<id>", metadata `ScoredFact.to_dict()`.
 
     `k` (facts in the context) is set here and per call, as are `query_embedding`, `as_of` and
-    `include`: `retriever.invoke(query, k=3, as_of="2025-01-01")`. `conversation` (per call: the
+    `include`: `retriever.invoke(query, k=3, as_of="2025-01-01")`; `known_at` asks what memory knew
+    then (transaction time). `conversation` (per call: the
     prior messages, LangChain messages or {"role", "content"} mappings, oldest first) lets recall
     use the user's recent turns: `retriever.invoke(query, conversation=history)`. With an `AsyncMemory` only
     `ainvoke` works (its pool lives on an event loop); a `Memory` serves both, async calls
@@ -56,8 +57,9 @@ class MemsodaRetriever(BaseRetriever):
         as_of: Any = None,
         include: Sequence[str] | None = None,
         conversation: Sequence[Any] | None = None,
+        known_at: Any = None,
     ) -> list[Document]:
-        kwargs = self._recall_kwargs(k, query_embedding, as_of, include, conversation)
+        kwargs = self._recall_kwargs(k, query_embedding, as_of, include, conversation, known_at)
         return self._documents(recall_sync(self.memory, query, **kwargs), kwargs["include"])
 
     async def _aget_relevant_documents(
@@ -70,8 +72,9 @@ class MemsodaRetriever(BaseRetriever):
         as_of: Any = None,
         include: Sequence[str] | None = None,
         conversation: Sequence[Any] | None = None,
+        known_at: Any = None,
     ) -> list[Document]:
-        kwargs = self._recall_kwargs(k, query_embedding, as_of, include, conversation)
+        kwargs = self._recall_kwargs(k, query_embedding, as_of, include, conversation, known_at)
         return self._documents(await recall_async(self.memory, query, **kwargs), kwargs["include"])
 
     def _recall_kwargs(
@@ -81,6 +84,7 @@ class MemsodaRetriever(BaseRetriever):
         as_of: Any,
         include: Sequence[str] | None,
         conversation: Sequence[Any] | None = None,
+        known_at: Any = None,
     ) -> dict[str, Any]:
         chosen = self.include if include is None else include
         return {
@@ -89,6 +93,7 @@ class MemsodaRetriever(BaseRetriever):
             "facts_in_context": self.k if k is None else k,
             "query_embedding": query_embedding,
             "as_of": as_of,
+            "known_at": known_at,
             "include": (chosen,) if isinstance(chosen, str) else tuple(chosen),
             "conversation": conversation_messages(conversation),
         }

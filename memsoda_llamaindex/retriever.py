@@ -26,7 +26,8 @@ class MemsodaRetriever(BaseRetriever):
     both (async calls run it in a thread).
 
     LlamaIndex's `retrieve` takes only the query, so per-call settings come from a copy:
-    `retriever.with_options(k=3, as_of="2025-01-01").retrieve(...)`.
+    `retriever.with_options(k=3, as_of="2025-01-01").retrieve(...)` (also `known_at`: what memory
+    knew then).
     """
 
     def __init__(
@@ -39,6 +40,7 @@ class MemsodaRetriever(BaseRetriever):
         k: int = 8,
         include: Sequence[str] = (),
         as_of: Any = None,
+        known_at: Any = None,
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
     ) -> None:
@@ -52,11 +54,17 @@ class MemsodaRetriever(BaseRetriever):
         self.k = k
         self.include = (include,) if isinstance(include, str) else tuple(include)
         self.as_of = as_of
+        self.known_at = known_at
         self._verbose = verbose
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     def with_options(
-        self, *, k: int | None = None, as_of: Any = None, include: Sequence[str] | None = None
+        self,
+        *,
+        k: int | None = None,
+        as_of: Any = None,
+        known_at: Any = None,
+        include: Sequence[str] | None = None,
     ) -> MemsodaRetriever:
         """A copy with these settings changed (same memory, scope, mode and callbacks)."""
         return MemsodaRetriever(
@@ -67,6 +75,7 @@ class MemsodaRetriever(BaseRetriever):
             k=self.k if k is None else k,
             include=self.include if include is None else include,
             as_of=self.as_of if as_of is None else as_of,
+            known_at=self.known_at if known_at is None else known_at,
             callback_manager=self.callback_manager,
             verbose=self._verbose,
         )
@@ -85,6 +94,7 @@ class MemsodaRetriever(BaseRetriever):
             "include": self.include,
             "query_embedding": query_bundle.embedding,
             "as_of": self.as_of,
+            "known_at": self.known_at,
         }
 
     def _nodes(self, result: RecallResult) -> list[NodeWithScore]:

@@ -256,3 +256,16 @@ async def test_langchain_embedder_protocol() -> None:
     assert LangChainEmbedder(fake, model="fake", dimensions=16).dimensions == 16
     assert wrapped.embed_query("a") == fake.embed_query("a") == await wrapped.aembed_query("a")
     assert wrapped.embed_documents(["a", "b"]) == await wrapped.aembed_documents(["a", "b"])
+
+
+async def test_known_at_per_call(memory: Any, scope: dict[str, str]) -> None:
+    (old,) = await memory.add_facts(
+        [{"subject": "user", "predicate": "lives in", "object": "amsterdam", "valid_at": "2020-01-01"}], **scope
+    )
+    learned = (await memory.get_fact(old, **scope)).created_at
+    await memory.supersede(old, {"subject": "user", "predicate": "lives in", "object": "utrecht"}, **scope)
+    retriever = retriever_for(memory, scope, mode="facts", k=1)
+    then = await ask(retriever, "where does the user live?", known_at=learned)
+    now = await ask(retriever, "where does the user live?")
+    assert [d.page_content for d in then] == ["user lives in amsterdam"]
+    assert [d.page_content for d in now] == ["user lives in utrecht"]

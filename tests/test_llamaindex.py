@@ -339,3 +339,15 @@ async def test_retriever_settings_per_call(memory: Any, scope: dict[str, str]) -
     assert now == ["user lives in utrecht"]
     with pytest.raises(LimitError):
         retriever.with_options(k=10_000)
+
+
+async def test_retriever_known_at(memory: Any, scope: dict[str, str]) -> None:
+    (old,) = await memory.add_facts(
+        [{"subject": "user", "predicate": "lives in", "object": "amsterdam", "valid_at": "2020-01-01"}], **scope
+    )
+    learned = (await memory.get_fact(old, **scope)).created_at
+    await memory.supersede(old, {"subject": "user", "predicate": "lives in", "object": "utrecht"}, **scope)
+    retriever = retriever_for(memory, scope, mode="facts", k=1)
+    (then,) = await retriever.with_options(known_at=learned).aretrieve("where does the user live?")
+    (now,) = await retriever.aretrieve("where does the user live?")
+    assert (then.node.get_content(), now.node.get_content()) == ("user lives in amsterdam", "user lives in utrecht")
