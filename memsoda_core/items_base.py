@@ -55,16 +55,7 @@ class ItemsBase(MemoryBase):
         check_page(limit, offset, most=MAX_LIST_LIMIT if text is None else MAX_K)
 
         def recall_in(where: Scope, keep: int) -> Operation[RecallResult]:
-            return self._recall_op(
-                text,
-                dataset=where.dataset,
-                project=where.project,
-                include=(),
-                query_embedding=None,
-                as_of=None,
-                options=None,
-                overrides={"facts_in_context": keep},
-            )
+            return self._top_facts_op(where, text, keep)
 
         return items_ops.search_items(
             self._info,

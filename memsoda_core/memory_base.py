@@ -178,17 +178,20 @@ class MemoryBase:
         """The live facts recall finds for the window (none when `related` is 0)."""
         if not call.related:
             return _nothing_related()
-        scope = call.scope
-        overrides = {"facts_in_context": call.related}
+        return self._top_facts_op(call.scope, call.query(), call.related)
+
+    def _top_facts_op(self, scope: Scope, query: str | None, keep: int) -> Operation[RecallResult]:
+        """A recall with this memory's options but `keep` facts kept: what `remember` shows its
+        extractor and what an item search maps back to items."""
         return self._recall_op(
-            call.query(),
+            query,
             dataset=scope.dataset,
             project=scope.project,
             include=(),
             query_embedding=None,
             as_of=None,
             options=None,
-            overrides=overrides,
+            overrides={"facts_in_context": keep},
         )
 
     def _apply_extraction_op(self, call: RememberCall, checked: CheckedExtraction) -> Operation[Applied]:

@@ -206,7 +206,12 @@ async def test_summary_becomes_an_episode(memory: Either, scope: dict[str, str])
     assert result.episode_id is not None
     recalled = await memory.recall("moving", **scope, include=["episodes"])
     assert [e.thread_id for e in recalled.episodes] == ["t-9"]
-    assert "summary" in extractor.requests[0].messages[0].content or extractor.requests[0].summarize
+    assert extractor.requests[0].summarize
+    assert (await memory.remember(WINDOW, **scope, extractor=extractor_without_summary())).episode_id is None
+
+
+def extractor_without_summary() -> ScriptedExtractor:
+    return ScriptedExtractor(answer(summary="ignored: summarize is off"))
 
 
 async def test_arguments_are_checked_before_anything_runs(memory: Either, scope: dict[str, str]) -> None:

@@ -16,21 +16,29 @@ NEAREST = """
     {name}_hits AS (
         SELECT id AS fact_id, distance, valid_at,
                row_number() OVER (ORDER BY distance, id DESC) AS rank
-        FROM (SELECT f.id, f.embedding <=> %({vector})s AS distance, f.valid_at
-              FROM {{s}}.facts f
-              WHERE {{index_where_f}}
-              ORDER BY f.embedding <=> %({vector})s
-              LIMIT %({limit})s) v)"""
+        FROM (SELECT f.id, f.embedding <=> {vector} AS distance, f.valid_at
+              FROM {s}.facts f
+              WHERE {index_where_f}
+              ORDER BY f.embedding <=> {vector}
+              LIMIT {limit}) v)"""
 
 
 def nearest_cte(
     schema: str, name: str, vector: str, limit: str, indexed: Scope | None = None, *, known: bool = False
 ) -> sql.Composed:
     """`<name>_hits`: cosine kNN of fact embeddings to the bound vector %(<vector>)s, the nearest
-    %(<limit>)s (the names are memsoda's own constants). The inner ORDER BY can use HNSW (with
+    %(<limit>)s (`name` is memsoda's own constant). The inner ORDER BY can use HNSW (with
     iterative scans the order is relaxed); the outer row_number re-sorts exactly and breaks ties
     by id."""
-    return fragment(NEAREST.format(name=name, vector=vector, limit=limit), schema, indexed=indexed, known=known)
+    return fragment(
+        NEAREST,
+        schema,
+        indexed=indexed,
+        known=known,
+        name=sql.SQL(name),
+        vector=sql.Placeholder(vector),
+        limit=sql.Placeholder(limit),
+    )
 
 
 def vector_cte(schema: str, indexed: Scope | None = None, *, known: bool = False) -> sql.Composed:
