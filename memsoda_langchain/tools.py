@@ -10,7 +10,6 @@ model as the tool's answer, so it can try again; nothing is written then.
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
-from datetime import datetime
 from typing import Any
 
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
@@ -18,6 +17,7 @@ from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from memsoda_core import AsyncMemory, Memory, MemsodaError, RecallResult
 from memsoda_core.adapting import call_async, call_sync
 from memsoda_core.limits import MAX_K
+from memsoda_core.recall.render import validity
 
 RECALL = "recall_memory"
 SAVE = "save_memory"
@@ -25,19 +25,11 @@ CORRECT = "correct_memory"
 END = "end_memory"
 
 
-def _day(value: datetime | None) -> str:
-    return value.date().isoformat() if value is not None else "?"
-
-
 def render_facts(result: RecallResult) -> str:
     """One line per recalled fact: `[id] subject predicate object (valid from – to)`."""
     if not result.facts:
         return "Nothing in memory matches."
-    lines = [
-        f"[{s.fact.id}] {s.fact.text} (valid {_day(s.fact.valid_at)} – "
-        f"{_day(s.fact.invalid_at) if s.fact.invalid_at else 'present'})"
-        for s in result.facts
-    ]
+    lines = [f"[{s.fact.id}] {s.fact.text} (valid {validity(s.fact)})" for s in result.facts]
     return "Facts in memory (id in brackets):\n" + "\n".join(lines)
 
 

@@ -12,6 +12,7 @@ from string import Template
 from memsoda_core.errors import ConfigurationError
 from memsoda_core.learning.messages import WindowMessage
 from memsoda_core.models import Fact
+from memsoda_core.recall.render import validity
 
 PROMPT_VERSION = "extract-v1"
 """The packaged prompt (`memsoda_core/prompts/<version>.md`). A change of wording is a new
@@ -50,16 +51,9 @@ class ExtractionRequest:
     summarize: bool = False
 
 
-def _day(value: datetime | None) -> str:
-    return value.date().isoformat() if value is not None else "?"
-
-
 def render_prompt(template: str, request: ExtractionRequest) -> str:
     """`template` filled in for `request` (unknown `$names` are left as they are)."""
-    facts = "\n".join(
-        f"[{fact.id}] {fact.text} ({_day(fact.valid_at)} - {_day(fact.invalid_at) if fact.invalid_at else 'present'})"
-        for fact in request.facts
-    )
+    facts = "\n".join(f"[{fact.id}] {fact.text} ({validity(fact)})" for fact in request.facts)
     messages = "\n".join(
         f"[{m.timestamp.isoformat() if m.timestamp else 'no time'}] {m.role}: {m.content}" for m in request.messages
     )

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from memsoda_core.models import Entity, Episode, ScoredFact
+from memsoda_core.models import Entity, Episode, Fact, ScoredFact
 from memsoda_core.text import collapse_line
 
 HEADER = "Known facts about the user, most relevant first."
@@ -58,10 +58,16 @@ def start_day(value: datetime | None) -> str:
     return UNKNOWN_START if value is None else value.strftime("%Y-%m-%d")
 
 
+def validity(fact: Fact) -> str:
+    """`<start> – <end>` as the block shows it (`unknown` start, `present` end); the one form the
+    prompt of `remember` and the agent tools show too."""
+    return f"{start_day(fact.valid_at)} – {_day(fact.invalid_at)}"
+
+
 def fact_line(scored: ScoredFact) -> str:
     fact = scored.fact
     text = collapse_line(f"{fact.subject} {fact.predicate} {fact.object}")
-    return f"- {text}  (valid: {start_day(fact.valid_at)} – {_day(fact.invalid_at)})"
+    return f"- {text}  (valid: {validity(fact)})"
 
 
 def episode_line(episode: Episode) -> str:
