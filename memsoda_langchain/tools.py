@@ -9,7 +9,9 @@ model as the tool's answer, so it can try again; nothing is written then.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
@@ -33,95 +35,76 @@ def render_facts(result: RecallResult) -> str:
     return "Facts in memory (id in brackets):\n" + "\n".join(lines)
 
 
-class _Calls:
-    """The tools' bodies, each in a sync and an async form over one memsoda call."""
+@dataclass(frozen=True)
+class _Call:
+    """One tool call as the memsoda call it makes and how its reply reads to the model."""
 
-    def __init__(self, memory: Memory | AsyncMemory, scope: dict[str, str], k: int, extractor: Any) -> None:
-        self.memory, self.scope, self.k, self.extractor = memory, scope, k, extractor
+    method: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    reply: Callable[[Any], str]
 
-    def _recall_args(self, query: str, k: int | None, as_of: str | None) -> tuple[tuple[Any, ...], dict[str, Any]]:
+
+class _Plans:
+    """What each tool does, once: its arguments (the tool's schema, read from the signature) ->
+    the memsoda call. `_sync_tool` and `_async_tool` run the same plan, so the two cannot drift."""
+
+    def __init__(self, scope: dict[str, str], k: int, extractor: Any) -> None:
+        self.scope, self.k, self.extractor = scope, k, extractor
+
+    def recall(self, query: str, k: int | None = None, as_of: str | None = None) -> _Call:
         facts = min(max(1, k or self.k), MAX_K)
-        return (query,), {**self.scope, "facts_in_context": facts, "as_of": as_of}
+        return _Call("recall", (query,), {**self.scope, "facts_in_context": facts, "as_of": as_of}, render_facts)
 
-    def _save(self, text: str | None, subject: str | None, predicate: str | None, obj: str | None) -> tuple[str, Any]:
-        if subject and predicate and obj:
-            fact = {"subject": subject, "predicate": predicate, "object": obj, "source_quote": text}
-            return "add_facts", [fact]
+    def save(
+        self,
+        text: str | None = None,
+        subject: str | None = None,
+        predicate: str | None = None,
+        object: str | None = None,
+    ) -> _Call:
+        if subject and predicate and object:
+            fact = {"subject": subject, "predicate": predicate, "object": object, "source_quote": text}
+            return _Call("add_facts", ([fact],), dict(self.scope), _saved)
         if text and self.extractor is not None:
-            return "remember", [{"role": "user", "content": text}]
+            window = [{"role": "user", "content": text}]
+            return _Call("remember", (window,), {**self.scope, "extractor": self.extractor}, _remembered)
         raise ToolException("give subject, predicate and object (no extractor is configured to read a sentence)")
 
-    @staticmethod
-    def _saved(method: str, reply: Any) -> str:
-        ids = list(reply) if method == "add_facts" else [*reply.added, *(new for _, new in reply.superseded)]
-        return f"Saved as fact(s) {', '.join(map(str, ids))}." if ids else "Nothing new to save."
+    def correct(self, fact_id: int, subject: str, predicate: str, object: str, valid_at: str | None = None) -> _Call:
+        new = {"subject": subject, "predicate": predicate, "object": object, "valid_at": valid_at}
+        return _Call(
+            "supersede", (fact_id, new), dict(self.scope), lambda by: f"Fact {fact_id} is replaced by fact {by}."
+        )
 
-    def _correct(self, fact_id: int, subject: str, predicate: str, obj: str, valid_at: str | None) -> tuple[Any, ...]:
-        return (fact_id, {"subject": subject, "predicate": predicate, "object": obj, "valid_at": valid_at})
+    def end(self, fact_id: int, ended_at: str | None = None) -> _Call:
+        return _Call("invalidate", (fact_id,), {**self.scope, "at": ended_at}, lambda _: f"Fact {fact_id} has ended.")
 
-    def sync(self) -> dict[str, Callable[..., str]]:
-        def recall(query: str, k: int | None = None, as_of: str | None = None) -> str:
-            args, kwargs = self._recall_args(query, k, as_of)
-            return render_facts(_guard(call_sync, self.memory, "recall", *args, **kwargs))
 
-        def save(
-            text: str | None = None, subject: str | None = None, predicate: str | None = None, object: str | None = None
-        ) -> str:
-            method, payload = self._save(text, subject, predicate, object)
-            extra = {"extractor": self.extractor} if method == "remember" else {}
-            return self._saved(method, _guard(call_sync, self.memory, method, payload, **self.scope, **extra))
+def _saved(ids: Any) -> str:
+    return f"Saved as fact(s) {', '.join(map(str, ids))}." if ids else "Nothing new to save."
 
-        def correct(
-            fact_id: int,
-            subject: str,
-            predicate: str,
-            object: str,
-            valid_at: str | None = None,
-        ) -> str:
-            new = _guard(
-                call_sync,
-                self.memory,
-                "supersede",
-                *self._correct(fact_id, subject, predicate, object, valid_at),
-                **self.scope,
-            )
-            return f"Fact {fact_id} is replaced by fact {new}."
 
-        def end(fact_id: int, ended_at: str | None = None) -> str:
-            _guard(call_sync, self.memory, "invalidate", fact_id, **self.scope, at=ended_at)
-            return f"Fact {fact_id} has ended."
+def _remembered(result: Any) -> str:
+    return _saved([*result.added, *(new for _, new in result.superseded)])
 
-        return {RECALL: recall, SAVE: save, CORRECT: correct, END: end}
 
-    def coroutines(self) -> dict[str, Callable[..., Coroutine[Any, Any, str]]]:
-        async def recall(query: str, k: int | None = None, as_of: str | None = None) -> str:
-            args, kwargs = self._recall_args(query, k, as_of)
-            return render_facts(await _aguard(call_async(self.memory, "recall", *args, **kwargs)))
+def _sync_tool(memory: Memory | AsyncMemory, plan: Callable[..., _Call]) -> Callable[..., str]:
+    @functools.wraps(plan)
+    def run(*args: Any, **kwargs: Any) -> str:
+        call = plan(*args, **kwargs)
+        return call.reply(_guard(call_sync, memory, call.method, *call.args, **call.kwargs))
 
-        async def save(
-            text: str | None = None, subject: str | None = None, predicate: str | None = None, object: str | None = None
-        ) -> str:
-            method, payload = self._save(text, subject, predicate, object)
-            extra = {"extractor": self.extractor} if method == "remember" else {}
-            reply = await _aguard(call_async(self.memory, method, payload, **self.scope, **extra))
-            return self._saved(method, reply)
+    return run
 
-        async def correct(
-            fact_id: int,
-            subject: str,
-            predicate: str,
-            object: str,
-            valid_at: str | None = None,
-        ) -> str:
-            args = self._correct(fact_id, subject, predicate, object, valid_at)
-            new = await _aguard(call_async(self.memory, "supersede", *args, **self.scope))
-            return f"Fact {fact_id} is replaced by fact {new}."
 
-        async def end(fact_id: int, ended_at: str | None = None) -> str:
-            await _aguard(call_async(self.memory, "invalidate", fact_id, **self.scope, at=ended_at))
-            return f"Fact {fact_id} has ended."
+def _async_tool(memory: Memory | AsyncMemory, plan: Callable[..., _Call]) -> Callable[..., Coroutine[Any, Any, str]]:
+    @functools.wraps(plan)
+    async def run(*args: Any, **kwargs: Any) -> str:
+        call = plan(*args, **kwargs)
+        return call.reply(await _aguard(call_async(memory, call.method, *call.args, **call.kwargs)))
 
-        return {RECALL: recall, SAVE: save, CORRECT: correct, END: end}
+    return run
 
 
 def _guard(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -160,17 +143,21 @@ def memory_tools(
     `save_memory`, `correct_memory`, `end_memory`. `extractor` (or the one `memory` was opened
     with) lets `save_memory` take a sentence. Sync and async calls both work with a `Memory`;
     an `AsyncMemory` serves async calls only."""
-    calls = _Calls(memory, {"dataset": dataset, "project": project}, k, extractor)
-    if calls.extractor is None:
-        calls.extractor = getattr(memory, "_extractor", None)
-    sync, coroutines = calls.sync(), calls.coroutines()
+    chosen = extractor if extractor is not None else getattr(memory, "_extractor", None)
+    plans = _Plans({"dataset": dataset, "project": project}, k, chosen)
+    by_name: dict[str, Callable[..., _Call]] = {
+        RECALL: plans.recall,
+        SAVE: plans.save,
+        CORRECT: plans.correct,
+        END: plans.end,
+    }
     return [
         StructuredTool.from_function(
-            func=sync[name],
-            coroutine=coroutines[name],
+            func=_sync_tool(memory, plan),
+            coroutine=_async_tool(memory, plan),
             name=name,
             description=DESCRIPTIONS[name],
             handle_tool_error=True,
         )
-        for name in (RECALL, SAVE, CORRECT, END)
+        for name, plan in by_name.items()
     ]
