@@ -247,3 +247,22 @@ def test_a_fact_ended_meanwhile_raises_not_live(sync_memory: Memory, scope: dict
     with pytest.raises(NotLiveError):
         sync_memory.remember(WINDOW, **scope, extractor=ScriptedExtractor(script=meanwhile))
     assert fact_rows(pg_dsn, scope) == before
+
+
+async def test_a_shown_fact_is_changed_once_per_answer(memory: Either, scope: dict[str, str]) -> None:
+    (job,) = await memory.add_facts(
+        [{"subject": "user", "predicate": "works at", "object": "asml", "valid_at": "2021-05-01"}], **scope
+    )
+    window = [
+        {"role": "user", "content": "I quit my job at ASML and now I work at Philips.", "timestamp": "2026-03-01"}
+    ]
+    extractor = ScriptedExtractor(
+        answer(
+            end(job, "I quit my job at ASML"),
+            supersede(job, "user", "works at", "philips", "now I work at Philips"),
+        )
+    )
+    result = await memory.remember(window, **scope, extractor=extractor)
+    assert result.ended == (job,) and result.added == ()
+    ((rejected),) = result.rejected
+    assert rejected.index == 1 and "changed by an earlier operation" in rejected.reason

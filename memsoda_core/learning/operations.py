@@ -11,7 +11,7 @@ import dataclasses
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -46,11 +46,6 @@ class CheckedExtraction:
     rejected: tuple[RejectedOperation, ...]
     summary: str | None
     proposed: int = 0
-
-
-@dataclass
-class _Seen:
-    targets: set[int] = field(default_factory=set)
 
 
 def parse_answer(raw: Any) -> tuple[list[Any], str | None]:
@@ -103,15 +98,15 @@ def _fact(data: Any, user: str, now: datetime) -> ValidFact:
     return validate_fact(given)
 
 
-def _target(data: Mapping[str, Any], shown: Mapping[int, Fact], seen: _Seen) -> int:
+def _target(data: Mapping[str, Any], shown: Mapping[int, Fact], seen: set[int]) -> int:
     fact_id = data.get("fact_id")
     if isinstance(fact_id, bool) or not isinstance(fact_id, int):
         raise ValidationError(f"its fact_id must be the id of a shown fact, got {fact_id!r}")
     if fact_id not in shown:
         raise ValidationError(f"fact {fact_id} was not shown to the extractor")
-    if fact_id in seen.targets:
+    if fact_id in seen:
         raise ValidationError(f"fact {fact_id} is changed by an earlier operation")
-    seen.targets.add(fact_id)
+    seen.add(fact_id)
     return fact_id
 
 
@@ -129,7 +124,7 @@ def _check_one(
     shown: Mapping[int, Fact],
     user: str,
     now: datetime,
-    seen: _Seen,
+    seen: set[int],
 ) -> Checked:
     op = data.get("op")
     if op == "add":
@@ -171,7 +166,7 @@ def check_answer(
     by_id = {fact.id: fact for fact in shown}
     passed: list[Checked] = []
     rejected: list[RejectedOperation] = []
-    seen = _Seen()
+    seen: set[int] = set()  # the shown facts an earlier operation changes
     for index, data in enumerate(proposed):
         op = str(data.get("op")) if isinstance(data, Mapping) else "?"
         try:
