@@ -1,4 +1,4 @@
-"""`python -m bench quality|speed|ingest|index|learning|stream`: every table of bench/RESULTS.md."""
+"""`python -m bench quality|speed|ingest|index|learning|stream|layout`: every table of bench/RESULTS.md."""
 
 from __future__ import annotations
 
@@ -76,6 +76,15 @@ def main(argv: list[str] | None = None) -> int:
     stream.add_argument("--step", type=int, default=4, help="events per add_facts call")
     stream.add_argument("--embedder", choices=("local", "hash"), default="local")
 
+    layout = commands.add_parser("layout", help="tenant layouts: partial indexes against partitions per tenant")
+    layout.add_argument("--tenants", type=int, default=10_000)
+    layout.add_argument("--facts", type=int, default=25, help="facts per tenant")
+    layout.add_argument("--steps", default="10,100,1000", help="large tenants at each measurement")
+    layout.add_argument("--partial-max", type=int, default=100, help="most large tenants made in the partial layout")
+    layout.add_argument("--calls", type=int, default=200, help="timed calls per statement and layout")
+    layout.add_argument("--seconds", type=float, default=60.0, help="the concurrency run")
+    layout.add_argument("--threads", type=int, default=16)
+
     args = parser.parse_args(argv)
     if args.command == "quality":
         from bench import quality as bench_quality
@@ -126,6 +135,20 @@ def main(argv: list[str] | None = None) -> int:
 
         sys.stdout.write(
             bench_index.run(embedder=_embedder(args.embedder), facts=args.facts, extra=args.extra, queries=args.queries)
+        )
+    elif args.command == "layout":
+        from bench import tenant_layout as bench_layout
+
+        sys.stdout.write(
+            bench_layout.run(
+                tenants=args.tenants,
+                facts=args.facts,
+                steps=[int(x) for x in args.steps.split(",") if x.strip()],
+                partial_max=args.partial_max,
+                calls=args.calls,
+                seconds=args.seconds,
+                threads=args.threads,
+            )
         )
     elif args.command == "learning":
         from bench import learning as bench_learning

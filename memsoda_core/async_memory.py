@@ -20,10 +20,7 @@ import numpy as np
 from memsoda_core.embedders import Embedder
 from memsoda_core.errors import MemsodaError
 from memsoda_core.files import open_sink, progress_callback, read_jsonl
-from memsoda_core.items import (
-    ItemInput,
-    StoredItem,
-)
+from memsoda_core.items import ItemInput, StoredItem
 from memsoda_core.items_base import ItemsBase
 from memsoda_core.learning.call import extraction_failed
 from memsoda_core.learning.extractors import as_extractor
@@ -72,6 +69,7 @@ class AsyncMemory(ItemsBase):
         text_search_config: str = "english",
         cache_size: int = 1024,
         tenant_index_min_facts: int | None = None,
+        layout: str | None = None,
     ) -> AsyncMemory:
         """Open (creating or upgrading the schema) the store at `dsn`, `MEMSODA_DSN`, or the embedded
         server under `home` / `MEMSODA_HOME`. `embedder` defaults to OpenAI when `OPENAI_API_KEY` is
@@ -79,9 +77,11 @@ class AsyncMemory(ItemsBase):
         keyword indexes once it holds `tenant_index_min_facts` facts (built concurrently by the
         write that crosses it); smaller ones are searched exactly. The threshold is recorded in the
         store; None uses the recorded one (2,000 for a new store). `extractor` is `remember`'s
-        default model (an Extractor, a LangChain chat model or a LlamaIndex LLM)."""
+        default model (an Extractor, a LangChain chat model or a LlamaIndex LLM). `layout`, for a
+        new store: "partitioned" (a large tenant in partitions of its own; the default but under
+        Citus) or "plain" (`docs/ARCHITECTURE.md`, "Tenant layouts")."""
         check_pool_args(pool_size, pool_timeout)
-        args = await asyncio.to_thread(open_args, embedder, schema, text_search_config, tenant_index_min_facts)
+        args = await asyncio.to_thread(open_args, embedder, schema, text_search_config, tenant_index_min_facts, layout)
         chosen_synthesizer = as_synthesizer(synthesizer)
         chosen_extractor = as_extractor(extractor)
         target = await asyncio.to_thread(resolve_target, dsn, home)

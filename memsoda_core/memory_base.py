@@ -40,6 +40,7 @@ from memsoda_core.runner.embedding import check_embedder
 from memsoda_core.runner.steps import Operation
 from memsoda_core.runner.target import Target, check_schema_name
 from memsoda_core.store.info import StoreInfo
+from memsoda_core.store.layout import LAYOUTS
 from memsoda_core.synthesis import Synthesizer
 from memsoda_core.validation import (
     Scope,
@@ -325,9 +326,15 @@ def check_times(as_of: Any, known_at: Any) -> tuple[datetime | None, datetime | 
 
 
 def open_args(
-    embedder: Embedder | None, schema: str, text_search_config: str, tenant_index_min_facts: int | None
+    embedder: Embedder | None,
+    schema: str,
+    text_search_config: str,
+    tenant_index_min_facts: int | None,
+    layout: str | None = None,
 ) -> dict[str, Any]:
     """Arguments of `ops.open_store` for the chosen embedder (this may load a local model)."""
+    if layout is not None and layout not in LAYOUTS:
+        raise ConfigurationError(f"layout must be one of {', '.join(LAYOUTS)} or None, got {layout!r}")
     if tenant_index_min_facts is not None:
         if isinstance(tenant_index_min_facts, bool) or not isinstance(tenant_index_min_facts, int):
             raise ConfigurationError("tenant_index_min_facts must be an int or None")
@@ -342,6 +349,7 @@ def open_args(
             "dimensions": int(chosen.dimensions),
             "text_search_config": text_search_config,
             "tenant_index_min_facts": tenant_index_min_facts,
+            "layout": layout,
         },
     }
 

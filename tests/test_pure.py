@@ -358,9 +358,9 @@ def test_scope_sizes_expire_forget_and_stay_bounded() -> None:
     assert sizes.get(a) is None
     sizes.put(a, 10)
     sizes.put(b, 20)
-    assert sizes.get(a) == 10  # a is now the most recently used
+    assert sizes.get(a) == (10, False)  # a is now the most recently used
     sizes.put(c, 30)  # over the bound: b, the least recently used, goes
-    assert (sizes.get(a), sizes.get(b), sizes.get(c)) == (10, None, 30)
+    assert (sizes.get(a), sizes.get(b), sizes.get(c)) == ((10, False), None, (30, False))
     sizes.forget(a)
     assert sizes.get(a) is None
     expired = ScopeSizes(ttl_s=0.0)

@@ -70,7 +70,7 @@ def dropped_after(pg_dsn: str, schema: str) -> Iterator[str]:
 def small_threshold(pg_dsn: str, embedder: Any) -> Iterator[Memory]:
     with (
         dropped_after(pg_dsn, "tenant_index_test") as schema,
-        Memory.open(pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD) as memory,
+        Memory.open(pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD, layout="plain") as memory,
     ):
         yield memory
 
@@ -117,14 +117,14 @@ def test_recall_uses_the_tenant_index_and_finds_the_same_facts(small_threshold: 
 def test_an_invalid_index_left_by_a_crash_is_rebuilt_at_open(pg_dsn: str, embedder: Any) -> None:
     index = tenant_indexes(Scope(dataset="d", project="p"))[0].name
     with dropped_after(pg_dsn, "tenant_index_crash") as schema:
-        with Memory.open(pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD) as memory:
+        with Memory.open(pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD, layout="plain") as memory:
             memory.add_facts(_facts(THRESHOLD), dataset="d", project="p")
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute(
                 "UPDATE pg_index SET indisvalid = false WHERE indexrelid = %s::regclass", (f"{schema}.{index}",)
             )
             assert _valid_indexes(conn, schema)[index] is False
-        with Memory.open(pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD) as memory:
+        with Memory.open(pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD, layout="plain") as memory:
             assert memory.recall("Town1", dataset="d", project="p").facts
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             assert _valid_indexes(conn, schema)[index] is True
@@ -210,7 +210,7 @@ class FailsOnCall(CountingEmbedder):
 async def test_a_failed_import_gives_back_the_index_it_set_aside(pg_dsn: str, embedder: Any, flavour: str) -> None:
     scope = {"dataset": "d", "project": "failed"}
     with dropped_after(pg_dsn, f"tenant_index_failed_import_{flavour}") as schema:
-        with Memory.open(pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD) as memory:
+        with Memory.open(pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD, layout="plain") as memory:
             memory.add_facts(_facts(THRESHOLD), **scope)
         facts_index = tenant_indexes(Scope(**scope))[0].name
         before = _index_oids(pg_dsn, schema)[facts_index]
@@ -288,7 +288,7 @@ def test_the_vector_list_is_full_through_a_tenant_index_despite_filtered_rows(sm
 def test_the_threshold_is_recorded_in_the_store_and_used_by_the_cli_maintain(pg_dsn: str, embedder: Any) -> None:
     index = tenant_indexes(Scope(dataset="d", project="p"))[0].name
     with dropped_after(pg_dsn, "tenant_index_recorded") as schema:
-        with Memory.open(pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD) as memory:
+        with Memory.open(pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD, layout="plain") as memory:
             memory.add_facts(_facts(THRESHOLD), dataset="d", project="p")
         with Memory.open(pg_dsn, embedder, schema=schema) as memory:  # no threshold given: the recorded one
             assert memory.info.tenant_index_min_facts == THRESHOLD
@@ -448,7 +448,9 @@ def one_connection(pg_dsn: str, embedder: Any) -> Iterator[Memory]:
     tenant-index threshold."""
     with (
         dropped_after(pg_dsn, "prepared_test") as schema,
-        Memory.open(pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD, pool_size=1) as memory,
+        Memory.open(
+            pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD, pool_size=1, layout="plain"
+        ) as memory,
     ):
         yield memory
 
@@ -590,7 +592,9 @@ async def test_without_pipelines_recall_runs_its_statements_one_after_the_other_
     import memsoda_core.runner.sync_runner
 
     with dropped_after(pg_dsn, "no_pipeline_test") as schema:
-        memory = await open_memory(flavour, pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD)
+        memory = await open_memory(
+            flavour, pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD, layout="plain"
+        )
         try:
             await memory.add_facts(_facts(THRESHOLD // 2), dataset="d", project="small")
             await memory.add_facts(_facts(THRESHOLD + 2), dataset="d", project="indexed")

@@ -16,7 +16,7 @@ from memsoda_core.errors import (
 )
 from memsoda_core.models import EpisodeInput, FactInput
 from memsoda_core.ops.maintenance import drop_tenant_indexes, ensure_tenant_indexes
-from memsoda_core.ops.writing import lock_facts, write_facts
+from memsoda_core.ops.writing import hold_dataset, lock_facts, write_facts
 from memsoda_core.runner.steps import Operation, embed_documents, execute, execute_as, read_aside
 from memsoda_core.store import lexemes as sql_lexemes
 from memsoda_core.store import reconcile as sql_reconcile
@@ -192,6 +192,7 @@ def forget(info: StoreInfo, scope: Scope, entity: str | None) -> Operation[int]:
     every lock of the scope), as a write does: a concurrent write that met one of these facts (to
     resolve a duplicate to it, or to end it) has committed before, or reads the store after."""
     base: dict[str, Any] = {"dataset": scope.dataset, "project": scope.project}
+    yield from hold_dataset(info, scope)
     if entity is None:
         yield from execute(sql_reconcile.lock_scope(info.schema), {**base, "schema": info.schema})
         ((count,),) = yield from execute(sql_store.count_facts(info.schema), base)

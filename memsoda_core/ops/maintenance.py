@@ -3,11 +3,11 @@ statistics (operations)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from psycopg import sql
 
-from memsoda_core.runner.steps import Operation, Planning, Row, execute, execute_as, outside_transaction
+from memsoda_core.ops.ddl import index_ddl, took_lock
+from memsoda_core.ops.placing import ensure_all_own_partitions, ensure_own_partition, leaf_fact_index
+from memsoda_core.runner.steps import Operation, Planning, execute, execute_as, outside_transaction
 from memsoda_core.store import statements as sql_store
 from memsoda_core.store import tenant_index as sql_tenant_index
 from memsoda_core.store.info import StoreInfo
@@ -17,9 +17,13 @@ from memsoda_core.validation import (
 
 
 def ensure_tenant_indexes(info: StoreInfo, scope: Scope) -> Operation[list[str]]:
-    """Once the scope holds `tenant_index_min_facts` facts, build its missing partial indexes
-    (committing first what the operation wrote); returns the names built. Skipped when another
-    session holds the scope's build lock. An index left invalid by a crashed build is dropped first."""
+    """Once the scope holds `tenant_index_min_facts` facts, give it its own indexes (committing
+    first what the operation wrote): on a partitioned store, partitions of its own with their
+    indexes (`ops.placing`); otherwise partial indexes. Returns the names built. Skipped when
+    another session holds the scope's build lock. An index left invalid by a crashed build is
+    dropped first."""
+    if info.partitioned:
+        return (yield from ensure_own_partition(info, scope))
     indexes = sql_tenant_index.tenant_indexes(scope)
     rows = yield from execute_as(
         sql_tenant_index.MissingIndex,
@@ -30,7 +34,7 @@ def ensure_tenant_indexes(info: StoreInfo, scope: Scope) -> Operation[list[str]]
     if not missing:
         return []
     lock = sql_tenant_index.lock_key(info.schema, scope)
-    if not _took((yield from outside_transaction(sql_tenant_index.lock_statement(), lock))):
+    if not took_lock((yield from outside_transaction(sql_tenant_index.lock_statement(), lock))):
         return []  # another session is building them, or an import has set them aside
     # Steps outside the transaction never raise (a failure replies None), so the lock is always released.
     steps: list[tuple[str | None, sql.Composed]] = []  # (the index it builds, if any; its DDL)
@@ -39,35 +43,19 @@ def ensure_tenant_indexes(info: StoreInfo, scope: Scope) -> Operation[list[str]]
             if missing[index.name]:  # left invalid by a crashed build
                 steps.append((None, sql_tenant_index.drop_statement(info.schema, index)))
             steps.append((index.name, sql_tenant_index.create_statement(info.schema, scope, index)))
-    succeeded = yield from _index_ddl([statement for _, statement in steps])
+    succeeded = yield from index_ddl([statement for _, statement in steps])
     yield from outside_transaction(sql_tenant_index.lock_statement(release=True), lock)
     return [name for name, _ in steps[:succeeded] if name is not None]
 
 
-def _took(locked: list[Row] | None) -> bool:
-    """Whether `lock_statement` took the lock (False when it failed)."""
-    return bool(locked and locked[0][0])
-
-
-def _index_ddl(statements: Sequence[sql.Composed]) -> Operation[int]:
-    """Run index DDL outside the transaction, under the build settings (memory, lock timeout),
-    stopping at the first failure (what stopped it, a lock timeout most likely, would stop the
-    rest too). Returns how many succeeded."""
-    for setting in sql_tenant_index.build_settings():
-        yield from outside_transaction(setting)
-    succeeded = 0
-    for statement in statements:
-        if (yield from outside_transaction(statement)) is None:
-            break
-        succeeded += 1
-    for setting in sql_tenant_index.build_settings(reset=True):
-        yield from outside_transaction(setting)
-    return succeeded
-
-
-def ensure_all_tenant_indexes(info: StoreInfo) -> Operation[list[str]]:
+def ensure_all_tenant_indexes(info: StoreInfo, *, move: bool = False) -> Operation[list[str]]:
     """`ensure_tenant_indexes` for every scope at or above the size threshold: run at open, so a
-    store from before tenant indexes, or one whose build was interrupted, is brought up to date."""
+    store from before tenant indexes, or one whose build was interrupted, is brought up to date.
+    On a partitioned store a large scope moves to its partitions only with `move` (`maintain`; a
+    write into it moves it too): at open, moving every large tenant of an upgraded store could
+    take long, and meanwhile its partial indexes serve it."""
+    if info.partitioned:
+        return (yield from ensure_all_own_partitions(info, move=move))
     scopes = yield from execute_as(
         Scope, sql_tenant_index.large_scopes_statement(info.schema), {"min_facts": info.tenant_index_min_facts}
     )
@@ -81,7 +69,7 @@ def maintain(info: StoreInfo) -> Operation[list[str]]:
     """Refresh planner statistics, then build the tenant indexes every large scope lacks (say,
     after rows were loaded around memsoda with COPY). Returns the names of the indexes built."""
     yield from refresh_statistics(info)
-    return (yield from ensure_all_tenant_indexes(info))
+    return (yield from ensure_all_tenant_indexes(info, move=True))
 
 
 def scope_fact_count(info: StoreInfo, scope: Scope, planning: Planning = Planning.FRESH) -> Operation[int]:
@@ -115,14 +103,14 @@ def set_aside_fact_index(info: StoreInfo, scope: Scope, incoming: int, rebuild: 
     held = yield from scope_fact_count(info, scope)
     if held < info.tenant_index_min_facts or (rebuild is None and incoming * IMPORT_REBUILD_SHARE < held):
         return False
-    index = sql_tenant_index.fact_vector_index(scope)
+    index = leaf_fact_index(scope) if info.partitioned else sql_tenant_index.fact_vector_index(scope)
     present = yield from execute(sql_tenant_index.present_statement(), {"names": [index.name], "schema": info.schema})
     if not present:
         return False
     lock = sql_tenant_index.lock_key(info.schema, scope)
-    if not _took((yield from outside_transaction(sql_tenant_index.lock_statement(), lock))):
+    if not took_lock((yield from outside_transaction(sql_tenant_index.lock_statement(), lock))):
         return False  # being built elsewhere: keep it
-    dropped = yield from _index_ddl([sql_tenant_index.drop_statement(info.schema, index)])
+    dropped = yield from index_ddl([sql_tenant_index.drop_statement(info.schema, index)])
     yield from execute(sql_tenant_index.transaction_lock_statement(), lock)  # opens the import's transaction
     yield from execute(sql_tenant_index.lock_statement(release=True), lock)
     return bool(dropped)
@@ -137,7 +125,7 @@ def drop_tenant_indexes(info: StoreInfo, scope: Scope) -> Operation[None]:
         sql_tenant_index.present_statement(), {"names": [i.name for i in indexes], "schema": info.schema}
     )
     present = {str(name) for (name,) in rows}
-    yield from _index_ddl([sql_tenant_index.drop_statement(info.schema, i) for i in indexes if i.name in present])
+    yield from index_ddl([sql_tenant_index.drop_statement(info.schema, i) for i in indexes if i.name in present])
 
 
 ANALYZE_FROM_PAGES = 64

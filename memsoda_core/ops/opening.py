@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from memsoda_core.distributed import citus_version_statement, facts_distributed_statement
 from memsoda_core.errors import (
+    ConfigurationError,
     EmbedderMismatchError,
     SchemaError,
 )
 from memsoda_core.ops.maintenance import ensure_all_tenant_indexes
 from memsoda_core.runner.steps import Operation, execute
+from memsoda_core.store import layout as sql_layout
 from memsoda_core.store import schema as ddl
 from memsoda_core.store import tenant_index as sql_tenant_index
 from memsoda_core.store.info import StoreInfo
@@ -18,11 +20,19 @@ TENANT_INDEX_KEY = "tenant_index_min_facts"
 
 
 def open_store(
-    *, schema: str, model: str, dimensions: int, text_search_config: str, tenant_index_min_facts: int | None
+    *,
+    schema: str,
+    model: str,
+    dimensions: int,
+    text_search_config: str,
+    tenant_index_min_facts: int | None,
+    layout: str | None = None,
 ) -> Operation[StoreInfo]:
     """Create or upgrade the schema (under an advisory lock), check the embedder matches, record
     `tenant_index_min_facts` if given (else use the recorded one, or the default), then build any
-    tenant indexes a large scope lacks (after an upgrade, or an interrupted build)."""
+    tenant indexes a large scope lacks (after an upgrade, or an interrupted build). The layout
+    (`store.layout.LAYOUTS`) is chosen once, when the store is created or upgraded to it: `layout`,
+    else plain where Citus is installed and partitioned elsewhere."""
     statement, params = ddl.lock_statement(schema)
     yield from execute(statement, params)
     for bootstrap in ddl.bootstrap_statements(schema):
@@ -58,10 +68,24 @@ def open_store(
         meta = {**{str(key): str(value) for key, value in written}, **meta}
     if tenant_index_min_facts is not None:
         meta[TENANT_INDEX_KEY] = str(tenant_index_min_facts)  # recorded, so every process agrees
+    citus = bool((yield from execute(citus_version_statement())))
+    recorded = meta.get(sql_layout.LAYOUT_KEY)
+    if recorded is not None and layout not in (None, recorded):
+        raise ConfigurationError(f"schema {schema!r} has the {recorded} layout; open it with layout=None")
+    if recorded is None:
+        # Citus distributes plain tables and gives a large tenant a shard of its own instead (rows
+        # written to a DEFAULT partition of a distributed table were not found again in a probe).
+        chosen = layout or ("plain" if citus else "partitioned")
+        if chosen == "partitioned" and citus:
+            raise ConfigurationError("the partitioned layout is not for a Citus database: open it with layout='plain'")
+        if chosen == "partitioned":
+            for statement_ in sql_layout.partition_statements(schema):
+                yield from execute(statement_)
+        meta[sql_layout.LAYOUT_KEY] = chosen
     for key, value in sorted(meta.items()):
         yield from execute(ddl.write_meta_statement(schema), (key, value))
     distributed = False
-    if (yield from execute(citus_version_statement())):
+    if citus:
         ((distributed,),) = yield from execute(facts_distributed_statement(), {"schema": schema})
     info = StoreInfo(
         schema=schema,
@@ -70,6 +94,7 @@ def open_store(
         text_search_config=shape.text_search_config,
         tenant_index_min_facts=int(meta.get(TENANT_INDEX_KEY, sql_tenant_index.DEFAULT_MIN_FACTS)),
         distributed=bool(distributed),
+        partitioned=meta[sql_layout.LAYOUT_KEY] == "partitioned",
         legacy_starts_through=int(meta[ddl.LEGACY_STARTS_KEY]) if ddl.LEGACY_STARTS_KEY in meta else None,
     )
     yield from ensure_all_tenant_indexes(info)

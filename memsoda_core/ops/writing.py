@@ -20,6 +20,7 @@ from memsoda_core.models import FactInput
 from memsoda_core.ops.maintenance import ensure_tenant_indexes, refresh_statistics, statistics_stale
 from memsoda_core.ops.reconciling import Plan, plan_batch
 from memsoda_core.runner.steps import Operation, embed_documents, execute, execute_as, read_aside
+from memsoda_core.store import layout as sql_layout
 from memsoda_core.store import lexemes as sql_lexemes
 from memsoda_core.store import reconcile as sql_reconcile
 from memsoda_core.store import statements as sql_store
@@ -206,12 +207,21 @@ def insert_fact_rows(
     return [fact_ids[ref] if kind == "new" else ref for kind, ref in plan.resolved], deltas
 
 
+def hold_dataset(info: StoreInfo, scope: Scope) -> Operation[None]:
+    """Before a write's first statement on a partitioned store: the dataset's move lock, shared.
+    Taken alone and first, so a writer waiting for it holds no other lock a move could wait for."""
+    if info.partitioned:
+        yield from execute(sql_layout.dataset_lock(info.schema), {"dataset": scope.dataset})
+
+
 def lock_facts(
     info: StoreInfo, scope: Scope, facts: Sequence[ValidFact], also: Sequence[tuple[str, str, str]] = ()
 ) -> Operation[datetime]:
     """The advisory locks of `facts` (`store.reconcile.lock_relations`) and of the stored facts
     `also` (subject, predicate, object: their value and relation both); returns the time memory
-    learns what the write holds (`store.reconcile.Locked`)."""
+    learns what the write holds (`store.reconcile.Locked`). On a partitioned store, first the
+    dataset's move lock, shared (`store.layout.dataset_lock`), so no tenant move runs meanwhile."""
+    yield from hold_dataset(info, scope)
     (locked,) = yield from execute_as(
         sql_reconcile.Locked,
         sql_reconcile.lock_relations(info.schema),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from psycopg import sql
 
+from memsoda_core.store.layout import shared
 from memsoda_core.store.tenant_index import scope_predicate, table_alias, tenant_predicate
 from memsoda_core.validation import Scope
 
@@ -39,19 +40,39 @@ _PREDICATES: dict[str, sql.Composable] = {
 _WHERE_F = {False: where("f"), True: where("f", known=True)}
 
 
+def tables(schema: str, *, default_partitions: bool = False) -> dict[str, sql.Composable]:
+    """{facts}, {entities}, {fact_entities}: the partitioned tables, or with `default_partitions`
+    their DEFAULT partitions by name (a small scope of a partitioned store, `store.layout`: a kept
+    plan over a partitioned table would lock every partition at each run)."""
+    # memsoda's own plain table names, unquoted as they always were: the statements stay within
+    # psycopg's parse cache (`statements.PARSE_CACHE_BYTES`)
+    return {
+        name: sql.SQL("{}.{}").format(sql.Identifier(schema), sql.SQL(shared(name) if default_partitions else name))
+        for name in ("facts", "entities", "fact_entities")
+    }
+
+
 def fragment(
-    template: str, schema: str, *, indexed: Scope | None = None, known: bool = False, **parts: sql.Composable
+    template: str,
+    schema: str,
+    *,
+    indexed: Scope | None = None,
+    known: bool = False,
+    default_partitions: bool = False,
+    **parts: sql.Composable,
 ) -> sql.Composed:
     """`template` with {s} the schema, {where_f} the full predicate on facts `f` (`known`: as
     memory knew it at %(known_at)s, see `where`), {scope_x} the tenant predicate on alias x, and
     `parts`. {index_where_f} and {index_scope_e} are the predicates a scope's partial indexes must
     match: the scope's names as literals when `indexed` is given (see
-    `statements.recall_statements`), else the bound ones."""
+    `statements.recall_statements`), else the bound ones. {facts}, {entities} and {fact_entities}
+    are those tables (`tables`)."""
     predicates = {
         **_PREDICATES,
         "where_f": _WHERE_F[known],
         "index_where_f": where("f", named=indexed, known=known),
         "index_scope_e": where("e", live=False, named=indexed),
     }
-    used = {key: value for key, value in predicates.items() if "{" + key + "}" in template}
+    named = tables(schema, default_partitions=default_partitions)
+    used = {key: value for key, value in {**predicates, **named}.items() if "{" + key + "}" in template}
     return sql.SQL(template).format(s=sql.Identifier(schema), **used, **parts)

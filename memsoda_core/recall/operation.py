@@ -15,10 +15,11 @@ from memsoda_core.errors import (
 )
 from memsoda_core.models import IncludeOption, RecallResult
 from memsoda_core.ops.maintenance import scope_fact_count
+from memsoda_core.ops.placing import scope_size
 from memsoda_core.options import RecallOptions
 from memsoda_core.recall.dates import question_window
-from memsoda_core.recall.hits import hit_rows
-from memsoda_core.recall.planning import ScopeSizes, recall_statement_choice
+from memsoda_core.recall.hits import HitRow, hit_rows
+from memsoda_core.recall.planning import ScopeSize, ScopeSizes, recall_statement_choice
 from memsoda_core.recall.result import (
     assemble,
     below_floor,
@@ -29,6 +30,7 @@ from memsoda_core.recall.result import (
     statement_params,
 )
 from memsoda_core.recall.signals.conversation import conversation_text
+from memsoda_core.recall.signals.spec import RecallPlan
 from memsoda_core.recall.statements import (
     episodes_statement,
     facts_statement,
@@ -108,13 +110,6 @@ def recall(
         conversation_embedding=conversation_embedding,
     )
     mark = time.perf_counter()
-    scope_facts = scope_sizes.get(scope)
-    if scope_facts is None:
-        scope_facts = yield from scope_fact_count(info, scope, Planning.CACHED)
-        scope_sizes.put(scope, scope_facts)
-    indexed, planning = recall_statement_choice(
-        scope, scope_facts, info.tenant_index_min_facts, distributed=info.distributed
-    )
     plan = plan_for(
         query,
         embedding is not None,
@@ -123,8 +118,7 @@ def recall(
         window=window,
         conversation=conversation_embedding is not None,
     )
-    statements = recall_statements(info.schema, plan, indexed)
-    results = yield from concurrently([Execute(statement, params, planning, hit_rows) for statement in statements])
+    results, plan = yield from _hits(info, scope, plan, params, scope_sizes)
     timings["query"] = _ms(mark)
     mark = time.perf_counter()
     rows = [row for statement_rows in results for row in statement_rows]
@@ -133,7 +127,10 @@ def recall(
     mark = time.perf_counter()
     fact_ids = BigintArray(k.fact_id for k in kept)
     kept_read = Planning.FRESH if info.distributed else Planning.CACHED
-    fact_rows = yield from execute(facts_statement(info.schema), {**params, "fact_ids": fact_ids}, kept_read)
+    read = facts_statement(info.schema, default_partitions=plan.default_partitions)
+    fact_rows = yield from execute(read, {**params, "fact_ids": fact_ids}, kept_read)
+    if plan.default_partitions and len(fact_rows) < len(fact_ids):  # moved meanwhile: read them where they are
+        fact_rows = yield from execute(facts_statement(info.schema), {**params, "fact_ids": fact_ids})
     scored = scored_facts(kept, fact_rows, known_at)
     timings["facts"] = _ms(mark)
     episodes = []
@@ -156,6 +153,37 @@ def recall(
         timings["synthesis"] = _ms(mark)
     timings["total"] = _ms(started)
     return replace(result, synthesis=synthesis, errors=errors, timings_ms=timings)
+
+
+def _hits(
+    info: StoreInfo, scope: Scope, plan: RecallPlan, params: dict[str, Any], scope_sizes: ScopeSizes
+) -> Operation[tuple[list[list[HitRow]], RecallPlan]]:
+    """The hit rows of the recall statements `plan` runs for `scope`, and the plan they ran with.
+
+    On a partitioned store a small scope's statements read the DEFAULT partitions by name
+    (`RecallPlan.default_partitions`). Its size may be older than a move of its rows (another
+    process moved them since it was read): then those statements find nothing although the scope
+    holds facts, and its own statements, which read the partitioned tables, run instead."""
+    size = scope_sizes.get(scope)
+    if size is None:
+        if info.partitioned:
+            facts, placed = yield from scope_size(info, scope, Planning.CACHED)
+        else:
+            facts, placed = (yield from scope_fact_count(info, scope, Planning.CACHED)), False
+        scope_sizes.put(scope, facts, placed)
+        size = ScopeSize(facts, placed)
+    indexed, planning = recall_statement_choice(
+        scope, size.facts, info.tenant_index_min_facts, distributed=info.distributed, placed=size.placed
+    )
+    plan = replace(plan, default_partitions=info.partitioned and indexed is None)
+    statements = recall_statements(info.schema, plan, indexed)
+    results = yield from concurrently([Execute(statement, params, planning, hit_rows) for statement in statements])
+    if plan.default_partitions and size.facts and not any(results):
+        scope_sizes.forget(scope)
+        plan = replace(plan, default_partitions=False)
+        statements = recall_statements(info.schema, plan, scope)
+        results = yield from concurrently([Execute(s, params, Planning.GENERIC, hit_rows) for s in statements])
+    return results, plan
 
 
 def _ms(since: float) -> float:

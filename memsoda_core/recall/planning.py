@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from typing import NamedTuple
 
 from memsoda_core.runner.steps import Planning
 from memsoda_core.validation import Scope
@@ -26,31 +27,40 @@ meanwhile; until then this one searches it exactly (correct, slower)."""
 SCOPE_SIZES_KEPT = 4096
 
 
+class ScopeSize(NamedTuple):
+    """What recall knows of a scope's size and place."""
+
+    facts: int
+    placed: bool = False
+    """Its dataset has partitions of its own (`store.layout`): its rows are not in the DEFAULT
+    partitions, so it runs its own statements whatever its size."""
+
+
 class ScopeSizes:
-    """A bounded, expiring map of scope -> fact count (thread-safe)."""
+    """A bounded, expiring map of scope -> `ScopeSize` (thread-safe)."""
 
     def __init__(self, ttl_s: float = SCOPE_SIZE_TTL_S, size: int = SCOPE_SIZES_KEPT) -> None:
         self._ttl_s = ttl_s
         self._size = size
-        self._items: OrderedDict[Scope, tuple[int, float]] = OrderedDict()
+        self._items: OrderedDict[Scope, tuple[ScopeSize, float]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, scope: Scope) -> int | None:
-        """The remembered fact count of `scope`, or None when unknown or expired."""
+    def get(self, scope: Scope) -> ScopeSize | None:
+        """What is remembered of `scope`, or None when unknown or expired."""
         with self._lock:
             item = self._items.get(scope)
             if item is None:
                 return None
-            facts, expires = item
+            size, expires = item
             if time.monotonic() >= expires:
                 del self._items[scope]
                 return None
             self._items.move_to_end(scope)
-            return facts
+            return size
 
-    def put(self, scope: Scope, facts: int) -> None:
+    def put(self, scope: Scope, facts: int, placed: bool = False) -> None:
         with self._lock:
-            self._items[scope] = (facts, time.monotonic() + self._ttl_s)
+            self._items[scope] = (ScopeSize(facts, placed), time.monotonic() + self._ttl_s)
             self._items.move_to_end(scope)
             while len(self._items) > self._size:
                 self._items.popitem(last=False)
@@ -62,15 +72,17 @@ class ScopeSizes:
 
 
 def recall_statement_choice(
-    scope: Scope, scope_facts: int, tenant_index_min_facts: int, *, distributed: bool = False
+    scope: Scope, scope_facts: int, tenant_index_min_facts: int, *, distributed: bool = False, placed: bool = False
 ) -> tuple[Scope | None, Planning]:
     """Which statements a recall of `scope` runs and how they are planned: `(None, CACHED)`, the
     shared statements on a kept plan, under the tenant-index threshold (searched exactly, so one
     plan fits every such scope); `(scope, GENERIC)`, the scope's own statements naming it where its
     partial indexes must match, on their generic plans, from it on (PostgreSQL would otherwise keep
     planning them afresh). On a `distributed` store every statement is planned afresh (`FRESH`):
-    Citus cannot plan the generic form of a multi-CTE statement."""
-    indexed = scope if scope_facts >= tenant_index_min_facts else None
+    Citus cannot plan the generic form of a multi-CTE statement. A `placed` scope (its dataset
+    has partitions of its own) runs its own statements at any size: its rows are not where the
+    shared statements of a partitioned store read (`store.layout`)."""
+    indexed = scope if scope_facts >= tenant_index_min_facts or placed else None
     if distributed:
         return indexed, Planning.FRESH
     return indexed, Planning.GENERIC if indexed is not None else Planning.CACHED

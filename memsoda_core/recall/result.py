@@ -29,15 +29,16 @@ def plan_for(
     known: bool = False,
     window: Window | None = None,
     conversation: bool = False,
+    default_partitions: bool = False,
 ) -> RecallPlan:
     """What a recall searches with; the registry decides from it which signals run (recency alone
     with neither a query nor a vector; keyword + named anchors + recency without an embedding, when
     degraded; vector + near anchors for a bare `query_embedding`; otherwise vector, anchor and
     keyword; the date signal too when the query names a `window`, the conversation signal when
     there is an embedding of the `conversation`). `known`: the recall reads as memory knew it at a
-    transaction time (`known_at`)."""
-    if query is None and not has_embedding:
-        return RecallPlan(query=False, embedding=False, known=known)  # hops do not matter: one statement
+    transaction time (`known_at`). `default_partitions`: see `RecallPlan`."""
+    if query is None and not has_embedding:  # hops do not matter: one statement
+        return RecallPlan(query=False, embedding=False, known=known, default_partitions=default_partitions)
     return RecallPlan(
         query=query is not None,
         embedding=has_embedding,
@@ -45,6 +46,7 @@ def plan_for(
         known=known,
         dated=query is not None and window is not None and options.date_candidates > 0,
         conversation=conversation,
+        default_partitions=default_partitions,
     )
 
 

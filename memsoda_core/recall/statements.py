@@ -53,7 +53,7 @@ def hits_statement(
         raise ValueError("a recall statement needs at least one signal")
     specs = [by_name(registry)[name] for name in signals]
     shared = dict.fromkeys(required for spec in specs for required in spec.requires)
-    ctes: list[sql.Composable] = [cte for required in shared for cte in required.ctes(schema)]
+    ctes: list[sql.Composable] = [cte for required in shared for cte in required.ctes(schema, plan)]
     for spec in specs:
         ctes += spec.ctes(schema, plan, indexed)
     columns = list(dict.fromkeys(column for spec in specs for column, _ in spec.details))
@@ -116,15 +116,17 @@ def recall_statements(
 
 
 @lru_cache(maxsize=64)
-def facts_statement(schema: str) -> sql.SQL:
-    """The columns of the facts fusion kept (%(fact_ids)s), in the scope."""
+def facts_statement(schema: str, *, default_partitions: bool = False) -> sql.SQL:
+    """The columns of the facts fusion kept (%(fact_ids)s), in the scope (read from the DEFAULT
+    partitions by name with `default_partitions`: see `fragments.tables`)."""
     return rendered(
         _fragment(
             """SELECT {fact_columns}
-           FROM {s}.facts f
-           JOIN {s}.entities a ON {scope_a} AND a.id = f.anchor_id
+           FROM {facts} f
+           JOIN {entities} a ON {scope_a} AND a.id = f.anchor_id
            WHERE {scope_f} AND f.id = ANY(%(fact_ids)b::bigint[])""",
             schema,
+            default_partitions=default_partitions,
             fact_columns=fact_columns(schema),
         )
     )

@@ -41,6 +41,7 @@ from memsoda_core.runner.policy import (
     lend_oldest_first,
     may_be_dropped,
     outside_transaction_failed,
+    own_transaction_failed,
     probe_wait,
     read_aside_failed,
     translate_db_error,
@@ -54,6 +55,7 @@ from memsoda_core.runner.steps import (
     Execute,
     Operation,
     OutsideTransaction,
+    OwnTransaction,
     Planning,
     Progress,
     ReadAside,
@@ -305,6 +307,8 @@ class AsyncRunner:
                     reply = await runner._concurrently(await connection(), request.statements)
                 case OutsideTransaction():
                     reply = await _outside_transaction(await connection(), request)
+                case OwnTransaction():
+                    reply = await _own_transaction(await connection(), request)
                 case ReadAside() if runner is not None:
                     reply = await runner._read_aside(request)
                 case EmbedQuery() | EmbedDocuments() if runner is not None:
@@ -394,6 +398,21 @@ async def _outside_transaction(conn: Connection, request: OutsideTransaction) ->
     except psycopg.Error as exc:
         outside_transaction_failed(request, exc)
         return None
+
+
+async def _own_transaction(conn: Connection, request: OwnTransaction) -> list[Any] | None:
+    """Commit what the operation wrote, then run the statements in one transaction; None (logged,
+    rolled back) if one fails."""
+    await conn.commit()
+    rows: list[Any] = []
+    try:
+        async with conn.transaction():
+            for statement in request.statements:
+                rows = await _fetch(conn, Execute(statement))
+    except psycopg.Error as exc:
+        own_transaction_failed(request, exc)
+        return None
+    return rows
 
 
 __all__ = ["Advance", "AsyncRunner", "Sink"]

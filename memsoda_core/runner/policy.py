@@ -20,7 +20,7 @@ from memsoda_core.errors import (
     StoreError,
     StoreUnavailableError,
 )
-from memsoda_core.runner.steps import OutsideTransaction, ReadAside
+from memsoda_core.runner.steps import OutsideTransaction, OwnTransaction, ReadAside
 
 logger = logging.getLogger(__name__)
 
@@ -163,3 +163,9 @@ def outside_transaction_failed(request: OutsideTransaction, exc: BaseException) 
     """Log a failed statement run outside the transaction; the operation goes on (a later write
     retries it)."""
     logger.warning("statement outside the transaction failed, to be retried later: %s (%s)", exc, request.statement)
+
+
+def own_transaction_failed(request: OwnTransaction, exc: BaseException) -> None:
+    """Log a failed transaction of its own (rolled back whole); the operation goes on (a later write
+    retries it)."""
+    logger.warning("transaction of its own failed and was rolled back, to be retried later: %s", exc)

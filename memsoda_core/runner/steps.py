@@ -73,6 +73,16 @@ class OutsideTransaction:
 
 
 @dataclass(frozen=True)
+class OwnTransaction:
+    """Run statements in one transaction of their own, after committing what the operation wrote:
+    a change that must be all or nothing but must not wait on the operation's locks (moving a
+    tenant to its partitions). Reply: the last statement's rows, or None if any failed (it is
+    rolled back whole, logged), so such a step never fails the operation, whose next write retries it."""
+
+    statements: tuple[sql.Composed, ...]
+
+
+@dataclass(frozen=True)
 class ReadAside:
     """A best-effort read on a connection borrowed for it alone and returned at once, before the
     operation's own connection is taken (so none is held while a model embeds next). Reply: its
@@ -121,7 +131,16 @@ class Progress:
 
 
 Request = (
-    Execute | Concurrently | OutsideTransaction | ReadAside | EmbedDocuments | EmbedQuery | Synthesize | Emit | Progress
+    Execute
+    | Concurrently
+    | OutsideTransaction
+    | OwnTransaction
+    | ReadAside
+    | EmbedDocuments
+    | EmbedQuery
+    | Synthesize
+    | Emit
+    | Progress
 )
 Operation = Generator[Request, Any, T]
 """An operation: yields requests, receives their replies, returns T."""
@@ -157,6 +176,12 @@ def outside_transaction(statement: sql.Composed, params: Params = None) -> Opera
     """Run a statement in autocommit mode after committing what the operation wrote; None if it
     failed."""
     rows: list[Row] | None = yield OutsideTransaction(statement, params)
+    return rows
+
+
+def own_transaction(statements: Sequence[sql.Composed]) -> Operation[list[Row] | None]:
+    """Run `statements` in one transaction of their own (see `OwnTransaction`); None if it failed."""
+    rows: list[Row] | None = yield OwnTransaction(tuple(statements))
     return rows
 
 

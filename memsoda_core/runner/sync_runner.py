@@ -38,6 +38,7 @@ from memsoda_core.runner.policy import (
     lend_oldest_first,
     may_be_dropped,
     outside_transaction_failed,
+    own_transaction_failed,
     probe_wait,
     read_aside_failed,
     translate_db_error,
@@ -51,6 +52,7 @@ from memsoda_core.runner.steps import (
     Execute,
     Operation,
     OutsideTransaction,
+    OwnTransaction,
     Planning,
     Progress,
     ReadAside,
@@ -300,6 +302,8 @@ class Runner:
                     reply = runner._concurrently(connection(), request.statements)
                 case OutsideTransaction():
                     reply = _outside_transaction(connection(), request)
+                case OwnTransaction():
+                    reply = _own_transaction(connection(), request)
                 case ReadAside() if runner is not None:
                     reply = runner._read_aside(request)
                 case EmbedQuery() | EmbedDocuments() if runner is not None:
@@ -388,6 +392,21 @@ def _outside_transaction(conn: Connection, request: OutsideTransaction) -> list[
     except psycopg.Error as exc:
         outside_transaction_failed(request, exc)
         return None
+
+
+def _own_transaction(conn: Connection, request: OwnTransaction) -> list[Any] | None:
+    """Commit what the operation wrote, then run the statements in one transaction; None (logged,
+    rolled back) if one fails."""
+    conn.commit()
+    rows: list[Any] = []
+    try:
+        with conn.transaction():
+            for statement in request.statements:
+                rows = _fetch(conn, Execute(statement))
+    except psycopg.Error as exc:
+        own_transaction_failed(request, exc)
+        return None
+    return rows
 
 
 __all__ = ["Advance", "Runner", "Sink"]

@@ -20,6 +20,9 @@ class StoreInfo:
     distributed: bool = False
     """The facts table is distributed by Citus (`memsoda distribute`): recall's statements are then
     planned at every run, as Citus cannot plan their generic (parameterized) forms."""
+    partitioned: bool = False
+    """The tenant tables are partitioned, a large tenant in partitions of its own (`store.layout`);
+    otherwise (under Citus) a large tenant has partial indexes (`store.tenant_index`)."""
     legacy_starts_through: int | None = None
     """The highest fact id written before schema v6, when a fact written without `valid_at` got
     the time of its write as its start: such starts cannot be told from given ones (`store.schema._v6`).

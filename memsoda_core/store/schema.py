@@ -15,7 +15,7 @@ from psycopg import sql
 
 from memsoda_core.store.lexemes import recount_lexemes
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 KEYWORD_SEPARATORS = string.punctuation
 """ASCII punctuation is blanked before full-text indexing, as the query side splits terms on it
@@ -295,7 +295,23 @@ def _v8(shape: StoreShape) -> list[sql.Composed]:
     ]
 
 
-MIGRATIONS: dict[int, Migration] = {1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8}
+def _v9(shape: StoreShape) -> list[sql.Composed]:
+    """The tenants with partitions of their own (`store.layout`): a recall reads it to know that a
+    scope's rows are no longer in the DEFAULT partitions. Turning the tables into partitioned ones
+    is not a migration: it depends on the server (not under Citus), so `ops.opening` does it once
+    and records the layout in meta."""
+    return [
+        sql.SQL(
+            """CREATE TABLE {s}.tenant_partitions (
+                dataset text NOT NULL,
+                project text NOT NULL,
+                created_at timestamptz NOT NULL DEFAULT now(),
+                PRIMARY KEY (dataset, project))"""
+        ).format(s=sql.Identifier(shape.schema))
+    ]
+
+
+MIGRATIONS: dict[int, Migration] = {1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8, 9: _v9}
 """Version -> DDL. Append only; never edit a released migration."""
 
 

@@ -15,20 +15,21 @@ from memsoda_core.recall.signals.spec import RecallPlan, SignalInputs, SignalSpe
 from memsoda_core.validation import Scope
 
 
-def near_cte(schema: str, indexed: Scope | None = None) -> sql.Composed:
+def near_cte(schema: str, indexed: Scope | None = None, *, default_partitions: bool = False) -> sql.Composed:
     """The query's nearest entities by name embedding, kept at or above the similarity floor."""
     return fragment(
         """
     near AS (
         SELECT n.*, n.fact_count >= (SELECT n FROM hub_floor) AS is_hub
         FROM (SELECT e.id, e.name, e.fact_count, 1 - (e.embedding <=> %(qvec)s) AS similarity
-              FROM {s}.entities e
+              FROM {entities} e
               WHERE {index_scope_e}
               ORDER BY e.embedding <=> %(qvec)s
               LIMIT %(anchor_vector_top_k)s) n
         WHERE n.similarity >= %(anchor_vector_min)s)""",
         schema,
         indexed=indexed,
+        default_partitions=default_partitions,
     )
 
 
@@ -39,8 +40,8 @@ _HOP2 = """
     bridges AS (
         SELECT DISTINCT fe.entity_id, b.name, b.fact_count
         FROM hop1 h
-        JOIN {s}.fact_entities fe ON {scope_fe} AND fe.fact_id = h.fact_id
-        JOIN {s}.entities b ON {scope_b} AND b.id = fe.entity_id
+        JOIN {fact_entities} fe ON {scope_fe} AND fe.fact_id = h.fact_id
+        JOIN {entities} b ON {scope_b} AND b.id = fe.entity_id
         WHERE (SELECT count(*) FROM hop1) < %(anchor_candidates)s
           AND fe.entity_id NOT IN (SELECT id FROM anchors)
           AND b.fact_count < (SELECT n FROM hub_floor)
@@ -50,10 +51,10 @@ _HOP2 = """
         FROM (SELECT fe.fact_id, sum(1.0 / greatest(b.fact_count, 1)) AS matches, min(b.name) AS via,
                      NULL::bool, NULL::float8
               FROM bridges b
-              JOIN {s}.fact_entities fe ON {scope_fe} AND fe.entity_id = b.entity_id
+              JOIN {fact_entities} fe ON {scope_fe} AND fe.entity_id = b.entity_id
               WHERE fe.fact_id NOT IN (SELECT fact_id FROM hop1_all)
               GROUP BY fe.fact_id) t
-        CROSS JOIN LATERAL (SELECT {distance} AS distance, f.valid_at FROM {s}.facts f
+        CROSS JOIN LATERAL (SELECT {distance} AS distance, f.valid_at FROM {facts} f
                             WHERE {where_f} AND f.id = t.fact_id OFFSET 0) f),"""
 
 _ANCHOR = """
@@ -66,19 +67,19 @@ _ANCHOR = """
     hop1_all AS (
         SELECT DISTINCT fe.fact_id
         FROM anchors a
-        CROSS JOIN LATERAL (SELECT fe.fact_id FROM {s}.fact_entities fe
+        CROSS JOIN LATERAL (SELECT fe.fact_id FROM {fact_entities} fe
                             WHERE {scope_fe} AND fe.entity_id = a.id OFFSET 0) fe),
     hop1 AS (
         SELECT *
         FROM (SELECT fe.fact_id, count(*)::numeric AS matches, min(a.name) AS via,
                      bool_or(a.named) AS via_named, max(a.similarity) AS via_similarity
               FROM anchors a
-              CROSS JOIN LATERAL (SELECT fe.fact_id FROM {s}.fact_entities fe
+              CROSS JOIN LATERAL (SELECT fe.fact_id FROM {fact_entities} fe
                                   WHERE {scope_fe} AND fe.entity_id = a.id
                                   ORDER BY fe.fact_id DESC
                                   LIMIT %(anchor_max_facts)s) fe
               GROUP BY fe.fact_id) t
-        CROSS JOIN LATERAL (SELECT {distance} AS distance, f.valid_at FROM {s}.facts f
+        CROSS JOIN LATERAL (SELECT {distance} AS distance, f.valid_at FROM {facts} f
                             WHERE {where_f} AND f.id = t.fact_id OFFSET 0) f),{hop2}
     anchor_hits AS (
         SELECT *, row_number() OVER (ORDER BY hop, matches DESC, distance NULLS LAST,
@@ -113,12 +114,18 @@ def anchor_ctes(schema: str, plan: RecallPlan) -> sql.Composed:
     )
     two_hops = plan.hops >= 2
     real = sql.SQL(real_name("b.name"))
-    hop2 = fragment(_HOP2, schema, known=plan.known, distance=distance, real=real) if two_hops else sql.SQL("")
+    partitions = plan.default_partitions
+    hop2 = (
+        fragment(_HOP2, schema, known=plan.known, default_partitions=partitions, distance=distance, real=real)
+        if two_hops
+        else sql.SQL("")
+    )
     hop2_union = sql.SQL("UNION ALL SELECT 2, * FROM hop2" if two_hops else "")
     return fragment(
         _ANCHOR,
         schema,
         known=plan.known,
+        default_partitions=partitions,
         distance=distance,
         near_union=near_union,
         hop2=hop2,
@@ -129,7 +136,8 @@ def anchor_ctes(schema: str, plan: RecallPlan) -> sql.Composed:
 
 def _ctes(schema: str, plan: RecallPlan, indexed: Scope | None) -> Sequence[sql.Composable]:
     anchors = anchor_ctes(schema, plan)
-    return (near_cte(schema, indexed), anchors) if plan.embedding else (anchors,)
+    near = near_cte(schema, indexed, default_partitions=plan.default_partitions)
+    return (near, anchors) if plan.embedding else (anchors,)
 
 
 def _params(inputs: SignalInputs) -> Mapping[str, Any]:

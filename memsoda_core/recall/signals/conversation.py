@@ -23,13 +23,23 @@ from memsoda_core.text import clean_query
 from memsoda_core.validation import Scope
 
 
-def conversation_cte(schema: str, indexed: Scope | None = None, *, known: bool = False) -> sql.Composed:
+def conversation_cte(
+    schema: str, indexed: Scope | None = None, *, known: bool = False, default_partitions: bool = False
+) -> sql.Composed:
     """The facts nearest the conversation's embedding %(conversation_qvec)s, as the vector signal's."""
-    return nearest_cte(schema, "conversation", "conversation_qvec", "conversation_candidates", indexed, known=known)
+    return nearest_cte(
+        schema,
+        "conversation",
+        "conversation_qvec",
+        "conversation_candidates",
+        indexed,
+        known=known,
+        default_partitions=default_partitions,
+    )
 
 
 def _ctes(schema: str, plan: RecallPlan, indexed: Scope | None) -> Sequence[sql.Composable]:
-    return (conversation_cte(schema, indexed, known=plan.known),)
+    return (conversation_cte(schema, indexed, known=plan.known, default_partitions=plan.default_partitions),)
 
 
 def _params(inputs: SignalInputs) -> Mapping[str, Any]:

@@ -38,7 +38,7 @@ def date_cte(schema: str, plan: RecallPlan) -> sql.Composed:
         SELECT id AS fact_id, distance, valid_at, valid_at >= %(window_start)s AS began,
                row_number() OVER (ORDER BY distance, valid_at DESC, id DESC) AS rank
         FROM (SELECT f.id, {order} AS distance, f.valid_at
-              FROM {s}.facts f
+              FROM {facts} f
               WHERE {scope_f} AND f.confidence >= %(min_confidence)s AND f.valid_at <= %(at)s
                 AND f.valid_at < %(window_end)s
                 AND (f.invalid_at > %(window_start)s
@@ -46,6 +46,7 @@ def date_cte(schema: str, plan: RecallPlan) -> sql.Composed:
               ORDER BY distance, f.valid_at DESC, f.id DESC
               LIMIT %(date_candidates)s) d)""",
         schema,
+        default_partitions=plan.default_partitions,
         order=sql.SQL(order),
         learned=sql.SQL(learned),
     )

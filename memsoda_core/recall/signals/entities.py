@@ -37,7 +37,7 @@ def hub_floor_cte(schema: str) -> sql.Composed:
     )
 
 
-def named_cte(schema: str) -> sql.Composed:
+def named_cte(schema: str, *, default_partitions: bool = False) -> sql.Composed:
     """Entities whose whole normalized name equals a span of the query (word-boundary match),
     each looked up by name (behind `OFFSET 0`, so a generic plan cannot scan the scope's entities
     instead: see `anchor.anchor_ctes`)."""
@@ -46,9 +46,10 @@ def named_cte(schema: str) -> sql.Composed:
     named AS (
         SELECT e.id, e.name, e.fact_count >= (SELECT n FROM hub_floor) AS is_hub, s.terms
         FROM unnest(%(spans)b::text[], %(span_terms)b::text[]) AS s(span, terms)
-        CROSS JOIN LATERAL (SELECT id, name, fact_count FROM {s}.entities e
+        CROSS JOIN LATERAL (SELECT id, name, fact_count FROM {entities} e
                             WHERE {scope_e} AND e.name = s.span OFFSET 0) e)""",
         schema,
+        default_partitions=default_partitions,
     )
 
 
@@ -65,6 +66,6 @@ def _params(inputs: SignalInputs) -> Mapping[str, Any]:
 
 NAMED_ENTITIES = SharedCtes(
     name="named entities",
-    ctes=lambda schema: (hub_floor_cte(schema), named_cte(schema)),
+    ctes=lambda schema, plan: (hub_floor_cte(schema), named_cte(schema, default_partitions=plan.default_partitions)),
     params=_params,
 )

@@ -16,7 +16,9 @@ from memsoda_core.text import normalized_terms
 from memsoda_core.validation import Scope
 
 
-def keyword_ctes(schema: str, indexed: Scope | None = None, *, known: bool = False) -> sql.Composed:
+def keyword_ctes(
+    schema: str, indexed: Scope | None = None, *, known: bool = False, default_partitions: bool = False
+) -> sql.Composed:
     """Full-text search for the query's lexemes (its terms stemmed by the store's config), minus the
     terms of any hub named in the query (a match on nothing but a hub's name is noise) and the terms
     too common in the scope (`RecallOptions.common_term_share`). Of the n lexemes left, a fact must
@@ -56,7 +58,7 @@ def keyword_ctes(schema: str, indexed: Scope | None = None, *, known: bool = Fal
     keyword_pool AS (
         SELECT f.id, f.valid_at, m.score, m.matched
         FROM keyword_any ka
-        JOIN {s}.facts f ON {index_where_f} AND f.tsv @@ ka.q
+        JOIN {facts} f ON {index_where_f} AND f.tsv @@ ka.q
         CROSS JOIN LATERAL (SELECT count(*) AS n, sum(u.idf) AS score, array_agg(u.term) AS matched
                             FROM unnest(ka.qs, ka.idfs, ka.terms) AS u(q, idf, term) WHERE f.tsv @@ u.q) m
         WHERE m.n >= ka.m),
@@ -69,11 +71,12 @@ def keyword_ctes(schema: str, indexed: Scope | None = None, *, known: bool = Fal
         schema,
         indexed=indexed,
         known=known,
+        default_partitions=default_partitions,
     )
 
 
 def _ctes(schema: str, plan: RecallPlan, indexed: Scope | None) -> Sequence[sql.Composable]:
-    return (keyword_ctes(schema, indexed, known=plan.known),)
+    return (keyword_ctes(schema, indexed, known=plan.known, default_partitions=plan.default_partitions),)
 
 
 def _params(inputs: SignalInputs) -> Mapping[str, Any]:

@@ -13,23 +13,24 @@ from memsoda_core.recall.signals.spec import RecallPlan, SignalInputs, SignalSpe
 from memsoda_core.validation import Scope
 
 
-def recent_cte(schema: str, *, known: bool = False) -> sql.Composed:
+def recent_cte(schema: str, *, known: bool = False, default_partitions: bool = False) -> sql.Composed:
     """The most recent live facts: the no-query list, and the fallback when embedding failed."""
     return fragment(
         """
     recent_hits AS (
         SELECT f.id AS fact_id, f.valid_at, row_number() OVER (ORDER BY f.valid_at DESC, f.id DESC) AS rank
-        FROM {s}.facts f
+        FROM {facts} f
         WHERE {where_f}
         ORDER BY f.valid_at DESC, f.id DESC
         LIMIT %(recent_limit)s)""",
         schema,
         known=known,
+        default_partitions=default_partitions,
     )
 
 
 def _ctes(schema: str, plan: RecallPlan, indexed: Scope | None) -> Sequence[sql.Composable]:
-    return (recent_cte(schema, known=plan.known),)
+    return (recent_cte(schema, known=plan.known, default_partitions=plan.default_partitions),)
 
 
 def _params(inputs: SignalInputs) -> Mapping[str, Any]:

@@ -31,6 +31,9 @@ class RecallPlan:
     """The question names a time window (`recall.dates.question_window`)."""
     conversation: bool = False
     """There is an embedding of the conversation's recent turns."""
+    default_partitions: bool = False
+    """The statements read the DEFAULT partitions by name: a small scope of a partitioned store
+    (`recall.fragments.tables`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,7 +63,7 @@ class SharedCtes:
     parameters."""
 
     name: str
-    ctes: Callable[[str], Sequence[sql.Composable]]
+    ctes: Callable[[str, RecallPlan], Sequence[sql.Composable]]
     params: ParamsBuilder
 
 

@@ -17,14 +17,21 @@ NEAREST = """
         SELECT id AS fact_id, distance, valid_at,
                row_number() OVER (ORDER BY distance, id DESC) AS rank
         FROM (SELECT f.id, f.embedding <=> {vector} AS distance, f.valid_at
-              FROM {s}.facts f
+              FROM {facts} f
               WHERE {index_where_f}
               ORDER BY f.embedding <=> {vector}
               LIMIT {limit}) v)"""
 
 
 def nearest_cte(
-    schema: str, name: str, vector: str, limit: str, indexed: Scope | None = None, *, known: bool = False
+    schema: str,
+    name: str,
+    vector: str,
+    limit: str,
+    indexed: Scope | None = None,
+    *,
+    known: bool = False,
+    default_partitions: bool = False,
 ) -> sql.Composed:
     """`<name>_hits`: cosine kNN of fact embeddings to the bound vector %(<vector>)s, the nearest
     %(<limit>)s (`name` is memsoda's own constant). The inner ORDER BY can use HNSW (with
@@ -35,19 +42,24 @@ def nearest_cte(
         schema,
         indexed=indexed,
         known=known,
+        default_partitions=default_partitions,
         name=sql.SQL(name),
         vector=sql.Placeholder(vector),
         limit=sql.Placeholder(limit),
     )
 
 
-def vector_cte(schema: str, indexed: Scope | None = None, *, known: bool = False) -> sql.Composed:
+def vector_cte(
+    schema: str, indexed: Scope | None = None, *, known: bool = False, default_partitions: bool = False
+) -> sql.Composed:
     """The facts nearest the query embedding %(qvec)s."""
-    return nearest_cte(schema, "vector", "qvec", "vector_candidates", indexed, known=known)
+    return nearest_cte(
+        schema, "vector", "qvec", "vector_candidates", indexed, known=known, default_partitions=default_partitions
+    )
 
 
 def _ctes(schema: str, plan: RecallPlan, indexed: Scope | None) -> Sequence[sql.Composable]:
-    return (vector_cte(schema, indexed, known=plan.known),)
+    return (vector_cte(schema, indexed, known=plan.known, default_partitions=plan.default_partitions),)
 
 
 def _params(inputs: SignalInputs) -> Mapping[str, Any]:

@@ -1,0 +1,98 @@
+"""A large tenant's own partitions on a partitioned store (`store.layout`): moving it there and
+building its leaf indexes (operations)."""
+
+from __future__ import annotations
+
+from psycopg import sql
+
+from memsoda_core.ops.ddl import index_ddl, took_lock
+from memsoda_core.runner.steps import Operation, Planning, execute, execute_as, outside_transaction, own_transaction
+from memsoda_core.store import layout as sql_layout
+from memsoda_core.store import tenant_index as sql_tenant_index
+from memsoda_core.store.info import StoreInfo
+from memsoda_core.store.tenant_index import TenantIndex
+from memsoda_core.validation import Scope
+
+
+def scope_size(info: StoreInfo, scope: Scope, planning: Planning = Planning.FRESH) -> Operation[tuple[int, bool]]:
+    """(facts, placed) of `scope`: placed when its dataset has partitions of its own, so that its
+    rows are not in the DEFAULT partitions; (0, False) for a scope never written."""
+    rows = yield from execute(
+        sql_layout.scope_size_statement(info.schema), {"dataset": scope.dataset, "project": scope.project}, planning
+    )
+    return (int(rows[0][0]), bool(rows[0][1])) if rows else (0, False)
+
+
+def leaf_fact_index(scope: Scope) -> TenantIndex:
+    """The HNSW index of a moved scope's facts (the one every write into it maintains)."""
+    return sql_layout.leaf_indexes(scope)[0]
+
+
+def ensure_own_partition(info: StoreInfo, scope: Scope, *, move: bool = True) -> Operation[list[str]]:
+    """Once `scope` holds `tenant_index_min_facts` facts, move it to partitions of its own (when
+    `move`), build the leaf indexes it lacks and drop the partial indexes it had on the DEFAULT
+    partitions (a store from before); returns the names built. Skipped while another session
+    holds the scope's build lock. A failed move is rolled back whole (logged): the tenant stays
+    where it was and the next write into it tries again."""
+    leaf = sql_layout.leaf_indexes(scope)
+    legacy = sql_tenant_index.tenant_indexes(scope)
+    rows = yield from execute_as(
+        sql_layout.Placement,
+        sql_layout.placement_statement(info.schema),
+        {
+            "dataset": scope.dataset,
+            "project": scope.project,
+            "schema": info.schema,
+            "min_facts": info.tenant_index_min_facts,
+            "leaf": [index.name for index in leaf],
+            "legacy": [index.name for index in legacy],
+        },
+    )
+    if not rows or rows[0].missing is None:
+        return []  # never written, or small
+    placement = rows[0]
+    if not placement.moved and not move:
+        return []
+    if placement.moved and not placement.missing and not placement.legacy:
+        return []
+    lock = sql_tenant_index.lock_key(info.schema, scope)
+    if not took_lock((yield from outside_transaction(sql_tenant_index.lock_statement(), lock))):
+        return []  # another session is moving or building it, or an import has set its index aside
+    moved = placement.moved
+    if not moved:
+        columns = yield from execute_as(
+            sql_layout.TableColumns,
+            sql_layout.columns_statement(info.schema),
+            {"schema": info.schema, "tables": [sql_layout.shared(t) for t in sql_layout.PARTITIONED]},
+        )
+        by_table = {row.table.removesuffix("_shared"): row.columns for row in columns}
+        statements = sql_layout.move_statements(info.schema, scope, by_table, dataset_placed=placement.placed)
+        moved = (yield from own_transaction(statements)) is not None
+    built: list[str] = []
+    if moved:
+        missing = set(placement.missing or []) if placement.moved else {index.name for index in leaf}
+        invalid = set(placement.invalid or [])
+        steps: list[tuple[str | None, sql.Composed]] = []
+        for index in leaf:
+            if index.name in invalid:
+                steps.append((None, sql_tenant_index.drop_statement(info.schema, index)))
+            if index.name in missing:
+                steps.append((index.name, sql_layout.create_leaf_index(info.schema, index)))
+        present = set(placement.legacy or [])
+        steps += [(None, sql_tenant_index.drop_statement(info.schema, i)) for i in legacy if i.name in present]
+        succeeded = yield from index_ddl([statement for _, statement in steps])
+        built = [name for name, _ in steps[:succeeded] if name is not None]
+    yield from outside_transaction(sql_tenant_index.lock_statement(release=True), lock)
+    return built
+
+
+def ensure_all_own_partitions(info: StoreInfo, *, move: bool) -> Operation[list[str]]:
+    """`ensure_own_partition` for every scope at or above the threshold, and every moved one."""
+    large = yield from execute_as(
+        Scope, sql_tenant_index.large_scopes_statement(info.schema), {"min_facts": info.tenant_index_min_facts}
+    )
+    moved = yield from execute_as(Scope, sql_layout.moved_scopes_statement(info.schema))
+    built: list[str] = []
+    for scope in dict.fromkeys([*moved, *large]):
+        built += yield from ensure_own_partition(info, scope, move=move)
+    return built

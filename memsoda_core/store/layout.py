@@ -1,0 +1,416 @@
+"""SQL of the partitioned tenant layout: a large tenant's rows in partitions of their own.
+
+Partial indexes per large tenant on one shared table made every write open every tenant's
+indexes and every new tenant's index build scan the whole table (bench/RESULTS.md, "Tenant
+layouts"). In this layout the tables a tenant's foreign keys join (`PARTITIONED`) are LIST
+partitions by dataset. The tables memsoda had become their DEFAULT partitions (`<table>_shared`,
+no row moves), where every small tenant stays. A tenant that grows large moves, in one
+transaction, to a partition of its dataset (`<table>_d<key>`, LIST by project), whose leaf
+(`<table>_t<key>`) holds that tenant alone and gets ordinary HNSW and GIN indexes; the
+dataset's other projects share its DEFAULT (`<table>_d<key>_rest`). Foreign keys join leaf to
+leaf, so no check ever reads a partitioned table.
+
+A write names the partitioned tables and is planned afresh, so PostgreSQL prunes it to one
+partition before planning. A kept (generic) plan over a partitioned table would hold every
+partition and lock all of them at each run, so a small scope's recall names the DEFAULT
+partitions themselves and a large one names its tenant as literals (`recall.fragments`).
+
+Citus does not take part: it distributes the tables as they were (`distributed.py`), and a large
+tenant gets a shard of its own instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from psycopg import sql
+
+from memsoda_core.store.tenant_index import TenantIndex, tenant_key, tenant_predicate
+from memsoda_core.validation import Scope
+
+PARTITIONED = ("entities", "facts", "fact_entities", "fact_sources")
+"""Referenced tables first: the order rows are copied and partitions attached in."""
+
+LAYOUT_KEY = "layout"
+"""Meta key: the store's layout, one of `LAYOUTS`, chosen when it is created (or upgraded to v9)."""
+
+LAYOUTS = ("partitioned", "plain")
+"""partitioned: this module. plain: one table of each kind for all tenants, a large tenant with
+partial indexes (`store.tenant_index`): what Citus distributes, and the default where it is installed."""
+
+IDENTITY = {"entities": "ALWAYS", "facts": "BY DEFAULT", "fact_sources": "ALWAYS"}
+"""Each table's identity (schema v1, v8). A partition may not have one: it moves to the parent."""
+
+KEYS = {
+    "entities": ("PRIMARY KEY (dataset, project, id)", "UNIQUE (dataset, project, name)"),
+    "facts": ("PRIMARY KEY (dataset, project, id)",),
+    "fact_entities": ("PRIMARY KEY (dataset, project, entity_id, fact_id)",),
+    "fact_sources": ("PRIMARY KEY (dataset, project, fact_id, id)",),
+}
+"""The unique keys of each table, (dataset, project) first: the parent's, which every partition
+gets (the DEFAULT one keeps the index it has)."""
+
+INDEXES = {
+    "facts_recent": ("facts", "(dataset, project, valid_at DESC, id DESC)"),
+    "facts_relation": ("facts", "(dataset, project, subject, lower(predicate))"),
+    "facts_superseded_by": ("facts", "(dataset, project, superseded_by) WHERE superseded_by IS NOT NULL"),
+    "fact_entities_fact": ("fact_entities", "(dataset, project, fact_id)"),
+}
+"""The other b-trees of the partitioned tables (schema v1, v5), defined on the parent so that
+every partition has them; a test holds this to the migrations."""
+
+FOREIGN_KEYS = (  # (table, column, referenced table, ON DELETE): schema v1 and v8
+    ("facts", "subject_id", "entities", ""),
+    ("facts", "anchor_id", "entities", ""),
+    ("fact_entities", "fact_id", "facts", " ON DELETE CASCADE"),
+    ("fact_entities", "entity_id", "entities", " ON DELETE CASCADE"),
+    ("fact_sources", "fact_id", "facts", " ON DELETE CASCADE"),
+)
+
+MOVE_LOCK_TIMEOUT = "2s"
+"""A move attaches partitions, which locks the DEFAULT partitions ACCESS EXCLUSIVE for a moment;
+queued behind a long transaction it would hold every small tenant's statements queued behind it,
+so it gives up after this (rolled back whole) and the next write into the tenant tries again."""
+
+
+def _q(template: str, schema: str, **parts: sql.Composable) -> sql.Composed:
+    return sql.SQL(template).format(s=sql.Identifier(schema), **parts)
+
+
+def _renamed(table: str) -> list[tuple[str, str]]:
+    """(index name on the plain table, its name on the DEFAULT partition) of `table`'s indexes."""
+    keys = ("pkey", "dataset_project_name_key") if table == "entities" else ("pkey",)
+    names = [(f"{table}_{suffix}", f"{shared(table)}_{suffix}") for suffix in keys]
+    return names + [(name, f"{name}_shared") for name, (owner, _) in INDEXES.items() if owner == table]
+
+
+def shared(table: str) -> str:
+    """The DEFAULT partition of `table`: every scope's rows until its dataset has a partition."""
+    return f"{table}_shared"
+
+
+@dataclass(frozen=True)
+class TenantTables:
+    """Where a tenant's rows of one table go when it moves."""
+
+    dataset: str
+    """Its dataset's partition (LIST by project)."""
+    leaf: str
+    """The tenant's own leaf."""
+    rest: str
+    """The DEFAULT partition of its dataset's partition: the dataset's other projects."""
+
+
+def tenant_tables(table: str, scope: Scope) -> TenantTables:
+    key = tenant_key(Scope(dataset=scope.dataset, project=""))
+    return TenantTables(f"{table}_d{key}", f"{table}_t{tenant_key(scope)}", f"{table}_d{key}_rest")
+
+
+def leaf_indexes(scope: Scope) -> tuple[TenantIndex, ...]:
+    """A moved tenant's vector and keyword indexes, on its leaves (no predicate)."""
+    facts, entities = tenant_tables("facts", scope).leaf, tenant_tables("entities", scope).leaf
+    return (
+        TenantIndex(f"{facts}_embedding", facts, "hnsw", "embedding vector_cosine_ops"),
+        TenantIndex(f"{entities}_embedding", entities, "hnsw", "embedding vector_cosine_ops"),
+        TenantIndex(f"{facts}_tsv", facts, "gin", "tsv"),
+    )
+
+
+def create_leaf_index(schema: str, index: TenantIndex) -> sql.Composed:
+    return _q(
+        "CREATE INDEX CONCURRENTLY IF NOT EXISTS {n} ON {s}.{t} USING {m} ({c})",
+        schema,
+        n=sql.Identifier(index.name),
+        t=sql.Identifier(index.table),
+        m=sql.SQL(index.method),
+        c=sql.SQL(index.column),
+    )
+
+
+# --- the layout itself -------------------------------------------------------------------------------------
+
+
+def partition_statements(schema: str) -> list[sql.Composed]:
+    """Today's tables become the DEFAULT partitions of new parents of the same names: a catalog
+    change, no row is copied. Each identity moves to its parent and continues from the old
+    sequence's last value, so no id is ever given twice."""
+    out: list[sql.Composed] = []
+    for table in PARTITIONED:
+        t, old = sql.Identifier(table), sql.Identifier(shared(table))
+        out.append(_q("ALTER TABLE {s}.{t} RENAME TO {old}", schema, t=t, old=old))
+        for was, now in _renamed(table):
+            out.append(
+                _q("ALTER INDEX {s}.{was} RENAME TO {now}", schema, was=sql.Identifier(was), now=sql.Identifier(now))
+            )
+        out.append(
+            _q(
+                "CREATE TABLE {s}.{t} (LIKE {s}.{old} INCLUDING DEFAULTS INCLUDING GENERATED INCLUDING CONSTRAINTS"
+                " INCLUDING IDENTITY) PARTITION BY LIST (dataset)",
+                schema,
+                t=t,
+                old=old,
+            )
+        )
+        if table in IDENTITY:
+            out.append(
+                _q(
+                    """SELECT setval(pg_get_serial_sequence({new}, 'id'),
+                                     greatest(coalesce(pg_sequence_last_value(
+                                                  pg_get_serial_sequence({was}, 'id')::regclass), 0),
+                                              (SELECT coalesce(max(id), 0) FROM {s}.{old}), 1))""",
+                    schema,
+                    new=sql.Literal(f"{sql.Identifier(schema, table).as_string(None)}"),
+                    was=sql.Literal(f"{sql.Identifier(schema, shared(table)).as_string(None)}"),
+                    old=old,
+                )
+            )
+            out.append(_q("ALTER TABLE {s}.{old} ALTER COLUMN id DROP IDENTITY", schema, old=old))
+        for key in KEYS[table]:
+            out.append(_q("ALTER TABLE {s}.{t} ADD " + key, schema, t=t))
+        for name, (owner, definition) in INDEXES.items():
+            if owner == table:
+                # on the attach below, the DEFAULT partition's equal index becomes its partition (no build)
+                out.append(_q("CREATE INDEX {n} ON {s}.{t} " + definition, schema, n=sql.Identifier(name), t=t))
+        out.append(_q("ALTER TABLE {s}.{t} ATTACH PARTITION {s}.{old} DEFAULT", schema, t=t, old=old))
+    return out
+
+
+def unpartition_statements(schema: str) -> list[sql.Composed]:
+    """`partition_statements` undone, for a store no tenant has moved out of (`distributed.py`:
+    Citus distributes plain tables): the DEFAULT partitions become the tables again."""
+    out: list[sql.Composed] = []
+    for table in reversed(PARTITIONED):
+        t, old = sql.Identifier(table), sql.Identifier(shared(table))
+        out.append(_q("ALTER TABLE {s}.{t} DETACH PARTITION {s}.{old}", schema, t=t, old=old))
+        out.append(_q("CREATE TEMP TABLE IF NOT EXISTS memsoda_ids (name text PRIMARY KEY, last bigint)", schema))
+        if table in IDENTITY:
+            out.append(
+                _q(
+                    "INSERT INTO memsoda_ids"
+                    " SELECT {n}, pg_sequence_last_value(pg_get_serial_sequence({p}, 'id')::regclass)",
+                    schema,
+                    n=sql.Literal(table),
+                    p=sql.Literal(sql.Identifier(schema, table).as_string(None)),
+                )
+            )
+        out.append(_q("DROP TABLE {s}.{t}", schema, t=t))
+        out.append(_q("ALTER TABLE {s}.{old} RENAME TO {t}", schema, t=t, old=old))
+        for now, was in _renamed(table):
+            out.append(
+                _q("ALTER INDEX {s}.{was} RENAME TO {now}", schema, was=sql.Identifier(was), now=sql.Identifier(now))
+            )
+        if table in IDENTITY:
+            out.append(
+                _q(f"ALTER TABLE {{s}}.{{t}} ALTER COLUMN id ADD GENERATED {IDENTITY[table]} AS IDENTITY", schema, t=t)
+            )
+            out.append(
+                _q(
+                    """SELECT setval(pg_get_serial_sequence({p}, 'id'),
+                                     greatest((SELECT coalesce(max(last), 0) FROM memsoda_ids WHERE name = {n}),
+                                              (SELECT coalesce(max(id), 0) FROM {s}.{t}), 1))""",
+                    schema,
+                    p=sql.Literal(sql.Identifier(schema, table).as_string(None)),
+                    n=sql.Literal(table),
+                    t=t,
+                )
+            )
+    out.append(sql.SQL("DROP TABLE IF EXISTS memsoda_ids").format())
+    return out
+
+
+# --- moving a tenant ---------------------------------------------------------------------------------------
+
+
+def columns_statement(schema: str) -> sql.Composed:
+    """(table, its stored columns in order: generated ones are computed again) of `PARTITIONED`."""
+    return _q(
+        """SELECT t.name AS "table", array_agg(a.attname::text ORDER BY a.attnum) AS columns
+           FROM unnest(%(tables)s::text[]) AS t(name)
+           JOIN pg_attribute a ON a.attrelid = format('%%I.%%I', %(schema)s::text, t.name)::regclass
+           WHERE a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+           GROUP BY t.name""",
+        schema,
+    )
+
+
+@dataclass(frozen=True)
+class TableColumns:
+    """A row of `columns_statement`."""
+
+    table: str
+    columns: list[str]
+
+
+def dataset_lock(schema: str, dataset: str | None = None) -> sql.Composed:
+    """Until the transaction ends, the move lock of dataset %(dataset)s, shared; of `dataset`,
+    alone (a move, whose statements take no parameters). Every write into a dataset of a
+    partitioned store holds it from its first statement (`ops.writing.hold_dataset`), so no write
+    lands between a move's copy and its commit."""
+    function = "pg_advisory_xact_lock_shared" if dataset is None else "pg_advisory_xact_lock"
+    name = sql.Placeholder("dataset") if dataset is None else sql.Literal(dataset)
+    return sql.SQL(
+        "SELECT {f}(hashtextextended(concat_ws(chr(31), 'memsoda-move', {schema}, {name}::text), 0))"
+    ).format(f=sql.Identifier(function), schema=sql.Literal(schema), name=name)
+
+
+def move_statements(
+    schema: str, scope: Scope, columns: dict[str, list[str]], *, dataset_placed: bool
+) -> list[sql.Composed]:
+    """One transaction moving `scope` to its own leaves: the move lock, the partitions (of its
+    dataset too, unless `dataset_placed`), the rows (one statement, so one snapshot: every row
+    read is the one deleted), the attach (which checks that the partition moved from holds no row
+    of the new one, so a row written meanwhile fails the move rather than being left behind), the
+    leaf-to-leaf foreign keys, and the record in `tenant_partitions`. Values are literals: DDL
+    takes no parameters."""
+    d, p = sql.Literal(scope.dataset), sql.Literal(scope.project)
+    out = [
+        sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(MOVE_LOCK_TIMEOUT)),
+        dataset_lock(schema, scope.dataset),
+    ]
+    tables = {table: tenant_tables(table, scope) for table in PARTITIONED}
+    like = "(LIKE {s}.{t} INCLUDING DEFAULTS INCLUDING GENERATED INCLUDING CONSTRAINTS)"
+    for table, names in tables.items():
+        t, parent, leaf, rest = (sql.Identifier(n) for n in (table, names.dataset, names.leaf, names.rest))
+        if dataset_placed:
+            out.append(_q("CREATE TABLE {s}.{leaf} " + like, schema, leaf=leaf, t=t))
+        else:
+            out.append(
+                _q("CREATE TABLE {s}.{parent} " + like + " PARTITION BY LIST (project)", schema, parent=parent, t=t)
+            )
+            out.append(
+                _q(
+                    "CREATE TABLE {s}.{leaf} PARTITION OF {s}.{parent} FOR VALUES IN ({p})",
+                    schema,
+                    leaf=leaf,
+                    parent=parent,
+                    p=p,
+                )
+            )
+            out.append(
+                _q("CREATE TABLE {s}.{rest} PARTITION OF {s}.{parent} DEFAULT", schema, rest=rest, parent=parent)
+            )
+    ctes: list[sql.Composable] = []
+    for n, table in enumerate(reversed(PARTITIONED)):  # the referencing rows first
+        names = tables[table]
+        source = names.rest if dataset_placed else shared(table)
+        target = names.leaf if dataset_placed else names.dataset
+        cols = sql.SQL(", ").join(map(sql.Identifier, columns[table]))
+        which = sql.SQL("dataset = {d} AND project = {p}" if dataset_placed else "dataset = {d}").format(d=d, p=p)
+        ctes.append(
+            _q(
+                "gone{n} AS (DELETE FROM {s}.{source} WHERE {which} RETURNING {cols}),"
+                " kept{n} AS (INSERT INTO {s}.{target} ({cols}) SELECT {cols} FROM gone{n} RETURNING 1)",
+                schema,
+                n=sql.SQL(str(n)),
+                source=sql.Identifier(source),
+                target=sql.Identifier(target),
+                which=which,
+                cols=cols,
+            )
+        )
+    counts = sql.SQL(" + ").join(
+        sql.SQL("(SELECT count(*) FROM kept{})").format(sql.SQL(str(n))) for n in range(len(PARTITIONED))
+    )
+    out.append(sql.SQL("WITH {ctes} SELECT {counts} AS moved").format(ctes=sql.SQL(", ").join(ctes), counts=counts))
+    for table, names in tables.items():
+        if dataset_placed:
+            out.append(
+                _q(
+                    "ALTER TABLE {s}.{parent} ATTACH PARTITION {s}.{leaf} FOR VALUES IN ({p})",
+                    schema,
+                    parent=sql.Identifier(names.dataset),
+                    leaf=sql.Identifier(names.leaf),
+                    p=p,
+                )
+            )
+        else:
+            out.append(
+                _q(
+                    "ALTER TABLE {s}.{t} ATTACH PARTITION {s}.{parent} FOR VALUES IN ({d})",
+                    schema,
+                    t=sql.Identifier(table),
+                    parent=sql.Identifier(names.dataset),
+                    d=d,
+                )
+            )
+    for table, column, referenced, on_delete in FOREIGN_KEYS:
+        pairs = [(tables[table].leaf, tables[referenced].leaf)]
+        if not dataset_placed:
+            pairs.append((tables[table].rest, tables[referenced].rest))
+        for child, target in pairs:
+            out.append(
+                _q(
+                    "ALTER TABLE {s}.{child} ADD FOREIGN KEY (dataset, project, {c})"
+                    " REFERENCES {s}.{target} (dataset, project, id)" + on_delete,
+                    schema,
+                    child=sql.Identifier(child),
+                    target=sql.Identifier(target),
+                    c=sql.Identifier(column),
+                )
+            )
+    out.append(_q("INSERT INTO {s}.tenant_partitions (dataset, project) VALUES ({d}, {p})", schema, d=d, p=p))
+    return out
+
+
+# --- where a scope's rows are -----------------------------------------------------------------------------
+
+
+def scope_size_statement(schema: str) -> sql.Composed:
+    """The fact count of scope %(dataset)s / %(project)s and whether its dataset has partitions of
+    its own, so that its rows are not in the DEFAULT partitions (no row for a scope never written)."""
+    return _q(
+        """SELECT sc.fact_count, EXISTS (SELECT 1 FROM {s}.tenant_partitions tp WHERE tp.dataset = sc.dataset)
+           FROM {s}.scopes sc WHERE {tenant}""",
+        schema,
+        tenant=tenant_predicate("sc"),
+    )
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A row of `placement_statement`."""
+
+    facts: int
+    moved: bool
+    """The scope has its own leaves."""
+    placed: bool
+    """Its dataset has partitions of its own (this scope's or another project's)."""
+    missing: list[str] | None
+    """Of the leaf indexes, those not built yet (an invalid one included); None for a small scope."""
+    invalid: list[str] | None
+    """Of the leaf indexes, those a crashed build left invalid."""
+    legacy: list[str] | None
+    """Of the scope's partial indexes on the DEFAULT partitions (a store from before), those present."""
+
+
+def placement_statement(schema: str) -> sql.Composed:
+    """The `Placement` of scope %(dataset)s / %(project)s; the index lists (%(leaf)s, %(legacy)s:
+    names) only when it holds %(min_facts)s facts or has moved. No row for a scope never written."""
+    return _q(
+        """SELECT sc.fact_count AS facts, m.moved, m.placed,
+                  CASE WHEN m.moved OR sc.fact_count >= %(min_facts)s THEN
+                       ARRAY(SELECT n FROM unnest(%(leaf)s::text[]) n WHERE NOT EXISTS (
+                             SELECT 1 FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid
+                             WHERE c.relnamespace = ns.oid AND c.relname = n AND i.indisvalid)) END AS missing,
+                  CASE WHEN m.moved OR sc.fact_count >= %(min_facts)s THEN
+                       ARRAY(SELECT n FROM unnest(%(leaf)s::text[]) n WHERE EXISTS (
+                             SELECT 1 FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid
+                             WHERE c.relnamespace = ns.oid AND c.relname = n AND NOT i.indisvalid)) END AS invalid,
+                  CASE WHEN m.moved OR sc.fact_count >= %(min_facts)s THEN
+                       ARRAY(SELECT n FROM unnest(%(legacy)s::text[]) n WHERE EXISTS (
+                             SELECT 1 FROM pg_class c WHERE c.relnamespace = ns.oid AND c.relname = n)) END AS legacy
+           FROM {s}.scopes sc
+           JOIN pg_namespace ns ON ns.nspname = %(schema)s
+           CROSS JOIN LATERAL (
+               SELECT EXISTS (SELECT 1 FROM {s}.tenant_partitions tp
+                              WHERE tp.dataset = sc.dataset AND tp.project = sc.project) AS moved,
+                      EXISTS (SELECT 1 FROM {s}.tenant_partitions tp WHERE tp.dataset = sc.dataset) AS placed) m
+           WHERE {tenant}""",
+        schema,
+        tenant=tenant_predicate("sc"),
+    )
+
+
+def moved_scopes_statement(schema: str) -> sql.Composed:
+    """Every scope with leaves of its own."""
+    return _q("SELECT dataset, project FROM {s}.tenant_partitions ORDER BY dataset, project", schema)
