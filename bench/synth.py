@@ -221,13 +221,15 @@ class LoadReport:
 
 
 def _secondary_indexes(conn: psycopg.Connection[Any], schema: str) -> list[tuple[str, str]]:
-    """(name, definition) of the schema's indexes that back no constraint."""
+    """(name, definition) of the schema's indexes that back no constraint and are no partition of a
+    partitioned table's index (dropping and making that one covers them)."""
     rows = conn.execute(
         """SELECT i.indexname, i.indexdef FROM pg_indexes i
-           WHERE i.schemaname = %s AND NOT EXISTS (
-               SELECT 1 FROM pg_constraint c JOIN pg_class ic ON ic.oid = c.conindid
-               JOIN pg_namespace n ON n.oid = ic.relnamespace
-               WHERE n.nspname = i.schemaname AND ic.relname = i.indexname)
+           JOIN pg_namespace n ON n.nspname = i.schemaname
+           JOIN pg_class ic ON ic.relnamespace = n.oid AND ic.relname = i.indexname
+           WHERE i.schemaname = %s
+             AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = ic.oid)
+             AND NOT EXISTS (SELECT 1 FROM pg_inherits h WHERE h.inhrelid = ic.oid)
            ORDER BY i.indexname""",
         (schema,),
     ).fetchall()

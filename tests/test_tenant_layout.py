@@ -1,0 +1,315 @@
+"""The partitioned tenant layout (`store.layout`): a large tenant moves to partitions of its own,
+online, all or nothing; recall and writes find its rows wherever they are."""
+
+from __future__ import annotations
+
+import re
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from memsoda_core import ConfigurationError, Memory
+from memsoda_core.store import layout as sql_layout
+from memsoda_core.store.tenant_index import tenant_indexes
+from memsoda_core.validation import Scope
+
+THRESHOLD = 12
+BIG = Scope(dataset="user-big", project="p")
+TENANT_RELATION = re.compile(r"_[td][0-9a-f]{16}")
+"""In the name of a tenant's own partitions and their indexes (`store.layout.tenant_tables`)."""
+
+
+def _facts(n: int, offset: int = 0) -> list[dict[str, Any]]:
+    return [
+        {"subject": f"Person{(i + offset) % 5}", "predicate": "visited", "object": f"Town{i + offset}"}
+        for i in range(n)
+    ]
+
+
+@pytest.fixture
+def schema(pg_dsn: str) -> Iterator[str]:
+    name = f"layout_{uuid.uuid4().hex[:8]}"
+    try:
+        yield name
+    finally:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def memory(pg_dsn: str, embedder: Any, schema: str) -> Iterator[Memory]:
+    with Memory.open(pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD) as opened:
+        yield opened
+
+
+def _rows(conn: psycopg.Connection[Any], schema: str, table: str, scope: Scope) -> int:
+    statement = sql.SQL("SELECT count(*) FROM {}.{} WHERE dataset = %s AND project = %s").format(
+        sql.Identifier(schema), sql.Identifier(table)
+    )
+    return int(conn.execute(statement, (scope.dataset, scope.project)).fetchone()[0])  # type: ignore[index]
+
+
+def _moved(conn: psycopg.Connection[Any], schema: str) -> set[tuple[str, str]]:
+    rows = conn.execute(sql.SQL("SELECT dataset, project FROM {}.tenant_partitions").format(sql.Identifier(schema)))
+    return {(str(d), str(p)) for d, p in rows}
+
+
+def _valid(conn: psycopg.Connection[Any], schema: str, names: list[str]) -> dict[str, bool]:
+    rows = conn.execute(
+        """SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+           JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = ANY(%s)""",
+        (schema, names),
+    )
+    return {str(name): bool(valid) for name, valid in rows}
+
+
+def _texts(memory: Memory, query: str, scope: Scope) -> list[str]:
+    return [f"{s.fact.subject} {s.fact.predicate} {s.fact.object}" for s in memory.recall(query, **vars(scope)).facts]
+
+
+def test_a_new_store_is_partitioned_and_a_large_tenant_moves_with_its_rows(
+    memory: Memory, pg_dsn: str, embedder: Any, schema: str
+) -> None:
+    assert memory.info.partitioned
+    memory.add_facts(_facts(THRESHOLD - 1), **vars(BIG))
+    small = Scope(dataset="user-small", project="p")
+    memory.add_facts(_facts(3), **vars(small))
+    before = _texts(memory, "who visited Town3?", BIG)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        assert _moved(conn, schema) == set()
+        memory.add_facts(_facts(2, offset=50), **vars(BIG))  # crosses the threshold: the write moves it
+        assert _moved(conn, schema) == {(BIG.dataset, BIG.project)}
+        leaf = sql_layout.tenant_tables("facts", BIG).leaf
+        assert _rows(conn, schema, leaf, BIG) == THRESHOLD + 1
+        for table in sql_layout.PARTITIONED:
+            assert _rows(conn, schema, sql_layout.shared(table), BIG) == 0  # nothing left behind
+        assert _rows(conn, schema, "facts_shared", small) == 3  # the small tenant stays
+        names = [index.name for index in sql_layout.leaf_indexes(BIG)]
+        assert _valid(conn, schema, names) == dict.fromkeys(names, True)
+        (n_fks,) = conn.execute(  # every leaf's foreign keys point to a leaf of the same tenant
+            """SELECT count(*) FROM pg_constraint k JOIN pg_class r ON r.oid = k.confrelid
+               WHERE k.contype = 'f' AND k.conrelid::regclass::text LIKE %s AND r.relname LIKE %s""",
+            (f"{schema}.%\\_t%", "%\\_t%"),
+        ).fetchone()  # type: ignore[misc]
+        assert n_fks == len(sql_layout.FOREIGN_KEYS)
+    after = _texts(memory, "who visited Town3?", BIG)
+    plain_schema = f"{schema}_plain"  # the same writes into a plain store find the same facts
+    try:
+        with Memory.open(
+            pg_dsn, embedder, schema=plain_schema, tenant_index_min_facts=THRESHOLD, layout="plain"
+        ) as plain:
+            plain.add_facts(_facts(THRESHOLD - 1), **vars(BIG))
+            plain.add_facts(_facts(3), **vars(small))
+            assert _texts(plain, "who visited Town3?", BIG) == before
+            plain.add_facts(_facts(2, offset=50), **vars(BIG))
+            assert _texts(plain, "who visited Town3?", BIG) == after
+            assert _texts(memory, "who visited Town1?", small) == _texts(plain, "who visited Town1?", small)
+    finally:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(plain_schema)))
+    with Memory.open(pg_dsn, embedder, schema=schema) as other:  # another process, no cached size
+        assert _texts(other, "who visited Town3?", BIG) == after
+
+
+def test_a_moved_tenant_writes_edits_and_forgets_in_its_leaves(memory: Memory, pg_dsn: str, schema: str) -> None:
+    ids = memory.add_facts(_facts(THRESHOLD + 2), **vars(BIG))
+    superseded = memory.supersede(ids[0], {"subject": "Person0", "predicate": "visited", "object": "Rome"}, **vars(BIG))
+    assert memory.get_fact(superseded, **vars(BIG)).object == "rome"
+    assert memory.invalidate(ids[1], **vars(BIG))
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        assert _rows(conn, schema, sql_layout.tenant_tables("facts", BIG).leaf, BIG) == THRESHOLD + 3
+        assert _rows(conn, schema, "facts_shared", BIG) == 0
+    assert memory.forget(entity="Person1", **vars(BIG)) > 0
+    assert memory.forget(**vars(BIG)) > 0
+    assert not memory.recall("who visited Rome?", **vars(BIG)).facts
+
+
+def test_the_other_projects_of_a_moved_dataset_share_its_rest_partition(
+    memory: Memory, pg_dsn: str, embedder: Any, schema: str
+) -> None:
+    sibling = Scope(dataset=BIG.dataset, project="notes")
+    memory.add_facts(_facts(3), **vars(sibling))
+    memory.add_facts(_facts(THRESHOLD + 1), **vars(BIG))  # the whole dataset leaves the DEFAULT partitions
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        assert _rows(conn, schema, sql_layout.tenant_tables("facts", BIG).rest, sibling) == 3
+    with Memory.open(pg_dsn, embedder, schema=schema) as other:
+        assert _texts(other, "who visited Town1?", sibling)  # a placed dataset: the partitioned tables
+        other.add_facts(_facts(THRESHOLD, offset=100), **vars(sibling))  # then the sibling grows large too
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        assert _moved(conn, schema) == {(BIG.dataset, BIG.project), (sibling.dataset, sibling.project)}
+        assert _rows(conn, schema, sql_layout.tenant_tables("facts", sibling).leaf, sibling) == THRESHOLD + 3
+        assert _rows(conn, schema, sql_layout.tenant_tables("facts", sibling).rest, sibling) == 0
+    assert len(_texts(memory, "who visited Town101?", sibling)) == 8
+
+
+def test_a_size_remembered_from_before_the_move_still_finds_the_rows(
+    memory: Memory, pg_dsn: str, embedder: Any, schema: str
+) -> None:
+    memory.add_facts(_facts(THRESHOLD - 1), **vars(BIG))
+    assert _texts(memory, "who visited Town3?", BIG)  # remembers the size: small, the DEFAULT partitions
+    with Memory.open(pg_dsn, embedder, schema=schema) as other:
+        other.add_facts(_facts(3, offset=50), **vars(BIG))  # another process moves it
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        assert _rows(conn, schema, "facts_shared", BIG) == 0
+    found = memory.recall("who visited Town3?", **vars(BIG)).facts
+    assert found and {s.fact.id for s in found} <= {f.id for f in memory.list_facts(**vars(BIG), limit=100).facts}
+
+
+def test_a_move_waits_for_the_dataset_s_writers_and_a_write_waits_for_the_move(
+    memory: Memory, pg_dsn: str, schema: str
+) -> None:
+    memory.add_facts(_facts(THRESHOLD - 1), **vars(BIG))
+    with psycopg.connect(pg_dsn) as writer:  # a write into the dataset, still open
+        writer.execute(sql_layout.dataset_lock(schema), {"dataset": BIG.dataset})
+        memory.add_facts(_facts(2, offset=50), **vars(BIG))  # crosses; its move gives up (lock timeout)
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            assert _moved(conn, schema) == set()
+            assert _rows(conn, schema, "facts_shared", BIG) == THRESHOLD + 1  # nothing moved, nothing lost
+        writer.rollback()
+    memory.add_facts(_facts(1, offset=90), **vars(BIG))  # the next write moves it
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        assert _moved(conn, schema) == {(BIG.dataset, BIG.project)}
+        assert _rows(conn, schema, sql_layout.tenant_tables("facts", BIG).leaf, BIG) == THRESHOLD + 2
+
+
+def test_writers_racing_a_move_lose_nothing(memory: Memory, pg_dsn: str, embedder: Any, schema: str) -> None:
+    memory.add_facts(_facts(THRESHOLD - 2), **vars(BIG))
+    errors: list[BaseException] = []
+    written: list[int] = []
+
+    def write(n: int) -> None:
+        try:
+            with Memory.open(pg_dsn, embedder, schema=schema) as own:
+                for k in range(4):
+                    written.extend(own.add_facts(_facts(1, offset=1000 * (n + 1) + k), **vars(BIG)))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    memory.maintain()
+    assert errors == []
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        assert _moved(conn, schema) == {(BIG.dataset, BIG.project)}
+        assert _rows(conn, schema, sql_layout.tenant_tables("facts", BIG).leaf, BIG) == THRESHOLD - 2 + 12
+        assert _rows(conn, schema, "facts_shared", BIG) == 0
+    assert len(written) == 12
+
+
+def test_an_interrupted_move_leaves_the_tenant_where_it_was(memory: Memory, pg_dsn: str, schema: str) -> None:
+    memory.add_facts(_facts(THRESHOLD - 1), **vars(BIG))
+    blocker = sql_layout.tenant_tables("fact_sources", BIG).dataset  # the move's last table fails to be made
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE TABLE {}.{} (x int)").format(sql.Identifier(schema), sql.Identifier(blocker)))
+        memory.add_facts(_facts(2, offset=50), **vars(BIG))
+        assert _moved(conn, schema) == set()
+        assert _rows(conn, schema, "facts_shared", BIG) == THRESHOLD + 1
+        made = conn.execute(
+            "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = %s AND c.relname LIKE %s",
+            (schema, "%\\_t%"),
+        ).fetchone()
+        assert made == (0,)  # none of the tables it made is left
+        assert _texts(memory, "who visited Town3?", BIG)
+        conn.execute(sql.SQL("DROP TABLE {}.{}").format(sql.Identifier(schema), sql.Identifier(blocker)))
+    assert memory.maintain() == [index.name for index in sql_layout.leaf_indexes(BIG)]
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        assert _moved(conn, schema) == {(BIG.dataset, BIG.project)}
+
+
+def test_a_write_into_a_small_tenant_touches_no_large_tenant_s_tables(memory: Memory, pg_dsn: str) -> None:
+    for n in range(3):
+        memory.add_facts(_facts(THRESHOLD), dataset=f"large-{n}", project="p")
+    small = Scope(dataset="small", project="p")
+    memory.add_facts(_facts(1), **vars(small))
+    with psycopg.connect(pg_dsn) as conn:  # the write's statements, in one transaction, with its locks
+        conn.execute(sql_layout.dataset_lock(memory.info.schema), {"dataset": small.dataset})
+        s = sql.Identifier(memory.info.schema)
+        conn.execute(
+            sql.SQL(
+                """INSERT INTO {s}.facts (dataset, project, subject, predicate, object, object_type, subject_id,
+                                          anchor_id, valid_at, confidence, embedding)
+                   SELECT dataset, project, 'x', 'y', 'z', 'OTHER', subject_id, anchor_id, now(), 1, embedding
+                   FROM {s}.facts WHERE dataset = %s AND project = %s"""
+            ).format(s=s),
+            (small.dataset, small.project),
+        )
+        locked = {
+            str(name)
+            for (name,) in conn.execute(
+                "SELECT c.relname FROM pg_locks l JOIN pg_class c ON c.oid = l.relation WHERE l.pid = pg_backend_pid()"
+            )
+        }
+        conn.rollback()
+    assert any(name.startswith("facts_shared") for name in locked)
+    assert not [name for name in locked if TENANT_RELATION.search(name)]  # no leaf, no dataset partition
+
+
+def test_a_plain_store_from_before_is_partitioned_at_open_and_its_tenants_move_later(
+    pg_dsn: str, embedder: Any, schema: str
+) -> None:
+    with Memory.open(pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD, layout="plain") as old:
+        ids = old.add_facts(_facts(THRESHOLD + 1), **vars(BIG))  # with partial indexes, as before
+        old.add_facts(_facts(2), dataset="small", project="p")
+        before = _texts(old, "who visited Town3?", BIG)
+    partial = [index.name for index in tenant_indexes(BIG)]
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:  # what a version-8 store looks like
+        conn.execute(sql.SQL("DROP TABLE {}.tenant_partitions").format(sql.Identifier(schema)))
+        conn.execute(sql.SQL("DELETE FROM {}.meta WHERE key = 'layout'").format(sql.Identifier(schema)))
+        conn.execute(
+            sql.SQL("UPDATE {}.meta SET value = '8' WHERE key = 'schema_version'").format(sql.Identifier(schema))
+        )
+        assert _valid(conn, schema, partial) == dict.fromkeys(partial, True)
+    with Memory.open(pg_dsn, embedder, schema=schema) as memory:
+        assert memory.info.partitioned
+        assert _texts(memory, "who visited Town3?", BIG) == before  # served by its partial indexes meanwhile
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            assert _moved(conn, schema) == set() and _rows(conn, schema, "facts_shared", BIG) == THRESHOLD + 1
+        (new,) = memory.add_facts(_facts(1, offset=70), **vars(BIG))  # the next write moves it
+        assert new > max(ids)  # the ids go on from the old sequence
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            assert _moved(conn, schema) == {(BIG.dataset, BIG.project)}
+            assert _valid(conn, schema, partial) == {}  # its partial indexes are dropped
+        assert _texts(memory, "who visited Town3?", BIG)[0] == before[0] == "person3 visited town3"
+        assert memory.add_facts(_facts(1, offset=80), dataset="small", project="p")
+
+
+def test_the_layout_is_chosen_once(pg_dsn: str, embedder: Any, schema: str) -> None:
+    with pytest.raises(ConfigurationError, match="layout must be one of"):
+        Memory.open(pg_dsn, embedder, schema=schema, layout="sharded")
+    with Memory.open(pg_dsn, embedder, schema=schema, layout="plain") as memory:
+        assert not memory.info.partitioned
+    with pytest.raises(ConfigurationError, match="has the plain layout"):
+        Memory.open(pg_dsn, embedder, schema=schema, layout="partitioned")
+
+
+def test_unpartitioning_a_store_no_tenant_left_gives_back_plain_tables(
+    memory: Memory, pg_dsn: str, embedder: Any, schema: str
+) -> None:
+    (first,) = memory.add_facts(_facts(1), dataset="d", project="p")
+    memory.close()
+    with psycopg.connect(pg_dsn) as conn:
+        for statement in sql_layout.unpartition_statements(schema):
+            conn.execute(statement)
+        conn.execute(sql.SQL("UPDATE {}.meta SET value = 'plain' WHERE key = 'layout'").format(sql.Identifier(schema)))
+        conn.commit()
+        kinds = dict(
+            conn.execute(
+                "SELECT c.relname, c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE n.nspname = %s AND c.relname = ANY(%s)",
+                (schema, list(sql_layout.PARTITIONED)),
+            ).fetchall()
+        )
+    assert kinds == dict.fromkeys(sql_layout.PARTITIONED, "r")
+    with Memory.open(pg_dsn, embedder, schema=schema) as plain:
+        assert not plain.info.partitioned
+        (second,) = plain.add_facts(_facts(1, offset=5), dataset="d", project="p")
+        assert second > first and len(plain.list_facts(dataset="d", project="p").facts) == 2
