@@ -76,12 +76,13 @@ def main(argv: list[str] | None = None) -> int:
     stream.add_argument("--step", type=int, default=4, help="events per add_facts call")
     stream.add_argument("--embedder", choices=("local", "hash"), default="local")
 
-    layout = commands.add_parser("layout", help="tenant layouts: partial indexes against partitions per tenant")
+    layout = commands.add_parser("layout", help="tenant layouts: plain (partial indexes) against partitioned")
     layout.add_argument("--tenants", type=int, default=10_000)
-    layout.add_argument("--facts", type=int, default=25, help="facts per tenant")
+    layout.add_argument("--small-facts", type=int, default=10, help="facts per small tenant")
+    layout.add_argument("--large-facts", type=int, default=25, help="facts per large tenant")
     layout.add_argument("--steps", default="10,100,1000", help="large tenants at each measurement")
-    layout.add_argument("--partial-max", type=int, default=100, help="most large tenants made in the partial layout")
-    layout.add_argument("--calls", type=int, default=200, help="timed calls per statement and layout")
+    layout.add_argument("--plain-max", type=int, default=100, help="most large tenants made in the plain layout")
+    layout.add_argument("--calls", type=int, default=200, help="timed calls per case and layout")
     layout.add_argument("--seconds", type=float, default=60.0, help="the concurrency run")
     layout.add_argument("--threads", type=int, default=16)
 
@@ -142,9 +143,10 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(
             bench_layout.run(
                 tenants=args.tenants,
-                facts=args.facts,
+                small_facts=args.small_facts,
+                large_facts=args.large_facts,
                 steps=[int(x) for x in args.steps.split(",") if x.strip()],
-                partial_max=args.partial_max,
+                plain_max=args.plain_max,
                 calls=args.calls,
                 seconds=args.seconds,
                 threads=args.threads,

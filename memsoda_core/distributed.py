@@ -23,7 +23,9 @@ from psycopg import sql
 
 from memsoda_core.errors import ConfigurationError, StoreError, StoreUnavailableError
 from memsoda_core.runner.policy import SESSION_SETTINGS
-from memsoda_core.runner.steps import Operation, execute, execute_as
+from memsoda_core.runner.steps import Operation, execute, execute_as, own_transaction
+from memsoda_core.store import layout as sql_layout
+from memsoda_core.store.schema import read_meta_statement
 
 TENANT_COLUMN = "dataset"
 """The distribution column: every key and join of memsoda's tables starts with it
@@ -180,6 +182,8 @@ def distribution(
     tables = yield from execute_as(TableInfo, tables_statement(), {"schema": schema, "tenant": TENANT_COLUMN})
     if "meta" not in {table.name for table in tables}:
         raise ConfigurationError(f"no memsoda store in schema {schema!r}: open a Memory on it first")
+    yield from _plain_tables(schema)
+    tables = yield from execute_as(TableInfo, tables_statement(), {"schema": schema, "tenant": TENANT_COLUMN})
     done: dict[str, list[str]] = {"distributed": [], "reference": [], "unchanged": []}
     tenant_tables = [t for t in distribution_order(tables) if t.tenant]
     first = tenant_tables[0].name if tenant_tables else None
@@ -215,6 +219,26 @@ def distribution(
         isolated=tuple(isolated),
         settings=settings,
     )
+
+
+def _plain_tables(schema: str) -> Operation[None]:
+    """A partitioned store (`store.layout`, made before Citus was installed here) turned back into
+    plain tables, in one transaction, when no tenant has partitions of its own: Citus distributes
+    plain tables, and lost rows written to a DEFAULT partition of a distributed table in a probe."""
+    meta: dict[str, str] = {str(k): str(v) for k, v in (yield from execute(read_meta_statement(schema)))}
+    if meta.get(sql_layout.LAYOUT_KEY) != "partitioned":
+        return
+    moved = yield from execute(sql_layout.moved_scopes_statement(schema))
+    if moved:
+        raise ConfigurationError(
+            f"{len(moved)} tenants of schema {schema!r} have partitions of their own on this node; "
+            "distribute a store whose tenants are all in its shared tables (export and import them)"
+        )
+    plain = sql.SQL("UPDATE {s}.meta SET value = 'plain' WHERE key = {key}").format(
+        s=sql.Identifier(schema), key=sql.Literal(sql_layout.LAYOUT_KEY)
+    )
+    if (yield from own_transaction([*sql_layout.unpartition_statements(schema), plain])) is None:
+        raise StoreError(f"could not turn schema {schema!r}'s partitioned tables into plain ones; nothing changed")
 
 
 def distribute(

@@ -187,7 +187,7 @@ def test_writers_racing_a_move_lose_nothing(memory: Memory, pg_dsn: str, embedde
             with Memory.open(pg_dsn, embedder, schema=schema) as own:
                 for k in range(4):
                     written.extend(own.add_facts(_facts(1, offset=1000 * (n + 1) + k), **vars(BIG)))
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=write, args=(n,)) for n in range(3)]

@@ -142,5 +142,5 @@ def statistics_stale(analyzed_pages: int, pages: int) -> bool:
 
 
 def refresh_statistics(info: StoreInfo) -> Operation[None]:
-    for statement in sql_store.analyze(info.schema):
+    for statement in sql_store.analyze(info.schema, partitioned=info.partitioned):
         yield from execute(statement)

@@ -78,6 +78,8 @@ def ensure_own_partition(info: StoreInfo, scope: Scope, *, move: bool = True) ->
                 steps.append((None, sql_tenant_index.drop_statement(info.schema, index)))
             if index.name in missing:
                 steps.append((index.name, sql_layout.create_leaf_index(info.schema, index)))
+        if not placement.moved:  # its leaves were filled by the move: give the planner their statistics
+            steps += [(None, sql_layout.analyze_leaf(info.schema, table, scope)) for table in sql_layout.PARTITIONED]
         present = set(placement.legacy or [])
         steps += [(None, sql_tenant_index.drop_statement(info.schema, i)) for i in legacy if i.name in present]
         succeeded = yield from index_ddl([statement for _, statement in steps])

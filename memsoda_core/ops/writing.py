@@ -365,7 +365,10 @@ def _insert_new(
             "roles": [link[2] for link in links],
         },
     )
-    (pages,) = yield from execute_as(sql_store.TablePages, sql_store.facts_pages(), {"schema": info.schema})
+    table = sql_layout.shared("facts") if info.partitioned else "facts"
+    (pages,) = yield from execute_as(
+        sql_store.TablePages, sql_store.facts_pages(), {"schema": info.schema, "table": table}
+    )
     if statistics_stale(int(pages.analyzed), int(pages.current)):
         yield from refresh_statistics(info)
     return fact_ids, CountDeltas(lexemes=lexeme_counts, facts=len(fact_ids))

@@ -116,6 +116,10 @@ def leaf_indexes(scope: Scope) -> tuple[TenantIndex, ...]:
     )
 
 
+def analyze_leaf(schema: str, table: str, scope: Scope) -> sql.Composed:
+    return _q("ANALYZE {s}.{t}", schema, t=sql.Identifier(tenant_tables(table, scope).leaf))
+
+
 def create_leaf_index(schema: str, index: TenantIndex) -> sql.Composed:
     return _q(
         "CREATE INDEX CONCURRENTLY IF NOT EXISTS {n} ON {s}.{t} USING {m} ({c})",

@@ -167,20 +167,24 @@ class TablePages:
 
 
 def facts_pages() -> sql.Composed:
-    """`TablePages` of the facts table of schema %(schema)s."""
+    """`TablePages` of table %(table)s of schema %(schema)s (facts, or on a partitioned store its
+    DEFAULT partition, where the small tenants grow)."""
     return sql.SQL(
         """SELECT c.relpages AS analyzed, pg_relation_size(c.oid) / current_setting('block_size')::int AS current
            FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-           WHERE n.nspname = %(schema)s AND c.relname = 'facts'"""
+           WHERE n.nspname = %(schema)s AND c.relname = %(table)s"""
     ).format()
 
 
-def analyze(schema: str) -> list[sql.Composed]:
-    """Refresh planner statistics of the tables recall reads."""
+def analyze(schema: str, *, partitioned: bool = False) -> list[sql.Composed]:
+    """Refresh planner statistics of the tables recall reads; on a partitioned store, of the
+    DEFAULT partitions (ANALYZE of a partitioned table would sample every tenant's partition too,
+    which autovacuum analyzes by itself)."""
     s = sql.Identifier(schema)
+    tenant_tables = [f"{t}_shared" if partitioned else t for t in ("facts", "entities", "fact_entities")]
     return [
         sql.SQL("ANALYZE {s}.{t}").format(s=s, t=sql.Identifier(table))
-        for table in ("facts", "entities", "fact_entities", "lexemes", "episodes", "scopes")
+        for table in (*tenant_tables, "lexemes", "episodes", "scopes")
     ]
 
 

@@ -1,0 +1,67 @@
+"""Tenant layouts on Citus: a store there is plain, and `distribute` turns a partitioned store
+(made before Citus was installed) back into plain tables, or refuses when tenants have moved."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from memsoda_core import ConfigurationError, LocalEmbedder, Memory
+from memsoda_core.distributed import distribute
+from memsoda_core.store import layout as sql_layout
+
+pytestmark = pytest.mark.citus
+
+FACTS = [
+    {"subject": "Maya", "predicate": "works at", "object": "Acme", "object_type": "ORG"},
+    {"subject": "Maya", "predicate": "lives in", "object": "Berlin", "object_type": "PLACE"},
+]
+
+
+def _partitioned_store(cluster: Any, embedder: LocalEmbedder, schema: str) -> list[int]:
+    """A store in `schema` as one made on a server without Citus is: partitioned, with facts."""
+    with Memory.open(cluster.dsn, embedder, schema=schema, layout="plain") as memory:
+        ids = memory.add_facts(FACTS, dataset="ds", project="p")
+    with psycopg.connect(cluster.dsn) as conn:
+        for statement in sql_layout.partition_statements(schema):
+            conn.execute(statement)
+        conn.execute(
+            sql.SQL("UPDATE {}.meta SET value = 'partitioned' WHERE key = 'layout'").format(sql.Identifier(schema))
+        )
+    return ids
+
+
+def test_a_store_on_citus_is_plain_and_cannot_be_made_partitioned(cluster: Any, embedder: LocalEmbedder) -> None:
+    with pytest.raises(ConfigurationError, match="not for a Citus database"):
+        Memory.open(cluster.dsn, embedder, schema="layout_refused", layout="partitioned")
+    with Memory.open(cluster.dsn, embedder, schema="layout_default") as memory:
+        assert not memory.info.partitioned
+
+
+def test_distribute_turns_a_partitioned_store_into_plain_distributed_tables(
+    cluster: Any, embedder: LocalEmbedder
+) -> None:
+    ids = _partitioned_store(cluster, embedder, "was_partitioned")
+    done = distribute(cluster.dsn, schema="was_partitioned")
+    assert set(sql_layout.PARTITIONED) <= set(done.distributed)
+    with Memory.open(cluster.dsn, embedder, schema="was_partitioned") as memory:
+        assert not memory.info.partitioned and memory.info.distributed
+        assert {s.fact.id for s in memory.recall("where does Maya work?", dataset="ds", project="p").facts} == set(ids)
+        (new,) = memory.add_facts(
+            [{"subject": "Maya", "predicate": "likes", "object": "tea"}], dataset="ds", project="p"
+        )
+        assert new > max(ids)
+
+
+def test_distribute_refuses_a_store_whose_tenants_have_moved(cluster: Any, embedder: LocalEmbedder) -> None:
+    _partitioned_store(cluster, embedder, "has_moved")
+    with psycopg.connect(cluster.dsn) as conn:
+        conn.execute("INSERT INTO has_moved.tenant_partitions (dataset, project) VALUES ('ds', 'p')")
+    with pytest.raises(ConfigurationError, match="have partitions of their own"):
+        distribute(cluster.dsn, schema="has_moved")
+    with psycopg.connect(cluster.dsn) as conn:  # nothing changed
+        (kind,) = conn.execute("SELECT relkind FROM pg_class WHERE oid = 'has_moved.facts'::regclass").fetchone()  # type: ignore[misc]
+    assert kind == "p"
