@@ -92,11 +92,16 @@ def test_a_fresh_store_is_analyzed_once_it_holds_a_few_hundred_facts(pg_dsn: str
         with Memory.open(pg_dsn, embedder, schema=schema) as memory:
             memory.add_facts(facts[:10], dataset="d", project="p")
             with psycopg.connect(pg_dsn) as conn:
-                before = conn.execute("SELECT reltuples FROM pg_class WHERE oid = %s::regclass", (f"{schema}.facts",))
+                # the DEFAULT partition, where small tenants grow (a partitioned table has no statistics of its own)
+                before = conn.execute(
+                    "SELECT reltuples FROM pg_class WHERE oid = %s::regclass", (f"{schema}.facts_shared",)
+                )
                 assert before.fetchone() == (-1,)  # never analyzed
             memory.add_facts(facts[10:], dataset="d", project="p")
             with psycopg.connect(pg_dsn) as conn:
-                after = conn.execute("SELECT reltuples FROM pg_class WHERE oid = %s::regclass", (f"{schema}.facts",))
+                after = conn.execute(
+                    "SELECT reltuples FROM pg_class WHERE oid = %s::regclass", (f"{schema}.facts_shared",)
+                )
                 assert after.fetchone() == (400,)
     finally:
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
@@ -116,11 +121,13 @@ def test_schema_creation_is_idempotent(pg_dsn: str, embedder: LocalEmbedder, sco
 
 
 def test_a_store_of_an_older_version_is_upgraded_at_open(pg_dsn: str, embedder: LocalEmbedder) -> None:
-    def fillfactor(conn: psycopg.Connection[Any]) -> Any:
-        return conn.execute("SELECT reloptions FROM pg_class WHERE oid = 'upgrade_test.entities'::regclass").fetchone()
+    def fillfactor(conn: psycopg.Connection[Any], table: str = "entities") -> Any:
+        return conn.execute(
+            "SELECT reloptions FROM pg_class WHERE oid = %s::regclass", (f"upgrade_test.{table}",)
+        ).fetchone()
 
     try:
-        with Memory.open(pg_dsn, embedder, schema="upgrade_test") as memory:
+        with Memory.open(pg_dsn, embedder, schema="upgrade_test", layout="plain") as memory:
             memory.add_facts(NETFLIX, dataset="d", project="p")
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             assert fillfactor(conn) == ([f"fillfactor={ENTITY_FILLFACTOR}"],)
@@ -133,11 +140,14 @@ def test_a_store_of_an_older_version_is_upgraded_at_open(pg_dsn: str, embedder: 
             conn.execute("ALTER TABLE upgrade_test.facts DROP COLUMN expired_at")  # and version 6's
             conn.execute("DROP TABLE upgrade_test.items")  # and without version 7's
             conn.execute("DROP TABLE upgrade_test.fact_sources")  # and version 8's
+            conn.execute("DROP TABLE upgrade_test.tenant_partitions")  # and version 9's
+            conn.execute("DELETE FROM upgrade_test.meta WHERE key = 'layout'")
             conn.execute("UPDATE upgrade_test.meta SET value = '2' WHERE key = 'schema_version'")
-        with Memory.open(pg_dsn, embedder, schema="upgrade_test"):
-            pass
+        with Memory.open(pg_dsn, embedder, schema="upgrade_test") as upgraded:
+            assert upgraded.info.partitioned  # and partitioned: its tables are the DEFAULT partitions now
+            assert upgraded.recall("netflix", dataset="d", project="p").facts
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
-            assert fillfactor(conn) == ([f"fillfactor={ENTITY_FILLFACTOR}"],)
+            assert fillfactor(conn, "entities_shared") == ([f"fillfactor={ENTITY_FILLFACTOR}"],)
             counted = lexeme_counts(conn, "upgrade_test", "d", "p")  # counted from the stored facts
             assert counted["kept"] == counted["actual"] and counted["kept"]["bad"] == 2
             version = conn.execute("SELECT value FROM upgrade_test.meta WHERE key = 'schema_version'").fetchone()

@@ -91,6 +91,9 @@ def test_a_new_store_is_partitioned_and_a_large_tenant_moves_with_its_rows(
         assert _rows(conn, schema, "facts_shared", small) == 3  # the small tenant stays
         names = [index.name for index in sql_layout.leaf_indexes(BIG)]
         assert _valid(conn, schema, names) == dict.fromkeys(names, True)
+        entities = f"{schema}.{sql_layout.tenant_tables('entities', BIG).leaf}"
+        (options,) = conn.execute("SELECT reloptions FROM pg_class WHERE oid = %s::regclass", (entities,)).fetchone()  # type: ignore[misc]
+        assert options == ["fillfactor=50"]  # like entities_shared: room for HOT count bumps
         (n_fks,) = conn.execute(  # every leaf's foreign keys point to a leaf of the same tenant
             """SELECT count(*) FROM pg_constraint k JOIN pg_class r ON r.oid = k.confrelid
                WHERE k.contype = 'f' AND k.conrelid::regclass::text LIKE %s AND r.relname LIKE %s""",

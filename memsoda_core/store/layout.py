@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from psycopg import sql
 
+from memsoda_core.store.schema import ENTITY_FILLFACTOR
 from memsoda_core.store.tenant_index import TenantIndex, tenant_key, tenant_predicate
 from memsoda_core.validation import Scope
 
@@ -66,6 +67,10 @@ FOREIGN_KEYS = (  # (table, column, referenced table, ON DELETE): schema v1 and 
     ("fact_entities", "entity_id", "entities", " ON DELETE CASCADE"),
     ("fact_sources", "fact_id", "facts", " ON DELETE CASCADE"),
 )
+
+STORAGE = {"entities": f" WITH (fillfactor = {ENTITY_FILLFACTOR})"}
+"""Storage parameters a table's partitions repeat (a partitioned table has none to pass on):
+half-full entity pages keep the count bumps of every write HOT (`store.schema.ENTITY_FILLFACTOR`)."""
 
 MOVE_LOCK_TIMEOUT = "2s"
 """A move attaches partitions, which locks the DEFAULT partitions ACCESS EXCLUSIVE for a moment;
@@ -275,23 +280,31 @@ def move_statements(
     like = "(LIKE {s}.{t} INCLUDING DEFAULTS INCLUDING GENERATED INCLUDING CONSTRAINTS)"
     for table, names in tables.items():
         t, parent, leaf, rest = (sql.Identifier(n) for n in (table, names.dataset, names.leaf, names.rest))
+        room = sql.SQL(STORAGE.get(table, ""))
         if dataset_placed:
-            out.append(_q("CREATE TABLE {s}.{leaf} " + like, schema, leaf=leaf, t=t))
+            out.append(_q("CREATE TABLE {s}.{leaf} " + like + "{room}", schema, leaf=leaf, t=t, room=room))
         else:
             out.append(
                 _q("CREATE TABLE {s}.{parent} " + like + " PARTITION BY LIST (project)", schema, parent=parent, t=t)
             )
             out.append(
                 _q(
-                    "CREATE TABLE {s}.{leaf} PARTITION OF {s}.{parent} FOR VALUES IN ({p})",
+                    "CREATE TABLE {s}.{leaf} PARTITION OF {s}.{parent} FOR VALUES IN ({p}){room}",
                     schema,
                     leaf=leaf,
                     parent=parent,
                     p=p,
+                    room=room,
                 )
             )
             out.append(
-                _q("CREATE TABLE {s}.{rest} PARTITION OF {s}.{parent} DEFAULT", schema, rest=rest, parent=parent)
+                _q(
+                    "CREATE TABLE {s}.{rest} PARTITION OF {s}.{parent} DEFAULT{room}",
+                    schema,
+                    rest=rest,
+                    parent=parent,
+                    room=room,
+                )
             )
     ctes: list[sql.Composable] = []
     for n, table in enumerate(reversed(PARTITIONED)):  # the referencing rows first
