@@ -1,4 +1,4 @@
-"""`python -m bench quality|speed|ingest|index|learning|stream|layout`: every table of bench/RESULTS.md."""
+"""`python -m bench quality|speed|ingest|index|learning|stream|layout|citus`: every table of bench/RESULTS.md."""
 
 from __future__ import annotations
 
@@ -86,6 +86,15 @@ def main(argv: list[str] | None = None) -> int:
     layout.add_argument("--seconds", type=float, default=60.0, help="the concurrency run")
     layout.add_argument("--threads", type=int, default=16)
 
+    citus = commands.add_parser("citus", help="one node against a local Citus cluster, same data")
+    citus.add_argument("--small", type=int, default=1_000, help="facts of the small tenant")
+    citus.add_argument("--large", type=int, default=100_000, help="facts of the large tenant")
+    citus.add_argument("--recalls", type=int, default=120, help="timed recalls per tenant and store")
+    citus.add_argument("--writes", type=int, default=60, help="timed add_facts per tenant and store")
+    citus.add_argument("--warmup", type=int, default=15)
+    citus.add_argument("--citus-dsn", help="an existing coordinator (default: start one with 2 workers here)")
+    citus.add_argument("--embedder", choices=("local", "hash"), default="hash")
+
     args = parser.parse_args(argv)
     if args.command == "quality":
         from bench import quality as bench_quality
@@ -168,6 +177,20 @@ def main(argv: list[str] | None = None) -> int:
         from bench import stream as bench_stream
 
         sys.stdout.write(bench_stream.run(embedder=_embedder(args.embedder), seed=args.seed, step=args.step))
+    elif args.command == "citus":
+        from bench import citus as bench_citus
+
+        sys.stdout.write(
+            bench_citus.run(
+                embedder=_embedder(args.embedder),
+                small=args.small,
+                large=args.large,
+                recalls=args.recalls,
+                writes=args.writes,
+                warmup=args.warmup,
+                citus_dsn=args.citus_dsn,
+            )
+        )
     return 0
 
 

@@ -117,6 +117,8 @@ class TenantData:
     """(subject_idx, predicate, object text, object_idx | None, mention_idx | None, anchor_idx, valid_at,
     invalid_at, confidence)"""
     vectors: np.ndarray[Any, np.dtype[np.float32]]
+    dataset: str = DATASET
+    """Its tenant's dataset (the Citus distribution key; the speed runs share one)."""
 
 
 def generate(tenant: Tenant, *, dims: int, words: Sequence[str], seed: int) -> TenantData:
@@ -272,7 +274,7 @@ def load(
                 for j, name in enumerate(data.entity_names):
                     copy.write_row(
                         (
-                            DATASET,
+                            data.dataset,
                             data.project,
                             entity_ids[j],
                             name,
@@ -318,7 +320,7 @@ def load(
                     subject, predicate, obj_text, obj_idx, _, anchor, valid_at, invalid_at, confidence = fact
                     copy.write_row(
                         (
-                            DATASET,
+                            data.dataset,
                             data.project,
                             fid,
                             data.entity_names[subject],
@@ -348,10 +350,10 @@ def load(
                     if mention is not None:
                         roles[mention] = roles.get(mention, 0) | 4
                     for entity, role in roles.items():
-                        copy.write_row((DATASET, data.project, entity_ids[entity], fid, role))
+                        copy.write_row((data.dataset, data.project, entity_ids[entity], fid, role))
             conn.execute(
                 sql.SQL("INSERT INTO {}.scopes (dataset, project, fact_count) VALUES (%s, %s, %s)").format(s),
-                (DATASET, data.project, len(data.facts)),
+                (data.dataset, data.project, len(data.facts)),
             )
             total += len(data.facts)
     copy_s = time.perf_counter() - started
@@ -360,7 +362,7 @@ def load(
     for _, definition in indexes:
         conn.execute(sql.SQL(definition))  # from pg_indexes, not user input
     for data in tenants:  # what memsoda's writes keep: each lexeme's fact count in the scope
-        conn.execute(recount_lexemes(schema, scoped=True), {"dataset": DATASET, "project": data.project})
+        conn.execute(recount_lexemes(schema, scoped=True), {"dataset": data.dataset, "project": data.project})
     for table in ("entities", "facts"):
         conn.execute(
             sql.SQL("SELECT setval(pg_get_serial_sequence({}, 'id'), (SELECT max(id) FROM {}.{}))").format(

@@ -162,6 +162,8 @@ class Cluster:
 
     root: Path
     workers: int = 2
+    settings: dict[str, str] = field(default_factory=dict)
+    """Overrides of `NODE_SETTINGS` (postgresql.conf syntax), for every node."""
     nodes: list[Node] = field(default_factory=list)
     _user: str | None = None
 
@@ -226,7 +228,8 @@ class Cluster:
                 user=self._user,
             )
             node = Node(pgdata, find_suitable_port("127.0.0.1"))
-            settings = {**NODE_SETTINGS, "port": str(node.port), "unix_socket_directories": f"'{sockets}'"}
+            own = {"port": str(node.port), "unix_socket_directories": f"'{sockets}'"}
+            settings = {**NODE_SETTINGS, **self.settings, **own}
             with (pgdata / "postgresql.conf").open("a") as conf:
                 conf.writelines(f"{name} = {value}\n" for name, value in settings.items())
             self.nodes.append(node)

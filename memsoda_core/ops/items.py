@@ -34,10 +34,12 @@ from memsoda_core.items import (
 from memsoda_core.limits import MAX_K
 from memsoda_core.models import RecallResult
 from memsoda_core.ops.maintenance import ensure_tenant_indexes
+from memsoda_core.ops.routing import insert_rows
 from memsoda_core.ops.writing import lock_facts, write_facts
 from memsoda_core.runner.steps import Operation, execute, execute_as, read_aside
 from memsoda_core.store import items as sql_items
 from memsoda_core.store import reconcile as sql_reconcile
+from memsoda_core.store import routed as sql_routed
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import Scope
 
@@ -100,7 +102,14 @@ def put_items(
     if stored:
         kept = [valid[n] for n in stored]
         payload = _batch(kept, {i: new_fact[n] for i, n in enumerate(stored) if n in new_fact})
-        yield from execute(sql_items.upsert_items(info.schema), {**base, "items": payload, "now": now})
+        columns = {
+            "namespaces": [list(item.namespace) for item in kept],
+            "keys": [item.key for item in kept],
+            "values": [item.value_json for item in kept],
+            "fact_ids": [new_fact.get(n) for n in stored],
+        }
+        params = {**base, "now": now, **(columns if info.distributed else {"items": payload})}
+        yield from insert_rows(info, sql_items.upsert_items(info.schema), sql_routed.ITEMS, params)
     gone = [item for item in valid if item.value_json is None]
     if gone:
         yield from execute(sql_items.delete_items(info.schema), {**base, "items": _batch(gone)})

@@ -8,6 +8,7 @@ from psycopg import sql
 from memsoda_core.ops.ddl import index_ddl, took_lock
 from memsoda_core.ops.placing import ensure_all_own_partitions, ensure_own_partition, leaf_fact_index
 from memsoda_core.runner.steps import Operation, Planning, execute, execute_as, outside_transaction
+from memsoda_core.store import routed as sql_routed
 from memsoda_core.store import statements as sql_store
 from memsoda_core.store import tenant_index as sql_tenant_index
 from memsoda_core.store.info import StoreInfo
@@ -25,11 +26,15 @@ def ensure_tenant_indexes(info: StoreInfo, scope: Scope) -> Operation[list[str]]
     if info.partitioned:
         return (yield from ensure_own_partition(info, scope))
     indexes = sql_tenant_index.tenant_indexes(scope)
-    rows = yield from execute_as(
-        sql_tenant_index.MissingIndex,
-        sql_tenant_index.missing_statement(info.schema),
-        sql_tenant_index.missing_params(info.schema, scope, info.tenant_index_min_facts),
-    )
+    params = sql_tenant_index.missing_params(info.schema, scope, info.tenant_index_min_facts)
+    if not info.distributed:
+        rows = yield from execute_as(
+            sql_tenant_index.MissingIndex, sql_tenant_index.missing_statement(info.schema), params
+        )
+    elif (yield from scope_fact_count(info, scope)) < info.tenant_index_min_facts:
+        rows = []  # the scope's row on its shard, then the coordinator's catalog: each one step
+    else:
+        rows = yield from execute_as(sql_tenant_index.MissingIndex, sql_routed.missing_indexes_statement(), params)
     missing = {row.name: row.present for row in rows}  # present: left invalid by a crashed build
     if not missing:
         return []

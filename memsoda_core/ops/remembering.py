@@ -12,9 +12,11 @@ from memsoda_core.learning.operations import Checked, CheckedExtraction
 from memsoda_core.models import FactSource
 from memsoda_core.ops.editing import check_live, write_episodes
 from memsoda_core.ops.maintenance import ensure_tenant_indexes
+from memsoda_core.ops.routing import insert_rows
 from memsoda_core.ops.writing import lock_facts, write_facts
 from memsoda_core.runner.steps import Operation, embed_documents, execute, execute_as, read_aside
 from memsoda_core.store import reconcile as sql_reconcile
+from memsoda_core.store import routed as sql_routed
 from memsoda_core.store import sources as sql_sources
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import Scope, ValidEpisode
@@ -106,8 +108,10 @@ def apply_extraction(
             },
         )
     if writes:
-        yield from execute(
+        yield from insert_rows(
+            info,
             sql_sources.insert_sources(info.schema),
+            sql_routed.SOURCES,
             {**base, "thread_id": thread_id, "fact_ids": ids, "message_ids": [c.message.id for c in writes]},
         )
     episode_ids = (yield from write_episodes(info, scope, [episode], episode_vectors)) if episode is not None else []

@@ -19,10 +19,12 @@ from memsoda_core.errors import (
 from memsoda_core.models import FactInput
 from memsoda_core.ops.maintenance import ensure_tenant_indexes, refresh_statistics, statistics_stale
 from memsoda_core.ops.reconciling import Plan, plan_batch
+from memsoda_core.ops.routing import insert_rows, insert_rows_as
 from memsoda_core.runner.steps import Operation, embed_documents, execute, execute_as, read_aside
 from memsoda_core.store import layout as sql_layout
 from memsoda_core.store import lexemes as sql_lexemes
 from memsoda_core.store import reconcile as sql_reconcile
+from memsoda_core.store import routed as sql_routed
 from memsoda_core.store import statements as sql_store
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import (
@@ -92,19 +94,26 @@ def bump_counts(info: StoreInfo, scope: Scope, deltas: CountDeltas) -> Operation
         return
     base = {"dataset": scope.dataset, "project": scope.project}
     names = sorted(deltas.types)
-    yield from execute(
+    bumped = yield from insert_rows(
+        info,
         sql_store.bump_entities(info.schema),
+        sql_routed.BUMP_ENTITIES,
         {
             **base,
             "names": names,
             "types": [deltas.types[name] for name in names],
             "touches": [deltas.touches[name] for name in names],
+            **({"filler": np.zeros(info.dimensions, dtype=np.float32)} if info.distributed else {}),
         },
     )
+    if any(created for (created,) in bumped):  # the routed form's check (`store.routed.BUMP_ENTITIES`)
+        raise StoreError("an entity of this write was deleted before its count was added; try the write again")
     if deltas.lexemes:
         lexemes = sorted(deltas.lexemes)
-        yield from execute(
+        yield from insert_rows(
+            info,
             sql_lexemes.count_lexemes(info.schema),
+            sql_routed.LEXEMES,
             {**base, "lexemes": lexemes, "counts": [deltas.lexemes[lexeme] for lexeme in lexemes]},
         )
     yield from execute(sql_store.bump_scope(info.schema), {**base, "delta": deltas.facts})
@@ -315,8 +324,10 @@ def _insert_new(
     for _ in range(ENTITY_ROUNDS):  # again when another writer created one of them meanwhile
         if not missing:
             break
-        rows = yield from execute(
+        rows = yield from insert_rows(
+            info,
             sql_store.insert_entities(info.schema),
+            sql_routed.ENTITIES,
             {
                 **base,
                 "names": missing,
@@ -325,12 +336,18 @@ def _insert_new(
             },
         )
         entity_ids.update((name, int(eid)) for name, eid in rows)
+        others = [name for name in missing if name not in entity_ids]
+        if info.distributed and others:  # created by another writer meanwhile: the routed form skips them
+            rows = yield from execute(sql_store.known_entities(info.schema, lock=True), {**base, "names": others})
+            entity_ids.update((name, int(eid)) for name, eid in rows)
         missing = [name for name in missing if name not in entity_ids]
     if missing:
         raise StoreError("entities of this write kept changing under concurrent writers; try the write again")
-    inserted = yield from execute_as(
+    inserted = yield from insert_rows_as(
         sql_store.InsertedFact,
+        info,
         sql_store.insert_facts(info.schema),
+        sql_routed.FACTS,
         {
             **base,
             "subjects": [f.subject for f in facts],
@@ -356,8 +373,10 @@ def _insert_new(
         for fact_id, fact in zip(fact_ids, facts, strict=True)
         for name, roles in fact.entity_roles().items()
     ]
-    yield from execute(
+    yield from insert_rows(
+        info,
         sql_store.insert_fact_entities(info.schema),
+        sql_routed.FACT_ENTITIES,
         {
             **base,
             "fact_ids": [link[0] for link in links],
@@ -365,12 +384,13 @@ def _insert_new(
             "roles": [link[2] for link in links],
         },
     )
-    table = sql_layout.shared("facts") if info.partitioned else "facts"
-    (pages,) = yield from execute_as(
-        sql_store.TablePages, sql_store.facts_pages(), {"schema": info.schema, "table": table}
-    )
-    if statistics_stale(int(pages.analyzed), int(pages.current)):
-        yield from refresh_statistics(info)
+    if not info.distributed:  # a distributed table's pages are on the workers, which analyze their shards
+        table = sql_layout.shared("facts") if info.partitioned else "facts"
+        (pages,) = yield from execute_as(
+            sql_store.TablePages, sql_store.facts_pages(), {"schema": info.schema, "table": table}
+        )
+        if statistics_stale(int(pages.analyzed), int(pages.current)):
+            yield from refresh_statistics(info)
     return fact_ids, CountDeltas(lexemes=lexeme_counts, facts=len(fact_ids))
 
 
