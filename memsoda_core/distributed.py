@@ -25,6 +25,7 @@ from memsoda_core.errors import ConfigurationError, StoreError, StoreUnavailable
 from memsoda_core.runner.policy import SESSION_SETTINGS
 from memsoda_core.runner.steps import Operation, execute, execute_as, own_transaction
 from memsoda_core.store import layout as sql_layout
+from memsoda_core.store import placement as sql_placement
 from memsoda_core.store.schema import read_meta_statement
 
 TENANT_COLUMN = "dataset"
@@ -228,7 +229,7 @@ def _plain_tables(schema: str) -> Operation[None]:
     meta: dict[str, str] = {str(k): str(v) for k, v in (yield from execute(read_meta_statement(schema)))}
     if meta.get(sql_layout.LAYOUT_KEY) != "partitioned":
         return
-    moved = yield from execute(sql_layout.moved_scopes_statement(schema))
+    moved = yield from execute(sql_placement.moved_scopes_statement(schema))
     if moved:
         raise ConfigurationError(
             f"{len(moved)} tenants of schema {schema!r} have partitions of their own on this node; "

@@ -8,6 +8,7 @@ from psycopg import sql
 from memsoda_core.ops.ddl import index_ddl, took_lock
 from memsoda_core.runner.steps import Operation, Planning, execute, execute_as, outside_transaction, own_transaction
 from memsoda_core.store import layout as sql_layout
+from memsoda_core.store import placement as sql_placement
 from memsoda_core.store import tenant_index as sql_tenant_index
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.store.tenant_index import TenantIndex
@@ -18,7 +19,7 @@ def scope_size(info: StoreInfo, scope: Scope, planning: Planning = Planning.FRES
     """(facts, placed) of `scope`: placed when its dataset has partitions of its own, so that its
     rows are not in the DEFAULT partitions; (0, False) for a scope never written."""
     rows = yield from execute(
-        sql_layout.scope_size_statement(info.schema), {"dataset": scope.dataset, "project": scope.project}, planning
+        sql_placement.scope_size_statement(info.schema), {"dataset": scope.dataset, "project": scope.project}, planning
     )
     return (int(rows[0][0]), bool(rows[0][1])) if rows else (0, False)
 
@@ -37,8 +38,8 @@ def ensure_own_partition(info: StoreInfo, scope: Scope, *, move: bool = True) ->
     leaf = sql_layout.leaf_indexes(scope)
     legacy = sql_tenant_index.tenant_indexes(scope)
     rows = yield from execute_as(
-        sql_layout.Placement,
-        sql_layout.placement_statement(info.schema),
+        sql_placement.Placement,
+        sql_placement.placement_statement(info.schema),
         {
             "dataset": scope.dataset,
             "project": scope.project,
@@ -93,7 +94,7 @@ def ensure_all_own_partitions(info: StoreInfo, *, move: bool) -> Operation[list[
     large = yield from execute_as(
         Scope, sql_tenant_index.large_scopes_statement(info.schema), {"min_facts": info.tenant_index_min_facts}
     )
-    moved = yield from execute_as(Scope, sql_layout.moved_scopes_statement(info.schema))
+    moved = yield from execute_as(Scope, sql_placement.moved_scopes_statement(info.schema))
     built: list[str] = []
     for scope in dict.fromkeys([*moved, *large]):
         built += yield from ensure_own_partition(info, scope, move=move)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from psycopg import sql
 
 from memsoda_core.store.schema import ENTITY_FILLFACTOR
-from memsoda_core.store.tenant_index import TenantIndex, tenant_key, tenant_predicate
+from memsoda_core.store.tenant_index import TenantIndex, tenant_key
 from memsoda_core.validation import Scope
 
 PARTITIONED = ("entities", "facts", "fact_entities", "fact_sources")
@@ -367,67 +367,3 @@ def move_statements(
             )
     out.append(_q("INSERT INTO {s}.tenant_partitions (dataset, project) VALUES ({d}, {p})", schema, d=d, p=p))
     return out
-
-
-# --- where a scope's rows are -----------------------------------------------------------------------------
-
-
-def scope_size_statement(schema: str) -> sql.Composed:
-    """The fact count of scope %(dataset)s / %(project)s and whether its dataset has partitions of
-    its own, so that its rows are not in the DEFAULT partitions (no row for a scope never written)."""
-    return _q(
-        """SELECT sc.fact_count, EXISTS (SELECT 1 FROM {s}.tenant_partitions tp WHERE tp.dataset = sc.dataset)
-           FROM {s}.scopes sc WHERE {tenant}""",
-        schema,
-        tenant=tenant_predicate("sc"),
-    )
-
-
-@dataclass(frozen=True)
-class Placement:
-    """A row of `placement_statement`."""
-
-    facts: int
-    moved: bool
-    """The scope has its own leaves."""
-    placed: bool
-    """Its dataset has partitions of its own (this scope's or another project's)."""
-    missing: list[str] | None
-    """Of the leaf indexes, those not built yet (an invalid one included); None for a small scope."""
-    invalid: list[str] | None
-    """Of the leaf indexes, those a crashed build left invalid."""
-    legacy: list[str] | None
-    """Of the scope's partial indexes on the DEFAULT partitions (a store from before), those present."""
-
-
-def placement_statement(schema: str) -> sql.Composed:
-    """The `Placement` of scope %(dataset)s / %(project)s; the index lists (%(leaf)s, %(legacy)s:
-    names) only when it holds %(min_facts)s facts or has moved. No row for a scope never written."""
-    return _q(
-        """SELECT sc.fact_count AS facts, m.moved, m.placed,
-                  CASE WHEN m.moved OR sc.fact_count >= %(min_facts)s THEN
-                       ARRAY(SELECT n FROM unnest(%(leaf)s::text[]) n WHERE NOT EXISTS (
-                             SELECT 1 FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid
-                             WHERE c.relnamespace = ns.oid AND c.relname = n AND i.indisvalid)) END AS missing,
-                  CASE WHEN m.moved OR sc.fact_count >= %(min_facts)s THEN
-                       ARRAY(SELECT n FROM unnest(%(leaf)s::text[]) n WHERE EXISTS (
-                             SELECT 1 FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid
-                             WHERE c.relnamespace = ns.oid AND c.relname = n AND NOT i.indisvalid)) END AS invalid,
-                  CASE WHEN m.moved OR sc.fact_count >= %(min_facts)s THEN
-                       ARRAY(SELECT n FROM unnest(%(legacy)s::text[]) n WHERE EXISTS (
-                             SELECT 1 FROM pg_class c WHERE c.relnamespace = ns.oid AND c.relname = n)) END AS legacy
-           FROM {s}.scopes sc
-           JOIN pg_namespace ns ON ns.nspname = %(schema)s
-           CROSS JOIN LATERAL (
-               SELECT EXISTS (SELECT 1 FROM {s}.tenant_partitions tp
-                              WHERE tp.dataset = sc.dataset AND tp.project = sc.project) AS moved,
-                      EXISTS (SELECT 1 FROM {s}.tenant_partitions tp WHERE tp.dataset = sc.dataset) AS placed) m
-           WHERE {tenant}""",
-        schema,
-        tenant=tenant_predicate("sc"),
-    )
-
-
-def moved_scopes_statement(schema: str) -> sql.Composed:
-    """Every scope with leaves of its own."""
-    return _q("SELECT dataset, project FROM {s}.tenant_partitions ORDER BY dataset, project", schema)
