@@ -316,3 +316,42 @@ def test_unpartitioning_a_store_no_tenant_left_gives_back_plain_tables(
         assert not plain.info.partitioned
         (second,) = plain.add_facts(_facts(1, offset=5), dataset="d", project="p")
         assert second > first and len(plain.list_facts(dataset="d", project="p").facts) == 2
+
+
+def test_readers_and_writers_of_other_tenants_never_fail_while_tenants_move(
+    memory: Memory, pg_dsn: str, embedder: Any, schema: str
+) -> None:
+    small = [Scope(dataset=f"small-{n}", project="p") for n in range(4)]
+    for scope in small:
+        memory.add_facts(_facts(3), **vars(scope))
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def busy(n: int) -> None:
+        with Memory.open(pg_dsn, embedder, schema=schema) as own:
+            k = 0
+            while not stop.is_set():
+                scope = small[(n + k) % len(small)]
+                try:
+                    if k % 3 == 0:  # into a tenant of its own each time: none grows large
+                        own.add_facts(_facts(1), dataset=f"new-{n}-{k}", project="p")
+                    else:
+                        assert own.recall("who visited Town1?", **vars(scope)).facts
+                except BaseException as exc:
+                    errors.append(exc)
+                k += 1
+
+    threads = [threading.Thread(target=busy, args=(n,)) for n in range(3)]
+    for thread in threads:
+        thread.start()
+    try:
+        for n in range(4):  # four tenants grow large, each moving while the others read and write
+            memory.add_facts(_facts(THRESHOLD + 1), dataset=f"growing-{n}", project="p")
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    assert errors == []
+    memory.maintain()  # a move that gave up under the load (tried again at the next write) is done here
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        assert {d for d, _ in _moved(conn, schema)} == {f"growing-{n}" for n in range(4)}

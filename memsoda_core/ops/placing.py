@@ -68,7 +68,10 @@ def ensure_own_partition(info: StoreInfo, scope: Scope, *, move: bool = True) ->
         )
         by_table = {row.table.removesuffix("_shared"): row.columns for row in columns}
         statements = sql_layout.move_statements(info.schema, scope, by_table, dataset_placed=placement.placed)
-        moved = (yield from own_transaction(statements)) is not None
+        for _ in range(sql_layout.MOVE_ATTEMPTS):  # each failed attempt gave up a lock wait, rolled back
+            moved = (yield from own_transaction(statements)) is not None
+            if moved:
+                break
     built: list[str] = []
     if moved:
         missing = set(placement.missing or []) if placement.moved else {index.name for index in leaf}

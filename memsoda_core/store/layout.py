@@ -72,10 +72,21 @@ STORAGE = {"entities": f" WITH (fillfactor = {ENTITY_FILLFACTOR})"}
 """Storage parameters a table's partitions repeat (a partitioned table has none to pass on):
 half-full entity pages keep the count bumps of every write HOT (`store.schema.ENTITY_FILLFACTOR`)."""
 
-MOVE_LOCK_TIMEOUT = "2s"
-"""A move attaches partitions, which locks the DEFAULT partitions ACCESS EXCLUSIVE for a moment;
-queued behind a long transaction it would hold every small tenant's statements queued behind it,
-so it gives up after this (rolled back whole) and the next write into the tenant tries again."""
+MOVE_LOCK_TIMEOUT = "1s"
+"""How long a move waits for its dataset's writers (the move lock); it then gives up, rolled back
+whole, and the next write into the tenant tries again."""
+
+EXCLUSIVE_LOCK_TIMEOUT = "50ms"
+"""How long a move waits for the DEFAULT partitions it moves rows out of, which it locks ACCESS
+EXCLUSIVE, all four in one statement, before anything else. A reader (or writer) locks the tables
+of its statement one after the other, so a move holding one of them while waiting for another can
+close a wait cycle with it; giving up well before `deadlock_timeout` (1 s by default) means the
+move is the one that rolls back, and no reader ever gets a deadlock error. Meanwhile the statements
+queued behind the move wait at most this long; the move is tried again (`MOVE_ATTEMPTS`)."""
+
+MOVE_ATTEMPTS = 3
+"""A move that gave up a lock wait is tried again at once this many times in all, then by the next
+write into the tenant."""
 
 
 def _q(template: str, schema: str, **parts: sql.Composable) -> sql.Composed:
@@ -272,11 +283,20 @@ def move_statements(
     leaf-to-leaf foreign keys, and the record in `tenant_partitions`. Values are literals: DDL
     takes no parameters."""
     d, p = sql.Literal(scope.dataset), sql.Literal(scope.project)
-    out = [
-        sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(MOVE_LOCK_TIMEOUT)),
-        dataset_lock(schema, scope.dataset),
-    ]
     tables = {table: tenant_tables(table, scope) for table in PARTITIONED}
+    sources = [tables[table].rest if dataset_placed else shared(table) for table in PARTITIONED]
+    timeout = "SET LOCAL lock_timeout = {}"
+    out = [
+        sql.SQL(timeout).format(sql.Literal(MOVE_LOCK_TIMEOUT)),
+        dataset_lock(schema, scope.dataset),
+        sql.SQL(timeout).format(sql.Literal(EXCLUSIVE_LOCK_TIMEOUT)),
+        _q(
+            "LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE",
+            schema,
+            tables=sql.SQL(", ").join(sql.Identifier(schema, source) for source in sources),
+        ),
+        sql.SQL(timeout).format(sql.Literal(MOVE_LOCK_TIMEOUT)),
+    ]
     like = "(LIKE {s}.{t} INCLUDING DEFAULTS INCLUDING GENERATED INCLUDING CONSTRAINTS)"
     for table, names in tables.items():
         t, parent, leaf, rest = (sql.Identifier(n) for n in (table, names.dataset, names.leaf, names.rest))

@@ -64,13 +64,17 @@ class Locked:
 
 def lock_scope(schema: str) -> sql.Composed:
     """Every lock `lock_relations` could take in the scope, in ascending order (`forget` of the
-    whole scope): every writer into it has committed before, and the next ones wait."""
+    whole scope): every writer into it has committed before, and the next ones wait. Read through
+    the scope's row, so that on Citus the locks are taken on the tenant's worker, where the writers
+    take theirs (a statement on no distributed table runs on the coordinator); a scope never
+    written has no row, and nothing to forget."""
     return tenant_statement(
         """SELECT count(pg_advisory_xact_lock(
                       hashtext(concat_ws(chr(31), %(schema)s::text, %(dataset)s::text, %(project)s::text)),
-                      b)::text) AS locks,
+                      k.b)::text) AS locks,
                   clock_timestamp() AS learned_at
-           FROM generate_series(0, {mask}) AS b""",
+           FROM (SELECT b FROM {s}.scopes sc CROSS JOIN generate_series(0, {mask}) AS b
+                 WHERE {tenant_sc} ORDER BY b) k""",
         schema,
         mask=sql.Literal(LOCK_BUCKETS - 1),
     )

@@ -130,9 +130,9 @@ NOT_ROUTED: dict[str, re.Pattern[str]] = {}
 None today: on a distributed store the writes insert multi-row VALUES with the tenant bound in
 every row (`store.routed`), and a large scope's tenant-index check reads its row on its shard and
 the coordinator's catalog in two steps. Statements that touch no shard run on the coordinator
-alone ("coordinator only"): the catalog reads of tenant indexes, the items' advisory locks
-(`store.items.lock_items`, taken there by every item writer) and forget's scope lock
-(`store.reconcile.lock_scope`: known gap, the writers' relation locks are taken on the worker)."""
+alone ("coordinator only"): the catalog reads of tenant indexes and the items' advisory locks
+(`store.items.lock_items`, taken there by every item writer). Forget's scope lock reads the
+scope's row, so it runs on the tenant's worker, where the writers take their relation locks."""
 
 
 @contextmanager
@@ -360,4 +360,6 @@ def test_forget_on_citus_stays_on_one_shard(citus_memory: Memory, cluster: Any) 
     kinds = plans(cluster, sent)
     print("\nforget plans:", *(f"  {kind:28} {text[:100]}" for text, kind in kinds.items()), sep="\n")
     check_routing(kinds, lambda text: _known(text) or kinds[text] == "coordinator only")
+    (scope_lock,) = [kind for text, kind in kinds.items() if "generate_series(0," in text]
+    assert scope_lock == "router"  # on the tenant's worker, where the writers take their locks
     assert citus_memory.stats(**scope) == []
