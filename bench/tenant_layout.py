@@ -34,6 +34,7 @@ from bench.hashembed import HashEmbedder
 from memsoda_core import Memory
 from memsoda_core.ops import ensure_tenant_indexes
 from memsoda_core.runner.sync_runner import Runner
+from memsoda_core.store.statements import analyze
 from memsoda_core.validation import Scope
 
 LAYOUTS = ("plain", "partitioned")
@@ -116,7 +117,8 @@ def load(conn: psycopg.Connection[Any], schema: str, first: int, last: int, fact
                 **lit,
             )
         )
-    conn.execute(_q("ANALYZE {s}.scopes, {s}.entities, {s}.facts, {s}.fact_entities", schema))
+    for statement in analyze(schema, partitioned=schema == "partitioned"):  # memsoda's own refresh
+        conn.execute(statement)
 
 
 class Probe:

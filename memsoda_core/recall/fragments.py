@@ -34,9 +34,8 @@ def where(alias: str, *, live: bool = True, named: Scope | None = None, known: b
     ).format(scope=scope, a=a)
 
 
-_PREDICATES: dict[str, sql.Composable] = {
-    **{"scope_" + alias: where(alias, live=False) for alias in ("sc", "e", "fe", "b", "f", "a", "l")},
-}
+_ALIASES = ("sc", "e", "fe", "b", "f", "a", "l")
+_PREDICATES: dict[str, sql.Composable] = {"scope_" + alias: where(alias, live=False) for alias in _ALIASES}
 _WHERE_F = {False: where("f"), True: where("f", known=True)}
 
 
@@ -64,15 +63,22 @@ def fragment(
     """`template` with {s} the schema, {where_f} the full predicate on facts `f` (`known`: as
     memory knew it at %(known_at)s, see `where`), {scope_x} the tenant predicate on alias x, and
     `parts`. {index_where_f} and {index_scope_e} are the predicates a scope's partial indexes must
-    match: the scope's names as literals when `indexed` is given (see
-    `statements.recall_statements`), else the bound ones. {facts}, {entities} and {fact_entities}
+    match. With `indexed` (see `statements.recall_statements`) every tenant predicate names the
+    scope as literals: its partial indexes match, and on a partitioned store the plan PostgreSQL
+    keeps is pruned to its partitions (a bound tenant would leave every partition in it, each
+    locked at every run); else they are bound. {facts}, {entities} and {fact_entities}
     are those tables (`tables`)."""
-    predicates = {
-        **_PREDICATES,
-        "where_f": _WHERE_F[known],
-        "index_where_f": where("f", named=indexed, known=known),
-        "index_scope_e": where("e", live=False, named=indexed),
-    }
+    if indexed is None:
+        predicates = {
+            **_PREDICATES,
+            "where_f": _WHERE_F[known],
+            "index_where_f": _WHERE_F[known],
+            "index_scope_e": _PREDICATES["scope_e"],
+        }
+    else:  # every table named with the scope: on a partitioned store the kept plan holds its partitions only
+        own = {"scope_" + alias: where(alias, live=False, named=indexed) for alias in _ALIASES}
+        whole = where("f", named=indexed, known=known)
+        predicates = {**own, "where_f": whole, "index_where_f": whole, "index_scope_e": own["scope_e"]}
     named = tables(schema, default_partitions=default_partitions)
     used = {key: value for key, value in {**predicates, **named}.items() if "{" + key + "}" in template}
     return sql.SQL(template).format(s=sql.Identifier(schema), **used, **parts)
