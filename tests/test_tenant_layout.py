@@ -7,6 +7,7 @@ import re
 import threading
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import psycopg
@@ -355,3 +356,52 @@ def test_readers_and_writers_of_other_tenants_never_fail_while_tenants_move(
     memory.maintain()  # a move that gave up under the load (tried again at the next write) is done here
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         assert {d for d, _ in _moved(conn, schema)} == {f"growing-{n}" for n in range(4)}
+
+
+def _generic_plan_relations(conn: psycopg.Connection[Any], statement: sql.SQL) -> set[str]:
+    """The relations in PostgreSQL's generic plan of a rendered recall statement (as recall keeps it)."""
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match.group(1) not in names:
+            names.append(match.group(1))
+        return f"${names.index(match.group(1)) + 1}"
+
+    text = re.sub(r"%\((\w+)\)[sb]", number, statement.as_string(None)).replace("%%", "%")
+    ((explained,),) = conn.execute(sql.SQL("EXPLAIN (GENERIC_PLAN, FORMAT JSON) {}").format(sql.SQL(text))).fetchall()
+    found: set[str] = set()
+    pending = [explained[0]["Plan"]]
+    while pending:
+        node = pending.pop()
+        if "Relation Name" in node:
+            found.add(str(node["Relation Name"]))
+        pending += node.get("Plans", [])
+    return found
+
+
+@pytest.mark.parametrize("which", ["moved", "small"])
+def test_the_plans_recall_keeps_hold_one_tenant_s_partitions_only(memory: Memory, pg_dsn: str, which: str) -> None:
+    from memsoda_core.recall.result import plan_for
+    from memsoda_core.recall.statements import facts_statement, recall_statements
+
+    for n in range(3):
+        memory.add_facts(_facts(THRESHOLD + 1), dataset=f"large-{n}", project="p")
+    scope = Scope(dataset="large-1", project="p") if which == "moved" else Scope(dataset="small", project="p")
+    memory.add_facts(_facts(2), **vars(scope))
+    every = replace(plan_for("who visited Town1?", True, memory.options), dated=True, conversation=True)
+    plans = [every, plan_for(None, False, memory.options)]  # every signal; recency alone
+    schema = memory.info.schema
+    if which == "moved":
+        statements = [st for p in plans for st in recall_statements(schema, p, scope)]
+        statements.append(facts_statement(schema, named=scope))
+    else:
+        statements = [st for p in plans for st in recall_statements(schema, replace(p, default_partitions=True))]
+        statements.append(facts_statement(schema, default_partitions=True))
+    with psycopg.connect(pg_dsn) as conn:
+        relations = set().union(*(_generic_plan_relations(conn, statement) for statement in statements))
+    tenant_relations = {name for name in relations if TENANT_RELATION.search(name)}
+    if which == "moved":
+        own = {sql_layout.tenant_tables(table, scope).leaf for table in sql_layout.PARTITIONED}
+        assert tenant_relations and tenant_relations <= own  # no other tenant's partition is in the plan
+    else:
+        assert tenant_relations == set() and "facts_shared" in relations

@@ -54,7 +54,7 @@ def hits_statement(
         raise ValueError("a recall statement needs at least one signal")
     specs = [by_name(registry)[name] for name in signals]
     shared = dict.fromkeys(required for spec in specs for required in spec.requires)
-    ctes: list[sql.Composable] = [cte for required in shared for cte in required.ctes(schema, plan)]
+    ctes: list[sql.Composable] = [cte for required in shared for cte in required.ctes(schema, plan, indexed)]
     for spec in specs:
         ctes += spec.ctes(schema, plan, indexed)
     columns = list(dict.fromkeys(column for spec in specs for column, _ in spec.details))
@@ -74,9 +74,9 @@ PARSE_CACHE_BYTES = 4096
 """psycopg caches the parsing of a statement's placeholders only up to this length
 (`psycopg._queries.MAX_CACHED_STATEMENT_LENGTH`); a longer statement is parsed again on every call
 (bench/RESULTS.md, "Parse cache"). Rendered recall statements stay under it for schema names of up
-to 20 characters, and an indexed scope's own statements for dataset and project names of up to 40
-characters each (a test checks); the default schema is "memsoda". Longer names still work, a
-little slower."""
+to 20 characters, and an indexed scope's own statements, which name it in every tenant predicate,
+for dataset and project names of up to 12 characters each (a test checks; with the default schema
+"memsoda", about 20). Longer names still work, a little slower."""
 
 
 _QUOTED_OR_INDENT = re.compile(r"""("(?:[^"]|"")*"|'(?:[^']|'')*')|[ \t]*\n[ \t]*""")
@@ -130,7 +130,7 @@ def facts_statement(schema: str, *, default_partitions: bool = False, named: Sco
            WHERE {tenant_f} AND f.id = ANY(%(fact_ids)b::bigint[])""",
             schema,
             default_partitions=default_partitions,
-            fact_columns=fact_columns(schema),
+            fact_columns=fact_columns(schema, default_partitions=default_partitions, named=named),
             tenant_a=where("a", live=False, named=named),
             tenant_f=where("f", live=False, named=named),
         )

@@ -10,6 +10,8 @@ from typing import Any
 from psycopg import sql
 
 from memsoda_core.models import Fact
+from memsoda_core.store.tenant_index import scope_predicate, tenant_predicate
+from memsoda_core.validation import Scope
 
 UNKNOWN_START = "'-infinity'::timestamptz"
 """How a fact with no known start is stored: every liveness test (`valid_at <= at`) and index
@@ -33,17 +35,17 @@ class FactColumn:
     name: str
     """The `Fact` field it fills, and its column's name in SQL."""
     expression: str
-    """Its SQL over `f` (the fact) and `a` (its anchor entity); `{s}` is the schema. The tenant is
-    bound (every statement reading facts binds %(dataset)s and %(project)s), so a distributed
-    store routes the read to one shard (a correlated tenant is not narrowed by Citus)."""
+    """Its SQL over `f` (the fact) and `a` (its anchor entity); `{fact_entities}` and `{entities}`
+    are those tables, `{tenant_fm}` the tenant predicate on the links (bound, as every statement
+    reading facts binds %(dataset)s and %(project)s, so a distributed store routes the read to one
+    shard: a correlated tenant is not narrowed by Citus; or the scope's names, see `fact_columns`)."""
     decode: Callable[[Any], Any] = _as_is
     """The stored value -> the field's."""
 
 
-_MENTIONS = """ARRAY(SELECT m.name FROM {s}.fact_entities fm
-             JOIN {s}.entities m ON m.dataset = fm.dataset AND m.project = fm.project AND m.id = fm.entity_id
-             WHERE fm.dataset = %(dataset)s AND fm.project = %(project)s AND fm.fact_id = f.id
-               AND fm.roles & 4 <> 0
+_MENTIONS = """ARRAY(SELECT m.name FROM {fact_entities} fm
+             JOIN {entities} m ON m.dataset = fm.dataset AND m.project = fm.project AND m.id = fm.entity_id
+             WHERE {tenant_fm} AND fm.fact_id = f.id AND fm.roles & 4 <> 0
              ORDER BY m.name)"""
 
 FACT_COLUMNS: tuple[FactColumn, ...] = (
@@ -71,12 +73,19 @@ FACT_COLUMNS: tuple[FactColumn, ...] = (
 _NAMES = tuple(column.name for column in FACT_COLUMNS)
 
 
-def fact_columns(schema: str) -> sql.Composed:
+def fact_columns(schema: str, *, default_partitions: bool = False, named: Scope | None = None) -> sql.Composed:
     """The select list of FACT_COLUMNS, each named by its field. Needs `f` (facts) and `a` (the
-    anchor entity) in the FROM clause."""
+    anchor entity) in the FROM clause. For a recall's kept read, whose plan is kept: with
+    `default_partitions` the links are read from the DEFAULT partitions, with `named` the tenant
+    is the scope's names, so that the plan holds no other tenant's partitions (`store.layout`)."""
     s = sql.Identifier(schema)
+    parts = {
+        name: sql.SQL("{}.{}").format(s, sql.SQL(f"{name}_shared" if default_partitions else name))
+        for name in ("fact_entities", "entities")
+    }
+    parts["tenant_fm"] = tenant_predicate("fm") if named is None else scope_predicate(named, "fm")
     return sql.SQL(", ").join(
-        sql.SQL("{} AS {}").format(sql.SQL(column.expression).format(s=s), sql.Identifier(column.name))
+        sql.SQL("{} AS {}").format(sql.SQL(column.expression).format(**parts), sql.Identifier(column.name))
         for column in FACT_COLUMNS
     )
 

@@ -89,7 +89,7 @@ _ANCHOR = """
         LIMIT %(anchor_candidates)s)"""
 
 
-def anchor_ctes(schema: str, plan: RecallPlan) -> sql.Composed:
+def anchor_ctes(schema: str, plan: RecallPlan, indexed: Scope | None = None) -> sql.Composed:
     """Anchors (named + near, never hubs), the facts touching them (the `anchor_max_facts` most
     recently written per anchor), then the second hop through the other non-hub entities of those
     facts; ordered by relevance, never by physical row order. Anchors and bridges are real names
@@ -116,7 +116,15 @@ def anchor_ctes(schema: str, plan: RecallPlan) -> sql.Composed:
     real = sql.SQL(real_name("b.name"))
     partitions = plan.default_partitions
     hop2 = (
-        fragment(_HOP2, schema, known=plan.known, default_partitions=partitions, distance=distance, real=real)
+        fragment(
+            _HOP2,
+            schema,
+            indexed=indexed,
+            known=plan.known,
+            default_partitions=partitions,
+            distance=distance,
+            real=real,
+        )
         if two_hops
         else sql.SQL("")
     )
@@ -124,6 +132,7 @@ def anchor_ctes(schema: str, plan: RecallPlan) -> sql.Composed:
     return fragment(
         _ANCHOR,
         schema,
+        indexed=indexed,
         known=plan.known,
         default_partitions=partitions,
         distance=distance,
@@ -135,7 +144,7 @@ def anchor_ctes(schema: str, plan: RecallPlan) -> sql.Composed:
 
 
 def _ctes(schema: str, plan: RecallPlan, indexed: Scope | None) -> Sequence[sql.Composable]:
-    anchors = anchor_ctes(schema, plan)
+    anchors = anchor_ctes(schema, plan, indexed)
     near = near_cte(schema, indexed, default_partitions=plan.default_partitions)
     return (near, anchors) if plan.embedding else (anchors,)
 

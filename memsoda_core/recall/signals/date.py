@@ -27,7 +27,7 @@ OPEN_START = datetime(1, 1, 2, tzinfo=UTC)
 """The bound start of a window open at the start ("before 2020"): before any stored date."""
 
 
-def date_cte(schema: str, plan: RecallPlan) -> sql.Composed:
+def date_cte(schema: str, plan: RecallPlan, indexed: Scope | None = None) -> sql.Composed:
     """Facts that held in [%(window_start)s, %(window_end)s) (see the module docstring), nearest
     the query embedding first (most recent first without one); ties by recency, then id."""
     order = "f.embedding <=> %(qvec)s" if plan.embedding else "NULL::float8"
@@ -46,6 +46,7 @@ def date_cte(schema: str, plan: RecallPlan) -> sql.Composed:
               ORDER BY distance, f.valid_at DESC, f.id DESC
               LIMIT %(date_candidates)s) d)""",
         schema,
+        indexed=indexed,
         default_partitions=plan.default_partitions,
         order=sql.SQL(order),
         learned=sql.SQL(learned),
@@ -53,7 +54,7 @@ def date_cte(schema: str, plan: RecallPlan) -> sql.Composed:
 
 
 def _ctes(schema: str, plan: RecallPlan, indexed: Scope | None) -> Sequence[sql.Composable]:
-    return (date_cte(schema, plan),)
+    return (date_cte(schema, plan, indexed),)
 
 
 def _params(inputs: SignalInputs) -> Mapping[str, Any]:

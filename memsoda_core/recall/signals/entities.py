@@ -12,6 +12,7 @@ from memsoda_core.recall.fragments import fragment
 from memsoda_core.recall.signals.spec import SharedCtes, SignalInputs
 from memsoda_core.store.params import TextArray
 from memsoda_core.text import name_spans_with_terms
+from memsoda_core.validation import Scope
 
 
 def real_name(column: str) -> str:
@@ -24,7 +25,7 @@ def real_name(column: str) -> str:
     return f"(to_tsvector(%(tsconfig)s,{column})::text~'''\\w\\w' OR {column}~'[^\\w\\s''’]|_')"
 
 
-def hub_floor_cte(schema: str) -> sql.Composed:
+def hub_floor_cte(schema: str, indexed: Scope | None = None) -> sql.Composed:
     """The fact count from which an entity is a hub in this scope."""
     return fragment(
         """
@@ -34,10 +35,11 @@ def hub_floor_cte(schema: str) -> sql.Composed:
                             (SELECT sc.fact_count FROM {s}.scopes sc WHERE {scope_sc}), 0))
                        )::bigint AS n)""",
         schema,
+        indexed=indexed,
     )
 
 
-def named_cte(schema: str, *, default_partitions: bool = False) -> sql.Composed:
+def named_cte(schema: str, indexed: Scope | None = None, *, default_partitions: bool = False) -> sql.Composed:
     """Entities whose whole normalized name equals a span of the query (word-boundary match),
     each looked up by name (behind `OFFSET 0`, so a generic plan cannot scan the scope's entities
     instead: see `anchor.anchor_ctes`)."""
@@ -49,6 +51,7 @@ def named_cte(schema: str, *, default_partitions: bool = False) -> sql.Composed:
         CROSS JOIN LATERAL (SELECT id, name, fact_count FROM {entities} e
                             WHERE {scope_e} AND e.name = s.span OFFSET 0) e)""",
         schema,
+        indexed=indexed,
         default_partitions=default_partitions,
     )
 
@@ -66,6 +69,9 @@ def _params(inputs: SignalInputs) -> Mapping[str, Any]:
 
 NAMED_ENTITIES = SharedCtes(
     name="named entities",
-    ctes=lambda schema, plan: (hub_floor_cte(schema), named_cte(schema, default_partitions=plan.default_partitions)),
+    ctes=lambda schema, plan, indexed: (
+        hub_floor_cte(schema, indexed),
+        named_cte(schema, indexed, default_partitions=plan.default_partitions),
+    ),
     params=_params,
 )

@@ -13,7 +13,9 @@ from memsoda_core.recall.signals.spec import RecallPlan, SignalInputs, SignalSpe
 from memsoda_core.validation import Scope
 
 
-def recent_cte(schema: str, *, known: bool = False, default_partitions: bool = False) -> sql.Composed:
+def recent_cte(
+    schema: str, indexed: Scope | None = None, *, known: bool = False, default_partitions: bool = False
+) -> sql.Composed:
     """The most recent live facts: the no-query list, and the fallback when embedding failed."""
     return fragment(
         """
@@ -24,13 +26,14 @@ def recent_cte(schema: str, *, known: bool = False, default_partitions: bool = F
         ORDER BY f.valid_at DESC, f.id DESC
         LIMIT %(recent_limit)s)""",
         schema,
+        indexed=indexed,
         known=known,
         default_partitions=default_partitions,
     )
 
 
 def _ctes(schema: str, plan: RecallPlan, indexed: Scope | None) -> Sequence[sql.Composable]:
-    return (recent_cte(schema, known=plan.known, default_partitions=plan.default_partitions),)
+    return (recent_cte(schema, indexed, known=plan.known, default_partitions=plan.default_partitions),)
 
 
 def _params(inputs: SignalInputs) -> Mapping[str, Any]:

@@ -63,7 +63,7 @@ class SharedCtes:
     parameters."""
 
     name: str
-    ctes: Callable[[str, RecallPlan], Sequence[sql.Composable]]
+    ctes: CteBuilder
     params: ParamsBuilder
 
 
