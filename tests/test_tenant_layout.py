@@ -405,3 +405,19 @@ def test_the_plans_recall_keeps_hold_one_tenant_s_partitions_only(memory: Memory
         assert tenant_relations and tenant_relations <= own  # no other tenant's partition is in the plan
     else:
         assert tenant_relations == set() and "facts_shared" in relations
+
+
+def test_doctor_checks_that_large_tenants_have_their_partitions(memory: Memory, pg_dsn: str, schema: str) -> None:
+    from memsoda_core.cli.doctor import _tenant_index_check
+
+    memory.add_facts(_facts(THRESHOLD + 1), **vars(BIG))
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        meta = {
+            str(k): str(v)
+            for k, v in conn.execute(sql.SQL("SELECT key, value FROM {}.meta").format(sql.Identifier(schema)))
+        }
+        assert _tenant_index_check(conn, schema, meta).status == "ok"
+        leaf = sql_layout.leaf_indexes(BIG)[0]
+        conn.execute(sql.SQL("DROP INDEX {}.{}").format(sql.Identifier(schema), sql.Identifier(leaf.name)))
+        check = _tenant_index_check(conn, schema, meta)
+        assert check.status == "warn" and leaf.name in check.detail

@@ -16,8 +16,16 @@ from memsoda_core.cli.store import read_meta
 from memsoda_core.errors import EmbeddingError, MemsodaError
 from memsoda_core.ops.opening import TENANT_INDEX_KEY
 from memsoda_core.runner.target import release_target, resolve_target
+from memsoda_core.store.layout import LAYOUT_KEY, leaf_indexes
+from memsoda_core.store.placement import Placement, placement_statement
 from memsoda_core.store.schema import SCHEMA_VERSION
-from memsoda_core.store.tenant_index import DEFAULT_MIN_FACTS, large_scopes_statement, missing_params, missing_statement
+from memsoda_core.store.tenant_index import (
+    DEFAULT_MIN_FACTS,
+    large_scopes_statement,
+    missing_params,
+    missing_statement,
+    tenant_indexes,
+)
 from memsoda_core.validation import Scope
 
 
@@ -175,14 +183,45 @@ TENANT_INDEX_SCHEMA = 2
 """The schema version from which large scopes have their own indexes."""
 
 
+def _lacking_partial(conn: Any, schema: str, scope: Scope, threshold: int) -> list[str]:
+    params = missing_params(schema, scope, threshold)
+    return [str(name) for name, _ in conn.execute(missing_statement(schema), params).fetchall()]
+
+
+def _lacking_own(conn: Any, schema: str, scope: Scope, threshold: int) -> list[str]:
+    """A large scope of a partitioned store: not moved yet (its partial indexes from before do
+    meanwhile, if all there), or moved with leaf indexes missing."""
+    legacy = [index.name for index in tenant_indexes(scope)]
+    params = {
+        "dataset": scope.dataset,
+        "project": scope.project,
+        "schema": schema,
+        "min_facts": threshold,
+        "leaf": [index.name for index in leaf_indexes(scope)],
+        "legacy": legacy,
+    }
+    row = conn.execute(placement_statement(schema), params).fetchone()
+    if row is None:
+        return []
+    placement = Placement(*row)
+    if placement.moved:
+        return list(placement.missing or [])
+    return [] if sorted(placement.legacy or []) == sorted(legacy) else ["partitions of its own"]
+
+
 def _tenant_index_check(conn: Any, schema: str, meta: dict[str, str]) -> Check:
     """Whether every scope past the store's threshold has its own valid HNSW and GIN indexes."""
     threshold = int(meta.get(TENANT_INDEX_KEY, DEFAULT_MIN_FACTS))
     large = conn.execute(large_scopes_statement(schema), {"min_facts": threshold}).fetchall()
     lacking: list[str] = []
+    partitioned = meta.get(LAYOUT_KEY) == "partitioned"
     for dataset, project in large:
-        params = missing_params(schema, Scope(dataset=dataset, project=project), threshold)
-        missing = [str(name) for name, _ in conn.execute(missing_statement(schema), params).fetchall()]
+        scope = Scope(dataset=dataset, project=project)
+        missing = (
+            _lacking_own(conn, schema, scope, threshold)
+            if partitioned
+            else _lacking_partial(conn, schema, scope, threshold)
+        )
         if missing:
             lacking.append(f"{dataset}/{project} ({', '.join(missing)})")
     if lacking:
