@@ -150,10 +150,10 @@ def make_large(memory: Memory, conn: psycopg.Connection[Any], scope: Scope) -> f
     """memsoda's own operation making `scope` large; seconds."""
     info = replace(memory.info, tenant_index_min_facts=THRESHOLD)
     started = time.perf_counter()
-    built = Runner.run_on(conn, ensure_tenant_indexes(info, scope))
-    if not built:
-        raise RuntimeError(f"{scope} was not made large")
-    return time.perf_counter() - started
+    for _ in range(3):  # as the next writes into it would
+        if Runner.run_on(conn, ensure_tenant_indexes(info, scope)):
+            return time.perf_counter() - started
+    raise RuntimeError(f"{scope} was not made large")
 
 
 def timed_calls(

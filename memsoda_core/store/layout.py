@@ -76,13 +76,20 @@ MOVE_LOCK_TIMEOUT = "1s"
 """How long a move waits for its dataset's writers (the move lock); it then gives up, rolled back
 whole, and the next write into the tenant tries again."""
 
+MOVE_DEADLOCK_TIMEOUT = "50ms"
+"""The move's own `deadlock_timeout` while it locks the DEFAULT partitions it moves rows out of
+(ACCESS EXCLUSIVE, all four in one statement, before anything else). A reader or writer locks the
+tables of its statement one after the other, so a move holding one of them while waiting for
+another can close a wait cycle with it. The process whose deadlock check runs first is the one that
+fails, and each runs its check `deadlock_timeout` (1 s by default) after it began to wait: with
+50 ms the move checks first, rolls back and is tried again (`MOVE_ATTEMPTS`), and no reader ever
+gets a deadlock error. The same check cancels an autovacuum of those partitions that the move waits
+for, as PostgreSQL does for any lock request an autovacuum blocks. Setting it needs the SET
+privilege on it (a superuser has it, as on the embedded server)."""
+
 EXCLUSIVE_LOCK_TIMEOUT = "50ms"
-"""How long a move waits for the DEFAULT partitions it moves rows out of, which it locks ACCESS
-EXCLUSIVE, all four in one statement, before anything else. A reader (or writer) locks the tables
-of its statement one after the other, so a move holding one of them while waiting for another can
-close a wait cycle with it; giving up well before `deadlock_timeout` (1 s by default) means the
-move is the one that rolls back, and no reader ever gets a deadlock error. Meanwhile the statements
-queued behind the move wait at most this long; the move is tried again (`MOVE_ATTEMPTS`)."""
+"""Without that privilege, the move gives up its wait for the DEFAULT partitions after this instead,
+well before the others' deadlock checks (an autovacuum it waits for then finishes first)."""
 
 MOVE_ATTEMPTS = 3
 """A move that gave up a lock wait is tried again at once this many times in all, then by the next
@@ -289,7 +296,11 @@ def move_statements(
     out = [
         sql.SQL(timeout).format(sql.Literal(MOVE_LOCK_TIMEOUT)),
         dataset_lock(schema, scope.dataset),
-        sql.SQL(timeout).format(sql.Literal(EXCLUSIVE_LOCK_TIMEOUT)),
+        sql.SQL(
+            """SELECT CASE WHEN has_parameter_privilege('deadlock_timeout', 'SET')
+                           THEN set_config('deadlock_timeout', {deadlock}, true)
+                           ELSE set_config('lock_timeout', {fallback}, true) END"""
+        ).format(deadlock=sql.Literal(MOVE_DEADLOCK_TIMEOUT), fallback=sql.Literal(EXCLUSIVE_LOCK_TIMEOUT)),
         _q(
             "LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE",
             schema,
