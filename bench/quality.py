@@ -105,6 +105,7 @@ ROWS: tuple[Row, ...] = (
     Row(label="vector + anchor RRF", config="default", signals=("vector", "anchor")),
     Row(label="full: vector + anchor + keyword, no date signal (the defaults before)", config="default", signals=ALL),
     Row(label="**full: vector + anchor + keyword + date (defaults)**", config="default", signals=DEFAULTS),
+    Row(label="defaults + recency list (recent_candidates=50)", config="default", signals=(*DEFAULTS, "recent")),
     Row(label="full, anchor list in physical order", config="wide", signals=ALL, physical=True),
     Row(label="full, 1 hop", config="hop1", signals=ALL),
     Row(label="full, 1 hop, physical order", config="hop1_wide", signals=ALL, physical=True),
@@ -181,6 +182,20 @@ REALMEM_ROWS: tuple[realmem.RealmemRow, ...] = (
     ),
     realmem.RealmemRow(
         label="**full: vector + anchor + keyword + date (defaults)**", config="default", signals=DEFAULTS
+    ),
+    realmem.RealmemRow(
+        label="defaults + recency list (recent_candidates=50)", config="default", signals=(*DEFAULTS, "recent")
+    ),
+    realmem.RealmemRow(
+        label="defaults + recency list + conversation (last 2 user turns)",
+        config="default",
+        signals=(*DEFAULTS, "recent", "conversation"),
+    ),
+    realmem.RealmemRow(
+        label="vector + keyword + recency list (no anchor)", config="default", signals=("vector", "keyword", "recent")
+    ),
+    realmem.RealmemRow(
+        label="defaults + recency list, keyword needs 1 term", config="kw_min1", signals=(*DEFAULTS, "recent")
     ),
     realmem.RealmemRow(
         label="defaults + conversation: last 2 user turns as a list of their own (`conversation=`)",

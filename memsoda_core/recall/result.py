@@ -34,8 +34,8 @@ def plan_for(
     with neither a query nor a vector; keyword + named anchors + recency without an embedding, when
     degraded; vector + near anchors for a bare `query_embedding`; otherwise vector, anchor and
     keyword; the date signal too when the query names a `window`, the conversation signal when
-    there is an embedding of the `conversation`). `known`: the recall reads as memory knew it at a
-    transaction time (`known_at`)."""
+    there is an embedding of the `conversation`, recency beside a query when `recent_candidates`
+    asks for it). `known`: the recall reads as memory knew it at a transaction time (`known_at`)."""
     if query is None and not has_embedding:
         return RecallPlan(query=False, embedding=False, known=known)  # hops do not matter: one statement
     return RecallPlan(
@@ -45,6 +45,7 @@ def plan_for(
         known=known,
         dated=query is not None and window is not None and options.date_candidates > 0,
         conversation=conversation,
+        recent=query is not None and has_embedding and options.recent_candidates > 0,
     )
 
 

@@ -31,6 +31,8 @@ class RecallPlan:
     """The question names a time window (`recall.dates.question_window`)."""
     conversation: bool = False
     """There is an embedding of the conversation's recent turns."""
+    recent: bool = False
+    """With a query: the most recent live facts are fused as a list too (`RecallOptions.recent_candidates`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
