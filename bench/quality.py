@@ -56,6 +56,8 @@ CONFIGS: dict[str, Variant] = {
     "no_validity": Variant(options=DEFAULT_OPTIONS, validity=False),
     "bridge8": Variant(options=DEFAULT_OPTIONS, bridge_max_facts=8),
     "common_05": Variant(options=replace(DEFAULT_OPTIONS, common_term_min_facts=0, common_term_share=0.05)),
+    "names_05": Variant(options=DEFAULT_OPTIONS, name_share=0.5),
+    "names_09": Variant(options=DEFAULT_OPTIONS, name_share=0.9),
     "common_20": Variant(options=replace(DEFAULT_OPTIONS, common_term_min_facts=0, common_term_share=0.2)),
 }
 
@@ -106,6 +108,21 @@ ROWS: tuple[Row, ...] = (
     Row(label="full: vector + anchor + keyword, no date signal (the defaults before)", config="default", signals=ALL),
     Row(label="**full: vector + anchor + keyword + date (defaults)**", config="default", signals=DEFAULTS),
     Row(label="defaults + recency list (recent_candidates=50)", config="default", signals=(*DEFAULTS, "recent")),
+    Row(
+        label="defaults, named anchors used as names in the scope (share 0.5, bench-only)",
+        config="names_05",
+        signals=DEFAULTS,
+    ),
+    Row(
+        label="defaults, named anchors used as names in the scope (share 0.9, bench-only)",
+        config="names_09",
+        signals=DEFAULTS,
+    ),
+    Row(
+        label="defaults + recency list, named anchors used as names (share 0.9, bench-only)",
+        config="names_09",
+        signals=(*DEFAULTS, "recent"),
+    ),
     Row(label="full, anchor list in physical order", config="wide", signals=ALL, physical=True),
     Row(label="full, 1 hop", config="hop1", signals=ALL),
     Row(label="full, 1 hop, physical order", config="hop1_wide", signals=ALL, physical=True),
@@ -196,6 +213,21 @@ REALMEM_ROWS: tuple[realmem.RealmemRow, ...] = (
     ),
     realmem.RealmemRow(
         label="defaults + recency list, keyword needs 1 term", config="kw_min1", signals=(*DEFAULTS, "recent")
+    ),
+    realmem.RealmemRow(
+        label="defaults, named anchors used as names in the scope (share 0.5, bench-only)",
+        config="names_05",
+        signals=DEFAULTS,
+    ),
+    realmem.RealmemRow(
+        label="defaults, named anchors used as names in the scope (share 0.9, bench-only)",
+        config="names_09",
+        signals=DEFAULTS,
+    ),
+    realmem.RealmemRow(
+        label="defaults + recency list, named anchors used as names (share 0.9, bench-only)",
+        config="names_09",
+        signals=(*DEFAULTS, "recent"),
     ),
     realmem.RealmemRow(
         label="defaults + conversation: last 2 user turns as a list of their own (`conversation=`)",
@@ -315,6 +347,7 @@ def run_memory(memory: Memory, labelled: LabelledMemory, *, rows: Sequence[Row] 
             for text, vector in zip(texts, vectors, strict=True):
                 bound = variants.params(
                     bridge_max_facts=variant.bridge_max_facts,
+                    name_share=variant.name_share,
                     scope=scopes[mode].scope,
                     query=text,
                     embedding=vector,

@@ -217,6 +217,7 @@ def replay(
                 for config, variant in configs.items():
                     bound = variants.params(
                         bridge_max_facts=variant.bridge_max_facts,
+                        name_share=variant.name_share,
                         scope=scope,
                         query=text,
                         embedding=vector,
