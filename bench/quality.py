@@ -109,6 +109,11 @@ ROWS: tuple[Row, ...] = (
     Row(label="**full: vector + anchor + keyword + date (defaults)**", config="default", signals=DEFAULTS),
     Row(label="defaults + recency list (recent_candidates=50)", config="default", signals=(*DEFAULTS, "recent")),
     Row(
+        label="defaults + the vector list's 30 nearest, latest first (bench-only)",
+        config="default",
+        signals=(*DEFAULTS, "recent_among"),
+    ),
+    Row(
         label="defaults, named anchors used as names in the scope (share 0.5, bench-only)",
         config="names_05",
         signals=DEFAULTS,
@@ -213,6 +218,11 @@ REALMEM_ROWS: tuple[realmem.RealmemRow, ...] = (
     ),
     realmem.RealmemRow(
         label="defaults + recency list, keyword needs 1 term", config="kw_min1", signals=(*DEFAULTS, "recent")
+    ),
+    realmem.RealmemRow(
+        label="defaults + the vector list's 30 nearest, latest first (bench-only)",
+        config="default",
+        signals=(*DEFAULTS, "recent_among"),
     ),
     realmem.RealmemRow(
         label="defaults, named anchors used as names in the scope (share 0.5, bench-only)",
@@ -373,6 +383,9 @@ def run_memory(memory: Memory, labelled: LabelledMemory, *, rows: Sequence[Row] 
                 for config, run_mode in needed:
                     if run_mode == mode:
                         runs[(config, mode)][index].update(found)
+                        runs[(config, mode)][index]["recent_among"] = variants.recent_among(
+                            runs[(config, mode)][index], scopes[mode].recency
+                        )
         entities = conn.execute(
             sql.SQL("SELECT count(*) FROM {}.entities WHERE dataset = %s AND project = %s").format(
                 sql.Identifier(memory.info.schema)

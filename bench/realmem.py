@@ -241,6 +241,7 @@ def replay(
                 )
                 for config in configs:  # the opt-in lists run with the default options, beside every config
                     out.lists[config][-1].update(found)
+                    out.lists[config][-1]["recent_among"] = variants.recent_among(out.lists[config][-1], out.recency)
                 out.top.append(top)
                 if out.keys:
                     recalled = memory.recall(

@@ -285,3 +285,14 @@ def fuse(
     """RRF over the chosen signals' lists; the top `top` fact ids."""
     chosen = {name: lists.get(name, []) for name in signals}
     return [entry.fact_id for entry in rrf(chosen, k=k, tiebreak=recency)][:top]
+
+
+RECENT_AMONG = 30
+"""How many of the vector list's nearest facts the bench-only "recent among the nearest" list
+reorders by time."""
+
+
+def recent_among(lists: Mapping[str, Sequence[int]], recency: Mapping[int, float], n: int = RECENT_AMONG) -> list[int]:
+    """Bench-only list: the vector list's `n` nearest facts, latest first (ties: larger id). A
+    recency list that depends on the query, unlike the plain recency list (`recent_candidates`)."""
+    return sorted(lists.get("vector", [])[:n], key=lambda i: (-recency.get(i, float("-inf")), -i))
