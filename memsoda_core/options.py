@@ -52,7 +52,9 @@ class RecallOptions:
     """With a query: fuse this many most recent live facts as a list of their own (the "recent"
     signal, which is the whole result without a query); 0 (the default) turns it off. For memories
     whose later notes restate and update earlier ones, where the latest notes are what a message
-    is about (bench/RESULTS.md, section 6, "A recency list")."""
+    is about. A list that ignores the query still votes in RRF: where time says nothing about
+    relevance it buries what only the vector list finds (bench/RESULTS.md, section 6, "A recency
+    list, ...")."""
     date_candidates: int = 50
     """Length of the date signal's list (facts that held in the window a question names); 0 turns
     the signal off."""
