@@ -1,7 +1,8 @@
 """The opt-in lists of a recall, run with memsoda's own statements for the quality variants: the
-date signal (a window the question names), the conversation signal (the session's recent user
-turns, as its own list), a bench-only design that blends the conversation into the query vector,
-and the query's nearest-fact similarity that the relevance floor reads.
+recency list (`recent_candidates`), the date signal (a window the question names), the
+conversation signal (the session's recent user turns, as its own list), a bench-only design that
+blends the conversation into the query vector, and the query's nearest-fact similarity that the
+relevance floor reads.
 
 Every statement is `memsoda_core.recall.statements.hits_statement` over one signal, with the
 parameters of `memsoda_core.recall.result.statement_params`, so a row here is what `Memory.recall`
@@ -70,7 +71,8 @@ def lists(
     conversation: dict[str, Sequence[float]],
 ) -> tuple[dict[str, list[int]], float | None]:
     """(signal -> fact ids) of the opt-in lists, and the query's nearest-fact similarity (None in
-    an empty memory). `conversation`: list name (`WINDOWS`) -> its window's embedding."""
+    an empty memory). `conversation`: list name (`WINDOWS`) -> its window's embedding. The recency
+    list is `recent_candidates` long (`vector_candidates` when that is 0, as in the defaults)."""
     window = question_window(query, at) if options.date_candidates else None
     params = statement_params(
         scope=scope,
@@ -81,7 +83,7 @@ def lists(
         text_search_config=tsconfig,
         window=window,
     )
-    out: dict[str, list[int]] = {}
+    out: dict[str, list[int]] = {"recent": [row.fact_id for row in _rows(conn, schema, "recent", params)]}
     if window is not None:
         out["date"] = [row.fact_id for row in _rows(conn, schema, "date", params)]
     for name, vector in conversation.items():

@@ -56,6 +56,8 @@ CONFIGS: dict[str, Variant] = {
     "no_validity": Variant(options=DEFAULT_OPTIONS, validity=False),
     "bridge8": Variant(options=DEFAULT_OPTIONS, bridge_max_facts=8),
     "common_05": Variant(options=replace(DEFAULT_OPTIONS, common_term_min_facts=0, common_term_share=0.05)),
+    "names_05": Variant(options=DEFAULT_OPTIONS, name_share=0.5),
+    "names_09": Variant(options=DEFAULT_OPTIONS, name_share=0.9),
     "common_20": Variant(options=replace(DEFAULT_OPTIONS, common_term_min_facts=0, common_term_share=0.2)),
 }
 
@@ -105,6 +107,27 @@ ROWS: tuple[Row, ...] = (
     Row(label="vector + anchor RRF", config="default", signals=("vector", "anchor")),
     Row(label="full: vector + anchor + keyword, no date signal (the defaults before)", config="default", signals=ALL),
     Row(label="**full: vector + anchor + keyword + date (defaults)**", config="default", signals=DEFAULTS),
+    Row(label="defaults + recency list (recent_candidates=50)", config="default", signals=(*DEFAULTS, "recent")),
+    Row(
+        label="defaults + the vector list's 30 nearest, latest first (bench-only)",
+        config="default",
+        signals=(*DEFAULTS, "recent_among"),
+    ),
+    Row(
+        label="defaults, named anchors used as names in the scope (share 0.5, bench-only)",
+        config="names_05",
+        signals=DEFAULTS,
+    ),
+    Row(
+        label="defaults, named anchors used as names in the scope (share 0.9, bench-only)",
+        config="names_09",
+        signals=DEFAULTS,
+    ),
+    Row(
+        label="defaults + recency list, named anchors used as names (share 0.9, bench-only)",
+        config="names_09",
+        signals=(*DEFAULTS, "recent"),
+    ),
     Row(label="full, anchor list in physical order", config="wide", signals=ALL, physical=True),
     Row(label="full, 1 hop", config="hop1", signals=ALL),
     Row(label="full, 1 hop, physical order", config="hop1_wide", signals=ALL, physical=True),
@@ -181,6 +204,40 @@ REALMEM_ROWS: tuple[realmem.RealmemRow, ...] = (
     ),
     realmem.RealmemRow(
         label="**full: vector + anchor + keyword + date (defaults)**", config="default", signals=DEFAULTS
+    ),
+    realmem.RealmemRow(
+        label="defaults + recency list (recent_candidates=50)", config="default", signals=(*DEFAULTS, "recent")
+    ),
+    realmem.RealmemRow(
+        label="defaults + recency list + conversation (last 2 user turns)",
+        config="default",
+        signals=(*DEFAULTS, "recent", "conversation"),
+    ),
+    realmem.RealmemRow(
+        label="vector + keyword + recency list (no anchor)", config="default", signals=("vector", "keyword", "recent")
+    ),
+    realmem.RealmemRow(
+        label="defaults + recency list, keyword needs 1 term", config="kw_min1", signals=(*DEFAULTS, "recent")
+    ),
+    realmem.RealmemRow(
+        label="defaults + the vector list's 30 nearest, latest first (bench-only)",
+        config="default",
+        signals=(*DEFAULTS, "recent_among"),
+    ),
+    realmem.RealmemRow(
+        label="defaults, named anchors used as names in the scope (share 0.5, bench-only)",
+        config="names_05",
+        signals=DEFAULTS,
+    ),
+    realmem.RealmemRow(
+        label="defaults, named anchors used as names in the scope (share 0.9, bench-only)",
+        config="names_09",
+        signals=DEFAULTS,
+    ),
+    realmem.RealmemRow(
+        label="defaults + recency list, named anchors used as names (share 0.9, bench-only)",
+        config="names_09",
+        signals=(*DEFAULTS, "recent"),
     ),
     realmem.RealmemRow(
         label="defaults + conversation: last 2 user turns as a list of their own (`conversation=`)",
@@ -300,6 +357,7 @@ def run_memory(memory: Memory, labelled: LabelledMemory, *, rows: Sequence[Row] 
             for text, vector in zip(texts, vectors, strict=True):
                 bound = variants.params(
                     bridge_max_facts=variant.bridge_max_facts,
+                    name_share=variant.name_share,
                     scope=scopes[mode].scope,
                     query=text,
                     embedding=vector,
@@ -325,6 +383,9 @@ def run_memory(memory: Memory, labelled: LabelledMemory, *, rows: Sequence[Row] 
                 for config, run_mode in needed:
                     if run_mode == mode:
                         runs[(config, mode)][index].update(found)
+                        runs[(config, mode)][index]["recent_among"] = variants.recent_among(
+                            runs[(config, mode)][index], scopes[mode].recency
+                        )
         entities = conn.execute(
             sql.SQL("SELECT count(*) FROM {}.entities WHERE dataset = %s AND project = %s").format(
                 sql.Identifier(memory.info.schema)

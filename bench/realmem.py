@@ -20,7 +20,7 @@ import re
 import statistics
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
@@ -43,6 +43,8 @@ DEFAULT_SIGNALS = ("vector", "anchor", "keyword", "date")
 """The lists `Memory.recall` fuses by default (the date list only when the question names a date)."""
 FULL_SIGNALS = (*DEFAULT_SIGNALS, "conversation")
 """... and with `conversation=`."""
+RECENT_OPTIONS = replace(DEFAULT_OPTIONS, recent_candidates=DEFAULT_OPTIONS.vector_candidates)
+"""The defaults with the recency list (as long as the vector list, as the bench's "recent" list is)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,6 +92,8 @@ class Replay:
     agreement: tuple[int, int] = (0, 0)
     full_agreement: tuple[int, int] = (0, 0)
     """`FULL_SIGNALS` fused against `Memory.recall(..., conversation=...)`."""
+    recent_agreement: tuple[int, int] = (0, 0)
+    """The defaults + the recency list against `Memory.recall` with `RECENT_OPTIONS`."""
     facts: int = 0
     seconds: float = 0.0
 
@@ -180,7 +184,7 @@ def replay(
     statements = {config: variants.statement(memory.info.schema, variant) for config, variant in configs.items()}
     tsconfig = memory.info.text_search_config
     started = time.perf_counter()
-    agree = asked = full_agree = 0
+    agree = asked = full_agree = recent_agree = 0
     stored: set[str] = set()
     with connect(memory.dsn) as conn:
         for session in sessions(path):
@@ -213,6 +217,7 @@ def replay(
                 for config, variant in configs.items():
                     bound = variants.params(
                         bridge_max_facts=variant.bridge_max_facts,
+                        name_share=variant.name_share,
                         scope=scope,
                         query=text,
                         embedding=vector,
@@ -234,7 +239,9 @@ def replay(
                     tsconfig=tsconfig,
                     conversation=window,
                 )
-                out.lists["default"][-1].update(found)
+                for config in configs:  # the opt-in lists run with the default options, beside every config
+                    out.lists[config][-1].update(found)
+                    out.lists[config][-1]["recent_among"] = variants.recent_among(out.lists[config][-1], out.recency)
                 out.top.append(top)
                 if out.keys:
                     recalled = memory.recall(
@@ -265,6 +272,22 @@ def replay(
                         top=metrics.K,
                     )
                     full_agree += [s.fact.id for s in full.facts] == fused
+                    recent = memory.recall(
+                        text,
+                        dataset=scope.dataset,
+                        project=scope.project,
+                        query_embedding=vector,
+                        as_of=session.at,
+                        options=RECENT_OPTIONS,
+                    )
+                    fused = variants.fuse(
+                        out.lists["default"][-1],
+                        (*DEFAULT_SIGNALS, "recent"),
+                        k=DEFAULT_OPTIONS.rrf_k,
+                        recency=out.recency,
+                        top=metrics.K,
+                    )
+                    recent_agree += [s.fact.id for s in recent.facts] == fused
             if out.keys and session.negatives and (max_queries is None or len(out.questions) < max_queries):
                 plain = variants.params(
                     scope=scope, query="", embedding=[0.0], at=session.at, options=DEFAULT_OPTIONS, tsconfig=tsconfig
@@ -283,6 +306,7 @@ def replay(
                 stored.update(session.memories)
     out.agreement = (agree, asked)
     out.full_agreement = (full_agree, asked)
+    out.recent_agreement = (recent_agree, asked)
     out.facts = len(out.keys)
     out.seconds = time.perf_counter() - started
     return out
@@ -381,6 +405,7 @@ def run(
     agree = sum(r.agreement[0] for r in replays)
     asked = sum(r.agreement[1] for r in replays)
     full_agree = sum(r.full_agreement[0] for r in replays)
+    recent_agree = sum(r.recent_agreement[0] for r in replays)
     negatives = [top for r in replays for top in r.negatives]
     bold = next(row.label for row in rows if row.label.startswith("**"))
     floors = extras.floor_rows([t for r in replays for t in r.top], table[bold]["recall@all"], negatives)
@@ -394,7 +419,8 @@ def run(
         f"Gold points stored before their question: {reachable}/{gold}. Cells: recall@8 / MRR@8 / nDCG@8 "
         f"(mean over the category's questions). Default row identical to `Memory.recall` on {agree}/{asked} "
         "questions asked of a non-empty memory; defaults + conversation identical to "
-        f"`Memory.recall(conversation=...)` on {full_agree}/{asked}.\n",
+        f"`Memory.recall(conversation=...)` on {full_agree}/{asked}; defaults + recency list identical to "
+        f"`Memory.recall` with `recent_candidates={RECENT_OPTIONS.recent_candidates}` on {recent_agree}/{asked}.\n",
         tables(replays, table),
         "",
         f"Relevance floor on the default row: {len(negatives)} user turns that need no memory (`is_query` "

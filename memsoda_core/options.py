@@ -48,6 +48,13 @@ class RecallOptions:
     """Length of the keyword signal's list."""
     anchor_candidates: int = 50
     """Length of the anchor signal's list (after ordering by relevance)."""
+    recent_candidates: int = 0
+    """With a query: fuse this many most recent live facts as a list of their own (the "recent"
+    signal, which is the whole result without a query); 0 (the default) turns it off. For memories
+    whose later notes restate and update earlier ones, where the latest notes are what a message
+    is about. A list that ignores the query still votes in RRF: where time says nothing about
+    relevance it buries what only the vector list finds (bench/RESULTS.md, section 6, "A recency
+    list, ...")."""
     date_candidates: int = 50
     """Length of the date signal's list (facts that held in the window a question names); 0 turns
     the signal off."""
@@ -104,8 +111,9 @@ class RecallOptions:
         ):
             if not 1 <= getattr(self, name) <= 1000:
                 raise LimitError(f"{name} must be between 1 and 1000")
-        if not 0 <= self.date_candidates <= 1000:
-            raise LimitError("date_candidates must be between 0 (off) and 1000")
+        for name in ("date_candidates", "recent_candidates"):
+            if not 0 <= getattr(self, name) <= 1000:
+                raise LimitError(f"{name} must be between 0 (off) and 1000")
         if not 1 <= self.conversation_turns <= 20:
             raise LimitError(f"conversation_turns must be between 1 and 20, got {self.conversation_turns}")
         if self.embed_timeout_s <= 0:

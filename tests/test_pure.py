@@ -335,7 +335,8 @@ def test_rendered_recall_statements_fit_psycopgs_parse_cache() -> None:
         plan_for(query, embedding, replace(DEFAULT_OPTIONS, anchor_hops=hops))
         for query, embedding, hops in itertools.product(("q", None), (True, False), (1, 2))
     }
-    assert len(plans) == 7  # every statement a recall can run
+    plans.add(plan_for("q", True, replace(DEFAULT_OPTIONS, recent_candidates=50)))  # the recency list beside a query
+    assert len(plans) == 8  # every statement a recall can run
     for plan in plans:
         named = Scope(dataset="d" * 12, project="p" * 12)  # an indexed scope's own statements
         for scope in (None, named):

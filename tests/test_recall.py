@@ -331,6 +331,29 @@ async def test_ref_no_query_returns_most_recent_live_facts(memory: Either, scope
     assert len((await memory.recall(None, **scope, facts_in_context=1)).facts) == 1
 
 
+async def test_recent_candidates_fuse_the_latest_facts_beside_a_query(memory: Either, scope: dict[str, str]) -> None:
+    await memory.add_facts(
+        [
+            {"subject": "user", "predicate": "noted", "object": f"note number {i}", "valid_at": f"2026-01-{i + 1:02d}"}
+            for i in range(12)
+        ]
+        + [{"subject": "user", "predicate": "plans", "object": "a trip to kyoto", "valid_at": "2025-06-01"}],
+        **scope,
+    )
+    plain = await memory.recall("the trip to kyoto", **scope)
+    assert "recent" not in {signal for s in plain.facts for signal in s.ranks}  # off by default
+    options = RecallOptions(recent_candidates=3)
+    result = await memory.recall("the trip to kyoto", **scope, options=options)
+    recent = sorted((s for s in result.facts if "recent" in s.ranks), key=lambda s: s.ranks["recent"])
+    assert [s.fact.text for s in recent] == [
+        "user noted note number 11",
+        "user noted note number 10",
+        "user noted note number 9",
+    ]
+    assert result.facts[0].fact.text == "user plans a trip to kyoto"  # in the query's lists, still first
+    assert "most recent live fact" in {h.reason for s in recent for h in s.hits}
+
+
 @pytest.mark.parametrize("mode", ["raise", "slow", "nan", "wrong_dim", "short"])
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 async def test_ref_failed_embedding_degrades_to_keyword_anchor_and_recency(

@@ -79,6 +79,9 @@ def test_planned_signals_are_those_whose_spec_runs_in_registry_order() -> None:
     )
     off = RecallOptions(date_candidates=0)
     assert planned_signals(plan_for("q", True, off, window=window)) == ("vector", "anchor", "keyword")
+    recent = RecallOptions(recent_candidates=20)  # the recency list beside a query, opt-in
+    assert planned_signals(plan_for("q", True, recent)) == ("vector", "anchor", "keyword", "recent")
+    assert planned_signals(plan_for(None, True, recent)) == ("vector", "anchor")
     assert planned_signals(plan_for(None, True, options, window=window)) == ("vector", "anchor")
 
 

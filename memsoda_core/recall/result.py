@@ -35,8 +35,9 @@ def plan_for(
     with neither a query nor a vector; keyword + named anchors + recency without an embedding, when
     degraded; vector + near anchors for a bare `query_embedding`; otherwise vector, anchor and
     keyword; the date signal too when the query names a `window`, the conversation signal when
-    there is an embedding of the `conversation`). `known`: the recall reads as memory knew it at a
-    transaction time (`known_at`). `default_partitions`: see `RecallPlan`."""
+    there is an embedding of the `conversation`, recency beside a query when `recent_candidates`
+    asks for it). `known`: the recall reads as memory knew it at a transaction time (`known_at`).
+    `default_partitions`: see `RecallPlan`."""
     if query is None and not has_embedding:  # hops do not matter: one statement
         return RecallPlan(query=False, embedding=False, known=known, default_partitions=default_partitions)
     return RecallPlan(
@@ -47,6 +48,7 @@ def plan_for(
         dated=query is not None and window is not None and options.date_candidates > 0,
         conversation=conversation,
         default_partitions=default_partitions,
+        recent=query is not None and has_embedding and options.recent_candidates > 0,
     )
 
 

@@ -1,4 +1,6 @@
-"""The recency signal ("recent" in results): the most recent live facts."""
+"""The recency signal ("recent" in results): the most recent live facts. The whole result without
+a query, the fallback when embedding failed, and with `RecallOptions.recent_candidates` a list fused
+beside the others."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from memsoda_core.validation import Scope
 def recent_cte(
     schema: str, indexed: Scope | None = None, *, known: bool = False, default_partitions: bool = False
 ) -> sql.Composed:
-    """The most recent live facts: the no-query list, and the fallback when embedding failed."""
+    """The most recent live facts, latest first (ties by id)."""
     return fragment(
         """
     recent_hits AS (
@@ -37,9 +39,12 @@ def _ctes(schema: str, plan: RecallPlan, indexed: Scope | None) -> Sequence[sql.
 
 
 def _params(inputs: SignalInputs) -> Mapping[str, Any]:
-    # Without a query, the list is the result; as a fallback, as long as the vector list it stands for.
+    # Without a query, the list is the result; beside a query, `recent_candidates` long, and as the
+    # fallback for a failed embedding, as long as the vector list it stands for.
     options = inputs.options
-    return {"recent_limit": options.facts_in_context if inputs.query is None else options.vector_candidates}
+    if inputs.query is None:
+        return {"recent_limit": options.facts_in_context}
+    return {"recent_limit": options.recent_candidates or options.vector_candidates}
 
 
 def _explain(hit: HitRow) -> str:
@@ -49,7 +54,7 @@ def _explain(hit: HitRow) -> str:
 SIGNAL = SignalSpec(
     name="recent",
     statement=0,
-    runs=lambda plan: not plan.embedding,
+    runs=lambda plan: not plan.embedding or plan.recent,
     ctes=_ctes,
     params=_params,
     explain=_explain,

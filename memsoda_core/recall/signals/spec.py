@@ -34,6 +34,8 @@ class RecallPlan:
     default_partitions: bool = False
     """The statements read the DEFAULT partitions by name: a small scope of a partitioned store
     (`recall.fragments.tables`)."""
+    recent: bool = False
+    """With a query: the most recent live facts are fused as a list too (`RecallOptions.recent_candidates`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
