@@ -307,7 +307,7 @@ def move_statements(
         sql.SQL(
             """SELECT set_config('session_replication_role', 'replica', true)
                WHERE has_parameter_privilege('session_replication_role', 'SET')"""
-        ),
+        ).format(),
         _q(
             "LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE",
             schema,
