@@ -1,5 +1,6 @@
 """SQL of the tenant predicate and of tenant-local indexes: a scope's own HNSW and GIN indexes once
-it is large.
+it is large, in the plain layout (what Citus uses; the default layout gives a large scope
+partitions of its own instead, `store.layout`, and keeps the names and locks defined here).
 
 No index covers all tenants: one HNSW graph shared by every tenant makes a filtered kNN walk
 everybody's rows (bench/RESULTS.md, "Tenant indexes"). A scope under `tenant_index_min_facts`
