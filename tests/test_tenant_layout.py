@@ -229,32 +229,46 @@ def test_an_interrupted_move_leaves_the_tenant_where_it_was(memory: Memory, pg_d
         assert _moved(conn, schema) == {(BIG.dataset, BIG.project)}
 
 
-def test_a_write_into_a_small_tenant_touches_no_large_tenant_s_tables(memory: Memory, pg_dsn: str) -> None:
-    for n in range(3):
-        memory.add_facts(_facts(THRESHOLD), dataset=f"large-{n}", project="p")
-    small = Scope(dataset="small", project="p")
-    memory.add_facts(_facts(1), **vars(small))
-    with psycopg.connect(pg_dsn) as conn:  # the write's statements, in one transaction, with its locks
-        conn.execute(sql_layout.dataset_lock(memory.info.schema), {"dataset": small.dataset})
-        s = sql.Identifier(memory.info.schema)
+def _write_locks(memory: Memory, pg_dsn: str, scope: Scope) -> set[str]:
+    """The relations one fact insert into `scope` locks, in a transaction of its own (as a write
+    holds them until its commit), with the dataset's move lock first as memsoda's writes take it."""
+    s = sql.Identifier(memory.info.schema)
+    with psycopg.connect(pg_dsn) as conn:
+        conn.execute(sql_layout.dataset_lock(memory.info.schema), {"dataset": scope.dataset})
         conn.execute(
             sql.SQL(
                 """INSERT INTO {s}.facts (dataset, project, subject, predicate, object, object_type, subject_id,
                                           anchor_id, valid_at, confidence, embedding)
                    SELECT dataset, project, 'x', 'y', 'z', 'OTHER', subject_id, anchor_id, now(), 1, embedding
-                   FROM {s}.facts WHERE dataset = %s AND project = %s"""
+                   FROM {s}.facts WHERE dataset = %s AND project = %s LIMIT 1"""
             ).format(s=s),
-            (small.dataset, small.project),
+            (scope.dataset, scope.project),
         )
-        locked = {
-            str(name)
-            for (name,) in conn.execute(
-                "SELECT c.relname FROM pg_locks l JOIN pg_class c ON c.oid = l.relation WHERE l.pid = pg_backend_pid()"
-            )
-        }
+        rows = conn.execute(
+            "SELECT c.relname FROM pg_locks l JOIN pg_class c ON c.oid = l.relation WHERE l.pid = pg_backend_pid()"
+        )
+        locked = {str(name) for (name,) in rows}
         conn.rollback()
-    assert any(name.startswith("facts_shared") for name in locked)
-    assert not [name for name in locked if TENANT_RELATION.search(name)]  # no leaf, no dataset partition
+    return locked
+
+
+@pytest.mark.parametrize("layout", ["partitioned", "plain"])
+def test_a_write_into_a_small_tenant_locks_the_same_relations_however_many_tenants_are_large(
+    pg_dsn: str, embedder: Any, schema: str, layout: str
+) -> None:
+    small = Scope(dataset="small", project="p")
+    with Memory.open(pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD, layout=layout) as memory:
+        memory.add_facts(_facts(1), **vars(small))
+        counts = []
+        for first in (0, 3):
+            for n in range(first, first + 3):
+                memory.add_facts(_facts(THRESHOLD), dataset=f"large-{n}", project="p")
+            counts.append(_write_locks(memory, pg_dsn, small))
+    if layout == "partitioned":
+        assert counts[0] == counts[1] and any(name.startswith("facts_shared") for name in counts[0])
+        assert not [name for name in counts[1] if TENANT_RELATION.search(name)]  # no leaf, no dataset partition
+    else:  # each large tenant's partial indexes on the shared table: what the partitioned layout removes
+        assert len(counts[1]) == len(counts[0]) + 3 * len(tenant_indexes(small))
 
 
 def test_a_plain_store_from_before_is_partitioned_at_open_and_its_tenants_move_later(

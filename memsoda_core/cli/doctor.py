@@ -16,8 +16,8 @@ from memsoda_core.cli.store import read_meta
 from memsoda_core.errors import EmbeddingError, MemsodaError
 from memsoda_core.ops.opening import TENANT_INDEX_KEY
 from memsoda_core.runner.target import release_target, resolve_target
-from memsoda_core.store.layout import LAYOUT_KEY, leaf_indexes
-from memsoda_core.store.placement import Placement, placement_statement
+from memsoda_core.store.layout import LAYOUT_KEY
+from memsoda_core.store.placement import Placement, placement_params, placement_statement
 from memsoda_core.store.schema import SCHEMA_VERSION
 from memsoda_core.store.tenant_index import (
     DEFAULT_MIN_FACTS,
@@ -191,22 +191,15 @@ def _lacking_partial(conn: Any, schema: str, scope: Scope, threshold: int) -> li
 def _lacking_own(conn: Any, schema: str, scope: Scope, threshold: int) -> list[str]:
     """A large scope of a partitioned store: not moved yet (its partial indexes from before do
     meanwhile, if all there), or moved with leaf indexes missing."""
-    legacy = [index.name for index in tenant_indexes(scope)]
-    params = {
-        "dataset": scope.dataset,
-        "project": scope.project,
-        "schema": schema,
-        "min_facts": threshold,
-        "leaf": [index.name for index in leaf_indexes(scope)],
-        "legacy": legacy,
-    }
+    params = placement_params(schema, scope, threshold)
     row = conn.execute(placement_statement(schema), params).fetchone()
     if row is None:
         return []
     placement = Placement(*row)
     if placement.moved:
         return list(placement.missing or [])
-    return [] if sorted(placement.legacy or []) == sorted(legacy) else ["partitions of its own"]
+    legacy = {index.name for index in tenant_indexes(scope)}
+    return [] if set(placement.legacy or []) == legacy else ["partitions of its own"]
 
 
 def _tenant_index_check(conn: Any, schema: str, meta: dict[str, str]) -> Check:

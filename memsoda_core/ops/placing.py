@@ -40,14 +40,7 @@ def ensure_own_partition(info: StoreInfo, scope: Scope, *, move: bool = True) ->
     rows = yield from execute_as(
         sql_placement.Placement,
         sql_placement.placement_statement(info.schema),
-        {
-            "dataset": scope.dataset,
-            "project": scope.project,
-            "schema": info.schema,
-            "min_facts": info.tenant_index_min_facts,
-            "leaf": [index.name for index in leaf],
-            "legacy": [index.name for index in legacy],
-        },
+        sql_placement.placement_params(info.schema, scope, info.tenant_index_min_facts),
     )
     if not rows or rows[0].missing is None:
         return []  # never written, or small

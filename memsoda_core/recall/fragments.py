@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from psycopg import sql
 
-from memsoda_core.store.layout import shared
+from memsoda_core.store.layout import table_refs
 from memsoda_core.store.tenant_index import scope_predicate, table_alias, tenant_predicate
 from memsoda_core.validation import Scope
 
@@ -39,18 +39,6 @@ _PREDICATES: dict[str, sql.Composable] = {"scope_" + alias: where(alias, live=Fa
 _WHERE_F = {False: where("f"), True: where("f", known=True)}
 
 
-def tables(schema: str, *, default_partitions: bool = False) -> dict[str, sql.Composable]:
-    """{facts}, {entities}, {fact_entities}: the partitioned tables, or with `default_partitions`
-    their DEFAULT partitions by name (a small scope of a partitioned store, `store.layout`: a kept
-    plan over a partitioned table would lock every partition at each run)."""
-    # memsoda's own plain table names, unquoted as they always were: the statements stay within
-    # psycopg's parse cache (`statements.PARSE_CACHE_BYTES`)
-    return {
-        name: sql.SQL("{}.{}").format(sql.Identifier(schema), sql.SQL(shared(name) if default_partitions else name))
-        for name in ("facts", "entities", "fact_entities")
-    }
-
-
 def fragment(
     template: str,
     schema: str,
@@ -67,7 +55,7 @@ def fragment(
     scope as literals: its partial indexes match, and on a partitioned store the plan PostgreSQL
     keeps is pruned to its partitions (a bound tenant would leave every partition in it, each
     locked at every run); else they are bound. {facts}, {entities} and {fact_entities}
-    are those tables (`tables`)."""
+    are those tables (`store.layout.table_refs`)."""
     if indexed is None:
         predicates = {
             **_PREDICATES,
@@ -79,6 +67,6 @@ def fragment(
         own = {"scope_" + alias: where(alias, live=False, named=indexed) for alias in _ALIASES}
         whole = where("f", named=indexed, known=known)
         predicates = {**own, "where_f": whole, "index_where_f": whole, "index_scope_e": own["scope_e"]}
-    named = tables(schema, default_partitions=default_partitions)
+    named = table_refs(schema, default_partitions=default_partitions)
     used = {key: value for key, value in {**predicates, **named}.items() if "{" + key + "}" in template}
     return sql.SQL(template).format(s=sql.Identifier(schema), **used, **parts)

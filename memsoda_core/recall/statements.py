@@ -16,7 +16,6 @@ from functools import lru_cache
 from psycopg import sql
 
 from memsoda_core.recall.fragments import fragment as _fragment
-from memsoda_core.recall.fragments import where
 from memsoda_core.recall.hits import DETAIL_TYPES
 from memsoda_core.recall.signals import REGISTRY, RecallPlan, SignalSpec, by_name, planned_signals, statement_groups
 from memsoda_core.store.fact_columns import fact_columns
@@ -119,20 +118,19 @@ def recall_statements(
 @lru_cache(maxsize=1024)
 def facts_statement(schema: str, *, default_partitions: bool = False, named: Scope | None = None) -> sql.SQL:
     """The columns of the facts fusion kept (%(fact_ids)s), in the scope: read from the DEFAULT
-    partitions by name with `default_partitions` (see `fragments.tables`); with `named`, the
+    partitions by name with `default_partitions` (see `store.layout.table_refs`); with `named`, the
     scope's names as literals, so that the plan kept for a large scope of a partitioned store
     holds its own partitions only."""
     return rendered(
         _fragment(
             """SELECT {fact_columns}
            FROM {facts} f
-           JOIN {entities} a ON {tenant_a} AND a.id = f.anchor_id
-           WHERE {tenant_f} AND f.id = ANY(%(fact_ids)b::bigint[])""",
+           JOIN {entities} a ON {scope_a} AND a.id = f.anchor_id
+           WHERE {scope_f} AND f.id = ANY(%(fact_ids)b::bigint[])""",
             schema,
+            indexed=named,
             default_partitions=default_partitions,
             fact_columns=fact_columns(schema, default_partitions=default_partitions, named=named),
-            tenant_a=where("a", live=False, named=named),
-            tenant_f=where("f", live=False, named=named),
         )
     )
 

@@ -10,6 +10,7 @@ from typing import Any
 from psycopg import sql
 
 from memsoda_core.models import Fact
+from memsoda_core.store.layout import table_refs
 from memsoda_core.store.tenant_index import scope_predicate, tenant_predicate
 from memsoda_core.validation import Scope
 
@@ -78,11 +79,7 @@ def fact_columns(schema: str, *, default_partitions: bool = False, named: Scope 
     anchor entity) in the FROM clause. For a recall's kept read, whose plan is kept: with
     `default_partitions` the links are read from the DEFAULT partitions, with `named` the tenant
     is the scope's names, so that the plan holds no other tenant's partitions (`store.layout`)."""
-    s = sql.Identifier(schema)
-    parts = {
-        name: sql.SQL("{}.{}").format(s, sql.SQL(f"{name}_shared" if default_partitions else name))
-        for name in ("fact_entities", "entities")
-    }
+    parts = table_refs(schema, default_partitions=default_partitions)
     parts["tenant_fm"] = tenant_predicate("fm") if named is None else scope_predicate(named, "fm")
     return sql.SQL(", ").join(
         sql.SQL("{} AS {}").format(sql.SQL(column.expression).format(**parts), sql.Identifier(column.name))

@@ -112,6 +112,18 @@ def shared(table: str) -> str:
     return f"{table}_shared"
 
 
+def table_refs(schema: str, *, default_partitions: bool = False) -> dict[str, sql.Composable]:
+    """{facts}, {entities}, {fact_entities} for a read's template: the partitioned tables, or with
+    `default_partitions` their DEFAULT partitions by name (a small scope's reads: a kept plan over
+    a partitioned table would lock every partition at each run). memsoda's own plain table names,
+    unquoted as they always were, so recall's statements stay within psycopg's parse cache
+    (`recall.statements.PARSE_CACHE_BYTES`)."""
+    return {
+        name: sql.SQL("{}.{}").format(sql.Identifier(schema), sql.SQL(shared(name) if default_partitions else name))
+        for name in ("facts", "entities", "fact_entities")
+    }
+
+
 @dataclass(frozen=True)
 class TenantTables:
     """Where a tenant's rows of one table go when it moves."""
@@ -205,11 +217,10 @@ def partition_statements(schema: str) -> list[sql.Composed]:
 def unpartition_statements(schema: str) -> list[sql.Composed]:
     """`partition_statements` undone, for a store no tenant has moved out of (`distributed.py`:
     Citus distributes plain tables): the DEFAULT partitions become the tables again."""
-    out: list[sql.Composed] = []
+    out = [_q("CREATE TEMP TABLE memsoda_ids (name text PRIMARY KEY, last bigint) ON COMMIT DROP", schema)]
     for table in reversed(PARTITIONED):
         t, old = sql.Identifier(table), sql.Identifier(shared(table))
         out.append(_q("ALTER TABLE {s}.{t} DETACH PARTITION {s}.{old}", schema, t=t, old=old))
-        out.append(_q("CREATE TEMP TABLE IF NOT EXISTS memsoda_ids (name text PRIMARY KEY, last bigint)", schema))
         if table in IDENTITY:
             out.append(
                 _q(
@@ -241,7 +252,6 @@ def unpartition_statements(schema: str) -> list[sql.Composed]:
                     t=t,
                 )
             )
-    out.append(sql.SQL("DROP TABLE IF EXISTS memsoda_ids").format())
     return out
 
 

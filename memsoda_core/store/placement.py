@@ -7,7 +7,9 @@ from dataclasses import dataclass
 
 from psycopg import sql
 
-from memsoda_core.store.tenant_index import tenant_predicate
+from memsoda_core.store.layout import leaf_indexes
+from memsoda_core.store.tenant_index import tenant_indexes, tenant_predicate
+from memsoda_core.validation import Scope
 
 
 def _q(template: str, schema: str, **parts: sql.Composable) -> sql.Composed:
@@ -68,6 +70,19 @@ def placement_statement(schema: str) -> sql.Composed:
         schema,
         tenant=tenant_predicate("sc"),
     )
+
+
+def placement_params(schema: str, scope: Scope, min_facts: int) -> dict[str, object]:
+    """The parameters of `placement_statement` for `scope`: its leaf indexes, and the partial indexes
+    a store from before may have left it."""
+    return {
+        "dataset": scope.dataset,
+        "project": scope.project,
+        "schema": schema,
+        "min_facts": min_facts,
+        "leaf": [index.name for index in leaf_indexes(scope)],
+        "legacy": [index.name for index in tenant_indexes(scope)],
+    }
 
 
 def moved_scopes_statement(schema: str) -> sql.Composed:

@@ -33,7 +33,7 @@ class RecallPlan:
     """There is an embedding of the conversation's recent turns."""
     default_partitions: bool = False
     """The statements read the DEFAULT partitions by name: a small scope of a partitioned store
-    (`recall.fragments.tables`)."""
+    (`store.layout.table_refs`)."""
     recent: bool = False
     """With a query: the most recent live facts are fused as a list too (`RecallOptions.recent_candidates`)."""
 
