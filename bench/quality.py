@@ -26,7 +26,7 @@ from bench.labelled import KINDS, LabelledMemory, Query, import_record, load
 from bench.variants import UNCAPPED, KeywordForm, Variant
 from memsoda_core import Memory
 from memsoda_core.embedders import Embedder, LocalEmbedder
-from memsoda_core.options import DEFAULT_OPTIONS, RecallOptions
+from memsoda_core.options import DEFAULT_OPTIONS, FIRST_PERSON_OPTIONS, RecallOptions
 from memsoda_core.validation import Scope
 
 DATASET = "bench-quality"
@@ -56,11 +56,15 @@ CONFIGS: dict[str, Variant] = {
     "no_validity": Variant(options=DEFAULT_OPTIONS, validity=False),
     "bridge8": Variant(options=DEFAULT_OPTIONS, bridge_max_facts=8),
     "common_05": Variant(options=replace(DEFAULT_OPTIONS, common_term_min_facts=0, common_term_share=0.05)),
-    "names_05": Variant(options=DEFAULT_OPTIONS, name_share=0.5),
-    "names_09": Variant(options=DEFAULT_OPTIONS, name_share=0.9),
+    "names_off": Variant(options=replace(DEFAULT_OPTIONS, anchor_name_share=0.0)),
+    "names_09": Variant(options=replace(DEFAULT_OPTIONS, anchor_name_share=0.9)),
+    "first_person": Variant(options=FIRST_PERSON_OPTIONS),
+    "first_person_09": Variant(options=replace(FIRST_PERSON_OPTIONS, anchor_name_share=0.9)),
     "common_20": Variant(options=replace(DEFAULT_OPTIONS, common_term_min_facts=0, common_term_share=0.2)),
 }
 
+FIRST_PERSON_ROW = "**first-person options (`FIRST_PERSON_OPTIONS`: recency list of 50, keyword needs 1 term)**"
+FIRST_PERSON_09_ROW = "first-person options, name test at share 0.9"
 ALL = ("vector", "anchor", "keyword")
 DEFAULTS = (*ALL, "date")
 """What `Memory.recall` fuses by default: the date list joins when the question names a date."""
@@ -113,21 +117,10 @@ ROWS: tuple[Row, ...] = (
         config="default",
         signals=(*DEFAULTS, "recent_among"),
     ),
-    Row(
-        label="defaults, named anchors used as names in the scope (share 0.5, bench-only)",
-        config="names_05",
-        signals=DEFAULTS,
-    ),
-    Row(
-        label="defaults, named anchors used as names in the scope (share 0.9, bench-only)",
-        config="names_09",
-        signals=DEFAULTS,
-    ),
-    Row(
-        label="defaults + recency list, named anchors used as names (share 0.9, bench-only)",
-        config="names_09",
-        signals=(*DEFAULTS, "recent"),
-    ),
+    Row(label="defaults, no name test (anchor_name_share=0: the default before)", config="names_off", signals=DEFAULTS),
+    Row(label="defaults, name test at share 0.9 (anchor_name_share=0.9)", config="names_09", signals=DEFAULTS),
+    Row(label=FIRST_PERSON_ROW, config="first_person", signals=(*DEFAULTS, "recent")),
+    Row(label=FIRST_PERSON_09_ROW, config="first_person_09", signals=(*DEFAULTS, "recent")),
     Row(label="full, anchor list in physical order", config="wide", signals=ALL, physical=True),
     Row(label="full, 1 hop", config="hop1", signals=ALL),
     Row(label="full, 1 hop, physical order", config="hop1_wide", signals=ALL, physical=True),
@@ -225,19 +218,17 @@ REALMEM_ROWS: tuple[realmem.RealmemRow, ...] = (
         signals=(*DEFAULTS, "recent_among"),
     ),
     realmem.RealmemRow(
-        label="defaults, named anchors used as names in the scope (share 0.5, bench-only)",
-        config="names_05",
-        signals=DEFAULTS,
+        label="defaults, no name test (anchor_name_share=0: the default before)", config="names_off", signals=DEFAULTS
     ),
     realmem.RealmemRow(
-        label="defaults, named anchors used as names in the scope (share 0.9, bench-only)",
-        config="names_09",
-        signals=DEFAULTS,
+        label="defaults, name test at share 0.9 (anchor_name_share=0.9)", config="names_09", signals=DEFAULTS
     ),
+    realmem.RealmemRow(label=FIRST_PERSON_ROW, config="first_person", signals=(*DEFAULTS, "recent")),
+    realmem.RealmemRow(label=FIRST_PERSON_09_ROW, config="first_person_09", signals=(*DEFAULTS, "recent")),
     realmem.RealmemRow(
-        label="defaults + recency list, named anchors used as names (share 0.9, bench-only)",
-        config="names_09",
-        signals=(*DEFAULTS, "recent"),
+        label="first-person options + conversation (last 2 user turns)",
+        config="first_person",
+        signals=(*DEFAULTS, "recent", "conversation"),
     ),
     realmem.RealmemRow(
         label="defaults + conversation: last 2 user turns as a list of their own (`conversation=`)",
@@ -357,7 +348,6 @@ def run_memory(memory: Memory, labelled: LabelledMemory, *, rows: Sequence[Row] 
             for text, vector in zip(texts, vectors, strict=True):
                 bound = variants.params(
                     bridge_max_facts=variant.bridge_max_facts,
-                    name_share=variant.name_share,
                     scope=scopes[mode].scope,
                     query=text,
                     embedding=vector,

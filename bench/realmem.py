@@ -20,7 +20,7 @@ import re
 import statistics
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
@@ -30,7 +30,7 @@ import numpy as np
 from bench import extras, metrics, variants
 from bench.common import markdown_table
 from memsoda_core import LITERAL, Memory
-from memsoda_core.options import DEFAULT_OPTIONS
+from memsoda_core.options import DEFAULT_OPTIONS, FIRST_PERSON_OPTIONS
 from memsoda_core.validation import Scope
 
 DATA = Path(os.environ.get("MEMSODA_REALMEM_DIR") or Path(__file__).resolve().parents[2] / "shared/data/realmem-dev")
@@ -43,8 +43,9 @@ DEFAULT_SIGNALS = ("vector", "anchor", "keyword", "date")
 """The lists `Memory.recall` fuses by default (the date list only when the question names a date)."""
 FULL_SIGNALS = (*DEFAULT_SIGNALS, "conversation")
 """... and with `conversation=`."""
-RECENT_OPTIONS = replace(DEFAULT_OPTIONS, recent_candidates=DEFAULT_OPTIONS.vector_candidates)
-"""The defaults with the recency list (as long as the vector list, as the bench's "recent" list is)."""
+PRESET = "first_person"
+"""The config of `FIRST_PERSON_OPTIONS`, checked against `Memory.recall` with them (its recency list
+is as long as the bench's "recent" list, `vector_candidates`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,7 +94,7 @@ class Replay:
     full_agreement: tuple[int, int] = (0, 0)
     """`FULL_SIGNALS` fused against `Memory.recall(..., conversation=...)`."""
     recent_agreement: tuple[int, int] = (0, 0)
-    """The defaults + the recency list against `Memory.recall` with `RECENT_OPTIONS`."""
+    """The `PRESET` config + the recency list against `Memory.recall` with `FIRST_PERSON_OPTIONS`."""
     facts: int = 0
     seconds: float = 0.0
 
@@ -217,7 +218,6 @@ def replay(
                 for config, variant in configs.items():
                     bound = variants.params(
                         bridge_max_facts=variant.bridge_max_facts,
-                        name_share=variant.name_share,
                         scope=scope,
                         query=text,
                         embedding=vector,
@@ -278,10 +278,10 @@ def replay(
                         project=scope.project,
                         query_embedding=vector,
                         as_of=session.at,
-                        options=RECENT_OPTIONS,
+                        options=FIRST_PERSON_OPTIONS,
                     )
                     fused = variants.fuse(
-                        out.lists["default"][-1],
+                        out.lists[PRESET][-1],
                         (*DEFAULT_SIGNALS, "recent"),
                         k=DEFAULT_OPTIONS.rrf_k,
                         recency=out.recency,
@@ -395,7 +395,7 @@ def run(
     """Every persona (or the first `max_personas`, each cut at `max_queries` questions); markdown."""
     if not available():
         return f"### realmem: skipped, no data at {DATA} (the dev personas are read there at run time)\n"
-    needed = {row.config for row in rows} | {"default"}
+    needed = {row.config for row in rows} | {"default", PRESET}
     chosen = {name: configs[name] for name in configs if name in needed}
     replays = [replay(memory, path, chosen, max_queries=max_queries) for path in personas()[:max_personas]]
     table, records = scores(replays, rows, chosen)
@@ -419,8 +419,8 @@ def run(
         f"Gold points stored before their question: {reachable}/{gold}. Cells: recall@8 / MRR@8 / nDCG@8 "
         f"(mean over the category's questions). Default row identical to `Memory.recall` on {agree}/{asked} "
         "questions asked of a non-empty memory; defaults + conversation identical to "
-        f"`Memory.recall(conversation=...)` on {full_agree}/{asked}; defaults + recency list identical to "
-        f"`Memory.recall` with `recent_candidates={RECENT_OPTIONS.recent_candidates}` on {recent_agree}/{asked}.\n",
+        f"`Memory.recall(conversation=...)` on {full_agree}/{asked}; first-person options identical to "
+        f"`Memory.recall(options=FIRST_PERSON_OPTIONS)` on {recent_agree}/{asked}.\n",
         tables(replays, table),
         "",
         f"Relevance floor on the default row: {len(negatives)} user turns that need no memory (`is_query` "

@@ -163,34 +163,6 @@ class Variant:
     bridge_max_facts: int | None = None
     """Second-hop bridges touching more facts are skipped (the core's `bridge_max_facts`);
     None: the options' value."""
-    name_share: float = 0.0
-    """Bench-only: a named anchor must be linked to at least this share of the facts whose text
-    holds its name's rarest lexeme (`_NAMELIKE`); 0: off, as in the core."""
-
-
-_NAMELIKE = (
-    ", e.fact_count >= %(anchor_name_share)s * (SELECT min(l.facts) FROM {s}.lexemes l"
-    " WHERE l.dataset = %(dataset)s AND l.project = %(project)s"
-    " AND l.lexeme = ANY(tsvector_to_array(to_tsvector(%(tsconfig)s::regconfig, e.name)))) AS namelike"
-)
-"""Bench-only column of `named`: the scope uses the word as a name. A word the extractor took for a
-name once ("Day", "Plan", "Step": capitalised inside a sentence) is in many more facts' text than
-are linked to it; a real name ("Kyoto", "WhatsApp") is linked to most facts that hold it. A name
-with no counted lexeme passes. Not in the core: the anchor statement has no room left under
-psycopg's parse cache (`statements.PARSE_CACHE_BYTES`)."""
-
-
-def _named_anchors(schema: str, plan: RecallPlan) -> list[sql.Composable]:
-    """`named` with the `_NAMELIKE` column, and the anchor CTEs taking only its name-like entries."""
-    named = named_cte(schema).as_string(None).replace(" AS is_hub, s.terms", " AS is_hub, s.terms" + _NAMELIKE)
-    anchors = anchor_ctes(schema, plan).as_string(None)
-    assert "FROM named WHERE NOT is_hub" in anchors and "AS is_hub, s.terms" in named_cte(schema).as_string(None)
-    anchors = anchors.replace("FROM named WHERE NOT is_hub", "FROM named WHERE NOT is_hub AND namelike IS NOT false")
-    return [
-        sql.SQL(named.replace("{s}", sql.Identifier(schema).as_string(None))),
-        near_cte(schema),
-        sql.SQL(anchors),
-    ]
 
 
 UNCAPPED = 2**62
@@ -216,16 +188,11 @@ def statement(schema: str, variant: Variant, signals: Sequence[str] = ("vector",
     ctes: list[sql.Composable] = []
     chosen = [name for name in signals if variant.validity or name != "anchor"]
     plan = RecallPlan(query=True, embedding=True, hops=variant.options.anchor_hops)
-    namelike = variant.name_share > 0 and "anchor" in chosen
     if "anchor" in signals or "keyword" in signals:
-        ctes.append(hub_floor_cte(schema))
-        if not namelike:
-            ctes.append(named_cte(schema))
+        ctes += [hub_floor_cte(schema), named_cte(schema)]
     if "vector" in chosen:
         ctes.append(vector_cte(schema) if variant.validity else sql.SQL(_UNFILTERED_VECTOR).format(s=s, where=_ANY))
-    if namelike:
-        ctes += _named_anchors(schema, plan)
-    elif "anchor" in chosen:
+    if "anchor" in chosen:
         ctes += [near_cte(schema), anchor_ctes(schema, plan)]
     if "keyword" in chosen:
         ctes.append(_keyword(schema, variant.keyword, live=variant.validity))
@@ -249,10 +216,8 @@ def params(
     options: RecallOptions,
     tsconfig: str,
     bridge_max_facts: int | None = None,
-    name_share: float = 0.0,
 ) -> dict[str, Any]:
-    """memsoda's own statement parameters, plus the raw query for `plainto_tsquery` and the
-    bench-only `name_share`."""
+    """memsoda's own statement parameters, plus the raw query for `plainto_tsquery`."""
     bound = statement_params(
         scope=scope, query=query, embedding=embedding, at=at, options=options, text_search_config=tsconfig
     )
@@ -261,7 +226,6 @@ def params(
     bound["keyword_pool"] = 4 * options.keyword_candidates
     if bridge_max_facts is not None:
         bound["bridge_max_facts"] = bridge_max_facts
-    bound["anchor_name_share"] = name_share
     return bound
 
 

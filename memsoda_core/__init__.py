@@ -55,12 +55,14 @@ from memsoda_core.models import (
     ScoredFact,
     SignalHit,
 )
-from memsoda_core.options import RecallOptions
+from memsoda_core.options import DEFAULT_OPTIONS, FIRST_PERSON_OPTIONS, RecallOptions
 from memsoda_core.synthesis import OpenAISynthesizer, Synthesizer
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "DEFAULT_OPTIONS",
+    "FIRST_PERSON_OPTIONS",
     "LITERAL",
     "AsyncMemory",
     "ConfidenceError",

@@ -39,6 +39,11 @@ class RecallOptions:
     bridge_max_facts: int = 50
     """A second-hop bridge touching more facts than this is skipped: a busy entity under the hub share
     fans the second hop out over much of the scope (bench/RESULTS.md, "Anchor signal")."""
+    anchor_name_share: float = 0.5
+    """A named anchor must be linked to at least this share of the facts whose text holds its
+    name's rarest word: a word the extractor once took for a name ("Day", "Step", capitalised
+    inside a sentence) is in many more facts' text than are linked to it, a real name ("Kyoto") is
+    linked to most of them. 0 turns the test off (bench/RESULTS.md, section 6, "Named anchors")."""
     anchor_max_facts: int = 100
     """Facts read per anchor, most recently written first: an anchor under the hub share can still touch
     thousands of facts (bench/RESULTS.md, "Anchor signal"); the other signals reach its older ones."""
@@ -90,6 +95,8 @@ class RecallOptions:
         for name in ("hub_min_share", "common_term_share"):
             if not 0.0 < getattr(self, name) <= 1.0:
                 raise LimitError(f"{name} must be in (0, 1], got {getattr(self, name)}")
+        if not 0.0 <= self.anchor_name_share <= 1.0:
+            raise LimitError(f"anchor_name_share must be in [0, 1] (0: off), got {self.anchor_name_share}")
         for name in (
             "anchor_vector_top_k",
             "rrf_k",
@@ -131,3 +138,11 @@ class RecallOptions:
 
 
 DEFAULT_OPTIONS = RecallOptions()
+
+FIRST_PERSON_OPTIONS = RecallOptions(recent_candidates=50, keyword_min_terms=1)
+"""For a memory of one user's own sessions with an assistant, whose later notes restate and update
+earlier ones and whose questions are the user's long messages (a personal assistant's memory): the
+50 most recent live facts fused as a list of their own (the latest notes are what a message goes
+on from), and one matched word places a fact in the keyword list (ranked by IDF, so a rare word
+counts and a common one ranks low). On memories of facts about many named things, the recency list
+buries what only the vector list finds: not the default (bench/RESULTS.md, section 6)."""

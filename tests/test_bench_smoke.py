@@ -82,8 +82,9 @@ def test_realmem_smoke(bench_dsn: str, capsys: pytest.CaptureFixture[str]) -> No
     assert "all (6) |" in out
     full = re.findall(r"identical to `Memory.recall\(conversation=...\)` on (\d+)/(\d+)", out)
     assert full and full[0][0] == full[0][1] == asked
-    recent = re.findall(r"identical to `Memory.recall` with `recent_candidates=50` on (\d+)/(\d+)", out)
-    assert recent and recent[0][0] == recent[0][1] == asked
+    preset = re.findall(r"identical to `Memory.recall\(options=FIRST_PERSON_OPTIONS\)` on (\d+)/(\d+)", out)
+    assert preset and preset[0][0] == preset[0][1] == asked
+    assert "| **first-person options (`FIRST_PERSON_OPTIONS`" in out
     assert "| defaults + recency list (recent_candidates=50) |" in out
     assert "| relevance_floor |" in out and "| 0.30 |" in out
 

@@ -10,23 +10,23 @@ from psycopg import sql
 
 from memsoda_core.recall.fragments import fragment
 from memsoda_core.recall.hits import HitRow
-from memsoda_core.recall.signals.entities import NAMED_ENTITIES, real_name
+from memsoda_core.recall.signals.entities import NAMED_ENTITIES, name_like, real_name
 from memsoda_core.recall.signals.spec import RecallPlan, SignalInputs, SignalSpec
 from memsoda_core.validation import Scope
 
 
 def near_cte(schema: str, indexed: Scope | None = None, *, default_partitions: bool = False) -> sql.Composed:
-    """The query's nearest entities by name embedding, kept at or above the similarity floor."""
+    """The query's nearest entities by name embedding at or above the similarity floor, hubs left out."""
     return fragment(
         """
     near AS (
-        SELECT n.*, n.fact_count >= (SELECT n FROM hub_floor) AS is_hub
+        SELECT n.*
         FROM (SELECT e.id, e.name, e.fact_count, 1 - (e.embedding <=> %(qvec)s) AS similarity
               FROM {entities} e
               WHERE {index_scope_e}
               ORDER BY e.embedding <=> %(qvec)s
               LIMIT %(anchor_vector_top_k)s) n
-        WHERE n.similarity >= %(anchor_vector_min)s)""",
+        WHERE n.similarity >= %(anchor_vector_min)s AND n.fact_count < (SELECT n FROM hub_floor))""",
         schema,
         indexed=indexed,
         default_partitions=default_partitions,
@@ -52,7 +52,7 @@ _HOP2 = """
                      NULL::bool, NULL::float8
               FROM bridges b
               JOIN {fact_entities} fe ON {scope_fe} AND fe.entity_id = b.entity_id
-              WHERE fe.fact_id NOT IN (SELECT fact_id FROM hop1_all)
+              WHERE fe.fact_id NOT IN (SELECT fact_id FROM hop1)
               GROUP BY fe.fact_id) t
         CROSS JOIN LATERAL (SELECT {distance} AS distance, f.valid_at FROM {facts} f
                             WHERE {where_f} AND f.id = t.fact_id OFFSET 0) f),"""
@@ -60,15 +60,10 @@ _HOP2 = """
 _ANCHOR = """
     anchors AS (
         SELECT id, min(name) AS name, bool_or(named) AS named, max(similarity) AS similarity
-        FROM (SELECT id, name, true AS named, NULL::float8 AS similarity FROM named WHERE NOT is_hub
+        FROM (SELECT id, name, true AS named, NULL::float8 AS similarity FROM named WHERE NOT is_hub AND {name_like}
               {near_union}) a
         GROUP BY id
         HAVING {real_anchor}),
-    hop1_all AS (
-        SELECT DISTINCT fe.fact_id
-        FROM anchors a
-        CROSS JOIN LATERAL (SELECT fe.fact_id FROM {fact_entities} fe
-                            WHERE {scope_fe} AND fe.entity_id = a.id OFFSET 0) fe),
     hop1 AS (
         SELECT *
         FROM (SELECT fe.fact_id, count(*)::numeric AS matches, min(a.name) AS via,
@@ -93,25 +88,26 @@ def anchor_ctes(schema: str, plan: RecallPlan, indexed: Scope | None = None) -> 
     """Anchors (named + near, never hubs), the facts touching them (the `anchor_max_facts` most
     recently written per anchor), then the second hop through the other non-hub entities of those
     facts; ordered by relevance, never by physical row order. Anchors and bridges are real names
-    only (`entities.real_name`): never a stopword, contraction piece or one-letter token.
+    only (`entities.real_name`): never a stopword, contraction piece or one-letter token; a named
+    anchor is also a word the scope uses as a name (`entities.name_like`).
 
     Hop-1 facts rank by how many anchors they touch, then by similarity to the query, recency, id.
     Hop-2 facts rank after all hop-1 facts, by the specificity of their bridges (the sum of
     1 / fact_count over the bridges they touch: a bridge shared by few facts says more than one
     shared by many), then the same tie-breaks. So when hop 1 alone fills the list
     (`anchor_candidates` facts), no hop-2 fact could be kept and the second hop is not computed;
-    when it runs, every hop-1 fact seeds it.
+    when it runs, every hop-1 fact seeds it, and it skips the hop-1 facts. (An anchor's facts past
+    its `anchor_max_facts` could reach hop 2 only when fewer than `anchor_candidates` of its most
+    recent links are live: reading every link of every anchor to exclude them cost more.)
 
     Every link (`fact_entities`) and fact is read by a lookup of one anchor, fact or bridge, never
-    by a join the planner may turn into a scan of the scope: `hop1_all` reads each anchor's links,
-    and both hops each fact, in a LATERAL subquery behind `OFFSET 0`, which PostgreSQL does not
+    by a join the planner may turn into a scan of the scope: each anchor's links, and both hops
+    each fact, in a LATERAL subquery behind `OFFSET 0`, which PostgreSQL does not
     flatten. As a plain join, the generic plan of a 100k-fact tenant merged the anchors with all
     172,823 of its links (28-48 ms, a tenth of the recalls; 4-6 ms with the fence), and on a store
     of many small scopes the facts were read by a scan of the scope."""
     distance = sql.SQL("f.embedding <=> %(qvec)s" if plan.embedding else "NULL::float8")
-    near_union = sql.SQL(
-        "UNION ALL SELECT id, name, false, similarity FROM near WHERE NOT is_hub" if plan.embedding else ""
-    )
+    near_union = sql.SQL("UNION ALL SELECT id, name, false, similarity FROM near" if plan.embedding else "")
     two_hops = plan.hops >= 2
     real = sql.SQL(real_name("b.name"))
     partitions = plan.default_partitions
@@ -140,6 +136,7 @@ def anchor_ctes(schema: str, plan: RecallPlan, indexed: Scope | None = None) -> 
         hop2=hop2,
         hop2_union=hop2_union,
         real_anchor=sql.SQL(real_name("min(name)")),
+        name_like=name_like(schema, indexed),
     )
 
 
@@ -157,6 +154,7 @@ def _params(inputs: SignalInputs) -> Mapping[str, Any]:
         "anchor_candidates": options.anchor_candidates,
         "anchor_max_facts": options.anchor_max_facts,
         "bridge_max_facts": options.bridge_max_facts,
+        "anchor_name_share": options.anchor_name_share,
     }
 
 

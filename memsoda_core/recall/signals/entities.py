@@ -25,6 +25,18 @@ def real_name(column: str) -> str:
     return f"(to_tsvector(%(tsconfig)s,{column})::text~'''\\w\\w' OR {column}~'[^\\w\\s''’]|_')"
 
 
+def name_like(schema: str, indexed: Scope | None = None) -> sql.Composed:
+    """The entity of a `named` row is used as a name in the scope: it is linked to at least
+    %(anchor_name_share)s of the facts whose text holds its name's rarest lexeme (the scope's lexeme
+    counts). A name with no counted lexeme passes."""
+    return fragment(
+        "(fact_count>=%(anchor_name_share)s*(SELECT min(l.facts)FROM {s}.lexemes l WHERE {scope_l}"
+        " AND l.lexeme=ANY(tsvector_to_array(to_tsvector(%(tsconfig)s,name)))))IS NOT false",
+        schema,
+        indexed=indexed,
+    )
+
+
 def hub_floor_cte(schema: str, indexed: Scope | None = None) -> sql.Composed:
     """The fact count from which an entity is a hub in this scope."""
     return fragment(
@@ -46,7 +58,7 @@ def named_cte(schema: str, indexed: Scope | None = None, *, default_partitions: 
     return fragment(
         """
     named AS (
-        SELECT e.id, e.name, e.fact_count >= (SELECT n FROM hub_floor) AS is_hub, s.terms
+        SELECT e.id, e.name, e.fact_count, e.fact_count >= (SELECT n FROM hub_floor) AS is_hub, s.terms
         FROM unnest(%(spans)b::text[], %(span_terms)b::text[]) AS s(span, terms)
         CROSS JOIN LATERAL (SELECT id, name, fact_count FROM {entities} e
                             WHERE {scope_e} AND e.name = s.span OFFSET 0) e)""",
