@@ -99,3 +99,31 @@ async def test_filler_words_are_never_anchors_or_bridges(memory: Either, scope: 
     assert reasons["user noted user grows basil on the balcony"] == "touches 'basil', named in the query"
     # the second hop never goes through "the" (which the pasta fact also touches)
     assert all(reason is None for text, reason in reasons.items() if text.startswith("meeting"))
+
+
+async def test_a_word_the_scope_does_not_use_as_a_name_is_no_named_anchor(
+    memory: Either, scope: dict[str, str]
+) -> None:
+    # the note writer capitalised "Day" once ("Day 3"), and the extractor took it for a name; the
+    # scope's text holds "day" in seven facts, one linked to it. "Kyoto" is linked wherever it is.
+    facts = [note(f"walk for {10 + i} minutes every day") for i in range(6)]
+    facts.append({**note("Day 3 of the plan is a rest day"), "mentions": ["Day"]})
+    facts += [{**note(text), "mentions": ["Kyoto"]} for text in ("trip to Kyoto in june", "ryokan booked in Kyoto")]
+    await memory.add_facts(facts, **scope)
+    options = RecallOptions(hub_min_share=1.0, hub_min_facts=1000)  # nothing is a hub here
+    query = "what did we say about day 3 and kyoto"
+
+    def anchors(result: RecallResult) -> set[str]:
+        """The named anchors the anchor list went through (not its second hop's bridges)."""
+        return {s.reasons["anchor"] for s in result.facts if s.reasons.get("anchor", "").endswith("named in the query")}
+
+    named = anchors(await memory.recall(query, **scope, options=options))
+    assert named == {"touches 'kyoto', named in the query"}
+    untested = anchors(
+        await memory.recall(
+            query, **scope, options=RecallOptions(hub_min_share=1.0, hub_min_facts=1000, anchor_name_share=0.0)
+        )
+    )
+    assert "touches 'day', named in the query" in untested
+    with pytest.raises(LimitError):
+        RecallOptions(anchor_name_share=1.5)
