@@ -290,11 +290,12 @@ class Memory(ItemsBase):
         """The facts that matter for `query`, fused from vector, entity-anchor and keyword signals
         and rendered for a prompt. No query: the most recent live facts. Never raises for an
         embedder failure: the result is then `degraded`. A date the query names ("on 7 May",
-        "last week"), resolved against `as_of` or now, adds the facts that held then.
-        `as_of` asks what was true then (valid time); `known_at` what memory knew then
-        (transaction time), with `as_of` defaulting to it. `conversation`: the prior messages,
-        oldest first, each a mapping with `role` and `content` (opt-in: the latest user turns
-        add the facts nearest them)."""
+        "last week"), resolved against `as_of` or now, adds the facts that held then. `as_of`
+        asks what was true then (valid time); `known_at` what memory knew then (transaction
+        time), `as_of` defaulting to it. Without either, a question about what held in a past
+        window ("where did I live in 2019?") reads as of its end (`RecallResult.as_of`).
+        `conversation`: the prior messages, oldest first, each a mapping with `role` and
+        `content` (opt-in: the latest user turns add the facts nearest them)."""
         return self._run(
             self._recall_op(
                 query,

@@ -181,6 +181,11 @@ class RecallResult:
     timings_ms: Mapping[str, float] = field(default_factory=dict)
     errors: Mapping[str, str] = field(default_factory=dict)
     """Optional parts that failed without failing the recall, e.g. `{"synthesis": "..."}`."""
+    as_of: datetime | None = None
+    """The valid time memory was read at: the caller's `as_of` (or `known_at`), or the one taken
+    from a question about what held then (`as_of_reason`); None: the time of the recall."""
+    as_of_reason: str | None = None
+    """Why `as_of` was taken from the question (`RecallOptions.as_of_from_question`); else None."""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-serializable data."""
@@ -194,6 +199,8 @@ class RecallResult:
             "degraded_reason": self.degraded_reason,
             "timings_ms": dict(self.timings_ms),
             "errors": dict(self.errors),
+            "as_of": None if self.as_of is None else self.as_of.isoformat(),
+            "as_of_reason": self.as_of_reason,
         }
 
 

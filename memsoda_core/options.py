@@ -71,6 +71,9 @@ class RecallOptions:
     relevance_floor: float = -1.0
     """When the query's nearest fact has a cosine similarity below this, the recall finds nothing
     (no facts, context ""). -1 (the default): off. Only a recall with a query embedding is judged."""
+    as_of_from_question: bool = True
+    """A question asking what held in a past window ("where did I live in 2019?") reads memory as
+    of the window's end, unless the caller gives `as_of` or `known_at` (`recall.asof`)."""
     episodes_k: int = 3
     embed_timeout_s: float = 10.0
     """An embedder slower than this makes the recall degrade instead of waiting."""
@@ -78,6 +81,10 @@ class RecallOptions:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
+            if f.type in ("bool", bool):
+                if not isinstance(value, bool):
+                    raise LimitError(f"{f.name} must be True or False, got {value!r}")
+                continue
             wanted = int if f.type in ("int", int) else float
             if isinstance(value, bool) or not isinstance(value, int if wanted is int else int | float):
                 raise LimitError(f"{f.name} must be {'an int' if wanted is int else 'a number'}, got {value!r}")

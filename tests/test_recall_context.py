@@ -73,6 +73,44 @@ async def test_a_fact_that_held_in_the_window_and_ended_since_is_listed(memory: 
     assert _date_hit(denver) is None  # began after the window
 
 
+END_OF_2019 = datetime(2019, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
+
+
+async def test_a_question_about_what_held_then_reads_memory_as_of_then(memory: Either, scope: dict[str, str]) -> None:
+    await memory.add_facts(DATED, **scope)
+    result = await memory.recall("where did I live in 2019?", **scope)  # asked now
+    texts = [scored.fact.text for scored in result.facts]
+    assert texts[0] == "user lived in boston"
+    assert "user lives in denver" not in texts  # holds now, not then: in no list
+    assert {hit.signal for hit in result.facts[0].hits} >= {"vector", "date"}  # live then for every list
+    assert result.as_of == END_OF_2019
+    assert result.as_of_reason is not None and '"in 2019"' in result.as_of_reason
+    assert result.to_dict()["as_of"] == "2019-12-31T23:59:59.999999+00:00"
+
+
+async def test_an_event_question_or_the_option_off_reads_now(memory: Either, scope: dict[str, str]) -> None:
+    await memory.add_facts(DATED, **scope)
+    off = RecallOptions(as_of_from_question=False)
+    event = await memory.recall("what did I do in 2023?", **scope)
+    assert event.as_of is None and event.as_of_reason is None
+    event_off = await memory.recall("what did I do in 2023?", **scope, options=off)
+    assert [s.fact.id for s in event.facts] == [s.fact.id for s in event_off.facts]
+    held_off = await memory.recall("where did I live in 2019?", **scope, options=off)
+    assert held_off.as_of is None and held_off.as_of_reason is None
+    texts = [scored.fact.text for scored in held_off.facts]
+    assert "user lives in denver" in texts and "user lived in boston" in texts  # as before: boston by date
+    boston = next(scored for scored in held_off.facts if scored.fact.text == "user lived in boston")
+    assert set(boston.ranks) == {"date"}
+
+
+async def test_the_callers_as_of_or_known_at_wins_over_the_question(memory: Either, scope: dict[str, str]) -> None:
+    await memory.add_facts(DATED, **scope)
+    for given in ({"as_of": AFTER}, {"known_at": datetime.now(UTC)}):
+        result = await memory.recall("where did I live in 2019?", **scope, **given)
+        assert result.as_of == next(iter(given.values())) and result.as_of_reason is None
+        assert "user lives in denver" in [scored.fact.text for scored in result.facts]
+
+
 async def test_no_date_no_date_signal_and_the_option_turns_it_off(memory: Either, scope: dict[str, str]) -> None:
     await memory.add_facts(DATED, **scope)
     plain = await memory.recall("what did I do on the mountain?", **scope, as_of=AFTER)

@@ -17,6 +17,7 @@ from memsoda_core.models import IncludeOption, RecallResult
 from memsoda_core.ops.maintenance import scope_fact_count
 from memsoda_core.ops.placing import scope_size
 from memsoda_core.options import RecallOptions
+from memsoda_core.recall.asof import question_as_of
 from memsoda_core.recall.dates import question_window
 from memsoda_core.recall.hits import HitRow, hit_rows
 from memsoda_core.recall.planning import ScopeSize, ScopeSizes, recall_statement_choice
@@ -72,7 +73,9 @@ def recall(
     (the kept facts' read; the signals of a scope under the tenant-index threshold): see
     `recall.planning`, which also remembers the scope's size between recalls. A date the query
     names (`recall.dates`) and a `conversation` ((role, content) pairs, oldest first) add one
-    statement with their signals; without either it is not sent.
+    statement with their signals; without either it is not sent. A question that asks what held
+    in a past window ("where did I live in 2019?") is read as of that window's end when neither
+    `as_of` nor `known_at` is given (`recall.asof`, `RecallOptions.as_of_from_question`).
 
     `known_at` (transaction time): what memory knew then, as it knew it (statements of their own,
     `RecallPlan.known`); the default statements are untouched by it."""
@@ -97,7 +100,13 @@ def recall(
             degraded = f"embedding the conversation failed, recalled without it: {exc}"
         timings["embed"] = _ms(started)
     at = as_of or now
-    window = question_window(query, at) if options.date_candidates else None
+    asked = question_window(query, at)
+    window = asked if options.date_candidates else None
+    held = None  # never over the caller's as_of or known_at
+    if as_of is None and known_at is None and options.as_of_from_question:
+        held = question_as_of(query, asked, at)
+    if held is not None:
+        at = held.at
     params = statement_params(
         scope=scope,
         query=query,
@@ -154,7 +163,14 @@ def recall(
             errors["synthesis"] = f"{type(exc).__name__}: {exc}"
         timings["synthesis"] = _ms(mark)
     timings["total"] = _ms(started)
-    return replace(result, synthesis=synthesis, errors=errors, timings_ms=timings)
+    return replace(
+        result,
+        synthesis=synthesis,
+        errors=errors,
+        timings_ms=timings,
+        as_of=held.at if held is not None else as_of,
+        as_of_reason=None if held is None else held.reason,
+    )
 
 
 def _hits(
