@@ -48,6 +48,7 @@ EVENTS = [
     "what did I do when I lived in Boston in 2019?",
     "I was used to it by 2019",
     "I'm used to it since last year",
+    "did you have any luck finding a hotel last week?",
 ]
 
 

@@ -6,17 +6,21 @@ holds now but began after 2019 leaves every list and one that held at the end of
 for every list. It applies only when both hold:
 
 - the question asks for a state, not an event (`asks_what_held`): "as of ..."; "used to";
-  "did <someone> live / reside / work / have / own / use / rent / date / belong"; "was / were
-  <someone> living / residing / working / staying / renting / dating / using / married / single /
-  engaged / employed / unemployed / retired"; "what / who / where / which (...) was / were
-  my / our / your / his / her / their / <name>'s ..."; "lived", "resided", "owned", "rented",
-  "worked at / for / as". Not with "happen", "went" or "did <someone> do", and not "work on / out"
-  or "have for / to" (what was done, not what held). "back in" alone is no sign ("what did I buy
-  back in 2019?" asks for an event); events are left to the date list, which already brings
-  what began in the window.
+  "did <someone> live / reside / work / have / own / use / rent / date / belong" (not "did you",
+  the assistant's own doings: "did you have any luck ..."); "was / were <someone> living /
+  residing / working / staying / renting / dating / using / married / single / engaged /
+  employed / unemployed / retired"; "what / who / where / which (...) was / were my / our /
+  your / his / her / their / <name>'s ..."; "lived", "resided", "owned", "rented", "worked at /
+  for / as". Not with "happen", "went" or "did <someone> do", nor "work on / out" or "have for /
+  to" (what was done, not what held). "back in" alone is no sign ("what did I buy back in
+  2019?" asks for an event): events are left to the date list, which already brings what began
+  in the window.
 - the window the question names (`recall.dates.question_window`) ends by the question's time:
-  a window still running ("this year", "since 2020") asks about now, and the question's time
-  already reads that.
+  a window still running ("this year", "since 2020") asks about now, which is how it is read.
+
+A fact stored with the time it was told as its start, not the time it began, is not live before
+it was told: read as of 2019 it is missing. For such memories `RecallOptions.as_of_from_question`
+=False keeps reading at the question's time (the date list still brings what ended since).
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ _STATE = re.compile(
             r"\bas\s+of\b",
             r"(?<!\bwas\s)(?<!\bwere\s)(?<!\bis\s)(?<!\bare\s)(?<!\bam\s)(?<!'m\s)(?<!'re\s)(?<!\bget\s)"
             r"(?<!\bgot\s)\bused\s+to\b",  # not "was used to pay", "I'm used to it"
-            r"\bdid\s+" + _SOMEONE + r"(?:live|reside|work(?!\s+(?:on|out)\b)|have(?!\s+(?:for|to)\b)"
+            r"\bdid\s+(?!you\b)" + _SOMEONE + r"(?:live|reside|work(?!\s+(?:on|out)\b)|have(?!\s+(?:for|to)\b)"
             r"|own|use|rent|date|belong)\b",
             r"\b(?:was|were)\s+" + _SOMEONE + r"(?:living|residing|working(?!\s+(?:on|out)\b)|staying|renting"
             r"|dating|using|married|single|engaged|employed|unemployed|retired)\b",
