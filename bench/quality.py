@@ -59,12 +59,14 @@ CONFIGS: dict[str, Variant] = {
     "names_off": Variant(options=replace(DEFAULT_OPTIONS, anchor_name_share=0.0)),
     "names_09": Variant(options=replace(DEFAULT_OPTIONS, anchor_name_share=0.9)),
     "first_person": Variant(options=FIRST_PERSON_OPTIONS),
-    "first_person_09": Variant(options=replace(FIRST_PERSON_OPTIONS, anchor_name_share=0.9)),
+    "first_person_05": Variant(options=replace(FIRST_PERSON_OPTIONS, anchor_name_share=0.5)),
     "common_20": Variant(options=replace(DEFAULT_OPTIONS, common_term_min_facts=0, common_term_share=0.2)),
 }
 
-FIRST_PERSON_ROW = "**first-person options (`FIRST_PERSON_OPTIONS`: recency list of 50, keyword needs 1 term)**"
-FIRST_PERSON_09_ROW = "first-person options, name test at share 0.9"
+FIRST_PERSON_ROW = (
+    "**first-person options (`FIRST_PERSON_OPTIONS`: recency list of 50, keyword needs 1 term, name test at 0.9)**"
+)
+FIRST_PERSON_05_ROW = "first-person options, name test at the default share 0.5"
 ALL = ("vector", "anchor", "keyword")
 DEFAULTS = (*ALL, "date")
 """What `Memory.recall` fuses by default: the date list joins when the question names a date."""
@@ -120,7 +122,7 @@ ROWS: tuple[Row, ...] = (
     Row(label="defaults, no name test (anchor_name_share=0: the default before)", config="names_off", signals=DEFAULTS),
     Row(label="defaults, name test at share 0.9 (anchor_name_share=0.9)", config="names_09", signals=DEFAULTS),
     Row(label=FIRST_PERSON_ROW, config="first_person", signals=(*DEFAULTS, "recent")),
-    Row(label=FIRST_PERSON_09_ROW, config="first_person_09", signals=(*DEFAULTS, "recent")),
+    Row(label=FIRST_PERSON_05_ROW, config="first_person_05", signals=(*DEFAULTS, "recent")),
     Row(label="full, anchor list in physical order", config="wide", signals=ALL, physical=True),
     Row(label="full, 1 hop", config="hop1", signals=ALL),
     Row(label="full, 1 hop, physical order", config="hop1_wide", signals=ALL, physical=True),
@@ -224,7 +226,7 @@ REALMEM_ROWS: tuple[realmem.RealmemRow, ...] = (
         label="defaults, name test at share 0.9 (anchor_name_share=0.9)", config="names_09", signals=DEFAULTS
     ),
     realmem.RealmemRow(label=FIRST_PERSON_ROW, config="first_person", signals=(*DEFAULTS, "recent")),
-    realmem.RealmemRow(label=FIRST_PERSON_09_ROW, config="first_person_09", signals=(*DEFAULTS, "recent")),
+    realmem.RealmemRow(label=FIRST_PERSON_05_ROW, config="first_person_05", signals=(*DEFAULTS, "recent")),
     realmem.RealmemRow(
         label="first-person options + conversation (last 2 user turns)",
         config="first_person",

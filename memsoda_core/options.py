@@ -146,10 +146,12 @@ class RecallOptions:
 
 DEFAULT_OPTIONS = RecallOptions()
 
-FIRST_PERSON_OPTIONS = RecallOptions(recent_candidates=50, keyword_min_terms=1)
-"""For a memory of one user's own sessions with an assistant, whose later notes restate and update
-earlier ones and whose questions are the user's long messages (a personal assistant's memory): the
-50 most recent live facts fused as a list of their own (the latest notes are what a message goes
-on from), and one matched word places a fact in the keyword list (ranked by IDF, so a rare word
-counts and a common one ranks low). On memories of facts about many named things, the recency list
-buries what only the vector list finds: not the default (bench/RESULTS.md, section 6)."""
+FIRST_PERSON_OPTIONS = RecallOptions(recent_candidates=50, keyword_min_terms=1, anchor_name_share=0.9)
+"""For a memory of one user's own sessions with an assistant (a personal assistant's memory): its
+later notes restate and update earlier ones, its questions are the user's long messages, and the
+notes name few things but the user. So the 50 most recent live facts are fused as a list of their
+own (the latest notes are what a message goes on from); one matched word places a fact in the
+keyword list (ranked by IDF: a rare word counts, a common one ranks low); and a capitalised word
+anchors only where nearly every note holding it is linked to it. On memories of facts about many
+named things the recency list buries what only the vector list finds, so these are not the
+defaults (bench/RESULTS.md, section 6)."""

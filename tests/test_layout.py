@@ -15,6 +15,8 @@ import memsoda_llamaindex
 ROOT = Path(__file__).resolve().parent.parent
 
 CORE_API = {
+    "DEFAULT_OPTIONS",
+    "FIRST_PERSON_OPTIONS",
     "LITERAL",
     "AsyncMemory",
     "ConfidenceError",
