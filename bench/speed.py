@@ -137,6 +137,11 @@ def _systems(
         "memsoda recall, statements one after the other (pool_size=1)": lambda q: len(
             serial.recall(q.text, dataset=synth.DATASET, project=project, query_embedding=q.values).facts
         ),
+        DATE_ROW: lambda q: len(
+            memory.recall(
+                f"{q.text} {DATE_WORDS}", dataset=synth.DATASET, project=project, query_embedding=q.values
+            ).facts
+        ),
         "floor: bare kNN top-8": lambda q: len(
             conn.execute(floor, {"dataset": synth.DATASET, "project": project, "qvec": q.vector}).fetchall()
         ),
@@ -151,6 +156,10 @@ def _systems(
         )
     return calls
 
+
+DATE_WORDS = "last month"
+DATE_ROW = f"memsoda recall, the question names a date ({DATE_WORDS!r}: the date statement too)"
+"""The same queries with a window appended: the date signal's statement runs beside the others."""
 
 EMBED_LOOP = "memsoda recall, embedder in the loop"
 """Measured last (after the stage timings too), not between the others: after each embedding

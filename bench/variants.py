@@ -27,7 +27,7 @@ from memsoda_core.recall.fusion import rrf
 from memsoda_core.recall.result import statement_params
 from memsoda_core.recall.signals import RecallPlan
 from memsoda_core.recall.signals.anchor import anchor_ctes, near_cte
-from memsoda_core.recall.signals.entities import hub_floor_cte, named_cte
+from memsoda_core.recall.signals.entities import HUB_TERMS, hub_floor_cte, named_cte
 from memsoda_core.recall.signals.keyword import keyword_ctes
 from memsoda_core.recall.signals.vector import vector_cte
 from memsoda_core.text import normalize_query
@@ -56,7 +56,7 @@ _KEYWORD_QUERY = {
         SELECT to_tsquery(%(tsconfig)s::regconfig, coalesce(string_agg(t.term, ' | '), '')) AS q,
                coalesce(array_agg(t.term), ARRAY[]::text[]) AS terms
         FROM unnest(%(terms)s::text[]) AS t(term)
-        WHERE t.term NOT IN (SELECT string_to_table(terms, ' ') FROM named WHERE is_hub)),""",
+        WHERE t.term NOT IN {hub_terms}),""",
     KeywordForm.OR_WITH_HUBS: """
     keyword_query AS (
         SELECT to_tsquery(%(tsconfig)s::regconfig, coalesce(string_agg(t.term, ' | '), '')) AS q,
@@ -74,7 +74,7 @@ _HALF = """
                coalesce(array_agg(t.part) FILTER (WHERE numnode(t.part) > 0), ARRAY[]::tsquery[]) AS parts
         FROM (SELECT u.term, to_tsquery(%(tsconfig)s::regconfig, u.term) AS part
               FROM unnest(%(terms)s::text[]) AS u(term)
-              WHERE u.term NOT IN (SELECT string_to_table(terms, ' ') FROM named WHERE is_hub)) t),
+              WHERE u.term NOT IN {hub_terms}) t),
     keyword_hits AS (
         SELECT f.id AS fact_id,
                row_number() OVER (ORDER BY ts_rank(f.tsv, kq.q) DESC, f.valid_at DESC, f.id DESC) AS rank
@@ -101,7 +101,7 @@ _HALF_TS_RANK = """
                tsvector_to_array(to_tsvector(%(tsconfig)s::regconfig,
                                              coalesce(string_agg(t.term, ' '), ''))) AS lexemes
         FROM unnest(%(terms)b::text[]) AS t(term)
-        WHERE t.term NOT IN (SELECT string_to_table(terms, ' ') FROM named WHERE is_hub)
+        WHERE t.term NOT IN {hub_terms}
           AND NOT EXISTS (
               SELECT FROM unnest(tsvector_to_array(to_tsvector(%(tsconfig)s::regconfig, t.term))) AS x(lexeme)
               CROSS JOIN LATERAL (SELECT l.facts FROM {s}.lexemes l
@@ -170,15 +170,16 @@ UNCAPPED = 2**62
 
 
 def _keyword(schema: str, form: KeywordForm, *, live: bool) -> sql.Composable:
+    hubs = sql.SQL(HUB_TERMS)
     if form is KeywordForm.OR_HALF and live:
         return keyword_ctes(schema)
     if form is KeywordForm.HALF_TS_RANK:
-        return sql.SQL(_HALF_TS_RANK).format(s=sql.Identifier(schema), where=_LIVE if live else _ANY)
+        return sql.SQL(_HALF_TS_RANK).format(s=sql.Identifier(schema), where=_LIVE if live else _ANY, hub_terms=hubs)
     if form is KeywordForm.OR_HALF:
-        return sql.SQL(_HALF).format(s=sql.Identifier(schema), where=_LIVE if live else _ANY)
+        return sql.SQL(_HALF).format(s=sql.Identifier(schema), where=_LIVE if live else _ANY, hub_terms=hubs)
     hits = sql.SQL(_KEYWORD_HITS).format(s=sql.Identifier(schema), where=_LIVE if live else _ANY)
     query = _KEYWORD_QUERY[KeywordForm.OR_WITH_HUBS if form is KeywordForm.OR else form]
-    return sql.Composed([sql.SQL(query), hits])
+    return sql.Composed([sql.SQL(query).format(hub_terms=hubs), hits])
 
 
 def statement(schema: str, variant: Variant, signals: Sequence[str] = ("vector", "anchor", "keyword")) -> sql.Composed:

@@ -127,3 +127,15 @@ async def test_a_word_the_scope_does_not_use_as_a_name_is_no_named_anchor(
     assert "touches 'day', named in the query" in untested
     with pytest.raises(LimitError):
         RecallOptions(anchor_name_share=1.5)
+
+
+async def test_a_longer_name_is_never_judged_by_its_shared_words(memory: Either, scope: dict[str, str]) -> None:
+    # "eva" and "smith" are each in six facts' text, "eva smith" linked to one: the words' counts
+    # bound the facts holding the whole name loosely, so a longer name is not tested
+    facts = [{**note(f"Anna Smith called about visit {i}"), "mentions": ["Anna Smith"]} for i in range(5)]
+    facts += [{**note(f"Eva Jones sent photo {i}"), "mentions": ["Eva Jones"]} for i in range(5)]
+    facts.append({**note("Eva Smith moved to Porto"), "mentions": ["Eva Smith"]})
+    await memory.add_facts(facts, **scope)
+    result = await memory.recall("anything new from eva smith", **scope, options=RecallOptions(hub_min_share=1.0))
+    reasons = {s.fact.text: s.reasons.get("anchor") for s in result.facts}
+    assert reasons["user noted Eva Smith moved to Porto"] == "touches 'eva smith', named in the query"

@@ -26,15 +26,24 @@ def real_name(column: str) -> str:
 
 
 def name_like(schema: str, indexed: Scope | None = None) -> sql.Composed:
-    """The entity of a `named` row is used as a name in the scope: it is linked to at least
-    %(anchor_name_share)s of the facts whose text holds its name's rarest lexeme (the scope's lexeme
-    counts). A name with no counted lexeme passes."""
+    """The entity of a `named` row is used as a name in the scope: a one-word name is linked to at
+    least %(anchor_name_share)s of the facts whose text holds its word (the scope's lexeme counts; a
+    word never counted passes). A longer name passes: the count of its rarest word is only a bound
+    on the facts holding the whole name, loose where other names share its words ("Anna Smith",
+    "Eva Smith")."""
     return fragment(
-        "(fact_count>=%(anchor_name_share)s*(SELECT min(l.facts)FROM {s}.lexemes l WHERE {scope_l}"
-        " AND l.lexeme=ANY(tsvector_to_array(to_tsvector(%(tsconfig)s,name)))))IS NOT false",
+        "(name~' ' OR fact_count>=%(anchor_name_share)s*coalesce((SELECT min(l.facts)FROM {s}.lexemes l"
+        " WHERE {scope_l} AND l.lexeme=ANY(tsvector_to_array(to_tsvector(%(tsconfig)s,name)))),0))",
         schema,
         indexed=indexed,
     )
+
+
+HUB_TERMS = (
+    "(SELECT string_to_table(s.terms, ' ') FROM unnest(%(spans)b::text[], %(span_terms)b::text[]) AS s(span, terms)"
+    " JOIN named n ON n.name = s.span WHERE n.is_hub)"
+)
+"""SQL: the search terms of the hubs the query names (the keyword signal leaves them out)."""
 
 
 def hub_floor_cte(schema: str, indexed: Scope | None = None) -> sql.Composed:
@@ -58,8 +67,8 @@ def named_cte(schema: str, indexed: Scope | None = None, *, default_partitions: 
     return fragment(
         """
     named AS (
-        SELECT e.id, e.name, e.fact_count, e.fact_count >= (SELECT n FROM hub_floor) AS is_hub, s.terms
-        FROM unnest(%(spans)b::text[], %(span_terms)b::text[]) AS s(span, terms)
+        SELECT e.id, e.name, e.fact_count, e.fact_count >= (SELECT n FROM hub_floor) AS is_hub
+        FROM unnest(%(spans)b::text[]) AS s(span)
         CROSS JOIN LATERAL (SELECT id, name, fact_count FROM {entities} e
                             WHERE {scope_e} AND e.name = s.span OFFSET 0) e)""",
         schema,

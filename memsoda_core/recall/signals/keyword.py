@@ -9,7 +9,7 @@ from psycopg import sql
 
 from memsoda_core.recall.fragments import fragment
 from memsoda_core.recall.hits import HitRow
-from memsoda_core.recall.signals.entities import NAMED_ENTITIES
+from memsoda_core.recall.signals.entities import HUB_TERMS, NAMED_ENTITIES
 from memsoda_core.recall.signals.spec import RecallPlan, SignalInputs, SignalSpec
 from memsoda_core.store.params import TextArray
 from memsoda_core.text import normalized_terms
@@ -42,7 +42,7 @@ def keyword_ctes(
         CROSS JOIN LATERAL (SELECT coalesce((SELECT l.facts FROM {s}.lexemes l
                                              WHERE {scope_l} AND l.lexeme = x.lexeme OFFSET 0), 0) AS n) l
         CROSS JOIN (SELECT coalesce((SELECT sc.fact_count FROM {s}.scopes sc WHERE {scope_sc}), 0) AS n) sc
-        WHERE t.term NOT IN (SELECT string_to_table(terms, ' ') FROM named WHERE is_hub)
+        WHERE t.term NOT IN {hub_terms}
           AND l.n <= greatest(%(common_term_min_facts)s, %(common_term_share)s * sc.n)
         GROUP BY 1),
     keyword_any AS MATERIALIZED (
@@ -72,6 +72,7 @@ def keyword_ctes(
         indexed=indexed,
         known=known,
         default_partitions=default_partitions,
+        hub_terms=sql.SQL(HUB_TERMS),
     )
 
 
