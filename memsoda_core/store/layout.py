@@ -55,9 +55,10 @@ INDEXES = {
     "facts_recent": ("facts", "(dataset, project, valid_at DESC, id DESC)"),
     "facts_relation": ("facts", "(dataset, project, subject, lower(predicate))"),
     "facts_superseded_by": ("facts", "(dataset, project, superseded_by) WHERE superseded_by IS NOT NULL"),
+    "facts_ended": ("facts", "(dataset, project, invalid_at) WHERE invalid_at IS NOT NULL"),
     "fact_entities_fact": ("fact_entities", "(dataset, project, fact_id)"),
 }
-"""The other b-trees of the partitioned tables (schema v1, v5), defined on the parent so that
+"""The other b-trees of the partitioned tables (schema v1, v5, v10), defined on the parent so that
 every partition has them; a test holds this to the migrations."""
 
 FOREIGN_KEYS = (  # (table, column, referenced table, ON DELETE): schema v1 and v8

@@ -15,7 +15,7 @@ from psycopg import sql
 
 from memsoda_core.store.lexemes import recount_lexemes
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 KEYWORD_SEPARATORS = string.punctuation
 """ASCII punctuation is blanked before full-text indexing, as the query side splits terms on it
@@ -311,7 +311,30 @@ def _v9(shape: StoreShape) -> list[sql.Composed]:
     ]
 
 
-MIGRATIONS: dict[int, Migration] = {1: _v1, 2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8, 9: _v9}
+def _v10(shape: StoreShape) -> list[sql.Composed]:
+    """The facts that ended, by when (`recall.signals.date`): "held in the window and ended since"
+    is a range of it, where the date signal otherwise scanned the scope (bench/RESULTS.md section
+    6, "Speed of this change ..."). Partial: most facts never end. On a partitioned store every
+    partition gets it; on Citus every shard."""
+    return [
+        sql.SQL(
+            "CREATE INDEX facts_ended ON {s}.facts (dataset, project, invalid_at) WHERE invalid_at IS NOT NULL"
+        ).format(s=sql.Identifier(shape.schema))
+    ]
+
+
+MIGRATIONS: dict[int, Migration] = {
+    1: _v1,
+    2: _v2,
+    3: _v3,
+    4: _v4,
+    5: _v5,
+    6: _v6,
+    7: _v7,
+    8: _v8,
+    9: _v9,
+    10: _v10,
+}
 """Version -> DDL. Append only; never edit a released migration."""
 
 

@@ -29,7 +29,9 @@ OPEN_START = datetime(1, 1, 2, tzinfo=UTC)
 
 def date_cte(schema: str, plan: RecallPlan, indexed: Scope | None = None) -> sql.Composed:
     """Facts that held in [%(window_start)s, %(window_end)s) (see the module docstring), nearest
-    the query embedding first (most recent first without one); ties by recency, then id."""
+    the query embedding first (most recent first without one); ties by recency, then id. The two
+    branches are ranges of `facts_recent` (began in the window, still holding) and `facts_ended`
+    (ended since its start), so a window holding few facts is read by index, not by a scan."""
     order = "f.embedding <=> %(qvec)s" if plan.embedding else "NULL::float8"
     learned = " AND f.created_at <= %(known_at)s" if plan.known else ""  # what memory knew by then
     return fragment(
@@ -40,9 +42,8 @@ def date_cte(schema: str, plan: RecallPlan, indexed: Scope | None = None) -> sql
         FROM (SELECT f.id, {order} AS distance, f.valid_at
               FROM {facts} f
               WHERE {scope_f} AND f.confidence >= %(min_confidence)s AND f.valid_at <= %(at)s
-                AND f.valid_at < %(window_end)s
-                AND (f.invalid_at > %(window_start)s
-                     OR f.invalid_at IS NULL AND f.valid_at >= %(window_start)s){learned}
+                AND (f.invalid_at IS NULL AND f.valid_at >= %(window_start)s AND f.valid_at < %(window_end)s
+                     OR f.invalid_at > %(window_start)s AND f.valid_at < %(window_end)s){learned}
               ORDER BY distance, f.valid_at DESC, f.id DESC
               LIMIT %(date_candidates)s) d)""",
         schema,
