@@ -366,3 +366,19 @@ def test_scope_sizes_expire_forget_and_stay_bounded() -> None:
     expired = ScopeSizes(ttl_s=0.0)
     expired.put(a, 10)
     assert expired.get(a) is None  # trusted for no time at all
+
+
+def test_the_date_statement_is_planned_for_its_window() -> None:
+    from memsoda_core.recall.dates import question_window
+    from memsoda_core.recall.planning import statement_planning
+    from memsoda_core.recall.statements import recall_groups
+    from memsoda_core.runner.steps import Planning
+
+    now = datetime(2026, 6, 1, tzinfo=UTC)
+    dated = plan_for("what did I do last week", True, DEFAULT_OPTIONS, window=question_window("last week", now))
+    groups = recall_groups(dated)
+    assert any("date" in group for group in groups) and len(groups) == len(recall_statements("s", dated))
+    for group in groups:
+        expected = Planning.FRESH if "date" in group else Planning.GENERIC
+        assert statement_planning(group, Planning.GENERIC) is expected
+    assert all(statement_planning(g, Planning.CACHED) is Planning.CACHED for g in groups if "date" not in g)

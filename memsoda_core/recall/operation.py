@@ -20,7 +20,7 @@ from memsoda_core.options import RecallOptions
 from memsoda_core.recall.asof import question_as_of
 from memsoda_core.recall.dates import question_window
 from memsoda_core.recall.hits import HitRow, hit_rows
-from memsoda_core.recall.planning import ScopeSize, ScopeSizes, recall_statement_choice
+from memsoda_core.recall.planning import ScopeSize, ScopeSizes, recall_statement_choice, statement_planning
 from memsoda_core.recall.result import (
     assemble,
     below_floor,
@@ -35,6 +35,7 @@ from memsoda_core.recall.signals.spec import RecallPlan
 from memsoda_core.recall.statements import (
     episodes_statement,
     facts_statement,
+    recall_groups,
     recall_statements,
     recent_episodes_statement,
 )
@@ -194,14 +195,23 @@ def _hits(
         scope, size.facts, info.tenant_index_min_facts, distributed=info.distributed, placed=size.placed
     )
     plan = replace(plan, default_partitions=info.partitioned and indexed is None)
-    statements = recall_statements(info.schema, plan, indexed)
-    results = yield from concurrently([Execute(statement, params, planning, hit_rows) for statement in statements])
+    results = yield from concurrently(_executes(info, plan, indexed, params, planning))
     if plan.default_partitions and size.facts and not any(results):
         scope_sizes.forget(scope)
         plan = replace(plan, default_partitions=False)
-        statements = recall_statements(info.schema, plan, scope)
-        results = yield from concurrently([Execute(s, params, Planning.GENERIC, hit_rows) for s in statements])
+        results = yield from concurrently(_executes(info, plan, scope, params, Planning.GENERIC))
     return results, plan
+
+
+def _executes(
+    info: StoreInfo, plan: RecallPlan, indexed: Scope | None, params: dict[str, Any], planning: Planning
+) -> list[Execute]:
+    statements = recall_statements(info.schema, plan, indexed)
+    groups = recall_groups(plan)
+    return [
+        Execute(statement, params, statement_planning(group, planning), hit_rows)
+        for statement, group in zip(statements, groups, strict=True)
+    ]
 
 
 def _ms(since: float) -> float:

@@ -86,3 +86,16 @@ def recall_statement_choice(
     if distributed:
         return indexed, Planning.FRESH
     return indexed, Planning.GENERIC if indexed is not None else Planning.CACHED
+
+
+PLANNED_AFRESH = frozenset({"date"})
+"""Signals whose statement is planned with its values at every run, on any scope: the date list's
+best plan depends on how many facts the window holds (index ranges for a few, the HNSW for many),
+which a generic plan cannot know; kept generic, an empty window in a 100k-fact tenant scanned the
+HNSW until its budget ran out (bench/RESULTS.md section 6, "Speed of this change ..."). Such
+questions are few, and planning one costs about a millisecond."""
+
+
+def statement_planning(signals: tuple[str, ...], planning: Planning) -> Planning:
+    """How a statement running `signals` is planned, given the scope's `planning`."""
+    return Planning.FRESH if PLANNED_AFRESH.intersection(signals) else planning

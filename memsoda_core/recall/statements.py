@@ -108,11 +108,18 @@ def recall_statements(
     bound. This is the one place where values enter the SQL text (quoted by psycopg, as in the
     indexes' own DDL): a generic plan over bound tenant values cannot use a partial index, and
     planning them at every run was much of their cost (bench/RESULTS.md, "Kept plans")."""
+    return tuple(
+        rendered(hits_statement(schema, plan, group, indexed, registry)) for group in recall_groups(plan, registry)
+    )
+
+
+def recall_groups(plan: RecallPlan, registry: tuple[SignalSpec, ...] = REGISTRY) -> tuple[tuple[str, ...], ...]:
+    """The signals of each statement `recall_statements` renders for `plan`, in the same order."""
     planned = planned_signals(plan, registry)
     if not planned:
         raise ValueError("a recall plan needs at least one signal")
     groups = (tuple(name for name in group if name in planned) for group in statement_groups(registry))
-    return tuple(rendered(hits_statement(schema, plan, group, indexed, registry)) for group in groups if group)
+    return tuple(group for group in groups if group)
 
 
 @lru_cache(maxsize=1024)
