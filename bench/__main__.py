@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "speed":
         from bench import speed as bench_speed
 
-        sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
+        sizes = _ints(args.sizes)
         if max(sizes) > 200_000 and not args.allow_1m:
             parser.error("sizes above 200,000 need --allow-1m")
         sys.stdout.write(
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
                 large=args.large,
                 embedded=args.embedded,
                 given=args.given,
-                batches=[int(x) for x in args.batches.split(",") if x.strip()],
+                batches=_ints(args.batches),
             )
         )
     elif args.command == "index":
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
                 tenants=args.tenants,
                 small_facts=args.small_facts,
                 large_facts=args.large_facts,
-                steps=[int(x) for x in args.steps.split(",") if x.strip()],
+                steps=_ints(args.steps),
                 plain_max=args.plain_max,
                 calls=args.calls,
                 seconds=args.seconds,
@@ -192,6 +192,11 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     return 0
+
+
+def _ints(text: str) -> list[int]:
+    """A comma-separated option ("10,100,1000") as numbers."""
+    return [int(x) for x in text.split(",") if x.strip()]
 
 
 def _embedder(name: str) -> Embedder:

@@ -47,7 +47,6 @@ CONFIGS: dict[str, Variant] = {
     "kw_min1": Variant(options=replace(DEFAULT_OPTIONS, keyword_min_terms=1)),
     "kw_min3": Variant(options=replace(DEFAULT_OPTIONS, keyword_min_terms=3)),
     "kw_and": Variant(options=DEFAULT_OPTIONS, keyword=KeywordForm.AND),
-    "kw_or_hubs": Variant(options=DEFAULT_OPTIONS, keyword=KeywordForm.OR_WITH_HUBS),
     "kw_or": Variant(options=DEFAULT_OPTIONS, keyword=KeywordForm.OR),
     "bridge_off": Variant(options=DEFAULT_OPTIONS, bridge_max_facts=UNCAPPED),
     "near_060": Variant(options=replace(DEFAULT_OPTIONS, anchor_vector_min=0.6)),
@@ -88,7 +87,7 @@ class Row:
 
 ROWS: tuple[Row, ...] = (
     Row(label="vector only", config="default", signals=("vector",)),
-    Row(label="keyword only (plain OR of terms, hub names dropped)", config="kw_or", signals=("keyword",)),
+    Row(label="keyword only (plain OR of terms, ts_rank)", config="kw_or", signals=("keyword",)),
     Row(label="keyword only (AND: plainto_tsquery)", config="kw_and", signals=("keyword",)),
     Row(
         label="keyword only (half the terms, by ts_rank: the default before issue 20)",
@@ -134,8 +133,7 @@ ROWS: tuple[Row, ...] = (
     Row(label="full, keyword needs 1 term (keyword_min_terms=1)", config="kw_min1", signals=ALL),
     Row(label="full, keyword needs up to 3 terms (keyword_min_terms=3)", config="kw_min3", signals=ALL),
     Row(label="full, keyword AND (plainto_tsquery)", config="kw_and", signals=ALL),
-    Row(label="full, keyword OR keeping hub names", config="kw_or_hubs", signals=ALL),
-    Row(label="full, plain keyword OR (the previous default)", config="kw_or", signals=ALL),
+    Row(label="full, keyword plain OR of terms (hub names kept)", config="kw_or", signals=ALL),
     Row(label="full, second-hop bridges capped at 8 facts", config="bridge8", signals=ALL),
     Row(
         label="full, terms in over 5% of the memory's facts left out (no 1,000-fact floor)",

@@ -93,7 +93,7 @@ class Replay:
     agreement: tuple[int, int] = (0, 0)
     full_agreement: tuple[int, int] = (0, 0)
     """`FULL_SIGNALS` fused against `Memory.recall(..., conversation=...)`."""
-    recent_agreement: tuple[int, int] = (0, 0)
+    preset_agreement: tuple[int, int] = (0, 0)
     """The `PRESET` config + the recency list against `Memory.recall` with `FIRST_PERSON_OPTIONS`."""
     facts: int = 0
     seconds: float = 0.0
@@ -185,7 +185,7 @@ def replay(
     statements = {config: variants.statement(memory.info.schema, variant) for config, variant in configs.items()}
     tsconfig = memory.info.text_search_config
     started = time.perf_counter()
-    agree = asked = full_agree = recent_agree = 0
+    agree = asked = full_agree = preset_agree = 0
     stored: set[str] = set()
     with connect(memory.dsn) as conn:
         for session in sessions(path):
@@ -272,7 +272,7 @@ def replay(
                         top=metrics.K,
                     )
                     full_agree += [s.fact.id for s in full.facts] == fused
-                    recent = memory.recall(
+                    preset = memory.recall(
                         text,
                         dataset=scope.dataset,
                         project=scope.project,
@@ -287,7 +287,7 @@ def replay(
                         recency=out.recency,
                         top=metrics.K,
                     )
-                    recent_agree += [s.fact.id for s in recent.facts] == fused
+                    preset_agree += [s.fact.id for s in preset.facts] == fused
             if out.keys and session.negatives and (max_queries is None or len(out.questions) < max_queries):
                 plain = variants.params(
                     scope=scope, query="", embedding=[0.0], at=session.at, options=DEFAULT_OPTIONS, tsconfig=tsconfig
@@ -306,7 +306,7 @@ def replay(
                 stored.update(session.memories)
     out.agreement = (agree, asked)
     out.full_agreement = (full_agree, asked)
-    out.recent_agreement = (recent_agree, asked)
+    out.preset_agreement = (preset_agree, asked)
     out.facts = len(out.keys)
     out.seconds = time.perf_counter() - started
     return out
@@ -405,7 +405,7 @@ def run(
     agree = sum(r.agreement[0] for r in replays)
     asked = sum(r.agreement[1] for r in replays)
     full_agree = sum(r.full_agreement[0] for r in replays)
-    recent_agree = sum(r.recent_agreement[0] for r in replays)
+    preset_agree = sum(r.preset_agreement[0] for r in replays)
     negatives = [top for r in replays for top in r.negatives]
     bold = next(row.label for row in rows if row.label.startswith("**"))
     floors = extras.floor_rows([t for r in replays for t in r.top], table[bold]["recall@all"], negatives)
@@ -420,7 +420,7 @@ def run(
         f"(mean over the category's questions). Default row identical to `Memory.recall` on {agree}/{asked} "
         "questions asked of a non-empty memory; defaults + conversation identical to "
         f"`Memory.recall(conversation=...)` on {full_agree}/{asked}; first-person options identical to "
-        f"`Memory.recall(options=FIRST_PERSON_OPTIONS)` on {recent_agree}/{asked}.\n",
+        f"`Memory.recall(options=FIRST_PERSON_OPTIONS)` on {preset_agree}/{asked}.\n",
         tables(replays, table),
         "",
         f"Relevance floor on the default row: {len(negatives)} user turns that need no memory (`is_query` "

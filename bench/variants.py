@@ -36,8 +36,8 @@ from memsoda_core.validation import Scope
 
 class KeywordForm(StrEnum):
     OR = "or"
-    """Plain OR of the query's terms, minus the terms of hubs named in the query (memsoda's
-    default before the benchmark)."""
+    """Plain OR of every term of the query, ranked by ts_rank: a full-text retriever's (the
+    keyword side of LangChain's EnsembleRetriever). The SQL of `OR_WITH_HUBS`."""
     OR_WITH_HUBS = "or_with_hubs"
     """OR of every term, hub names included."""
     AND = "and"
@@ -51,12 +51,6 @@ class KeywordForm(StrEnum):
 
 
 _KEYWORD_QUERY = {
-    KeywordForm.OR: """
-    keyword_query AS (
-        SELECT to_tsquery(%(tsconfig)s::regconfig, coalesce(string_agg(t.term, ' | '), '')) AS q,
-               coalesce(array_agg(t.term), ARRAY[]::text[]) AS terms
-        FROM unnest(%(terms)s::text[]) AS t(term)
-        WHERE t.term NOT IN {hub_terms}),""",
     KeywordForm.OR_WITH_HUBS: """
     keyword_query AS (
         SELECT to_tsquery(%(tsconfig)s::regconfig, coalesce(string_agg(t.term, ' | '), '')) AS q,
@@ -178,7 +172,7 @@ def _keyword(schema: str, form: KeywordForm, *, live: bool) -> sql.Composable:
     if form is KeywordForm.OR_HALF:
         return sql.SQL(_HALF).format(s=sql.Identifier(schema), where=_LIVE if live else _ANY, hub_terms=hubs)
     hits = sql.SQL(_KEYWORD_HITS).format(s=sql.Identifier(schema), where=_LIVE if live else _ANY)
-    query = _KEYWORD_QUERY[KeywordForm.OR_WITH_HUBS if form is KeywordForm.OR else form]
+    query = _KEYWORD_QUERY[KeywordForm.OR_WITH_HUBS if form is KeywordForm.OR else form]  # the same SQL
     return sql.Composed([sql.SQL(query).format(hub_terms=hubs), hits])
 
 

@@ -40,10 +40,11 @@ class RecallOptions:
     """A second-hop bridge touching more facts than this is skipped: a busy entity under the hub share
     fans the second hop out over much of the scope (bench/RESULTS.md, "Anchor signal")."""
     anchor_name_share: float = 0.5
-    """A named anchor must be linked to at least this share of the facts whose text holds its
-    name's rarest word: a word the extractor once took for a name ("Day", "Step", capitalised
-    inside a sentence) is in many more facts' text than are linked to it, a real name ("Kyoto") is
-    linked to most of them. 0 turns the test off (bench/RESULTS.md, section 6, "Named anchors")."""
+    """A one-word named anchor must be linked to at least this share of the facts whose text holds
+    its word: a word the extractor once took for a name ("Day", "Step", capitalised inside a
+    sentence) is in many more facts' text than are linked to it, a real name ("Kyoto") is linked to
+    most of them. Longer names are not tested (`recall.signals.entities.name_like`). 0 turns the
+    test off (bench/RESULTS.md, section 6, "Named anchors")."""
     anchor_max_facts: int = 100
     """Facts read per anchor, most recently written first: an anchor under the hub share can still touch
     thousands of facts (bench/RESULTS.md, "Anchor signal"); the other signals reach its older ones."""

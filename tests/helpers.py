@@ -4,10 +4,37 @@ fail on purpose."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
+from collections.abc import Iterator
 from typing import Any
 
+import psycopg
+from psycopg import sql
+
 from memsoda_core import LocalEmbedder
+
+
+def generic_plan(conn: psycopg.Connection[Any], statement: sql.SQL) -> dict[str, Any]:
+    """PostgreSQL's generic plan of a rendered recall statement (its placeholders made $n), as
+    recall runs an indexed scope's statements, and as a shared statement's plan may end up."""
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match.group(1) not in names:
+            names.append(match.group(1))
+        return f"${names.index(match.group(1)) + 1}"
+
+    text = re.sub(r"%\((\w+)\)[sb]", number, statement.as_string(None)).replace("%%", "%")
+    ((explained,),) = conn.execute(sql.SQL("EXPLAIN (GENERIC_PLAN, FORMAT JSON) {}").format(sql.SQL(text))).fetchall()
+    return dict(explained[0]["Plan"])
+
+
+def plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every node of an EXPLAIN (FORMAT JSON) plan, depth first."""
+    yield node
+    for child in node.get("Plans", []):
+        yield from plan_nodes(child)
 
 
 class CountingEmbedder:

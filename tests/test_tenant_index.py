@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 from conftest import open_memory
-from helpers import CountingEmbedder
+from helpers import CountingEmbedder, generic_plan, plan_nodes
 from psycopg import sql
 from typer.testing import CliRunner
 
@@ -310,12 +310,6 @@ def test_the_threshold_is_recorded_in_the_store_and_used_by_the_cli_maintain(pg_
         assert check["status"] == "ok" and check["detail"].startswith("1 scope of 12+ facts")
 
 
-def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield node
-    for child in node.get("Plans", []):
-        yield from _plan_nodes(child)
-
-
 @pytest.mark.parametrize("project", ["indexed", "unindexed"])
 def test_the_half_rule_tsquery_is_built_once_per_recall(small_threshold: Memory, project: str) -> None:
     """The half rule's tsquery (an OR of conjunctions built from the query's lexemes) is computed
@@ -348,24 +342,9 @@ def test_the_half_rule_tsquery_is_built_once_per_recall(small_threshold: Memory,
         rows = conn.execute(vector_and_keyword, params).fetchall()
         conn.execute("RESET plan_cache_mode")
     # the keyword rule's tsquery is built by the keyword_any CTE (issue 20; before, generate_series)
-    builders = [node for node in _plan_nodes(explained[0]["Plan"]) if node.get("Subplan Name") == "CTE keyword_any"]
+    builders = [node for node in plan_nodes(explained[0]["Plan"]) if node.get("Subplan Name") == "CTE keyword_any"]
     assert builders and all(node["Actual Loops"] == 1 for node in builders)
     assert [row for row in rows if row[0] == "keyword"]  # the rule let matching facts through
-
-
-def _generic_plan(conn: psycopg.Connection[Any], statement: sql.SQL) -> dict[str, Any]:
-    """PostgreSQL's generic plan of a rendered recall statement (its placeholders made $n), as
-    recall runs an indexed scope's statements, and as a shared statement's plan may end up."""
-    names: list[str] = []
-
-    def number(match: re.Match[str]) -> str:
-        if match.group(1) not in names:
-            names.append(match.group(1))
-        return f"${names.index(match.group(1)) + 1}"
-
-    text = re.sub(r"%\((\w+)\)[sb]", number, statement.as_string(None)).replace("%%", "%")
-    ((explained,),) = conn.execute(sql.SQL("EXPLAIN (GENERIC_PLAN, FORMAT JSON) {}").format(sql.SQL(text))).fetchall()
-    return dict(explained[0]["Plan"])
 
 
 def _reads_by_key_or_own_index(node: dict[str, Any], own: set[str]) -> bool:
@@ -373,7 +352,7 @@ def _reads_by_key_or_own_index(node: dict[str, Any], own: set[str]) -> bool:
     through one of the scope's own indexes, or by the scope named as literals (planned from that
     scope's own statistics, not the table's average), rather than a bound scope read whole."""
     if node["Node Type"] == "Bitmap Heap Scan":
-        return all(child.get("Index Name") in own for child in _plan_nodes(node) if child is not node)
+        return all(child.get("Index Name") in own for child in plan_nodes(node) if child is not node)
     if node["Node Type"] not in ("Index Scan", "Index Only Scan"):
         return False
     condition = node.get("Index Cond", "")
@@ -409,13 +388,13 @@ def test_generic_plans_read_links_by_lookup_and_an_indexed_scope_never_whole(sma
         for indexed in (None, scope):
             statements = recall_statements(memory.info.schema, plan, indexed)
             links = [
-                n for n in _plan_nodes(_generic_plan(conn, statements[1])) if n.get("Relation Name") == "fact_entities"
+                n for n in plan_nodes(generic_plan(conn, statements[1])) if n.get("Relation Name") == "fact_entities"
             ]
             assert len(links) >= 3  # hop 1 (the most recent links per anchor), bridges, hop 2
             for node in links:
                 assert re.search(r"\((entity_id|fact_id) = \w+\.\w+\)", node.get("Index Cond", "")), (indexed, node)
         for statement in recall_statements(memory.info.schema, plan, scope):
-            reads = [n for n in _plan_nodes(_generic_plan(conn, statement)) if n.get("Relation Name") in tables]
+            reads = [n for n in plan_nodes(generic_plan(conn, statement)) if n.get("Relation Name") in tables]
             assert reads
             for node in reads:
                 assert _reads_by_key_or_own_index(node, own), [

@@ -12,6 +12,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from helpers import generic_plan, plan_nodes
 from psycopg import sql
 
 from memsoda_core import ConfigurationError, Memory
@@ -375,23 +376,7 @@ def test_readers_and_writers_of_other_tenants_never_fail_while_tenants_move(
 
 def _generic_plan_relations(conn: psycopg.Connection[Any], statement: sql.SQL) -> set[str]:
     """The relations in PostgreSQL's generic plan of a rendered recall statement (as recall keeps it)."""
-    names: list[str] = []
-
-    def number(match: re.Match[str]) -> str:
-        if match.group(1) not in names:
-            names.append(match.group(1))
-        return f"${names.index(match.group(1)) + 1}"
-
-    text = re.sub(r"%\((\w+)\)[sb]", number, statement.as_string(None)).replace("%%", "%")
-    ((explained,),) = conn.execute(sql.SQL("EXPLAIN (GENERIC_PLAN, FORMAT JSON) {}").format(sql.SQL(text))).fetchall()
-    found: set[str] = set()
-    pending = [explained[0]["Plan"]]
-    while pending:
-        node = pending.pop()
-        if "Relation Name" in node:
-            found.add(str(node["Relation Name"]))
-        pending += node.get("Plans", [])
-    return found
+    return {str(node["Relation Name"]) for node in plan_nodes(generic_plan(conn, statement)) if "Relation Name" in node}
 
 
 @pytest.mark.parametrize("which", ["moved", "small"])

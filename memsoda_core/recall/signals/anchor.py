@@ -4,6 +4,7 @@ further through their other entities."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from psycopg import sql
@@ -109,32 +110,16 @@ def anchor_ctes(schema: str, plan: RecallPlan, indexed: Scope | None = None) -> 
     distance = sql.SQL("f.embedding <=> %(qvec)s" if plan.embedding else "NULL::float8")
     near_union = sql.SQL("UNION ALL SELECT id, name, false, similarity FROM near" if plan.embedding else "")
     two_hops = plan.hops >= 2
-    real = sql.SQL(real_name("b.name"))
-    partitions = plan.default_partitions
-    hop2 = (
-        fragment(
-            _HOP2,
-            schema,
-            indexed=indexed,
-            known=plan.known,
-            default_partitions=partitions,
-            distance=distance,
-            real=real,
-        )
-        if two_hops
-        else sql.SQL("")
+    part = partial(
+        fragment, indexed=indexed, known=plan.known, default_partitions=plan.default_partitions, distance=distance
     )
-    hop2_union = sql.SQL("UNION ALL SELECT 2, * FROM hop2" if two_hops else "")
-    return fragment(
+    hop2 = part(_HOP2, schema, real=sql.SQL(real_name("b.name")))
+    return part(
         _ANCHOR,
         schema,
-        indexed=indexed,
-        known=plan.known,
-        default_partitions=partitions,
-        distance=distance,
         near_union=near_union,
-        hop2=hop2,
-        hop2_union=hop2_union,
+        hop2=hop2 if two_hops else sql.SQL(""),
+        hop2_union=sql.SQL("UNION ALL SELECT 2, * FROM hop2" if two_hops else ""),
         real_anchor=sql.SQL(real_name("min(name)")),
         name_like=name_like(schema, indexed),
     )
