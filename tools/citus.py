@@ -9,6 +9,11 @@ The tarball is `$MEMSODA_CITUS_TARBALL`, else `../shared/vendor/citus-14.0.1.tar
 root. The build is keyed by the tarball's sha256: a marker in the pginstall's lib directory records
 the hash it was built from, so a second call is instant and a new tarball rebuilds. Nothing is
 downloaded, and nothing is written inside the repository but under `.venv/` (the build directory).
+
+Without a tarball, a Citus already installed in the embedded PostgreSQL (`lib/citus.so` and
+`share/extension/citus.control`) is used as it is. With neither, the build step prints one line
+and builds nothing, and tests/citus skip with that line as their reason (`verdict`), unless
+`MEMSODA_REQUIRE_CITUS=1` (CI's `.ci/run`), which makes both an error.
 """
 
 from __future__ import annotations
@@ -22,13 +27,18 @@ import sys
 import tarfile
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_TARBALL = ROOT.parent / "shared" / "vendor" / "citus-14.0.1.tar.gz"
+VENDORED = Path("shared", "vendor", "citus-14.0.1.tar.gz")
+"""The vendored tarball's path from the directory that holds the repository."""
 MARKER = "memsoda-citus.sha256"
+TARBALL_ENV = "MEMSODA_CITUS_TARBALL"
+REQUIRE_ENV = "MEMSODA_REQUIRE_CITUS"
+"""Set (to anything but "" or "0") where the Citus tests must run: a missing Citus fails, never skips."""
 
 # gcc 12 rejects this flag, which the embedded PostgreSQL's newer gcc put into `pg_config --cflags`
 # (vendor README); a wrapper first on PATH drops it and passes everything else through.
@@ -49,11 +59,83 @@ def pginstall() -> Path:
 
 
 def tarball() -> Path:
-    configured = os.environ.get("MEMSODA_CITUS_TARBALL")
-    path = Path(configured).expanduser() if configured else DEFAULT_TARBALL
-    if not path.is_file():
-        raise SystemExit(f"citus tarball not found: {path} (set MEMSODA_CITUS_TARBALL)")
-    return path
+    """The tarball to build from; exits when there is none."""
+    found = locate(os.environ, pginstall())
+    if found.tarball is None:
+        raise SystemExit(f"citus tarball not found: {found.tarball_path} (set {TARBALL_ENV})")
+    return found.tarball
+
+
+def has_citus(prefix: Path) -> bool:
+    """True when this prefix holds a Citus build, from whatever source."""
+    return (prefix / "lib" / "citus.so").is_file() and (prefix / "share" / "extension" / "citus.control").is_file()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Availability:
+    """What this machine has for the Citus tests: a source to build, a Citus already installed."""
+
+    tarball_path: Path
+    """Where the tarball was looked for: `$MEMSODA_CITUS_TARBALL`, else the vendored one."""
+    configured: bool
+    """True when `$MEMSODA_CITUS_TARBALL` chose `tarball_path`."""
+    tarball: Path | None
+    """`tarball_path` when that file is there."""
+    prefix: Path
+    """The embedded PostgreSQL's install prefix."""
+    installed: bool
+    """A Citus is installed in `prefix` (`has_citus`)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    """Whether the Citus tests run here; `message` says why not and how to make them run."""
+
+    action: Literal["run", "skip", "fail"]
+    message: str = ""
+
+
+def locate(environ: Mapping[str, str], prefix: Path, root: Path = ROOT) -> Availability:
+    """The Citus source and build this environment offers (`root`: the repository)."""
+    configured = environ.get(TARBALL_ENV, "")
+    path = Path(configured).expanduser() if configured else root.parent / VENDORED
+    return Availability(
+        tarball_path=path,
+        configured=bool(configured),
+        tarball=path if path.is_file() else None,
+        prefix=prefix,
+        installed=has_citus(prefix),
+    )
+
+
+HOW = f"set {TARBALL_ENV} to a citus-14.0.1.tar.gz, or install Citus into the embedded PostgreSQL"
+
+
+def missing(found: Availability) -> str | None:
+    """What stops Citus from being built or used here; None when nothing does."""
+    if found.configured and found.tarball is None:
+        return f"{TARBALL_ENV}={found.tarball_path}: no such file"
+    if found.tarball is not None or found.installed:
+        return None
+    return (
+        f"no Citus source ({TARBALL_ENV} unset, no {found.tarball_path}) and no Citus installed in the "
+        f"embedded PostgreSQL ({found.prefix})"
+    )
+
+
+def verdict(found: Availability, environ: Mapping[str, str]) -> Verdict:
+    """Run where a source or a build is found. Without either, skip, or fail where `REQUIRE_ENV`
+    is set; a `$MEMSODA_CITUS_TARBALL` naming no file always fails (it asked for Citus)."""
+    problem = missing(found)
+    if problem is None:
+        return Verdict(action="run")
+    if found.configured:
+        return Verdict(action="fail", message=problem)
+    if environ.get(REQUIRE_ENV, "") not in ("", "0"):
+        return Verdict(
+            action="fail", message=f"{REQUIRE_ENV} is set, so the Citus tests must run, but: {problem}; {HOW}"
+        )
+    return Verdict(action="skip", message=f"Citus tests (tests/citus) skipped: {problem}; to run them, {HOW}")
 
 
 def sha256(path: Path) -> str:
@@ -67,12 +149,7 @@ def sha256(path: Path) -> str:
 def installed(prefix: Path, want: str) -> bool:
     """True when this prefix holds a Citus built from the tarball with hash `want`."""
     marker = prefix / "lib" / MARKER
-    return (
-        marker.is_file()
-        and marker.read_text().strip() == want
-        and (prefix / "lib" / "citus.so").is_file()
-        and (prefix / "share" / "extension" / "citus.control").is_file()
-    )
+    return marker.is_file() and marker.read_text().strip() == want and has_citus(prefix)
 
 
 def build(source: Path, prefix: Path, digest: str) -> None:
@@ -113,9 +190,16 @@ def build(source: Path, prefix: Path, digest: str) -> None:
     shutil.rmtree(work, ignore_errors=True)
 
 
-def ensure() -> Path:
-    """Build and install Citus unless this venv's pginstall already holds the same tarball's build."""
-    source, prefix = tarball(), pginstall()
+def ensure(found: Availability | None = None) -> Path:
+    """Build and install Citus unless this venv's pginstall already holds the same tarball's build;
+    without a tarball, the Citus installed there, as it is."""
+    found = found or locate(os.environ, pginstall())
+    problem = missing(found)
+    if problem is not None:
+        raise SystemExit(f"no Citus to use: {problem}; {HOW}")
+    if found.tarball is None:
+        return found.prefix
+    source, prefix = found.tarball, found.prefix
     digest = sha256(source)
     if not installed(prefix, digest):
         started = time.monotonic()
@@ -277,6 +361,11 @@ def main() -> int:
     args = parser.parse_args()
     if args.check:
         return 0 if installed(pginstall(), sha256(tarball())) else 1
+    found = locate(os.environ, pginstall())
+    chosen = verdict(found, os.environ)
+    if chosen.action != "run":  # one line on stderr, which ./dev test shows above pytest's output
+        print(f"==> {chosen.message}" if chosen.action == "skip" else f"error: {chosen.message}", file=sys.stderr)
+        return 0 if chosen.action == "skip" else 1
     if args.command == "cluster":
         with Cluster(Path(tempfile.mkdtemp(prefix="memsoda-citus-"))) as cluster:
             print(cluster.dsn, flush=True)
@@ -285,7 +374,7 @@ def main() -> int:
                     time.sleep(3600)
             except KeyboardInterrupt:
                 return 0
-    print(ensure())
+    print(ensure(found))
     return 0
 
 

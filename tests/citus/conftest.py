@@ -1,10 +1,13 @@
 """A real Citus cluster for the session: a coordinator and two workers on this machine (`Cluster` in
 tools/citus.py, which builds Citus first when this venv lacks it), stopped and removed at the end
-even after a failure; a store opened on the coordinator and distributed."""
+even after a failure; a store opened on the coordinator and distributed. Where no Citus source or
+build is found, every test here is skipped with one reason (`tools/citus.py` `verdict`), or fails
+where `MEMSODA_REQUIRE_CITUS` is set."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import sys
 import tempfile
@@ -35,12 +38,20 @@ def _tool() -> ModuleType:
     return module
 
 
+CITUS = _tool()
+VERDICT = CITUS.verdict(CITUS.locate(os.environ, CITUS.pginstall()), os.environ)
+if VERDICT.action == "skip":  # the whole directory, so one reason and one line in the summary
+    pytest.skip(VERDICT.message, allow_module_level=True)
+if VERDICT.action == "fail":
+    pytest.fail(VERDICT.message, pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Any]:
     """The running cluster (`tools/citus.py` `Cluster`): `.dsn`, `.worker_nodes`, `stop_node`..."""
     root = Path(tempfile.mkdtemp(prefix="memsoda-citus-"))
     try:
-        with _tool().Cluster(root) as running:
+        with CITUS.Cluster(root) as running:
             yield running
     finally:
         shutil.rmtree(root, ignore_errors=True)
