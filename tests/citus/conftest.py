@@ -40,10 +40,16 @@ def _tool() -> ModuleType:
 
 CITUS = _tool()
 VERDICT = CITUS.verdict(CITUS.locate(os.environ, CITUS.pginstall()), os.environ)
-if VERDICT.action == "skip":  # the whole directory, so one reason and one line in the summary
-    pytest.skip(VERDICT.message, allow_module_level=True)
-if VERDICT.action == "fail":
-    pytest.fail(VERDICT.message, pytrace=False)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before any fixture: skip (raised here, so every test shares this line's location and the
+    summary folds them into one line) or fail each test here when Citus is missing."""
+    if VERDICT.action == "skip":
+        pytest.skip(VERDICT.message)
+    if VERDICT.action == "fail":
+        pytest.fail(VERDICT.message, pytrace=False)
 
 
 @pytest.fixture(scope="session")
