@@ -72,7 +72,8 @@ class AsyncMemory(ItemsBase):
         layout: str | None = None,
     ) -> AsyncMemory:
         """Open (creating or upgrading the schema) the store at `dsn`, `MEMSODA_DSN`, or the embedded
-        server under `home` / `MEMSODA_HOME`. `embedder` defaults to OpenAI when `OPENAI_API_KEY` is
+        server under `home` / `MEMSODA_HOME`. A `dsn` is a postgresql:// or postgres:// URI or libpq
+        key=value pairs; anything else is a `ConfigurationError`. `embedder` defaults to OpenAI when `OPENAI_API_KEY` is
         set, else the offline all-MiniLM-L6-v2 model. A dataset/project gets its own vector and
         keyword indexes once it holds `tenant_index_min_facts` facts (built concurrently by the
         write that crosses it); smaller ones are searched exactly. The threshold is recorded in the

@@ -374,6 +374,11 @@ def test_unreachable_store_is_a_user_error(runner: CliRunner, scope: dict[str, s
     assert_user_error(result, "PostgreSQL is unavailable")
 
 
+def test_a_dsn_that_is_not_a_connection_string_is_a_user_error(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["--dsn", "http://localhost:5432", "stats"], env=ENV)
+    assert_user_error(result, "dsn is not a PostgreSQL connection string", "postgresql://")
+
+
 # --- the demo ---------------------------------------------------------------------------------------
 
 

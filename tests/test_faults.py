@@ -40,6 +40,7 @@ from memsoda_core import (
     Memory,
     RecallOptions,
     ScopeError,
+    StoreError,
     StoreUnavailableError,
     TextTooLongError,
     ValidationError,
@@ -700,6 +701,45 @@ async def test_wrongly_typed_recall_options_are_a_limit_error(
 def test_unusable_schema_names_are_a_configuration_error(pg_dsn: str, embedder: LocalEmbedder, schema: str) -> None:
     with pytest.raises(ConfigurationError, match="schema"):
         Memory.open(pg_dsn, embedder, schema=schema)
+
+
+@pytest.mark.parametrize("dsn", ["not a dsn", "http://localhost:5432", "host=localhost colour=blue"])
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_a_dsn_that_is_not_a_connection_string_is_a_configuration_error(
+    embedder: LocalEmbedder, flavour: str, dsn: str
+) -> None:
+    with pytest.raises(ConfigurationError, match="dsn is not a PostgreSQL connection string") as raised:
+        await open_memory(flavour, dsn, embedder)
+    assert "postgresql:// or postgres:// URI, or libpq key=value pairs" in str(raised.value)
+    assert not isinstance(raised.value, StoreError)  # no database was asked
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_memsoda_dsn_that_is_not_a_connection_string_says_so(
+    embedder: LocalEmbedder, flavour: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEMSODA_DSN", "localhost:5432")
+    with pytest.raises(ConfigurationError, match="MEMSODA_DSN is not a PostgreSQL connection string"):
+        await open_memory(flavour, None, embedder)
+
+
+@pytest.mark.parametrize("form", ["postgres", "key=value"])
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_every_connection_string_form_opens_the_store(
+    pg_dsn: str, embedder: LocalEmbedder, flavour: str, form: str
+) -> None:
+    """The postgresql:// URI is the suite's own DSN; its postgres:// and key=value spellings open too."""
+    if form == "postgres":
+        dsn = "postgres://" + pg_dsn.removeprefix("postgresql://")
+        assert dsn != pg_dsn
+    else:
+        dsn = psycopg.conninfo.make_conninfo(**psycopg.conninfo.conninfo_to_dict(pg_dsn))
+        assert "://" not in dsn
+    memory = await open_memory(flavour, dsn, embedder)
+    try:
+        assert isinstance(await memory.stats(), list)
+    finally:
+        await memory.close()
 
 
 def test_bad_pool_size_is_a_configuration_error(pg_dsn: str, embedder: LocalEmbedder) -> None:

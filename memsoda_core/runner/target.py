@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
 from memsoda_core.errors import (
     ConfigurationError,
 )
@@ -27,13 +30,29 @@ class Target:
 
 def resolve_target(dsn: str | None, home: str | os.PathLike[str] | None) -> Target:
     """`dsn`, else `MEMSODA_DSN`, else the embedded server under `home` / `MEMSODA_HOME`."""
-    chosen = dsn or os.environ.get("MEMSODA_DSN")
-    if chosen:
-        return Target(dsn=chosen, pgdata=None)
+    if dsn:
+        return Target(dsn=check_dsn(dsn, "dsn"), pgdata=None)
+    configured = os.environ.get("MEMSODA_DSN")
+    if configured:
+        return Target(dsn=check_dsn(configured, "MEMSODA_DSN"), pgdata=None)
     from memsoda_core import server
 
     pgdata, uri = server.acquire(Path(home) if home is not None else None)
     return Target(dsn=uri, pgdata=pgdata)
+
+
+def check_dsn(dsn: object, source: str) -> str:
+    """`dsn` when libpq reads it as a connection string (a postgresql:// or postgres:// URI, or
+    key=value pairs); else ConfigurationError, before any connection is tried."""
+    usage = "use a postgresql:// or postgres:// URI, or libpq key=value pairs such as 'host=localhost dbname=memsoda'"
+    if not isinstance(dsn, str):
+        raise ConfigurationError(f"{source} must be a string, not {type(dsn).__name__}: {usage}")
+    try:
+        conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        reason = str(exc).strip()
+        raise ConfigurationError(f"{source} is not a PostgreSQL connection string ({reason}): {usage}") from None
+    return dsn
 
 
 def release_target(target: Target) -> None:
