@@ -1,7 +1,6 @@
-"""Store three facts and recall them: the reference's Netflix bridge, end to end.
-
-Runs offline against the embedded PostgreSQL (its data in a temporary directory, removed at the
-end) with the bundled all-MiniLM-L6-v2 model.
+"""Store three facts and recall them: the reference's Netflix bridge, end to end. The README's
+"Recall in ten lines", run against an embedded PostgreSQL whose data is in a temporary directory
+(removed at the end), with the bundled all-MiniLM-L6-v2 model; it prints what the README shows.
 """
 
 from __future__ import annotations
@@ -17,16 +16,14 @@ def main() -> None:
 
 
 def run(home: str) -> None:
-    scope = {"dataset": "acme", "project": "assistant"}
     with Memory.open(home=home) as memory:
-        memory.forget(**scope)  # start clean when re-run
+        scope = {"dataset": "acme", "project": "assistant"}
         memory.add_facts(
             [
                 {
                     "subject": "breaking bad",
                     "predicate": "streams on",
                     "object": "netflix",
-                    "subject_type": "SHOW",
                     "object_type": "PRODUCT",
                     "valid_at": "2026-06-01",
                 },
@@ -34,7 +31,6 @@ def run(home: str) -> None:
                     "subject": "user",
                     "predicate": "favourite show is",
                     "object": "breaking bad",
-                    "subject_type": "PERSON",
                     "object_type": "SHOW",
                     "valid_at": "2026-08-16",
                     "confidence": 0.9,
@@ -52,9 +48,8 @@ def run(home: str) -> None:
         )
         result = memory.recall("anything good on Netflix tonight?", **scope)
         print(result.context)
-        print()
-        for scored in result.facts:
-            print(f"{scored.score:.4f}  {scored.fact.text:40}  {scored.reasons}")
+        for scored in result.facts:  # why each fact is there: per signal, what earned it its rank
+            print(f"{scored.score:.4f}  {scored.fact.text:36}  {scored.reasons}")
 
 
 if __name__ == "__main__":
