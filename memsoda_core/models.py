@@ -220,12 +220,23 @@ class FactPage:
 
 @dataclass(frozen=True, kw_only=True)
 class ImportReport:
-    """Counts from a JSONL import. `errors` holds (line number, message) of skipped lines."""
+    """Counts from a JSONL import. `facts` and `episodes` count the lines imported, each either
+    new or already stored; `errors` holds (line number, message) of skipped lines."""
 
     facts: int
     episodes: int
     skipped: int
     errors: tuple[tuple[int, str], ...] = ()
+    facts_new: int
+    """Fact lines written as new facts (`facts = facts_new + facts_merged`)."""
+    facts_merged: int
+    """Fact lines that resolved to a fact already stored, or to an equal line before them, which
+    they merged into (`times_seen` and confidence are kept at the higher)."""
+    episodes_new: int
+    """Episode lines written (`episodes = episodes_new + episodes_present`)."""
+    episodes_present: int
+    """Episode lines the scope held already (same thread, text and time; any time for a line
+    without one), or repeating a line before them: not written again."""
 
 
 @dataclass(frozen=True, kw_only=True)
