@@ -230,8 +230,8 @@ class ImportReport:
     facts_new: int
     """Fact lines written as new facts (`facts = facts_new + facts_merged`)."""
     facts_merged: int
-    """Fact lines that resolved to a fact already stored, or to an equal line before them, which
-    they merged into (`times_seen` and confidence are kept at the higher)."""
+    """Fact lines that resolved to a fact already stored, or to an equal line before them, and
+    were merged into it (see README, "Duplicates, single-valued relations and history")."""
     episodes_new: int
     """Episode lines written (`episodes = episodes_new + episodes_present`)."""
     episodes_present: int

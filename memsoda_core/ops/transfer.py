@@ -129,10 +129,10 @@ class ImportCounts:
     """What an import wrote: fact lines that became new facts, and those that resolved to a stored
     fact or an equal line (`ops.reconciling`); episode lines written, and those already stored."""
 
-    facts_new: int = 0
-    facts_merged: int = 0
-    episodes_new: int = 0
-    episodes_present: int = 0
+    facts_new: int
+    facts_merged: int
+    episodes_new: int
+    episodes_present: int
 
 
 def _times_seen(record: Mapping[str, Any], line: int) -> int:
