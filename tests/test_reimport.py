@@ -55,21 +55,22 @@ async def exported(memory: Either, scope: dict[str, str]) -> list[dict[str, Any]
 async def test_importing_twice_changes_nothing(memory: Either, scope: dict[str, str]) -> None:
     await memory.add_facts(FACTS, **scope)
     await memory.add_episodes([{k: v for k, v in e.items() if k != "kind"} for e in EPISODES], **scope)
+    await memory.add_episodes([{"thread_id": "t1", "text": "Stamped now."}], **scope)  # a time to the microsecond
     buffer = io.StringIO()
     await memory.export_jsonl(buffer, **scope)
     copy = {**scope, "dataset": scope["dataset"] + "-copy"}
     first = await load(memory, buffer.getvalue(), copy)
-    assert (first.facts, first.episodes, first.skipped) == (3, 3, 0)
-    assert split(first) == (3, 0, 3, 0)
+    assert (first.facts, first.episodes, first.skipped) == (3, 4, 0)
+    assert split(first) == (3, 0, 4, 0)
     after_first = await exported(memory, copy)
     second = await load(memory, buffer.getvalue(), copy)
-    assert (second.facts, second.episodes, second.skipped) == (3, 3, 0)
-    assert split(second) == (0, 3, 0, 3)
-    assert await counts(memory, copy) == (3, 3)
+    assert (second.facts, second.episodes, second.skipped) == (3, 4, 0)
+    assert split(second) == (0, 3, 0, 4)
+    assert await counts(memory, copy) == (3, 4)
     assert await exported(memory, copy) == after_first
     back = await load(memory, buffer.getvalue(), scope)  # into the scope it came from
-    assert split(back) == (0, 3, 0, 3)
-    assert await counts(memory, scope) == (3, 3)
+    assert split(back) == (0, 3, 0, 4)
+    assert await counts(memory, scope) == (3, 4)
 
 
 async def test_one_changed_line_is_exactly_what_is_new(memory: Either, scope: dict[str, str]) -> None:
