@@ -363,7 +363,7 @@ class Memory(ItemsBase):
                 with suppress(MemsodaError):  # best effort; the next write or open retries it
                     self._run(self._restore_indexes_op(parsed))
                 raise
-        return parsed.report(*counts)
+        return parsed.report(counts)
 
     # --- items: key-addressed JSON documents with searchable text (`memsoda_core.items`) --------
 

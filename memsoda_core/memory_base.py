@@ -32,6 +32,7 @@ from memsoda_core.models import (
 )
 from memsoda_core.ops.reading import check_list_args, check_predicates
 from memsoda_core.ops.remembering import Applied, apply_extraction, fact_sources
+from memsoda_core.ops.transfer import ImportCounts, ImportedEpisode
 from memsoda_core.options import DEFAULT_OPTIONS, RecallOptions
 from memsoda_core.recall.operation import recall as recall_operation
 from memsoda_core.recall.planning import ScopeSizes
@@ -44,7 +45,6 @@ from memsoda_core.store.layout import LAYOUTS
 from memsoda_core.synthesis import Synthesizer
 from memsoda_core.validation import (
     Scope,
-    ValidEpisode,
     ValidFact,
     check_entity_name,
     check_optional_scope,
@@ -67,15 +67,24 @@ class ParsedImport:
 
     scope: Scope
     facts: list[ValidFact]
-    episodes: list[ValidEpisode]
+    episodes: list[ImportedEpisode]
     errors: list[tuple[int, str]]
 
     @property
     def total(self) -> int:
         return len(self.facts) + len(self.episodes)
 
-    def report(self, facts: int, episodes: int) -> ImportReport:
-        return ImportReport(facts=facts, episodes=episodes, skipped=len(self.errors), errors=tuple(self.errors))
+    def report(self, counts: ImportCounts) -> ImportReport:
+        return ImportReport(
+            facts=len(self.facts),
+            episodes=len(self.episodes),
+            skipped=len(self.errors),
+            errors=tuple(self.errors),
+            facts_new=counts.facts_new,
+            facts_merged=counts.facts_merged,
+            episodes_new=counts.episodes_new,
+            episodes_present=counts.episodes_present,
+        )
 
 
 class MemoryBase:
@@ -285,7 +294,7 @@ class MemoryBase:
         parsed: ParsedImport,
         batch_size: int,
         rebuild_index: bool | None,
-    ) -> Operation[tuple[int, int]]:
+    ) -> Operation[ImportCounts]:
         return self._resizing(
             parsed.scope,
             ops.import_records(

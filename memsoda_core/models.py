@@ -169,7 +169,8 @@ class Episode:
 
 @dataclass(frozen=True, kw_only=True)
 class RecallResult:
-    """What `recall` returns. Guard for `context == ""`: it means nothing matched."""
+    """What `recall` returns. Guard for `context == ""`: it means nothing matched, and
+    `scope_empty` says when that is because the dataset/project holds no facts at all."""
 
     context: str
     facts: tuple[ScoredFact, ...]
@@ -186,6 +187,9 @@ class RecallResult:
     from a question about what held then (`as_of_reason`); None: the time of the recall."""
     as_of_reason: str | None = None
     """Why `as_of` was taken from the question (`RecallOptions.as_of_from_question`); else None."""
+    scope_empty: bool = False
+    """The dataset/project holds no facts (never written, a misspelt name, or all forgotten); a
+    scope whose facts exist but did not match, or had ended, is not empty."""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-serializable data."""
@@ -201,6 +205,7 @@ class RecallResult:
             "errors": dict(self.errors),
             "as_of": None if self.as_of is None else self.as_of.isoformat(),
             "as_of_reason": self.as_of_reason,
+            "scope_empty": self.scope_empty,
         }
 
 
@@ -215,12 +220,23 @@ class FactPage:
 
 @dataclass(frozen=True, kw_only=True)
 class ImportReport:
-    """Counts from a JSONL import. `errors` holds (line number, message) of skipped lines."""
+    """Counts from a JSONL import. `facts` and `episodes` count the lines imported, each either
+    new or already stored; `errors` holds (line number, message) of skipped lines."""
 
     facts: int
     episodes: int
     skipped: int
     errors: tuple[tuple[int, str], ...] = ()
+    facts_new: int
+    """Fact lines written as new facts (`facts = facts_new + facts_merged`)."""
+    facts_merged: int
+    """Fact lines that resolved to a fact already stored, or to an equal line before them, and
+    were merged into it (see README, "Duplicates, single-valued relations and history")."""
+    episodes_new: int
+    """Episode lines written (`episodes = episodes_new + episodes_present`)."""
+    episodes_present: int
+    """Episode lines the scope held already (same thread, text and time; any time for a line
+    without one), or repeating a line before them: not written again."""
 
 
 @dataclass(frozen=True, kw_only=True)

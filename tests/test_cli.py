@@ -154,11 +154,11 @@ def test_recall_without_query_gives_recent_facts(cli: Any, netflix: dict[str, st
     assert all(set(f["ranks"]) == {"recent"} for f in facts)
 
 
-def test_recall_nothing_matched(cli: Any, scope: dict[str, str]) -> None:
+def test_recall_of_an_empty_scope_says_so(cli: Any, scope: dict[str, str]) -> None:
     result = cli("recall", "anything?", *scope_args(scope))
     assert result.exit_code == 0, result.output
     assert result.stdout == ""
-    assert "nothing matched" in result.stderr
+    assert f"{scope['dataset']}/{scope['project']} holds no facts" in result.stderr
 
 
 def test_recall_as_of(cli: Any, scope: dict[str, str], tmp_path: Path) -> None:

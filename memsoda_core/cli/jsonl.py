@@ -86,6 +86,8 @@ def import_(
     out().print(
         Text(
             f"imported {report.facts} facts and {report.episodes} episodes into {dataset}/{project}"
+            f" (new: {report.facts_new} facts, {report.episodes_new} episodes;"
+            f" already stored: {report.facts_merged} facts merged, {report.episodes_present} episodes)"
             + (f"; skipped {report.skipped} bad lines" if report.skipped else ""),
             style="green",
         )

@@ -66,12 +66,15 @@ def _raw_table(facts: Sequence[ScoredFact]) -> Table:
     return result
 
 
-def _show_recall(result: RecallResult, *, explain: bool, raw: bool) -> None:
+def _show_recall(result: RecallResult, scope: str, *, explain: bool, raw: bool) -> None:
     console = out()
     if result.degraded:
         warn(f"degraded: {result.degraded_reason}", soft_wrap=True)
     for part, message in result.errors.items():
         warn(f"{part} failed: {message}", soft_wrap=True)
+    if result.scope_empty:
+        warn(f"{scope} holds no facts: check the dataset and project names (`memsoda stats` lists them)")
+        return
     if not result.context:
         warn("nothing matched")
         return
@@ -127,7 +130,7 @@ def recall(
     if as_json:
         print_json(result.to_dict())
         return
-    _show_recall(result, explain=explain, raw="raw" in extras)
+    _show_recall(result, f"{dataset}/{project}", explain=explain, raw="raw" in extras)
 
 
 def add(

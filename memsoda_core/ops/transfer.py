@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -15,7 +16,7 @@ from memsoda_core.errors import (
 from memsoda_core.ops.editing import write_episodes
 from memsoda_core.ops.maintenance import ensure_tenant_indexes, set_aside_fact_index
 from memsoda_core.ops.writing import CountDeltas, bump_counts, insert_fact_rows, lock_facts
-from memsoda_core.runner.steps import Operation, emit, execute_as, progress
+from memsoda_core.runner.steps import Operation, emit, execute, execute_as, progress
 from memsoda_core.store import statements as sql_store
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import (
@@ -101,6 +102,39 @@ def export_jsonl(info: StoreInfo, scope: Scope) -> Operation[int]:
 _FACT_RECORD_IGNORED = {"kind", "id", "times_seen"}
 
 
+@dataclass(frozen=True, kw_only=True)
+class ImportedEpisode(ValidEpisode):
+    """An episode line of an import. `dated`: the line gave its time; one without was stamped with
+    the import's, so it is the same episode as a stored one of its thread and text at any time."""
+
+    dated: bool = True
+
+    @property
+    def key(self) -> tuple[str | None, str, datetime | None]:
+        """What makes two episode lines the same episode."""
+        return self.thread_id, self.text, self.created_at if self.dated else None
+
+
+def distinct_episodes(episodes: Iterable[ImportedEpisode]) -> list[ImportedEpisode]:
+    """The first of each set of equal lines (`ImportedEpisode.key`), in file order: a line repeated
+    in the file is one episode, as equal fact lines are one fact."""
+    first: dict[tuple[str | None, str, datetime | None], ImportedEpisode] = {}
+    for episode in episodes:
+        first.setdefault(episode.key, episode)
+    return list(first.values())
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImportCounts:
+    """What an import wrote: fact lines that became new facts, and those that resolved to a stored
+    fact or an equal line (`ops.reconciling`); episode lines written, and those already stored."""
+
+    facts_new: int
+    facts_merged: int
+    episodes_new: int
+    episodes_present: int
+
+
 def _times_seen(record: Mapping[str, Any], line: int) -> int:
     """An exported line's `times_seen` (absent: 1), restored on import."""
     value = record.get("times_seen", 1)
@@ -111,11 +145,11 @@ def _times_seen(record: Mapping[str, Any], line: int) -> int:
 
 def parse_jsonl(
     lines: Iterable[str], *, now: datetime, on_error: str
-) -> tuple[list[ValidFact], list[ValidEpisode], list[tuple[int, str]]]:
+) -> tuple[list[ValidFact], list[ImportedEpisode], list[tuple[int, str]]]:
     """Validate every line first. `on_error="raise"` raises ImportFormatError at the first bad
     line (nothing is written); `"skip"` collects (line number, message) and goes on."""
     facts: list[ValidFact] = []
-    episodes: list[ValidEpisode] = []
+    episodes: list[ImportedEpisode] = []
     errors: list[tuple[int, str]] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -136,7 +170,9 @@ def parse_jsonl(
                     seen = _times_seen(record, number)
                     facts.extend(dataclasses.replace(fact, times_seen=seen) for fact in validate_facts([body]))
                 elif kind == "episode":
-                    episodes.append(validate_episode(body, now=now))
+                    episode = validate_episode(body, now=now)
+                    dated = body.get("created_at") is not None
+                    episodes.append(ImportedEpisode(**dataclasses.asdict(episode), dated=dated))
                 else:
                     raise ImportFormatError(f"unknown kind {kind!r}; use 'fact' or 'episode'", line=number)
             except ImportFormatError:
@@ -154,15 +190,16 @@ def import_records(
     info: StoreInfo,
     scope: Scope,
     facts: Sequence[ValidFact],
-    episodes: Sequence[ValidEpisode],
+    episodes: Sequence[ImportedEpisode],
     *,
     batch_size: int,
     rebuild_index: bool | None = None,
-) -> Operation[tuple[int, int]]:
+) -> Operation[ImportCounts]:
     """Write validated records in batches inside one transaction, reconciled as any write is
     (`ops.reconciling`; re-importing an export adds nothing): all or nothing, the counts bumped
-    once after the rows, a `Progress` after each batch. An import into a scope with its own fact
-    HNSW may rebuild it after the rows (`set_aside_fact_index`)."""
+    once after the rows, a `Progress` after each batch. An episode the scope holds already is
+    not written again (`store.statements.stored_episodes`). An import into a scope with its own
+    fact HNSW may rebuild it after the rows (`set_aside_fact_index`)."""
     if facts:
         yield from set_aside_fact_index(info, scope, len(facts), rebuild_index)
     deltas = CountDeltas()
@@ -177,12 +214,50 @@ def import_records(
         deltas.add(added)
         yield from progress(len(batch))
     yield from bump_counts(info, scope, deltas)  # once, at the end: see `CountDeltas`
-    for start in range(0, len(episodes), batch_size):
-        chunk = episodes[start : start + batch_size]
-        yield from write_episodes(info, scope, chunk)
-        yield from progress(len(chunk))
+    episodes_new = yield from _import_episodes(info, scope, episodes, batch_size)
     if facts or episodes:
         # Built once, after the rows: much faster than maintaining HNSW row by row. (Statistics are
         # refreshed by `insert_fact_rows` whenever the table has doubled, as for any write.)
         yield from ensure_tenant_indexes(info, scope)
-    return len(facts), len(episodes)
+    return ImportCounts(
+        facts_new=deltas.facts,
+        facts_merged=len(facts) - deltas.facts,
+        episodes_new=episodes_new,
+        episodes_present=len(episodes) - episodes_new,
+    )
+
+
+def _import_episodes(
+    info: StoreInfo, scope: Scope, episodes: Sequence[ImportedEpisode], batch_size: int
+) -> Operation[int]:
+    """Write the episodes of an import that the scope does not hold yet, once each (what it holds
+    is read before any is written, so the outcome does not depend on `batch_size`); returns how
+    many were written."""
+    if not episodes:
+        return 0
+    base = {"dataset": scope.dataset, "project": scope.project}
+    yield from execute(sql_store.lock_imported_episodes(), {**base, "schema": info.schema})
+    distinct = distinct_episodes(episodes)
+    new: list[ImportedEpisode] = []
+    for start in range(0, len(distinct), batch_size):
+        chunk = distinct[start : start + batch_size]
+        stored = yield from execute_as(
+            sql_store.StoredEpisode,
+            sql_store.stored_episodes(info.schema),
+            {
+                **base,
+                "thread_ids": [e.thread_id for e in chunk],
+                "texts": [e.text for e in chunk],
+                "created_ats": [e.created_at for e in chunk],
+                "dated": [e.dated for e in chunk],
+            },
+        )
+        held = {row.position for row in stored}
+        new.extend(episode for position, episode in enumerate(chunk, start=1) if position not in held)
+    for start in range(0, len(new), batch_size):
+        chunk = new[start : start + batch_size]
+        yield from write_episodes(info, scope, chunk)
+        yield from progress(len(chunk))
+    if len(new) < len(episodes):
+        yield from progress(len(episodes) - len(new))  # the lines already stored
+    return len(new)

@@ -128,10 +128,11 @@ def recall(
         window=window,
         conversation=conversation_embedding is not None,
     )
-    results, plan = yield from _hits(info, scope, plan, params, scope_sizes)
+    results, plan, scope_facts = yield from _hits(info, scope, plan, params, scope_sizes)
     timings["query"] = _ms(mark)
     mark = time.perf_counter()
     rows = [row for statement_rows in results for row in statement_rows]
+    scope_empty = not scope_facts and not rows  # a size remembered as 0 is out of date once it has hits
     kept = [] if below_floor(rows, options, has_embedding=embedding is not None) else fuse_hits(rows, options)
     timings["fuse"] = _ms(mark)
     mark = time.perf_counter()
@@ -171,13 +172,15 @@ def recall(
         timings_ms=timings,
         as_of=held.at if held is not None else as_of,
         as_of_reason=None if held is None else held.reason,
+        scope_empty=scope_empty,
     )
 
 
 def _hits(
     info: StoreInfo, scope: Scope, plan: RecallPlan, params: dict[str, Any], scope_sizes: ScopeSizes
-) -> Operation[tuple[list[list[HitRow]], RecallPlan]]:
-    """The hit rows of the recall statements `plan` runs for `scope`, and the plan they ran with.
+) -> Operation[tuple[list[list[HitRow]], RecallPlan, int]]:
+    """The hit rows of the recall statements `plan` runs for `scope`, the plan they ran with, and
+    the scope's fact count they were chosen by (`ScopeSizes`: remembered, or read here).
 
     On a partitioned store a small scope's statements read the DEFAULT partitions by name
     (`RecallPlan.default_partitions`). Its size may be older than a move of its rows (another
@@ -200,7 +203,7 @@ def _hits(
         scope_sizes.forget(scope)
         plan = replace(plan, default_partitions=False)
         results = yield from concurrently(_executes(info, plan, scope, params, Planning.GENERIC))
-    return results, plan
+    return results, plan, size.facts
 
 
 def _executes(

@@ -203,6 +203,39 @@ def insert_episodes(schema: str) -> sql.Composed:
     )
 
 
+def lock_imported_episodes() -> sql.Composed:
+    """Until the transaction ends, the lock of the scope's imported episodes: two imports into one
+    scope take turns, so each sees the episodes the other wrote (`stored_episodes`) and none is
+    written twice."""
+    return sql.SQL(
+        """SELECT pg_advisory_xact_lock(hashtext(concat_ws(
+                      chr(31), 'episodes', %(schema)s::text, %(dataset)s::text, %(project)s::text)))"""
+    ).format()
+
+
+@dataclass(frozen=True)
+class StoredEpisode:
+    """A row of `stored_episodes`: the 1-based position of a given episode the scope holds."""
+
+    position: int
+
+
+def stored_episodes(schema: str) -> sql.Composed:
+    """Which of the episodes given (%(thread_ids)s, %(texts)s, %(created_ats)s, %(dated)s) the
+    scope holds already: one of the same thread and text, created at the same time, or at any
+    time for one given without a time (%(dated)s false: it was stamped with the import's time)."""
+    return tenant_statement(
+        """SELECT u.position FROM unnest(%(thread_ids)b::text[], %(texts)b::text[],
+                                         %(created_ats)b::timestamptz[], %(dated)b::boolean[])
+                                  WITH ORDINALITY AS u(thread_id, text, created_at, dated, position)
+           WHERE EXISTS (SELECT 1 FROM {s}.episodes e
+                         WHERE {tenant_e} AND e.text = u.text AND e.thread_id IS NOT DISTINCT FROM u.thread_id
+                           AND (e.created_at = u.created_at OR NOT u.dated))
+           ORDER BY u.position""",
+        schema,
+    )
+
+
 # --- forget ----------------------------------------------------------------------------------------
 
 

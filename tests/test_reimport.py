@@ -1,0 +1,142 @@
+"""Importing a file again adds nothing: facts resolve to the stored ones (merged), episodes already
+stored are not written again, and `ImportReport` says what was new and what was already there;
+through the public API (sync and async), the CLI, and two imports at once."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+from conftest import Either
+from typer.testing import CliRunner
+
+from memsoda_core import ImportReport, Memory
+from memsoda_core.cli import app
+
+FACTS = [
+    {"subject": "user", "predicate": "likes", "object": "tea", "valid_at": "2026-01-01"},
+    {"subject": "user", "predicate": "drives", "object": "honda civic", "object_type": "PRODUCT"},
+    {"subject": "breaking bad", "predicate": "streams on", "object": "netflix", "object_type": "PRODUCT"},
+]
+EPISODES = [
+    {"kind": "episode", "thread_id": "t1", "text": "Talked about tea.", "created_at": "2026-09-01T10:00:00Z"},
+    {"kind": "episode", "thread_id": "t2", "text": "Talked about cars.", "created_at": "2026-09-02T10:00:00Z"},
+    {"kind": "episode", "text": "A note with no thread.", "created_at": "2026-09-03T10:00:00Z"},
+]
+
+
+def jsonl(records: list[dict[str, Any]]) -> str:
+    return "".join(json.dumps(record) + "\n" for record in records)
+
+
+async def load(memory: Either, text: str, scope: dict[str, str], **kwargs: Any) -> ImportReport:
+    report: ImportReport = await memory.import_jsonl(io.StringIO(text), **scope, **kwargs)
+    return report
+
+
+async def counts(memory: Either, scope: dict[str, str]) -> tuple[int, int]:
+    (row,) = await memory.stats(**scope)
+    return row["facts"], row["episodes"]
+
+
+def split(report: ImportReport) -> tuple[int, int, int, int]:
+    return report.facts_new, report.facts_merged, report.episodes_new, report.episodes_present
+
+
+async def exported(memory: Either, scope: dict[str, str]) -> list[dict[str, Any]]:
+    buffer = io.StringIO()
+    await memory.export_jsonl(buffer, **scope)
+    return [{k: v for k, v in json.loads(line).items() if k != "id"} for line in buffer.getvalue().splitlines()]
+
+
+async def test_importing_twice_changes_nothing(memory: Either, scope: dict[str, str]) -> None:
+    await memory.add_facts(FACTS, **scope)
+    await memory.add_episodes([{k: v for k, v in e.items() if k != "kind"} for e in EPISODES], **scope)
+    await memory.add_episodes([{"thread_id": "t1", "text": "Stamped now."}], **scope)  # a time to the microsecond
+    buffer = io.StringIO()
+    await memory.export_jsonl(buffer, **scope)
+    copy = {**scope, "dataset": scope["dataset"] + "-copy"}
+    first = await load(memory, buffer.getvalue(), copy)
+    assert (first.facts, first.episodes, first.skipped) == (3, 4, 0)
+    assert split(first) == (3, 0, 4, 0)
+    after_first = await exported(memory, copy)
+    second = await load(memory, buffer.getvalue(), copy)
+    assert (second.facts, second.episodes, second.skipped) == (3, 4, 0)
+    assert split(second) == (0, 3, 0, 4)
+    assert await counts(memory, copy) == (3, 4)
+    assert await exported(memory, copy) == after_first
+    back = await load(memory, buffer.getvalue(), scope)  # into the scope it came from
+    assert split(back) == (0, 3, 0, 4)
+    assert await counts(memory, scope) == (3, 4)
+
+
+async def test_one_changed_line_is_exactly_what_is_new(memory: Either, scope: dict[str, str]) -> None:
+    assert split(await load(memory, jsonl(FACTS + EPISODES), scope)) == (3, 0, 3, 0)
+    fact_changed = [{**FACTS[0], "object": "coffee"}, *FACTS[1:]]
+    assert split(await load(memory, jsonl(fact_changed + EPISODES), scope)) == (1, 2, 0, 3)
+    text_changed = [*EPISODES[:2], {**EPISODES[2], "text": "Another note."}]
+    assert split(await load(memory, jsonl(FACTS + text_changed), scope)) == (0, 3, 1, 2)
+    time_changed = [{**EPISODES[0], "created_at": "2026-09-08T10:00:00Z"}, *EPISODES[1:]]
+    assert split(await load(memory, jsonl(FACTS + time_changed), scope)) == (0, 3, 1, 2)  # the same talk a week on
+    thread_changed = [*EPISODES[:1], {**EPISODES[1], "thread_id": "t3"}, EPISODES[2]]
+    assert split(await load(memory, jsonl(FACTS + thread_changed), scope)) == (0, 3, 1, 2)
+    assert await counts(memory, scope) == (4, 6)
+
+
+async def test_repeated_and_undated_lines(memory: Either, scope: dict[str, str]) -> None:
+    """Equal lines in one file are one episode; a line without a time is stamped with the
+    import's, and the next import of it finds that episode (same thread and text)."""
+    undated = {"kind": "episode", "thread_id": "t9", "text": "No time given."}
+    lines = jsonl([EPISODES[0], EPISODES[0], undated, undated, FACTS[0], FACTS[0]])
+    first = await load(memory, lines, scope)
+    assert (first.facts, first.episodes) == (2, 4)
+    assert split(first) == (1, 1, 2, 2)
+    assert split(await load(memory, lines, scope)) == (0, 2, 0, 4)
+    assert await counts(memory, scope) == (1, 2)
+
+
+async def test_skip_reports_the_same_bad_lines_each_time(memory: Either, scope: dict[str, str]) -> None:
+    lines = jsonl(FACTS[:2]) + "{not json\n" + jsonl([EPISODES[0], {"kind": "episode", "text": ""}])
+    for expected in ((2, 0, 1, 0), (0, 2, 0, 1)):
+        report = await load(memory, lines, scope, on_error="skip")
+        assert (report.facts, report.episodes, report.skipped) == (2, 1, 2)
+        assert [number for number, _ in report.errors] == [3, 5]
+        assert split(report) == expected
+    assert await counts(memory, scope) == (2, 1)
+
+
+def test_two_imports_at_once_write_each_episode_once(sync_memory: Memory, scope: dict[str, str]) -> None:
+    text = jsonl(EPISODES + [{"kind": "episode", "thread_id": "t1", "text": f"note {n}"} for n in range(40)])
+    start = threading.Barrier(2)
+    reports: list[ImportReport] = []
+
+    def run() -> None:
+        start.wait()
+        reports.append(sync_memory.import_jsonl(io.StringIO(text), **scope))
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted((r.episodes_new, r.episodes_present) for r in reports) == [(0, 43), (43, 0)]
+    ((row,),) = [sync_memory.stats(**scope)]
+    assert row["episodes"] == 43
+
+
+def test_cli_says_what_was_new(pg_dsn: str, scope: dict[str, str], tmp_path: Path) -> None:
+    path = tmp_path / "memory.jsonl"
+    path.write_text(jsonl(FACTS + EPISODES), encoding="utf-8")
+    where = ["--dataset", scope["dataset"], "--project", scope["project"]]
+    outputs = []
+    for _ in range(2):
+        result = CliRunner().invoke(app, ["--dsn", pg_dsn, "import", str(path), *where], env={"COLUMNS": "200"})
+        assert result.exit_code == 0, result.output
+        outputs.append(result.stdout)
+    target = f"{scope['dataset']}/{scope['project']}"
+    assert f"imported 3 facts and 3 episodes into {target}" in outputs[0]
+    assert "(new: 3 facts, 3 episodes; already stored: 0 facts merged, 0 episodes)" in outputs[0]
+    assert "(new: 0 facts, 0 episodes; already stored: 3 facts merged, 3 episodes)" in outputs[1]
