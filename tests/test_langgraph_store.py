@@ -157,7 +157,8 @@ async def test_a_values_other_fields_stay_out_of_its_fact(store: Store, memory: 
     await store.put(namespace, "x", {"title": "Trip plan", "body": "Lisbon in May"})
     page = memory.list_facts(**store.raw.scope(namespace))
     facts = (await page if isinstance(memory, AsyncMemory) else page).facts
-    assert sorted(f.object for f in facts) == ["Ana; Porto", "Trip plan; Lisbon in May", "User's daughter is called Mia"]
+    expected = ["Ana; Porto", "Trip plan; Lisbon in May", "User's daughter is called Mia"]
+    assert sorted(f.object for f in facts) == expected
     assert [i.key for i in await store.search(namespace, query="daughter Mia", filter={"kind": "note"})] == ["d"]
     assert await store.search(namespace, query="note", filter={"kind": "nothing"}) == []
 

@@ -21,8 +21,8 @@ from llama_index.core.bridge.pydantic import ValidationError as PydanticValidati
 from llama_index.core.chat_engine import ContextChatEngine
 from llama_index.core.embeddings import MockEmbedding
 from llama_index.core.llms import ChatMessage, MockLLM
-from llama_index.core.memory import Memory as ChatMemory
 from llama_index.core.memory import InsertMethod, StaticMemoryBlock
+from llama_index.core.memory import Memory as ChatMemory
 from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
