@@ -78,7 +78,7 @@ class RunScope:
             raise ConfigurationError(
                 f"dataset_from must name a configurable key such as 'user_id', got {self.dataset_from!r}"
             )
-        check_scope("dataset_from", self.project)
+        check_scope("-", self.project)  # the project alone: each run names its dataset
 
     def resolve(self, configurable: Mapping[str, Any] | None) -> dict[str, str]:
         """The scope (dataset, project keywords) of one run, given its configurable values."""

@@ -82,7 +82,7 @@ class MemsodaStore(BaseStore):
             raise ConfigurationError(f"MemsodaStore needs a memsoda Memory or AsyncMemory, got {type(memory).__name__}")
         if isinstance(scope_depth, bool) or not isinstance(scope_depth, int) or scope_depth < 1:
             raise ConfigurationError(f"scope_depth must be a positive int, got {scope_depth!r}")
-        check_scope("dataset", project)
+        check_scope("-", project)  # the project alone: each namespace names its dataset
         self._memory = memory
         self._project = project
         self._scope_depth = scope_depth
