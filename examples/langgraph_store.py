@@ -2,10 +2,10 @@
 langmem's `manage_memory` tool and finds it in the next with `search_memory`, each user in a
 memsoda scope of their own.
 
-The agent is `langchain.agents.create_agent(model, tools, store=MemsodaStore(memory))`. The model
-is LangChain's `GenericFakeChatModel` with a script (call a tool, then answer), since no model runs
-here; a real one is `init_chat_model("openai:gpt-4.1-mini")`, and the store, the tools and the
-agent stay as they are. Run: `python examples/langgraph_store.py`.
+The agent is `langchain.agents.create_agent(model, tools, store=MemsodaStore(memory,
+project="langgraph"))`. The model is LangChain's `GenericFakeChatModel` with a script (call a tool,
+then answer), since no model runs here; a real one is `init_chat_model("openai:gpt-4.1-mini")`,
+and the store, the tools and the agent stay as they are. Run: `python examples/langgraph_store.py`.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def main() -> None:
         Memory.open(home=home, embedder=LocalEmbedder()) as memory,
     ):
         print("(the model's replies are scripted: no model runs here; the tools and the store are real)")
-        store = MemsodaStore(memory)
+        store = MemsodaStore(memory, project="langgraph")
         namespace = ("memories", "{langgraph_user_id}")
         tools = [create_manage_memory_tool(namespace=namespace), create_search_memory_tool(namespace=namespace)]
         agent = create_agent(ScriptedModel(messages=iter(SCRIPT)), tools=tools, store=store)

@@ -1,10 +1,11 @@
 """memsoda as a memory block of a LlamaIndex agent `Memory`, offline, with `AsyncMemory`.
 
 The block recalls memsoda's context for the latest user message and LlamaIndex puts it into the
-system message. The block has no fixed `dataset` and `use_session_id=True`, so each chat session's
-`session_id` (set here to the user's name) is its dataset: one block serves every user without
-leaking between them. `MockLLM` echoes what it was sent; use a
-real LLM (or `FunctionAgent(..., memory=chat_memory)`) for real answers.
+system message. With `use_session_id=True` (and no fixed `dataset`), each chat session's
+`session_id`, which we set here to the user's name, is its dataset, so one block serves every user
+without leaking between them. `MockLLM` echoes what it was sent; use a real LLM (or
+`FunctionAgent(..., memory=chat_memory)`; for `ReActAgent`, build the Memory with
+`insert_method=InsertMethod.USER`) for real answers.
 Run: `python examples/llamaindex_memory_block.py`.
 """
 

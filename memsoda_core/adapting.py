@@ -1,17 +1,20 @@
 """Framework-free helpers shared by the LangChain and LlamaIndex adapters: one way to call either
-memory from sync or async code, stable ids, and the metadata a context document carries."""
+memory from sync or async code, whose memory a run reads (`RunScope`), stable ids, and the
+metadata a context document carries."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from memsoda_core.async_memory import AsyncMemory
-from memsoda_core.errors import ConfigurationError
+from memsoda_core.errors import ConfigurationError, ScopeError
 from memsoda_core.memory import Memory
 from memsoda_core.models import RecallResult, ScoredFact
+from memsoda_core.validation import check_scope
 
 
 def recall_sync(memory: Memory | AsyncMemory, query: str | None, **kwargs: Any) -> RecallResult:
@@ -46,6 +49,55 @@ async def call_async(memory: Memory | AsyncMemory, method: str, *args: Any, **kw
     if isinstance(memory, AsyncMemory):
         return await getattr(memory, method)(*args, **kwargs)
     return await asyncio.to_thread(getattr(memory, method), *args, **kwargs)
+
+
+@dataclass(frozen=True)
+class RunScope:
+    """Whose memory an adapter reads and writes: a fixed `dataset`, or `dataset_from`, the key of a
+    run's configuration (LangChain's `config["configurable"]`) whose value is the dataset, so one
+    agent serves many users. Exactly one of the two; `project` is always given. A run without that
+    key raises `ScopeError`: falling back to some other dataset would show one user another's facts.
+    """
+
+    project: str
+    dataset: str | None = None
+    dataset_from: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.dataset is not None and self.dataset_from is not None:
+            raise ConfigurationError("pass dataset='...' (one user's memory) or dataset_from='...', not both")
+        if self.dataset_from is None:
+            if self.dataset is None:
+                raise ScopeError(
+                    "dataset is required: pass dataset='...' (one user's memory) or dataset_from='user_id' "
+                    "(the user each run names in config['configurable'])"
+                )
+            check_scope(self.dataset, self.project)
+            return
+        if not isinstance(self.dataset_from, str) or not self.dataset_from.strip():
+            raise ConfigurationError(
+                f"dataset_from must name a configurable key such as 'user_id', got {self.dataset_from!r}"
+            )
+        check_scope("-", self.project)  # the project alone: each run names its dataset
+
+    def resolve(self, configurable: Mapping[str, Any] | None) -> dict[str, str]:
+        """The scope (dataset, project keywords) of one run, given its configurable values."""
+        if self.dataset is not None:
+            return {"dataset": self.dataset, "project": self.project}
+        key = str(self.dataset_from)
+        value = (configurable or {}).get(key)
+        if value is None:
+            shown = sorted(k for k in (configurable or {}) if isinstance(k, str) and not k.startswith("__"))
+            raise ScopeError(
+                f"this run names no user: dataset_from={key!r} reads config['configurable'][{key!r}], which it "
+                f"does not set (its keys: {shown}); invoke with config={{'configurable': {{{key!r}: '...'}}}}"
+            )
+        if not isinstance(value, str):
+            raise ScopeError(
+                f"config['configurable'][{key!r}] must be a string (the dataset), got {type(value).__name__}"
+            )
+        check_scope(value, self.project)
+        return {"dataset": value, "project": self.project}
 
 
 def fact_id(scored: ScoredFact) -> str:

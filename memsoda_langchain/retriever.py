@@ -9,10 +9,12 @@ from typing import Any, Literal
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
-from pydantic import Field
+from langchain_core.runnables import RunnableConfig, ensure_config
+from pydantic import Field, PrivateAttr
 
 from memsoda_core import AsyncMemory, Memory, RecallResult
 from memsoda_core.adapting import (
+    RunScope,
     context_id,
     context_metadata,
     conversation_messages,
@@ -38,20 +40,42 @@ class MemsodaRetriever(BaseRetriever):
     use the user's recent turns: `retriever.invoke(query, conversation=history)`. With an `AsyncMemory` only
     `ainvoke` works (its pool lives on an event loop); a `Memory` serves both, async calls
     running it in an executor.
+
+    Whose memory: `dataset="alice"` fixes it; `dataset_from="user_id"` reads it from each run's
+    `config["configurable"]["user_id"]` (`retriever.invoke(q, config={"configurable": {"user_id":
+    "alice"}})`, or the config of the chain or agent the retriever runs in), so one retriever
+    serves many users. A run that does not set the key raises `ScopeError`.
     """
 
     memory: Memory | AsyncMemory
-    dataset: str
     project: str
+    dataset: str | None = None
+    dataset_from: str | None = None
     mode: Literal["context", "facts"] = "context"
     k: int = Field(default=8, ge=1, le=MAX_K)
     include: tuple[str, ...] = ()
+    _scope: RunScope = PrivateAttr()
+
+    def __init__(self, **data: Any) -> None:
+        super().__init__(**data)
+        self._scope = RunScope(self.project, self.dataset, self.dataset_from)
+
+    def invoke(self, input: str, config: RunnableConfig | None = None, **kwargs: Any) -> list[Document]:
+        """`BaseRetriever.invoke`, reading the run's user from `config` (see the class docstring)."""
+        config = ensure_config(config)
+        return super().invoke(input, config, **kwargs, scope=self._scope.resolve(config["configurable"]))
+
+    async def ainvoke(self, input: str, config: RunnableConfig | None = None, **kwargs: Any) -> list[Document]:
+        """`BaseRetriever.ainvoke`, reading the run's user from `config`."""
+        config = ensure_config(config)
+        return await super().ainvoke(input, config, **kwargs, scope=self._scope.resolve(config["configurable"]))
 
     def _get_relevant_documents(
         self,
         query: str,
         *,
         run_manager: CallbackManagerForRetrieverRun,
+        scope: dict[str, str] | None = None,
         k: int | None = None,
         query_embedding: Sequence[float] | None = None,
         as_of: Any = None,
@@ -59,7 +83,7 @@ class MemsodaRetriever(BaseRetriever):
         conversation: Sequence[Any] | None = None,
         known_at: Any = None,
     ) -> list[Document]:
-        kwargs = self._recall_kwargs(k, query_embedding, as_of, include, conversation, known_at)
+        kwargs = self._recall_kwargs(scope, k, query_embedding, as_of, include, conversation, known_at)
         return self._documents(recall_sync(self.memory, query, **kwargs), kwargs["include"])
 
     async def _aget_relevant_documents(
@@ -67,6 +91,7 @@ class MemsodaRetriever(BaseRetriever):
         query: str,
         *,
         run_manager: AsyncCallbackManagerForRetrieverRun,
+        scope: dict[str, str] | None = None,
         k: int | None = None,
         query_embedding: Sequence[float] | None = None,
         as_of: Any = None,
@@ -74,11 +99,12 @@ class MemsodaRetriever(BaseRetriever):
         conversation: Sequence[Any] | None = None,
         known_at: Any = None,
     ) -> list[Document]:
-        kwargs = self._recall_kwargs(k, query_embedding, as_of, include, conversation, known_at)
+        kwargs = self._recall_kwargs(scope, k, query_embedding, as_of, include, conversation, known_at)
         return self._documents(await recall_async(self.memory, query, **kwargs), kwargs["include"])
 
     def _recall_kwargs(
         self,
+        scope: dict[str, str] | None,
         k: int | None,
         query_embedding: Sequence[float] | None,
         as_of: Any,
@@ -88,8 +114,7 @@ class MemsodaRetriever(BaseRetriever):
     ) -> dict[str, Any]:
         chosen = self.include if include is None else include
         return {
-            "dataset": self.dataset,
-            "project": self.project,
+            **(self._scope.resolve(ensure_config()["configurable"]) if scope is None else scope),
             "facts_in_context": self.k if k is None else k,
             "query_embedding": query_embedding,
             "as_of": as_of,

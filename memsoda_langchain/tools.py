@@ -3,8 +3,10 @@
 The recall tool shows every fact with its id and dates, so the model can correct or end one by id;
 the write tools go through memsoda's write rules (duplicates resolve, single-valued relations hold
 one value) and, when an extractor is configured, `save_memory` learns from a sentence through
-`remember`. A memsoda error (a bad id, a fact that has ended, invalid input) comes back to the
-model as the tool's answer, so it can try again; nothing is written then.
+`remember`. A memsoda error (a bad id, a fact that has ended, invalid input such as k=0) comes
+back to the model as the tool's answer, so it can try again; nothing is written then. Whose memory
+(a fixed `dataset`, or `dataset_from`, read from each run's config) is not the model's to choose:
+a run that names no user raises `ScopeError` from the agent's invoke instead.
 """
 
 from __future__ import annotations
@@ -14,11 +16,11 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 
 from memsoda_core import AsyncMemory, Memory, MemsodaError, RecallResult
-from memsoda_core.adapting import call_async, call_sync
-from memsoda_core.limits import MAX_K
+from memsoda_core.adapting import RunScope, call_async, call_sync
 from memsoda_core.recall.render import validity
 
 RECALL = "recall_memory"
@@ -47,14 +49,20 @@ class _Call:
 
 class _Plans:
     """What each tool does, once: its arguments (the tool's schema, read from the signature) ->
-    the memsoda call. `_sync_tool` and `_async_tool` run the same plan, so the two cannot drift."""
+    the memsoda call. `_sync_tool` and `_async_tool` run the same plan, so the two cannot drift.
+    `config` is the run's, which LangChain passes to a parameter typed `RunnableConfig` and keeps
+    out of the schema: the scope comes from it, never from the model."""
 
-    def __init__(self, scope: dict[str, str], k: int, extractor: Any) -> None:
+    def __init__(self, scope: RunScope, k: int, extractor: Any) -> None:
         self.scope, self.k, self.extractor = scope, k, extractor
 
-    def recall(self, query: str, k: int | None = None, as_of: str | None = None) -> _Call:
-        facts = min(max(1, k or self.k), MAX_K)
-        return _Call("recall", (query,), {**self.scope, "facts_in_context": facts, "as_of": as_of}, render_facts)
+    def _of(self, config: RunnableConfig) -> dict[str, str]:
+        return self.scope.resolve(config.get("configurable"))
+
+    def recall(self, query: str, k: int | None = None, as_of: str | None = None, *, config: RunnableConfig) -> _Call:
+        # a k out of range (0, negative, over the maximum) is recall's LimitError, shown to the model
+        facts = self.k if k is None else k
+        return _Call("recall", (query,), {**self._of(config), "facts_in_context": facts, "as_of": as_of}, render_facts)
 
     def save(
         self,
@@ -62,23 +70,37 @@ class _Plans:
         subject: str | None = None,
         predicate: str | None = None,
         object: str | None = None,
+        *,
+        config: RunnableConfig,
     ) -> _Call:
+        scope = self._of(config)
         if subject and predicate and object:
             fact = {"subject": subject, "predicate": predicate, "object": object, "source_quote": text}
-            return _Call("add_facts", ([fact],), dict(self.scope), _saved)
+            return _Call("add_facts", ([fact],), scope, _saved)
         if text and self.extractor is not None:
             window = [{"role": "user", "content": text}]
-            return _Call("remember", (window,), {**self.scope, "extractor": self.extractor}, _remembered)
+            return _Call("remember", (window,), {**scope, "extractor": self.extractor}, _remembered)
         raise ToolException("give subject, predicate and object (no extractor is configured to read a sentence)")
 
-    def correct(self, fact_id: int, subject: str, predicate: str, object: str, valid_at: str | None = None) -> _Call:
+    def correct(
+        self,
+        fact_id: int,
+        subject: str,
+        predicate: str,
+        object: str,
+        valid_at: str | None = None,
+        *,
+        config: RunnableConfig,
+    ) -> _Call:
         new = {"subject": subject, "predicate": predicate, "object": object, "valid_at": valid_at}
         return _Call(
-            "supersede", (fact_id, new), dict(self.scope), lambda by: f"Fact {fact_id} is replaced by fact {by}."
+            "supersede", (fact_id, new), self._of(config), lambda by: f"Fact {fact_id} is replaced by fact {by}."
         )
 
-    def end(self, fact_id: int, ended_at: str | None = None) -> _Call:
-        return _Call("invalidate", (fact_id,), {**self.scope, "at": ended_at}, lambda _: f"Fact {fact_id} has ended.")
+    def end(self, fact_id: int, ended_at: str | None = None, *, config: RunnableConfig) -> _Call:
+        return _Call(
+            "invalidate", (fact_id,), {**self._of(config), "at": ended_at}, lambda _: f"Fact {fact_id} has ended."
+        )
 
 
 def _saved(ids: Any) -> str:
@@ -134,17 +156,21 @@ DESCRIPTIONS = {
 def memory_tools(
     memory: Memory | AsyncMemory,
     *,
-    dataset: str,
     project: str,
+    dataset: str | None = None,
+    dataset_from: str | None = None,
     k: int = 8,
     extractor: Any = None,
 ) -> list[BaseTool]:
-    """The four memory tools of one scope for a LangChain or LangGraph agent: `recall_memory`,
-    `save_memory`, `correct_memory`, `end_memory`. `extractor` (or the one `memory` was opened
-    with) lets `save_memory` take a sentence. Sync and async calls both work with a `Memory`;
-    an `AsyncMemory` serves async calls only."""
+    """The four memory tools for a LangChain or LangGraph agent: `recall_memory`, `save_memory`,
+    `correct_memory`, `end_memory`. Whose memory: `dataset="alice"` fixes it; `dataset_from="user_id"`
+    reads it from each run's `config["configurable"]["user_id"]`, so one agent serves many users
+    (a run without it raises `ScopeError`). `k`: facts a recall shows when the model gives none.
+    `extractor` (or the one `memory` was opened with) lets `save_memory` take a sentence. Sync and
+    async calls both work with a `Memory`; an `AsyncMemory` serves async calls only."""
+    memory.options.with_overrides({"facts_in_context": k})  # raises LimitError for a bad k
     chosen = extractor if extractor is not None else getattr(memory, "_extractor", None)
-    plans = _Plans({"dataset": dataset, "project": project}, k, chosen)
+    plans = _Plans(RunScope(project, dataset, dataset_from), k, chosen)
     by_name: dict[str, Callable[..., _Call]] = {
         RECALL: plans.recall,
         SAVE: plans.save,

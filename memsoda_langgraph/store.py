@@ -3,10 +3,12 @@ Translation only: the items, their facts and the recall behind `search` are mems
 
 Namespaces map to scopes by their first `scope_depth` labels (default 2): ("memories", "u1") and
 ("memories", "u1", "profile") lie in one scope, so one user's items share one tenant, one recall
-and one Citus shard, and two users never share any of them. `scope_of(head)` names that scope,
-by default dataset "<label>.<label>" (LangGraph labels hold no ".", so distinct heads never meet)
-and the store's `project`. The whole namespace is kept with each item, so it comes back as given.
-A search or listing whose prefix is shorter than `scope_depth` spans the scopes under it.
+and one Citus shard, and two users never share any of them. `dataset_of(head)` names that
+scope's dataset, by default "<label>.<label>" (LangGraph labels hold no ".", so distinct heads
+never meet), in the store's `project`. The whole namespace is kept with each item, so it comes
+back as given. A search or listing whose prefix is shorter than `scope_depth` spans the scopes
+under it. The user of a run is in the namespace: langmem's tools fill a template such as
+("memories", "{langgraph_user_id}") from `config["configurable"]` (and raise when it is not set).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from langgraph.store.base.embed import get_text_at_path
 
 from memsoda_core import AsyncMemory, ConfigurationError, Memory
 from memsoda_core.items import ItemInput, StoredItem
+from memsoda_core.validation import check_scope
 
 DatasetOf = Callable[[tuple[str, ...]], str]
 
@@ -51,11 +54,15 @@ class MemsodaStore(BaseStore):
 
     `memory`: a `Memory` serves `batch` and `abatch` (the latter in a worker thread); an
     `AsyncMemory` serves `abatch` only, and `batch` raises `ConfigurationError` (its pool lives on
-    an event loop). `scope_depth` / `scope_of` / `project`: see the module docstring. `fields`:
-    what an item is found by when `put` gives no `index`: LangGraph paths ("content",
-    "facts[*].text"), "$" (default) being every string in the value. `index=False` stores an item
-    that only `get` and searches without a query find. Ops of a batch apply in order; TTLs are
-    not supported (`supports_ttl` is False: a `ttl` raises NotImplementedError).
+    an event loop). `project` (required, as everywhere in memsoda) / `scope_depth` / `dataset_of`:
+    see the module docstring. `fields`: what an item is found by when `put` gives no `index`:
+    LangGraph paths ("content", "facts[*].text"), "$" being every string in the value. By default
+    (None) it is the value's "content" (LangGraph's and langmem's field for a memory's text; every
+    string in it when it is an object), else, for a value without "content", every string in it:
+    so a value's other fields ({"content": ..., "kind": "note"}) stay out of the fact, and are
+    still filterable. `index=False` stores an item that only `get` and searches without a query
+    find. Ops of a batch apply in order; TTLs are not supported (`supports_ttl` is False: a `ttl`
+    raises NotImplementedError).
     """
 
     supports_ttl = False
@@ -66,20 +73,21 @@ class MemsodaStore(BaseStore):
         self,
         memory: Memory | AsyncMemory,
         *,
-        project: str = "langgraph",
+        project: str,
         scope_depth: int = 2,
         dataset_of: DatasetOf | None = None,
-        fields: Sequence[str] = ("$",),
+        fields: Sequence[str] | None = None,
     ) -> None:
         if not isinstance(memory, Memory | AsyncMemory):
             raise ConfigurationError(f"MemsodaStore needs a memsoda Memory or AsyncMemory, got {type(memory).__name__}")
         if isinstance(scope_depth, bool) or not isinstance(scope_depth, int) or scope_depth < 1:
             raise ConfigurationError(f"scope_depth must be a positive int, got {scope_depth!r}")
+        check_scope("-", project)  # the project alone: each namespace names its dataset
         self._memory = memory
         self._project = project
         self._scope_depth = scope_depth
         self._dataset_of = dataset_of or ".".join
-        self._fields = tuple(fields)
+        self._fields = None if fields is None else tuple(fields)
 
     def scope(self, namespace: tuple[str, ...]) -> dict[str, str]:
         """The memsoda scope (dataset, project keywords) of a namespace."""
@@ -148,8 +156,11 @@ class MemsodaStore(BaseStore):
             raise NotImplementedError("MemsodaStore does not support TTLs (supports_ttl is False); pass ttl=None")
         if op.value is None:
             return ItemInput(namespace=op.namespace, key=op.key, value=None)
-        fields = () if op.index is False else self._fields if op.index is None else tuple(op.index)
-        texts = [text for path in fields for text in _texts(op.value, path)]
+        paths = self._fields if op.index is None else () if op.index is False else tuple(op.index)
+        if paths is None:
+            texts = _texts(op.value.get("content", op.value), "$")
+        else:
+            texts = [text for path in paths for text in _texts(op.value, path)]
         return ItemInput(namespace=op.namespace, key=op.key, value=op.value, text="; ".join(texts) or None)
 
     def _arguments(self, op: Op) -> tuple[str, dict[str, Any]]:

@@ -28,13 +28,17 @@ class MemsodaMemoryBlock(BaseMemoryBlock[str]):
     `session_id` unless told otherwise, so a scope taken from it would be empty on every run; set
     `use_session_id=True` to use the session id as the dataset when you choose it yourself. With
     an `AsyncMemory`, call `await memory.aget()` / `aput()` on the event loop that opened it.
+
+    With `ReActAgent` (llama-index-core 0.14), build the Memory with
+    `insert_method=InsertMethod.USER`: the agent drops the first system message, where the block's
+    context goes by default, so the model would never see it. `FunctionAgent` keeps it.
     """
 
     name: str = Field(default="memsoda", description="The name of the memory block.")
     memory: Memory | AsyncMemory = Field(description="The memsoda Memory or AsyncMemory to recall from.")
     dataset: str | None = Field(default=None, description="memsoda dataset (required unless use_session_id).")
     use_session_id: bool = Field(default=False, description="Use the LlamaIndex session_id as the dataset.")
-    project: str = Field(default="default", description="memsoda project.")
+    project: str = Field(description="memsoda project (required, as everywhere in memsoda).")
     k: int = Field(default=8, ge=1, le=MAX_K, description="Facts in the context.")
     include: tuple[str, ...] = Field(default=(), description="Recall extras, e.g. ('episodes',).")
     extractor: Any = Field(default=None, description="remember's model; None: the memsoda Memory's.")

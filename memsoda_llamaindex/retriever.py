@@ -12,6 +12,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from memsoda_core import AsyncMemory, ConfigurationError, Memory, RecallResult
 from memsoda_core.adapting import context_id, context_metadata, fact_id, recall_async, recall_sync
+from memsoda_core.validation import check_scope
 
 
 class MemsodaRetriever(BaseRetriever):
@@ -27,7 +28,7 @@ class MemsodaRetriever(BaseRetriever):
 
     LlamaIndex's `retrieve` takes only the query, so per-call settings come from a copy:
     `retriever.with_options(k=3, as_of="2025-01-01").retrieve(...)` (also `known_at`: what memory
-    knew then).
+    knew then, and `dataset`: another user). The scope is checked here (`ScopeError`).
     """
 
     def __init__(
@@ -47,6 +48,7 @@ class MemsodaRetriever(BaseRetriever):
         if mode not in ("context", "facts"):
             raise ConfigurationError(f"mode must be 'context' or 'facts', got {mode!r}")
         memory.options.with_overrides({"facts_in_context": k})  # raises LimitError for a bad k
+        check_scope(dataset, project)
         self.memory = memory
         self.dataset = dataset
         self.project = project
@@ -61,15 +63,17 @@ class MemsodaRetriever(BaseRetriever):
     def with_options(
         self,
         *,
+        dataset: str | None = None,
         k: int | None = None,
         as_of: Any = None,
         known_at: Any = None,
         include: Sequence[str] | None = None,
     ) -> MemsodaRetriever:
-        """A copy with these settings changed (same memory, scope, mode and callbacks)."""
+        """A copy with these settings changed (same memory, project, mode and callbacks); `dataset`:
+        another user's memory, e.g. one copy per request of a server that serves many users."""
         return MemsodaRetriever(
             memory=self.memory,
-            dataset=self.dataset,
+            dataset=self.dataset if dataset is None else dataset,
             project=self.project,
             mode=self.mode,
             k=self.k if k is None else k,

@@ -5,14 +5,17 @@ facts by id; memsoda's errors come back to the model as tool answers and change 
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
+import pytest
 from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.prebuilt import create_react_agent
 
-from memsoda_core import Memory
+from memsoda_core import ConfigurationError, LimitError, Memory, ScopeError
+from memsoda_core.limits import MAX_K
 from memsoda_langchain import memory_tools
 from tests.conftest import Either
 from tests.scripted_extractor import ScriptedExtractor, add, answer
@@ -91,3 +94,94 @@ def test_a_sentence_is_saved_through_the_extractor(sync_memory: Memory, scope: d
     (refused,) = tool_answers(without.invoke({"messages": [{"role": "user", "content": "I like tea."}]}))
     assert "no extractor" in refused
     assert len(sync_memory.list_facts(**scope).facts) == 1
+
+
+async def test_one_agent_serves_many_users_by_the_run_config(memory: Either, scope: dict[str, str]) -> None:
+    """One tool set and one agent: each run's `config["configurable"]["user_id"]` is its dataset."""
+    alice, bob = f"alice-{uuid.uuid4().hex[:8]}", f"bob-{uuid.uuid4().hex[:8]}"
+    tools = memory_tools(memory.raw, dataset_from="user_id", project=scope["project"])
+    agent = create_agent(
+        ToolCallingFakeChatModel(
+            messages=iter(
+                [
+                    AIMessage("", tool_calls=[call("save_memory", subject="user", predicate="drives", object="volvo")]),
+                    AIMessage("Saved."),
+                    AIMessage("", tool_calls=[call("save_memory", subject="user", predicate="drives", object="fiat")]),
+                    AIMessage("Saved."),
+                    AIMessage("", tool_calls=[call("recall_memory", query="which car does the user drive?")]),
+                    AIMessage("Done."),
+                    AIMessage("", tool_calls=[call("recall_memory", query="which car does the user drive?")]),
+                    AIMessage("Done."),
+                ]
+            )
+        ),
+        tools,
+    )
+
+    async def run(user: str) -> list[str]:
+        config = {"configurable": {"user_id": user}}
+        return tool_answers(await agent.ainvoke({"messages": [{"role": "user", "content": "hi"}]}, config))
+
+    assert (await run(alice))[0].startswith("Saved as fact(s)")
+    assert (await run(bob))[0].startswith("Saved as fact(s)")
+    (seen_by_alice,) = await run(alice)
+    (seen_by_bob,) = await run(bob)
+    assert "volvo" in seen_by_alice and "fiat" not in seen_by_alice
+    assert "fiat" in seen_by_bob and "volvo" not in seen_by_bob
+    assert [f.object for f in (await memory.list_facts(dataset=alice, project=scope["project"])).facts] == ["volvo"]
+    assert [f.object for f in (await memory.list_facts(dataset=bob, project=scope["project"])).facts] == ["fiat"]
+
+
+def call(name: str, **args: Any) -> dict[str, Any]:
+    return {"name": name, "args": args, "id": f"call-{uuid.uuid4().hex[:6]}"}
+
+
+def test_a_run_without_the_user_key_raises_and_writes_nothing(sync_memory: Memory, scope: dict[str, str]) -> None:
+    tools = memory_tools(sync_memory, dataset_from="user_id", project=scope["project"])
+    agent = create_agent(calls(("save_memory", {"subject": "user", "predicate": "likes", "object": "tea"})), tools)
+    with pytest.raises(ScopeError, match=r"config\['configurable'\]\['user_id'\].*thread_id"):
+        agent.invoke({"messages": [{"role": "user", "content": "I like tea."}]}, {"configurable": {"thread_id": "t"}})
+    save = next(t for t in tools if t.name == "save_memory")
+    with pytest.raises(ScopeError, match="must be a string"):
+        save.invoke({"subject": "user", "predicate": "likes", "object": "tea"}, {"configurable": {"user_id": 7}})
+    assert sync_memory.list_facts(dataset="7", project=scope["project"]).facts == ()
+    assert sync_memory.list_facts(**scope).facts == ()
+    fixed = memory_tools(sync_memory, **scope)  # the fixed form ignores the config
+    fixed[1].invoke({"subject": "user", "predicate": "likes", "object": "tea"}, {"configurable": {"user_id": "x"}})
+    assert [f.object for f in sync_memory.list_facts(**scope).facts] == ["tea"]
+
+
+def test_the_scope_rule_is_checked_when_the_tools_are_built(sync_memory: Memory, scope: dict[str, str]) -> None:
+    with pytest.raises(ConfigurationError, match="not both"):
+        memory_tools(sync_memory, dataset="a", dataset_from="user_id", project="p")
+    with pytest.raises(ScopeError, match="dataset is required"):
+        memory_tools(sync_memory, project="p")
+    with pytest.raises(ScopeError, match="project"):
+        memory_tools(sync_memory, dataset="a", project=" ")
+    with pytest.raises(TypeError, match="project"):
+        memory_tools(sync_memory, dataset="a")  # type: ignore[call-arg]
+    with pytest.raises(LimitError):
+        memory_tools(sync_memory, **scope, k=0)
+
+
+async def test_recall_k_out_of_range_is_an_error_the_model_sees(memory: Either, scope: dict[str, str]) -> None:
+    await memory.add_facts(
+        [{"subject": "user", "predicate": "drives", "object": f"car {n}", "valid_at": "2020-01-01"} for n in range(5)],
+        **scope,
+    )
+    agent = create_agent(
+        calls(
+            ("recall_memory", {"query": "car", "k": 0}),
+            ("recall_memory", {"query": "car", "k": -2}),
+            ("recall_memory", {"query": "car", "k": MAX_K + 1}),
+            ("recall_memory", {"query": "car", "k": 2}),
+            ("recall_memory", {"query": "car"}),
+        ),
+        memory_tools(memory.raw, **scope, k=3),
+    )
+    zero, negative, over, two, default = tool_answers(
+        await agent.ainvoke({"messages": [{"role": "user", "content": "my cars?"}]})
+    )
+    for refused, k in ((zero, 0), (negative, -2), (over, MAX_K + 1)):
+        assert refused.startswith("LimitError:") and f"got {k}" in refused
+    assert two.count("\n[") == 2 and default.count("\n[") == 3

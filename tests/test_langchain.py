@@ -16,10 +16,11 @@ from helpers import CountingEmbedder
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding, Embeddings
+from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import create_retriever_tool
 from langchain_tests.integration_tests import RetrieversIntegrationTests
 
-from memsoda_core import AsyncMemory, ConfigurationError, LocalEmbedder, Memory
+from memsoda_core import AsyncMemory, ConfigurationError, LocalEmbedder, Memory, ScopeError
 from memsoda_langchain import LangChainEmbedder, MemsodaRetriever
 
 
@@ -269,3 +270,47 @@ async def test_known_at_per_call(memory: Any, scope: dict[str, str]) -> None:
     now = await ask(retriever, "where does the user live?")
     assert [d.page_content for d in then] == ["user lives in amsterdam"]
     assert [d.page_content for d in now] == ["user lives in utrecht"]
+
+
+async def test_one_retriever_serves_many_users_by_the_run_config(memory: Any) -> None:
+    """`dataset_from="user_id"`: each run's `config["configurable"]["user_id"]` is its dataset, on
+    a direct call, in an LCEL chain, in a batch and through a retriever tool inside a run."""
+    alice, bob = f"alice-{uuid.uuid4().hex[:8]}", f"bob-{uuid.uuid4().hex[:8]}"
+    await memory.add_facts(FACTS, dataset=alice, project="app")
+    bobs = [{"subject": "user", "predicate": "drives", "object": "tesla model 3", "object_type": "PRODUCT"}]
+    await memory.add_facts(bobs, dataset=bob, project="app")
+    retriever = MemsodaRetriever(memory=memory.raw, dataset_from="user_id", project="app")
+    of = {user: {"configurable": {"user_id": user}} for user in (alice, bob)}
+
+    def text(docs: list[Document]) -> str:
+        return " ".join(doc.page_content for doc in docs)
+
+    for user, mine, theirs in ((alice, "honda civic", "tesla"), (bob, "tesla model 3", "honda")):
+        seen = text(await retriever.ainvoke(QUERY, of[user]))
+        assert mine in seen and theirs not in seen
+        if not memory.is_async:
+            assert text(retriever.invoke(QUERY, of[user])) == seen
+    chain = retriever | RunnableLambda(text)
+    assert "tesla" in await chain.ainvoke(QUERY, of[bob])
+    batched = await retriever.abatch([QUERY, QUERY], [of[alice], of[bob]])
+    assert "honda" in text(batched[0]) and "tesla" in text(batched[1]) and "tesla" not in text(batched[0])
+    tool = create_retriever_tool(retriever, "recall_memory", "Facts known about the user.")
+    assert "honda civic" in await tool.ainvoke({"query": QUERY}, of[alice])  # the tool's run passes its config on
+    with pytest.raises(ScopeError, match="user_id"):
+        await retriever.ainvoke(QUERY)
+    with pytest.raises(ScopeError, match="user_id"):
+        await retriever.ainvoke(QUERY, {"configurable": {"langgraph_user_id": alice}})
+
+
+def test_the_scope_rule_is_checked_when_the_retriever_is_built(sync_memory: Memory, scope: dict[str, str]) -> None:
+    with pytest.raises(ConfigurationError, match="not both"):
+        MemsodaRetriever(memory=sync_memory, **scope, dataset_from="user_id")
+    with pytest.raises(ScopeError, match="dataset is required"):
+        MemsodaRetriever(memory=sync_memory, project="p")
+    with pytest.raises(ScopeError, match="project"):
+        MemsodaRetriever(memory=sync_memory, dataset="a", project="")
+    with pytest.raises(pydantic.ValidationError, match="project"):
+        MemsodaRetriever(memory=sync_memory, dataset="a")  # type: ignore[call-arg]
+    fixed = MemsodaRetriever(memory=sync_memory, **scope)
+    sync_memory.add_facts(FACTS, **scope)
+    assert fixed.invoke(QUERY, {"configurable": {"user_id": "someone else"}})  # the fixed form ignores it

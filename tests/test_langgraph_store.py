@@ -27,8 +27,9 @@ from langgraph.store.base import (
 )
 from langgraph.store.memory import InMemoryStore
 from langmem import create_manage_memory_tool, create_search_memory_tool
+from langmem.errors import ConfigurationError as LangmemConfigurationError
 
-from memsoda_core import AsyncMemory, ConfigurationError, LocalEmbedder, Memory, ValidationError
+from memsoda_core import AsyncMemory, ConfigurationError, LocalEmbedder, Memory, ScopeError, ValidationError
 from memsoda_langgraph import MemsodaStore
 
 
@@ -145,6 +146,21 @@ async def test_index_false_and_index_fields(store: Store) -> None:
     await store.put(namespace, "titled", {"title": "swordfish recipes", "body": "grilled fish"}, index=["title"])
     assert [i.key for i in await store.search(namespace, query="swordfish")] == ["titled"]
     assert {i.key for i in await store.search(namespace)} == {"hidden", "titled"}  # no query: every item
+
+
+async def test_a_values_other_fields_stay_out_of_its_fact(store: Store, memory: Memory | AsyncMemory) -> None:
+    """By default an item's fact is its "content" (every string in it when it is an object); a value
+    without "content" is found by every string in it. The other fields still filter."""
+    namespace = ("memories", "u1")
+    await store.put(namespace, "d", {"content": "User's daughter is called Mia", "kind": "note", "tags": ["family"]})
+    await store.put(namespace, "p", {"content": {"name": "Ana", "city": "Porto"}, "kind": "profile"})
+    await store.put(namespace, "x", {"title": "Trip plan", "body": "Lisbon in May"})
+    page = memory.list_facts(**store.raw.scope(namespace))
+    facts = (await page if isinstance(memory, AsyncMemory) else page).facts
+    expected = ["Ana; Porto", "Trip plan; Lisbon in May", "User's daughter is called Mia"]
+    assert sorted(f.object for f in facts) == expected
+    assert [i.key for i in await store.search(namespace, query="daughter Mia", filter={"kind": "note"})] == ["d"]
+    assert await store.search(namespace, query="note", filter={"kind": "nothing"}) == []
 
 
 async def test_filters_run_in_sql_like_langgraphs(store: Store) -> None:
@@ -282,7 +298,7 @@ def test_an_async_memory_refuses_the_sync_api(pg_dsn: str, embedder: LocalEmbedd
     try:
         opened = loop.run_until_complete(make())
         with pytest.raises(ConfigurationError, match="AsyncMemory"):
-            MemsodaStore(opened).get(("memories", "u1"), "k")
+            MemsodaStore(opened, project="p").get(("memories", "u1"), "k")
         loop.run_until_complete(opened.close())
     finally:
         loop.close()
@@ -314,6 +330,27 @@ async def test_langmem_tools_run_on_memsoda(store: Store) -> None:
     assert (await store.get(("memories", "u-42"), memory_id)).value == {"content": "User prefers aisle seats"}
     await call(manage, {"action": "delete", "id": memory_id}, config)
     assert await store.get(("memories", "u-42"), memory_id) is None
+
+
+async def test_langmem_tools_without_the_user_key_raise_and_write_nothing(store: Store) -> None:
+    """The user of a run is in the namespace, which langmem fills from the config; a run that does
+    not set the key gets langmem's error, and nothing is written."""
+    manage = create_manage_memory_tool(namespace=("memories", "{langgraph_user_id}"), store=store.raw)
+    args = {"content": "User is vegetarian", "action": "create"}
+    config = {"configurable": {"user_id": "u-1"}}
+    with pytest.raises(LangmemConfigurationError, match="langgraph_user_id"):
+        if store.is_async:
+            await manage.ainvoke(args, config=config)
+        else:
+            manage.invoke(args, config=config)
+    assert await store.search(("memories",)) == []
+
+
+def test_a_store_needs_a_project(memory: Memory | AsyncMemory) -> None:
+    with pytest.raises(TypeError, match="project"):
+        MemsodaStore(memory)  # type: ignore[call-arg]
+    with pytest.raises(ScopeError, match="project"):
+        MemsodaStore(memory, project="")
 
 
 class ScriptedChatModel(GenericFakeChatModel):

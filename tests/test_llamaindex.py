@@ -5,25 +5,29 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
 from helpers import ADAPTER_FACTS as FACTS
 from helpers import ADAPTER_QUERY as QUERY
 from helpers import CountingEmbedder
+from llama_index.core.agent.workflow import ReActAgent
 from llama_index.core.async_utils import asyncio_run
 from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.base.llms.types import ChatResponse
+from llama_index.core.bridge.pydantic import Field
+from llama_index.core.bridge.pydantic import ValidationError as PydanticValidationError
 from llama_index.core.chat_engine import ContextChatEngine
 from llama_index.core.embeddings import MockEmbedding
 from llama_index.core.llms import ChatMessage, MockLLM
+from llama_index.core.memory import InsertMethod, StaticMemoryBlock
 from llama_index.core.memory import Memory as ChatMemory
-from llama_index.core.memory import StaticMemoryBlock
 from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from memsoda_core import AsyncMemory, ConfigurationError, LimitError, LocalEmbedder, Memory
+from memsoda_core import AsyncMemory, ConfigurationError, LimitError, LocalEmbedder, Memory, ScopeError
 from memsoda_llamaindex import LlamaIndexEmbedder, MemsodaMemoryBlock, MemsodaRetriever
 from tests.scripted_extractor import ScriptedExtractor, add, answer
 
@@ -266,7 +270,7 @@ async def test_memory_block_fixed_scope_and_other_blocks(
 
 
 async def test_memory_block_needs_a_dataset(memory: Any, chat_memory: ChatMemoryFactory) -> None:
-    chat = chat_memory(memory_blocks=[MemsodaMemoryBlock(memory=memory.raw)])  # a random session_id
+    chat = chat_memory(memory_blocks=[MemsodaMemoryBlock(memory=memory.raw, project="p")])  # a random session_id
     await chat.aput(ChatMessage(role="user", content=QUERY))
     with pytest.raises(ConfigurationError, match="dataset"):
         await chat.aget()
@@ -351,3 +355,59 @@ async def test_retriever_known_at(memory: Any, scope: dict[str, str]) -> None:
     (then,) = await retriever.with_options(known_at=learned).aretrieve("where does the user live?")
     (now,) = await retriever.aretrieve("where does the user live?")
     assert (then.node.get_content(), now.node.get_content()) == ("user lives in amsterdam", "user lives in utrecht")
+
+
+class RecordingLLM(MockLLM):
+    """Records the messages of each chat call and answers as a ReAct agent's final step."""
+
+    seen: list[list[ChatMessage]] = Field(default_factory=list)
+
+    async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        self.seen.append(list(messages))
+        return ChatResponse(message=ChatMessage(role="assistant", content="Thought: I know.\nAnswer: A Honda Civic."))
+
+
+@pytest.mark.parametrize("system_prompt", [None, "You are a helpful assistant."])
+async def test_react_agent_sees_the_block_with_insert_method_user(
+    memory: Any, scope: dict[str, str], chat_memory: ChatMemoryFactory, system_prompt: str | None
+) -> None:
+    """llama-index-core 0.14's `ReActAgent` drops the first system message, where the block goes by
+    default; with `insert_method=USER` (as documented) the block reaches the model."""
+    await memory.add_facts(FACTS, **scope)
+
+    async def sent(**memory_kwargs: Any) -> str:
+        llm = RecordingLLM()
+        agent = ReActAgent(tools=[], llm=llm, streaming=False, system_prompt=system_prompt)
+        chat = chat_memory(memory_blocks=[MemsodaMemoryBlock(memory=memory.raw, **scope, k=3)], **memory_kwargs)
+        answer = await agent.run(user_msg=QUERY, memory=chat)
+        assert str(answer) == "A Honda Civic."
+        (messages,) = llm.seen
+        return "\n".join(m.content or "" for m in messages)
+
+    assert "user drives honda civic" in await sent(insert_method=InsertMethod.USER)
+    if system_prompt is None:  # the default loses the block: if this fails, LlamaIndex fixed it
+        assert "user drives honda civic" not in await sent()
+
+
+async def test_the_block_and_the_retriever_need_a_project(memory: Any, scope: dict[str, str]) -> None:
+    with pytest.raises(PydanticValidationError, match="project"):
+        MemsodaMemoryBlock(memory=memory.raw, dataset="alice")
+    with pytest.raises(TypeError, match="project"):
+        MemsodaRetriever(memory=memory.raw, dataset="alice")  # type: ignore[call-arg]
+    with pytest.raises(ScopeError, match="project"):
+        MemsodaRetriever(memory=memory.raw, dataset="alice", project=" ")
+
+
+async def test_retriever_copy_for_another_user(memory: Any, scope: dict[str, str]) -> None:
+    bob = f"bob-{uuid.uuid4().hex[:8]}"
+    await memory.add_facts(FACTS, **scope)
+    bobs = [{"subject": "user", "predicate": "drives", "object": "tesla model 3", "object_type": "PRODUCT"}]
+    await memory.add_facts(bobs, dataset=bob, project=scope["project"])
+    retriever = retriever_for(memory, scope, k=3)
+    for_bob = retriever.with_options(dataset=bob)
+    assert (for_bob.dataset, retriever.dataset) == (bob, scope["dataset"])
+    bob_sees = " ".join(n.node.get_content() for n in await for_bob.aretrieve(QUERY))
+    assert "tesla model 3" in bob_sees and "honda" not in bob_sees
+    assert "honda civic" in " ".join(n.node.get_content() for n in await retriever.aretrieve(QUERY))
+    with pytest.raises(ScopeError):
+        retriever.with_options(dataset="")
