@@ -31,6 +31,8 @@ END = "end_memory"
 
 def render_facts(result: RecallResult) -> str:
     """One line per recalled fact: `[id] subject predicate object (valid from – to)`."""
+    if result.scope_empty:
+        return "This user's memory holds no facts yet."
     if not result.facts:
         return "Nothing in memory matches."
     lines = [f"[{s.fact.id}] {s.fact.text} (valid {validity(s.fact)})" for s in result.facts]

@@ -185,3 +185,14 @@ async def test_recall_k_out_of_range_is_an_error_the_model_sees(memory: Either, 
     for refused, k in ((zero, 0), (negative, -2), (over, MAX_K + 1)):
         assert refused.startswith("LimitError:") and f"got {k}" in refused
     assert two.count("\n[") == 2 and default.count("\n[") == 3
+
+
+async def test_recall_in_an_empty_memory_says_it_holds_no_facts(memory: Either, scope: dict[str, str]) -> None:
+    tools = memory_tools(memory.raw, **scope)
+    asking = create_agent(calls(("recall_memory", {"query": "what car does the user drive?"})), tools)
+    (empty,) = tool_answers(await asking.ainvoke({"messages": [{"role": "user", "content": "What do I drive?"}]}))
+    assert empty == "This user's memory holds no facts yet."
+    await memory.add_facts([{"subject": "user", "predicate": "lives in", "object": "porto"}], **scope)
+    asking = create_agent(calls(("recall_memory", {"query": "what car does the user drive?"})), tools)
+    (shown,) = tool_answers(await asking.ainvoke({"messages": [{"role": "user", "content": "What do I drive?"}]}))
+    assert shown != empty
