@@ -70,6 +70,7 @@ class AsyncMemory(ItemsBase):
         cache_size: int = 1024,
         tenant_index_min_facts: int | None = None,
         layout: str | None = None,
+        read_only: bool = False,
     ) -> AsyncMemory:
         """Open (creating or upgrading the schema) the store at `dsn`, `MEMSODA_DSN`, or the embedded
         server under `home` / `MEMSODA_HOME`. `embedder` defaults to OpenAI when `OPENAI_API_KEY` is
@@ -79,9 +80,13 @@ class AsyncMemory(ItemsBase):
         store; None uses the recorded one (2,000 for a new store). `extractor` is `remember`'s
         default model (an Extractor, a LangChain chat model or a LlamaIndex LLM). `layout`, for a
         new store: "partitioned" (a large tenant in partitions of its own; the default but under
-        Citus) or "plain" (`docs/ARCHITECTURE.md`, "Tenant layouts")."""
+        Citus) or "plain" (`docs/ARCHITECTURE.md`, "Tenant layouts"). `read_only=True` (or a
+        read-only session: a hot standby, a read replica, a read-only role) opens an up-to-date
+        store for recall, get/list/history, sources, stats and export, without writing; writes then
+        raise `ReadOnlyStoreError`."""
         check_pool_args(pool_size, pool_timeout)
-        args = await asyncio.to_thread(open_args, embedder, schema, text_search_config, tenant_index_min_facts, layout)
+        given = (embedder, schema, text_search_config, tenant_index_min_facts, layout, read_only)
+        args = await asyncio.to_thread(open_args, *given)
         chosen_synthesizer = as_synthesizer(synthesizer)
         chosen_extractor = as_extractor(extractor)
         target = await asyncio.to_thread(resolve_target, dsn, home)
@@ -127,7 +132,10 @@ class AsyncMemory(ItemsBase):
         await self.close()
 
     async def _run(self, op: Operation[T], *, read_only: bool = False) -> T:
-        """Have the runner perform `op` (see `AsyncRunner.run`)."""
+        """Have the runner perform `op` (see `AsyncRunner.run`); an operation that is not
+        `read_only` writes, refused on a read-only store."""
+        if not read_only:
+            self._check_writable("this operation")
         return await self._runner.run(op, read_only=read_only)
 
     # --- public API --------------------------------------------------------------------------------
@@ -180,7 +188,7 @@ class AsyncMemory(ItemsBase):
 
     async def single_valued(self, *, dataset: str, project: str) -> list[str]:
         """The scope's single-valued predicates."""
-        return await self._run(self._single_valued_op(dataset, project))
+        return await self._run(self._single_valued_op(dataset, project), read_only=True)
 
     async def get_fact(self, fact_id: int, *, dataset: str, project: str) -> Fact:
         """Fact `fact_id` of the scope (live or not); `NotFoundError` if there is none."""
@@ -243,6 +251,7 @@ class AsyncMemory(ItemsBase):
         fact validation of `add_facts`); those that pass are written in one transaction by the
         write rules, with their `sources`; the others are `rejected` (`on_invalid="skip"`) or
         raise `ExtractionError` (`"raise"`), as does a model error: then nothing is written."""
+        self._check_writable("remember")
         settings = {"thread_id": thread_id, "extractor": extractor, "user": user, "related": related}
         call = self._remember_call(messages, dataset, project, summarize=summarize, on_invalid=on_invalid, **settings)
         found = await self._run(self._related_op(call), read_only=True)
@@ -325,7 +334,7 @@ class AsyncMemory(ItemsBase):
 
     async def stats(self, *, dataset: str | None = None, project: str | None = None) -> list[dict[str, Any]]:
         """Per scope: facts, live facts, entities, episodes."""
-        return await self._run(self._stats_op(dataset, project))
+        return await self._run(self._stats_op(dataset, project), read_only=True)
 
     async def maintain(self) -> list[str]:
         """Refresh statistics and build the tenant indexes of every dataset/project at or above
@@ -359,6 +368,7 @@ class AsyncMemory(ItemsBase):
         scope's vector search is exact, so slower, until it is back); `False` keeps it; `None`
         (default) rebuilds when the import brings at least 1/4 as many facts as the scope holds."""
         check_import_args(on_error, batch_size, rebuild_index)
+        self._check_writable("import_jsonl")
         parsed = self._parse_import(read_jsonl(source), dataset, project, on_error)
         with progress_callback(parsed.total, progress) as advance:
             try:

@@ -15,6 +15,7 @@ from memsoda_core.embedders import Embedder, check_vectors
 from memsoda_core.errors import (
     ConfigurationError,
     EmbeddingError,
+    ReadOnlyStoreError,
     ValidationError,
 )
 from memsoda_core.learning.call import RememberCall
@@ -124,6 +125,21 @@ class MemoryBase:
     def info(self) -> StoreInfo:
         """Schema name, embedding model and dimension of the open store."""
         return self._info
+
+    @property
+    def read_only(self) -> bool:
+        """Open for reads only (`open(read_only=True)`, or a read-only session): writes raise
+        `ReadOnlyStoreError`."""
+        return self._info.read_only
+
+    def _check_writable(self, what: str) -> None:
+        """Refuse a write before anything is sent when the store is open read-only."""
+        if self._info.read_only:
+            raise ReadOnlyStoreError(
+                f"{what} writes, and this store is open read-only (read_only=True, or a read-only "
+                "session: a hot standby, a read replica, a read-only role); write through a memory "
+                "opened read-write on the primary"
+            )
 
     @staticmethod
     def _now() -> datetime:
@@ -331,8 +347,11 @@ def open_args(
     text_search_config: str,
     tenant_index_min_facts: int | None,
     layout: str | None = None,
+    read_only: bool = False,
 ) -> dict[str, Any]:
     """Arguments of `ops.open_store` for the chosen embedder (this may load a local model)."""
+    if not isinstance(read_only, bool):
+        raise ConfigurationError(f"read_only must be True or False, got {type(read_only).__name__}")
     if layout is not None and layout not in LAYOUTS:
         raise ConfigurationError(f"layout must be one of {', '.join(LAYOUTS)} or None, got {layout!r}")
     if tenant_index_min_facts is not None:
@@ -350,6 +369,7 @@ def open_args(
             "text_search_config": text_search_config,
             "tenant_index_min_facts": tenant_index_min_facts,
             "layout": layout,
+            "read_only": read_only,
         },
     }
 
