@@ -24,7 +24,7 @@ from memsoda_core.items import ItemInput, StoredItem
 from memsoda_core.items_base import ItemsBase
 from memsoda_core.learning.call import extraction_failed
 from memsoda_core.learning.extractors import as_extractor
-from memsoda_core.memory_base import check_import_args, open_args
+from memsoda_core.memory_base import check_import_args, check_read_only, open_args
 from memsoda_core.models import (
     EpisodeInput,
     Fact,
@@ -80,20 +80,16 @@ class AsyncMemory(ItemsBase):
         store; None uses the recorded one (2,000 for a new store). `extractor` is `remember`'s
         default model (an Extractor, a LangChain chat model or a LlamaIndex LLM). `layout`, for a
         new store: "partitioned" (a large tenant in partitions of its own; the default but under
-        Citus) or "plain" (`docs/ARCHITECTURE.md`, "Tenant layouts"). `read_only=True` (or a
-        read-only session: a hot standby, a read replica, a read-only role) opens an up-to-date
-        store for recall, get/list/history, sources, stats and export, without writing; writes then
-        raise `ReadOnlyStoreError`."""
+        Citus) or "plain" (`docs/ARCHITECTURE.md`, "Tenant layouts"). `read_only`: see `read_only`."""
         check_pool_args(pool_size, pool_timeout)
-        given = (embedder, schema, text_search_config, tenant_index_min_facts, layout, read_only)
-        args = await asyncio.to_thread(open_args, *given)
+        args = await asyncio.to_thread(open_args, embedder, schema, text_search_config, tenant_index_min_facts, layout)
         chosen_synthesizer = as_synthesizer(synthesizer)
         chosen_extractor = as_extractor(extractor)
         target = await asyncio.to_thread(resolve_target, dsn, home)
         try:
             runner = await AsyncRunner.open(
                 target,
-                open_store(**args["op"]),
+                open_store(**args["op"], read_only=check_read_only(read_only)),
                 embedder=args["embedder"],
                 synthesizer=chosen_synthesizer,
                 cache_size=cache_size,
@@ -132,11 +128,7 @@ class AsyncMemory(ItemsBase):
         await self.close()
 
     async def _run(self, op: Operation[T], *, read_only: bool = False) -> T:
-        """Have the runner perform `op` (see `AsyncRunner.run`); an operation that is not
-        `read_only` writes, refused on a read-only store."""
-        if not read_only:
-            self._check_writable("this operation")
-        return await self._runner.run(op, read_only=read_only)
+        return await self._runner.run(self._writing(op) if not read_only else op, read_only=read_only)
 
     # --- public API --------------------------------------------------------------------------------
 
@@ -251,7 +243,6 @@ class AsyncMemory(ItemsBase):
         fact validation of `add_facts`); those that pass are written in one transaction by the
         write rules, with their `sources`; the others are `rejected` (`on_invalid="skip"`) or
         raise `ExtractionError` (`"raise"`), as does a model error: then nothing is written."""
-        self._check_writable("remember")
         settings = {"thread_id": thread_id, "extractor": extractor, "user": user, "related": related}
         call = self._remember_call(messages, dataset, project, summarize=summarize, on_invalid=on_invalid, **settings)
         found = await self._run(self._related_op(call), read_only=True)
@@ -368,7 +359,6 @@ class AsyncMemory(ItemsBase):
         scope's vector search is exact, so slower, until it is back); `False` keeps it; `None`
         (default) rebuilds when the import brings at least 1/4 as many facts as the scope holds."""
         check_import_args(on_error, batch_size, rebuild_index)
-        self._check_writable("import_jsonl")
         parsed = self._parse_import(read_jsonl(source), dataset, project, on_error)
         with progress_callback(parsed.total, progress) as advance:
             try:

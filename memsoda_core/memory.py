@@ -23,7 +23,7 @@ from memsoda_core.items import ItemInput, StoredItem
 from memsoda_core.items_base import ItemsBase
 from memsoda_core.learning.call import extraction_failed
 from memsoda_core.learning.extractors import as_extractor
-from memsoda_core.memory_base import check_import_args, open_args
+from memsoda_core.memory_base import check_import_args, check_read_only, open_args
 from memsoda_core.models import (
     EpisodeInput,
     Fact,
@@ -78,20 +78,16 @@ class Memory(ItemsBase):
         store; None uses the recorded one (2,000 for a new store). `extractor` is `remember`'s
         default model (an Extractor, a LangChain chat model or a LlamaIndex LLM). `layout`, for a
         new store: "partitioned" (a large tenant in partitions of its own; the default but under
-        Citus) or "plain" (`docs/ARCHITECTURE.md`, "Tenant layouts"). `read_only=True` (or a
-        read-only session: a hot standby, a read replica, a read-only role) opens an up-to-date
-        store for recall, get/list/history, sources, stats and export, without writing; writes then
-        raise `ReadOnlyStoreError`."""
+        Citus) or "plain" (`docs/ARCHITECTURE.md`, "Tenant layouts"). `read_only`: see `read_only`."""
         check_pool_args(pool_size, pool_timeout)
-        given = (embedder, schema, text_search_config, tenant_index_min_facts, layout, read_only)
-        args = open_args(*given)
+        args = open_args(embedder, schema, text_search_config, tenant_index_min_facts, layout)
         chosen_synthesizer = as_synthesizer(synthesizer)
         chosen_extractor = as_extractor(extractor)
         target = resolve_target(dsn, home)
         try:
             runner = Runner.open(
                 target,
-                open_store(**args["op"]),
+                open_store(**args["op"], read_only=check_read_only(read_only)),
                 embedder=args["embedder"],
                 synthesizer=chosen_synthesizer,
                 cache_size=cache_size,
@@ -130,11 +126,7 @@ class Memory(ItemsBase):
         self.close()
 
     def _run(self, op: Operation[T], *, read_only: bool = False) -> T:
-        """Have the runner perform `op` (see `Runner.run`); an operation that is not
-        `read_only` writes, refused on a read-only store."""
-        if not read_only:
-            self._check_writable("this operation")
-        return self._runner.run(op, read_only=read_only)
+        return self._runner.run(self._writing(op) if not read_only else op, read_only=read_only)
 
     # --- public API --------------------------------------------------------------------------------
 
@@ -247,7 +239,6 @@ class Memory(ItemsBase):
         fact validation of `add_facts`); those that pass are written in one transaction by the
         write rules, with their `sources`; the others are `rejected` (`on_invalid="skip"`) or
         raise `ExtractionError` (`"raise"`), as does a model error: then nothing is written."""
-        self._check_writable("remember")
         settings = {"thread_id": thread_id, "extractor": extractor, "user": user, "related": related}
         call = self._remember_call(messages, dataset, project, summarize=summarize, on_invalid=on_invalid, **settings)
         found = self._run(self._related_op(call), read_only=True)
@@ -363,7 +354,6 @@ class Memory(ItemsBase):
         scope's vector search is exact, so slower, until it is back); `False` keeps it; `None`
         (default) rebuilds when the import brings at least 1/4 as many facts as the scope holds."""
         check_import_args(on_error, batch_size, rebuild_index)
-        self._check_writable("import_jsonl")
         parsed = self._parse_import(read_jsonl(source), dataset, project, on_error)
         with progress_callback(parsed.total, progress) as advance:
             try:

@@ -128,9 +128,16 @@ class MemoryBase:
 
     @property
     def read_only(self) -> bool:
-        """Open for reads only (`open(read_only=True)`, or a read-only session): writes raise
-        `ReadOnlyStoreError`."""
+        """Open for reads only: `open(read_only=True)`, or detected on a read-only session (a hot
+        standby, a read replica, a `default_transaction_read_only` role). An up-to-date store opens
+        so without writing; recall, get/list/history, sources, stats, items' get and search and
+        export are served, and every write raises `ReadOnlyStoreError` before anything is sent."""
         return self._info.read_only
+
+    def _writing(self, op: Operation[T]) -> Operation[T]:
+        """`op`, a write (what `_run` performs unless `read_only`): refused at once on a read-only store."""
+        self._check_writable("this operation")
+        return op
 
     def _check_writable(self, what: str) -> None:
         """Refuse a write before anything is sent when the store is open read-only."""
@@ -186,6 +193,7 @@ class MemoryBase:
     def _remember_call(
         self, messages: Any, dataset: str, project: str, *, extractor: Any, **settings: Any
     ) -> RememberCall:
+        self._check_writable("remember")  # before the model is called
         chosen = extractor if extractor is not None else self._extractor
         return RememberCall.check(
             messages, dataset=dataset, project=project, extractor=chosen, now=self._now(), **settings
@@ -292,6 +300,7 @@ class MemoryBase:
         )
 
     def _parse_import(self, lines: Sequence[str], dataset: str, project: str, on_error: str) -> ParsedImport:
+        self._check_writable("import_jsonl")
         scope = check_scope(dataset, project)
         facts, episodes, errors = ops.parse_jsonl(lines, now=self._now(), on_error=on_error)
         return ParsedImport(scope=scope, facts=facts, episodes=episodes, errors=errors)
@@ -347,11 +356,8 @@ def open_args(
     text_search_config: str,
     tenant_index_min_facts: int | None,
     layout: str | None = None,
-    read_only: bool = False,
 ) -> dict[str, Any]:
     """Arguments of `ops.open_store` for the chosen embedder (this may load a local model)."""
-    if not isinstance(read_only, bool):
-        raise ConfigurationError(f"read_only must be True or False, got {type(read_only).__name__}")
     if layout is not None and layout not in LAYOUTS:
         raise ConfigurationError(f"layout must be one of {', '.join(LAYOUTS)} or None, got {layout!r}")
     if tenant_index_min_facts is not None:
@@ -369,9 +375,14 @@ def open_args(
             "text_search_config": text_search_config,
             "tenant_index_min_facts": tenant_index_min_facts,
             "layout": layout,
-            "read_only": read_only,
         },
     }
+
+
+def check_read_only(read_only: Any) -> bool:
+    if not isinstance(read_only, bool):
+        raise ConfigurationError(f"read_only must be True or False, got {type(read_only).__name__}")
+    return read_only
 
 
 IMPORT_ON_ERROR = ("raise", "skip")
