@@ -24,7 +24,7 @@ from memsoda_core.items import ItemInput, StoredItem
 from memsoda_core.items_base import ItemsBase
 from memsoda_core.learning.call import extraction_failed
 from memsoda_core.learning.extractors import as_extractor
-from memsoda_core.memory_base import check_import_args, open_args
+from memsoda_core.memory_base import check_import_args, check_read_only, open_args
 from memsoda_core.models import (
     EpisodeInput,
     Fact,
@@ -70,6 +70,7 @@ class AsyncMemory(ItemsBase):
         cache_size: int = 1024,
         tenant_index_min_facts: int | None = None,
         layout: str | None = None,
+        read_only: bool = False,
     ) -> AsyncMemory:
         """Open (creating or upgrading the schema) the store at `dsn`, `MEMSODA_DSN`, or the embedded
         server under `home` / `MEMSODA_HOME`. A `dsn` is a postgresql:// or postgres:// URI or libpq
@@ -80,7 +81,7 @@ class AsyncMemory(ItemsBase):
         store; None uses the recorded one (2,000 for a new store). `extractor` is `remember`'s
         default model (an Extractor, a LangChain chat model or a LlamaIndex LLM). `layout`, for a
         new store: "partitioned" (a large tenant in partitions of its own; the default but under
-        Citus) or "plain" (`docs/ARCHITECTURE.md`, "Tenant layouts")."""
+        Citus) or "plain" (`docs/ARCHITECTURE.md`, "Tenant layouts"). `read_only`: see `read_only`."""
         check_pool_args(pool_size, pool_timeout)
         args = await asyncio.to_thread(open_args, embedder, schema, text_search_config, tenant_index_min_facts, layout)
         chosen_synthesizer = as_synthesizer(synthesizer)
@@ -89,7 +90,7 @@ class AsyncMemory(ItemsBase):
         try:
             runner = await AsyncRunner.open(
                 target,
-                open_store(**args["op"]),
+                open_store(**args["op"], read_only=check_read_only(read_only)),
                 embedder=args["embedder"],
                 synthesizer=chosen_synthesizer,
                 cache_size=cache_size,
@@ -128,8 +129,7 @@ class AsyncMemory(ItemsBase):
         await self.close()
 
     async def _run(self, op: Operation[T], *, read_only: bool = False) -> T:
-        """Have the runner perform `op` (see `AsyncRunner.run`)."""
-        return await self._runner.run(op, read_only=read_only)
+        return await self._runner.run(self._writing(op) if not read_only else op, read_only=read_only)
 
     # --- public API --------------------------------------------------------------------------------
 
@@ -181,7 +181,7 @@ class AsyncMemory(ItemsBase):
 
     async def single_valued(self, *, dataset: str, project: str) -> list[str]:
         """The scope's single-valued predicates."""
-        return await self._run(self._single_valued_op(dataset, project))
+        return await self._run(self._single_valued_op(dataset, project), read_only=True)
 
     async def get_fact(self, fact_id: int, *, dataset: str, project: str) -> Fact:
         """Fact `fact_id` of the scope (live or not); `NotFoundError` if there is none."""
@@ -326,7 +326,7 @@ class AsyncMemory(ItemsBase):
 
     async def stats(self, *, dataset: str | None = None, project: str | None = None) -> list[dict[str, Any]]:
         """Per scope: facts, live facts, entities, episodes."""
-        return await self._run(self._stats_op(dataset, project))
+        return await self._run(self._stats_op(dataset, project), read_only=True)
 
     async def maintain(self) -> list[str]:
         """Refresh statistics and build the tenant indexes of every dataset/project at or above

@@ -20,6 +20,7 @@
     ├── EmbedderMismatchError      the store was created with another embedding model or dimension
     ├── StoreError                 the database could not do what was asked
     │   ├── StoreUnavailableError  PostgreSQL cannot be reached, or no pooled connection was free
+    │   ├── ReadOnlyStoreError     a write to a store open read-only (a replica, a read-only role)
     │   └── SchemaError            the schema is newer than this memsoda, or pgvector is missing
     └── ConfigurationError         an option or environment variable is wrong
 """
@@ -41,6 +42,7 @@ __all__ = [
     "MemsodaError",
     "NotFoundError",
     "NotLiveError",
+    "ReadOnlyStoreError",
     "SchemaError",
     "ScopeError",
     "StoreError",
@@ -136,6 +138,13 @@ class StoreError(MemsodaError):
 
 class StoreUnavailableError(StoreError):
     """PostgreSQL could not be reached, or no pooled connection became free in time."""
+
+
+class ReadOnlyStoreError(StoreError):
+    """The store is open read-only (`Memory.open(read_only=True)`, or a read-only session: a hot
+    standby, a read replica, `default_transaction_read_only`): a write is refused before anything
+    is sent. Also raised by a read-only open of a store that would need writing first (not created
+    yet, or an older schema to upgrade): open it once read-write on the primary."""
 
 
 class SchemaError(StoreError):

@@ -116,7 +116,7 @@ def value_json(value: Any) -> str:
         raise ValidationError(f"an item's value must be a mapping (or None to delete), got {type(value).__name__}")
     try:
         text = json.dumps(value, allow_nan=False, ensure_ascii=False)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:  # RecursionError: nested too deeply
         raise ValidationError(f"an item's value must be JSON (string keys, no NaN): {exc}") from None
     if "\\u0000" in text:
         raise InvalidTextError("an item's value contains a NUL character, which PostgreSQL cannot store; remove it")

@@ -21,6 +21,9 @@ MAX_MENTIONS = 32
 MAX_QUERY_CHARS = 4_000
 """Longer queries are rejected; embedders truncate far earlier anyway."""
 
+MAX_TIMES_SEEN = 1_000_000_000
+"""An imported fact's `times_seen`: within its column (a PostgreSQL integer) with room to count on."""
+
 MAX_BATCH = 10_000
 """Facts or episodes in one `add_facts` / `add_episodes` call (one transaction)."""
 

@@ -23,7 +23,7 @@ from memsoda_core.items import ItemInput, StoredItem
 from memsoda_core.items_base import ItemsBase
 from memsoda_core.learning.call import extraction_failed
 from memsoda_core.learning.extractors import as_extractor
-from memsoda_core.memory_base import check_import_args, open_args
+from memsoda_core.memory_base import check_import_args, check_read_only, open_args
 from memsoda_core.models import (
     EpisodeInput,
     Fact,
@@ -68,6 +68,7 @@ class Memory(ItemsBase):
         cache_size: int = 1024,
         tenant_index_min_facts: int | None = None,
         layout: str | None = None,
+        read_only: bool = False,
     ) -> Memory:
         """Open (creating or upgrading the schema) the store at `dsn`, `MEMSODA_DSN`, or the embedded
         server under `home` / `MEMSODA_HOME`. A `dsn` is a postgresql:// or postgres:// URI or libpq
@@ -78,7 +79,7 @@ class Memory(ItemsBase):
         store; None uses the recorded one (2,000 for a new store). `extractor` is `remember`'s
         default model (an Extractor, a LangChain chat model or a LlamaIndex LLM). `layout`, for a
         new store: "partitioned" (a large tenant in partitions of its own; the default but under
-        Citus) or "plain" (`docs/ARCHITECTURE.md`, "Tenant layouts")."""
+        Citus) or "plain" (`docs/ARCHITECTURE.md`, "Tenant layouts"). `read_only`: see `read_only`."""
         check_pool_args(pool_size, pool_timeout)
         args = open_args(embedder, schema, text_search_config, tenant_index_min_facts, layout)
         chosen_synthesizer = as_synthesizer(synthesizer)
@@ -87,7 +88,7 @@ class Memory(ItemsBase):
         try:
             runner = Runner.open(
                 target,
-                open_store(**args["op"]),
+                open_store(**args["op"], read_only=check_read_only(read_only)),
                 embedder=args["embedder"],
                 synthesizer=chosen_synthesizer,
                 cache_size=cache_size,
@@ -126,8 +127,7 @@ class Memory(ItemsBase):
         self.close()
 
     def _run(self, op: Operation[T], *, read_only: bool = False) -> T:
-        """Have the runner perform `op` (see `Runner.run`)."""
-        return self._runner.run(op, read_only=read_only)
+        return self._runner.run(self._writing(op) if not read_only else op, read_only=read_only)
 
     # --- public API --------------------------------------------------------------------------------
 
@@ -177,7 +177,7 @@ class Memory(ItemsBase):
 
     def single_valued(self, *, dataset: str, project: str) -> list[str]:
         """The scope's single-valued predicates."""
-        return self._run(self._single_valued_op(dataset, project))
+        return self._run(self._single_valued_op(dataset, project), read_only=True)
 
     def get_fact(self, fact_id: int, *, dataset: str, project: str) -> Fact:
         """Fact `fact_id` of the scope (live or not); `NotFoundError` if there is none."""
@@ -321,7 +321,7 @@ class Memory(ItemsBase):
 
     def stats(self, *, dataset: str | None = None, project: str | None = None) -> list[dict[str, Any]]:
         """Per scope: facts, live facts, entities, episodes."""
-        return self._run(self._stats_op(dataset, project))
+        return self._run(self._stats_op(dataset, project), read_only=True)
 
     def maintain(self) -> list[str]:
         """Refresh statistics and build the tenant indexes of every dataset/project at or above

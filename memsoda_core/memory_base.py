@@ -15,6 +15,7 @@ from memsoda_core.embedders import Embedder, check_vectors
 from memsoda_core.errors import (
     ConfigurationError,
     EmbeddingError,
+    ReadOnlyStoreError,
     ValidationError,
 )
 from memsoda_core.learning.call import RememberCall
@@ -134,6 +135,28 @@ class MemoryBase:
         """Schema name, embedding model and dimension of the open store."""
         return self._info
 
+    @property
+    def read_only(self) -> bool:
+        """Open for reads only: `open(read_only=True)`, or detected on a read-only session (a hot
+        standby, a read replica, a `default_transaction_read_only` role). An up-to-date store opens
+        so without writing; recall, get/list/history, sources, stats, items' get and search and
+        export are served, and every write raises `ReadOnlyStoreError` before anything is sent."""
+        return self._info.read_only
+
+    def _writing(self, op: Operation[T]) -> Operation[T]:
+        """`op`, a write (what `_run` performs unless `read_only`): refused at once on a read-only store."""
+        self._check_writable("this operation")
+        return op
+
+    def _check_writable(self, what: str) -> None:
+        """Refuse a write before anything is sent when the store is open read-only."""
+        if self._info.read_only:
+            raise ReadOnlyStoreError(
+                f"{what} writes, and this store is open read-only (read_only=True, or a read-only "
+                "session: a hot standby, a read replica, a read-only role); write through a memory "
+                "opened read-write on the primary"
+            )
+
     @staticmethod
     def _now() -> datetime:
         return datetime.now(UTC)
@@ -179,6 +202,7 @@ class MemoryBase:
     def _remember_call(
         self, messages: Any, dataset: str, project: str, *, extractor: Any, **settings: Any
     ) -> RememberCall:
+        self._check_writable("remember")  # before the model is called
         chosen = extractor if extractor is not None else self._extractor
         return RememberCall.check(
             messages, dataset=dataset, project=project, extractor=chosen, now=self._now(), **settings
@@ -285,6 +309,7 @@ class MemoryBase:
         )
 
     def _parse_import(self, lines: Sequence[str], dataset: str, project: str, on_error: str) -> ParsedImport:
+        self._check_writable("import_jsonl")
         scope = check_scope(dataset, project)
         facts, episodes, errors = ops.parse_jsonl(lines, now=self._now(), on_error=on_error)
         return ParsedImport(scope=scope, facts=facts, episodes=episodes, errors=errors)
@@ -361,6 +386,12 @@ def open_args(
             "layout": layout,
         },
     }
+
+
+def check_read_only(read_only: Any) -> bool:
+    if not isinstance(read_only, bool):
+        raise ConfigurationError(f"read_only must be True or False, got {type(read_only).__name__}")
+    return read_only
 
 
 IMPORT_ON_ERROR = ("raise", "skip")

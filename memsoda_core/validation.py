@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import math
+import json
+import reprlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, date, datetime, time
@@ -79,6 +80,51 @@ class ValidEpisode:
     created_at: datetime
 
 
+class _Shown(reprlib.Repr):
+    """`repr` bounded in depth and length, and safe for any value: a huge integer is not converted
+    (Python refuses to turn one of over 4,300 digits into text)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxstring = self.maxother = 80
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() <= 64:
+            return repr(x)
+        return f"<an integer of {x.bit_length()} bits>"
+
+
+_SHOWN = _Shown()
+
+
+def display(value: Any) -> str:
+    """A value from outside (caller, file, model) as it may appear in an error message."""
+    return _SHOWN.repr(value)
+
+
+def load_json(text: str | bytes) -> Any:
+    """`json.loads`, each way it can fail on text from outside as a `ValidationError` saying why:
+    not JSON, nested too deeply (`RecursionError`), or an integer too long to read (Python's
+    `sys.get_int_max_str_digits`, a `ValueError`)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValidationError(f"not valid JSON ({exc.msg} at {exc.pos})") from None
+    except RecursionError:
+        raise ValidationError("JSON nested too deeply") from None
+    except ValueError as exc:  # the integer-digits limit
+        raise ValidationError(f"JSON with a number too long to read ({exc})") from None
+
+
+def check_int(value: Any, field: str, *, low: int, high: int) -> int:
+    """An int (not a bool) in low..high, so it fits the column it goes to."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError(f"{field} must be an integer, got {display(value)}")
+    if not low <= value <= high:
+        raise LimitError(f"{field} must be between {low} and {high}, got {display(value)}")
+    return value
+
+
 def check_text(value: Any, field: str, max_chars: int, *, required: bool = True) -> str:
     """A storable string: no NUL, no lone surrogate, within `max_chars`, non-empty if required."""
     if not isinstance(value, str):
@@ -137,7 +183,7 @@ def parse_time(value: Any, field: str, *, default: datetime | None = None) -> da
             parsed = datetime.fromisoformat(text)
         except ValueError:
             raise DateError(
-                f"{field}={value!r} is not an ISO-8601 date such as 2026-08-16 or 2026-08-16T09:30:00Z"
+                f"{field}={display(value)} is not an ISO-8601 date such as 2026-08-16 or 2026-08-16T09:30:00Z"
             ) from None
     else:
         raise DateError(f"{field} must be a datetime, date or ISO-8601 string, got {type(value).__name__}")
@@ -146,7 +192,7 @@ def parse_time(value: Any, field: str, *, default: datetime | None = None) -> da
     try:
         return parsed.astimezone(UTC)
     except OverflowError:
-        raise DateError(f"{field}={value!r} is outside the dates PostgreSQL and Python can hold") from None
+        raise DateError(f"{field}={display(value)} is outside the dates PostgreSQL and Python can hold") from None
 
 
 def _check_type(value: Any, field: str) -> str:
@@ -162,11 +208,11 @@ def _check_name(value: Any, field: str, max_chars: int = limits.MAX_NAME_CHARS) 
 
 def _check_confidence(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfidenceError(f"confidence must be a number between 0 and 1, got {value!r}")
-    number = float(value)
-    if math.isnan(number) or not 0.0 <= number <= 1.0:
-        raise ConfidenceError(f"confidence must be between 0 and 1, got {value!r}")
-    return number
+        raise ConfidenceError(f"confidence must be a number between 0 and 1, got {display(value)}")
+    # compared before converting: an integer beyond the float range cannot be converted (NaN fails both)
+    if not 0 <= value <= 1:
+        raise ConfidenceError(f"confidence must be between 0 and 1, got {display(value)}")
+    return float(value)
 
 
 _FACT_FIELDS = frozenset(f.name for f in fields(FactInput))
@@ -222,7 +268,7 @@ def validate_fact(item: FactInput | Mapping[str, Any], *, position: int = 0) -> 
                 "leave invalid_at empty for a fact that is still true"
             )
         if not isinstance(fact.single_valued, bool):
-            raise ValidationError(f"single_valued must be True or False, got {fact.single_valued!r}")
+            raise ValidationError(f"single_valued must be True or False, got {display(fact.single_valued)}")
         quote = fact.source_quote
         if quote is not None:
             quote = check_text(quote, "source_quote", limits.MAX_SOURCE_QUOTE_CHARS, required=False)

@@ -80,7 +80,7 @@ async def failing_calls(memory: Either, scope: dict[str, str], fake: FakeOpenAI,
     with pytest.raises(ExtractionError):
         await memory.remember(WINDOW, **scope, extractor=extractor)
     fake.push(Fault(chat_content='{"operations": [ {"op": "add"'), endpoint="chat")
-    with pytest.raises(ExtractionError, match="not JSON"):
+    with pytest.raises(ExtractionError, match="not valid JSON"):
         await memory.remember(WINDOW, **scope, extractor=extractor)
 
 

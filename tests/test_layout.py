@@ -62,6 +62,7 @@ CORE_API = {
     "SignalHit",
     "StoreError",
     "StoreUnavailableError",
+    "ReadOnlyStoreError",
     "StoredItem",
     "Synthesizer",
     "TextTooLongError",

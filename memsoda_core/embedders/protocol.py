@@ -65,7 +65,7 @@ def check_vectors(
                 values = np.asarray(row, dtype=np.float32)
             if values.ndim != 1:
                 raise TypeError(f"expected a flat sequence of numbers, got {values.ndim} dimensions")
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: an int beyond any float
             raise EmbeddingError(f"{source} something that is not a vector of numbers: {exc}") from None
         if len(values) != dimensions:
             raise EmbeddingError(f"{source} a vector of dimension {len(values)}, expected {dimensions}")

@@ -8,7 +8,6 @@ model touch another fact or another tenant), and its fact passes `add_facts`' va
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from memsoda_core.errors import ExtractionError, ValidationError
 from memsoda_core.learning.messages import WindowMessage, quoted_message
 from memsoda_core.learning.schema import MODEL_FIELDS, OPERATIONS
 from memsoda_core.models import Fact, RejectedOperation
-from memsoda_core.validation import ValidFact, parse_time, validate_fact
+from memsoda_core.validation import ValidFact, display, load_json, parse_time, validate_fact
 
 SPEAKER_WORDS = frozenset({"i", "me", "myself", "user", "the user"})
 """Names a model may give the speaking user; each becomes the scope's user entity."""
@@ -56,9 +55,9 @@ def parse_answer(raw: Any) -> tuple[list[Any], str | None]:
         text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
         fenced = re.search(r"```(?:json)?\s*(.*?)```", text, re.DOTALL)
         try:
-            answer = json.loads(fenced.group(1) if fenced else text)
-        except json.JSONDecodeError as exc:
-            raise ExtractionError(f"the extractor's answer is not JSON ({exc.msg} at {exc.pos})") from None
+            answer = load_json(fenced.group(1) if fenced else text)
+        except ValidationError as exc:
+            raise ExtractionError(f"the extractor's answer is {exc}") from None
     if not isinstance(answer, Mapping):
         raise ExtractionError(f"the extractor's answer must be an object, got {type(answer).__name__}")
     operations = answer.get("operations")
@@ -68,6 +67,12 @@ def parse_answer(raw: Any) -> tuple[list[Any], str | None]:
     if summary is not None and not isinstance(summary, str):
         raise ExtractionError(f"the extractor's 'summary' must be text or null, got {type(summary).__name__}")
     return operations, (summary.strip() or None) if summary else None
+
+
+def _op_name(data: Any) -> str:
+    """The operation's `op` as reported with a rejection: its text, else a bounded repr."""
+    op = data.get("op") if isinstance(data, Mapping) else "?"
+    return op if isinstance(op, str) else display(op)
 
 
 def _speaker(name: Any, user: str) -> Any:
@@ -101,9 +106,9 @@ def _fact(data: Any, user: str, now: datetime) -> ValidFact:
 def _target(data: Mapping[str, Any], shown: Mapping[int, Fact], seen: set[int]) -> int:
     fact_id = data.get("fact_id")
     if isinstance(fact_id, bool) or not isinstance(fact_id, int):
-        raise ValidationError(f"its fact_id must be the id of a shown fact, got {fact_id!r}")
+        raise ValidationError(f"its fact_id must be the id of a shown fact, got {display(fact_id)}")
     if fact_id not in shown:
-        raise ValidationError(f"fact {fact_id} was not shown to the extractor")
+        raise ValidationError(f"fact {display(fact_id)} was not shown to the extractor")
     if fact_id in seen:
         raise ValidationError(f"fact {fact_id} is changed by an earlier operation")
     seen.add(fact_id)
@@ -145,7 +150,7 @@ def _check_one(
         target = _target(data, shown, seen)
         _check_after(shown[target], at, "ended_at")
         return Checked(index=index, op=op, target=target, at=at, message=message)
-    raise ValidationError(f"op must be one of {list(OPERATIONS)}, got {op!r}")
+    raise ValidationError(f"op must be one of {list(OPERATIONS)}, got {display(op)}")
 
 
 def check_answer(
@@ -168,13 +173,15 @@ def check_answer(
     rejected: list[RejectedOperation] = []
     seen: set[int] = set()  # the shown facts an earlier operation changes
     for index, data in enumerate(proposed):
-        op = str(data.get("op")) if isinstance(data, Mapping) else "?"
+        op = _op_name(data)
         try:
             if not isinstance(data, Mapping):
                 raise ValidationError(f"an operation must be an object, got {type(data).__name__}")
             passed.append(_check_one(index, data, messages, by_id, user, now, seen))
         except ValidationError as exc:
             rejected.append(RejectedOperation(index=index, op=op, reason=str(exc)))
+        except RecursionError:  # a value nested deeper than the checks can walk
+            rejected.append(RejectedOperation(index=index, op=op, reason="a value is nested too deeply"))
     if rejected and on_invalid == "raise":
         reasons = tuple(f"operation {r.index} ({r.op}): {r.reason}" for r in rejected)
         raise ExtractionError(f"{len(rejected)} of {len(proposed)} operations failed their checks", rejected=reasons)

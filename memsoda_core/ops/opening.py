@@ -1,15 +1,20 @@
-"""Opening a store: create or upgrade the schema, check the embedder, record settings."""
+"""Opening a store: create or upgrade the schema, check the embedder, record settings; an
+up-to-date store is only read, so a read-only session (a replica, a read-only role) can open it."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from memsoda_core.distributed import citus_version_statement, facts_distributed_statement
 from memsoda_core.errors import (
     ConfigurationError,
     EmbedderMismatchError,
+    ReadOnlyStoreError,
     SchemaError,
 )
 from memsoda_core.ops.maintenance import ensure_all_tenant_indexes
-from memsoda_core.runner.steps import Operation, execute
+from memsoda_core.runner.steps import Operation, execute, execute_as
 from memsoda_core.store import layout as sql_layout
 from memsoda_core.store import schema as ddl
 from memsoda_core.store import tenant_index as sql_tenant_index
@@ -17,6 +22,55 @@ from memsoda_core.store.info import StoreInfo
 
 TENANT_INDEX_KEY = "tenant_index_min_facts"
 """Meta key of the store's threshold for tenant indexes (set by the last open that gave one)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionState:
+    """What an open reads before deciding whether it writes anything (`ddl.session_state_statement`)."""
+
+    read_only: bool
+    vector: bool
+    meta: bool
+
+
+def read_session_state(schema: str) -> Operation[SessionState]:
+    """The session's read-only flag, pgvector's presence and the store's meta table: reads only."""
+    rows = yield from execute_as(SessionState, ddl.session_state_statement(), {"schema": schema})
+    return rows[0]
+
+
+def read_meta(schema: str) -> Operation[dict[str, str]]:
+    rows = yield from execute(ddl.read_meta_statement(schema))
+    return {str(key): str(value) for key, value in rows}
+
+
+def needed_writes(
+    state: SessionState, meta: Mapping[str, str], tenant_index_min_facts: int | None, layout: str | None
+) -> list[str]:
+    """What opening this store would write, named for an error: nothing for an up-to-date store
+    opened with its recorded settings, so such an open sends no DDL and takes no lock."""
+    writes: list[str] = []
+    if not state.vector:
+        writes.append("install pgvector")
+    current = int(meta.get("schema_version", 0))
+    if not state.meta or current == 0:
+        writes.append("create the store")
+    elif current < ddl.SCHEMA_VERSION:
+        writes.append(f"upgrade the schema from version {current} to {ddl.SCHEMA_VERSION}")
+    elif sql_layout.LAYOUT_KEY not in meta:
+        writes.append(f"record the {layout or 'default'} layout")
+    if tenant_index_min_facts is not None and meta.get(TENANT_INDEX_KEY) != str(tenant_index_min_facts):
+        writes.append(f"record tenant_index_min_facts={tenant_index_min_facts}")
+    return writes
+
+
+def refuse_read_only_open(schema: str, writes: Sequence[str], asked: bool) -> None:
+    """A read-only open of a store that would need writing first."""
+    why = "read_only=True" if asked else "the session is read-only (a hot standby, a replica, a read-only role)"
+    raise ReadOnlyStoreError(
+        f"schema {schema!r} cannot be opened read-only ({why}): opening it would {', '.join(writes)}; "
+        "open it once read-write on the primary (without tenant_index_min_facts, or with the recorded one)"
+    )
 
 
 def open_store(
@@ -27,17 +81,30 @@ def open_store(
     text_search_config: str,
     tenant_index_min_facts: int | None,
     layout: str | None = None,
+    read_only: bool = False,
 ) -> Operation[StoreInfo]:
     """Create or upgrade the schema (under an advisory lock), check the embedder matches, record
     `tenant_index_min_facts` if given (else use the recorded one, or the default), then build any
     tenant indexes a large scope lacks (after an upgrade, or an interrupted build). The layout
     (`store.layout.LAYOUTS`) is chosen once, when the store is created or upgraded to it: `layout`,
-    else plain where Citus is installed and partitioned elsewhere."""
-    statement, params = ddl.lock_statement(schema)
-    yield from execute(statement, params)
-    for bootstrap in ddl.bootstrap_statements(schema):
-        yield from execute(bootstrap)
-    meta = {str(key): str(value) for key, value in (yield from execute(ddl.read_meta_statement(schema)))}
+    else plain where Citus is installed and partitioned elsewhere.
+
+    An up-to-date store opened with its recorded settings is only read (no lock, no DDL, no meta
+    write). `read_only`, or a read-only session, opens it for reads (`StoreInfo.read_only`), and
+    raises `ReadOnlyStoreError` if the store would need writing first."""
+    state = yield from read_session_state(schema)
+    read_only = read_only or state.read_only
+    meta = (yield from read_meta(schema)) if state.meta else {}
+    writes = needed_writes(state, meta, tenant_index_min_facts, layout)
+    if writes and read_only:
+        refuse_read_only_open(schema, writes, asked=not state.read_only)
+    if writes:
+        statement, params = ddl.lock_statement(schema)
+        yield from execute(statement, params)
+        for bootstrap in ddl.bootstrap_statements(schema):
+            yield from execute(bootstrap)
+        meta = yield from read_meta(schema)
+    stored_meta = dict(meta)  # as read: only what differs is written back
     current = int(meta.get("schema_version", 0))
     if current > ddl.SCHEMA_VERSION:
         raise SchemaError(
@@ -83,7 +150,8 @@ def open_store(
                 yield from execute(statement_)
         meta[sql_layout.LAYOUT_KEY] = chosen
     for key, value in sorted(meta.items()):
-        yield from execute(ddl.write_meta_statement(schema), (key, value))
+        if stored_meta.get(key) != value:
+            yield from execute(ddl.write_meta_statement(schema), (key, value))
     distributed = False
     if citus:
         ((distributed,),) = yield from execute(facts_distributed_statement(), {"schema": schema})
@@ -96,6 +164,8 @@ def open_store(
         distributed=bool(distributed),
         partitioned=meta[sql_layout.LAYOUT_KEY] == "partitioned",
         legacy_starts_through=int(meta[ddl.LEGACY_STARTS_KEY]) if ddl.LEGACY_STARTS_KEY in meta else None,
+        read_only=read_only,
     )
-    yield from ensure_all_tenant_indexes(info)
+    if not read_only:
+        yield from ensure_all_tenant_indexes(info)
     return info

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from memsoda_core import limits
 from memsoda_core.errors import (
     ImportFormatError,
     ValidationError,
@@ -23,6 +24,9 @@ from memsoda_core.validation import (
     Scope,
     ValidEpisode,
     ValidFact,
+    check_int,
+    display,
+    load_json,
     validate_episode,
     validate_facts,
 )
@@ -138,9 +142,10 @@ class ImportCounts:
 def _times_seen(record: Mapping[str, Any], line: int) -> int:
     """An exported line's `times_seen` (absent: 1), restored on import."""
     value = record.get("times_seen", 1)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ImportFormatError(f"times_seen must be a positive integer, got {value!r}", line=line)
-    return value
+    try:
+        return check_int(value, "times_seen", low=1, high=limits.MAX_TIMES_SEEN)
+    except ValidationError as exc:
+        raise ImportFormatError(str(exc), line=line) from None
 
 
 def parse_jsonl(
@@ -156,29 +161,29 @@ def parse_jsonl(
             continue
         try:
             try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ImportFormatError(f"not valid JSON ({exc.msg})", line=number) from None
-            except RecursionError:
-                raise ImportFormatError("JSON nested too deeply", line=number) from None
+                record = load_json(line)
+            except ValidationError as exc:
+                raise ImportFormatError(str(exc), line=number) from None
             if not isinstance(record, dict):
                 raise ImportFormatError("each line must be a JSON object", line=number)
             kind = record.get("kind", "fact")
             body = {k: v for k, v in record.items() if k not in _FACT_RECORD_IGNORED}
             try:
+                if kind not in ("fact", "episode"):
+                    raise ImportFormatError(f"unknown kind {display(kind)}; use 'fact' or 'episode'", line=number)
                 if kind == "fact":
                     seen = _times_seen(record, number)
                     facts.extend(dataclasses.replace(fact, times_seen=seen) for fact in validate_facts([body]))
-                elif kind == "episode":
+                else:
                     episode = validate_episode(body, now=now)
                     dated = body.get("created_at") is not None
                     episodes.append(ImportedEpisode(**dataclasses.asdict(episode), dated=dated))
-                else:
-                    raise ImportFormatError(f"unknown kind {kind!r}; use 'fact' or 'episode'", line=number)
             except ImportFormatError:
                 raise
             except ValidationError as exc:
                 raise ImportFormatError(str(exc).removeprefix("fact #1: "), line=number) from None
+            except RecursionError:  # a value nested deeper than the checks can walk
+                raise ImportFormatError("a value is nested too deeply", line=number) from None
         except ImportFormatError as exc:
             if on_error == "raise":
                 raise

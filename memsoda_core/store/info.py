@@ -27,3 +27,6 @@ class StoreInfo:
     """The highest fact id written before schema v6, when a fact written without `valid_at` got
     the time of its write as its start: such starts cannot be told from given ones (`store.schema._v6`).
     None: every fact was written by v6 or later."""
+    read_only: bool = False
+    """Open read-only (asked for, or a read-only session: a hot standby, a read replica, a read-only
+    role): reads only; every write raises `ReadOnlyStoreError` before anything is sent."""

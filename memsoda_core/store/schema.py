@@ -358,6 +358,17 @@ def meta_exists_statement() -> sql.Composed:
     return sql.SQL("SELECT to_regclass(format('%%I.meta', %(schema)s::text)) IS NOT NULL").format()
 
 
+def session_state_statement() -> sql.Composed:
+    """Whether the session is read-only (`default_transaction_read_only`, a hot standby), pgvector
+    is installed, and schema %(schema)s has memsoda's meta table: what an open reads before it
+    decides whether it has anything to write."""
+    return sql.SQL(
+        """SELECT current_setting('transaction_read_only') = 'on' AS read_only,
+                  EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'vector') AS vector,
+                  to_regclass(format('%%I.meta', %(schema)s::text)) IS NOT NULL AS meta"""
+    ).format()
+
+
 def read_meta_statement(schema: str) -> sql.Composed:
     return sql.SQL("SELECT key, value FROM {s}.meta").format(s=sql.Identifier(schema))
 
