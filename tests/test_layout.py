@@ -101,16 +101,6 @@ def test_the_sync_runner_is_generated_not_written() -> None:
         assert "async def" not in (ROOT / generated).read_text(encoding="utf-8"), generated
 
 
-def test_no_module_is_over_400_lines() -> None:
-    """One job per module: a module past ~400 lines is a sign it holds two."""
-    sizes = {
-        str(path.relative_to(ROOT)): len(path.read_text(encoding="utf-8").splitlines())
-        for package in ("memsoda_core", "memsoda_langchain", "memsoda_langgraph", "memsoda_llamaindex")
-        for path in (ROOT / package).rglob("*.py")
-    }
-    assert {name: size for name, size in sizes.items() if size > 420} == {}
-
-
 def test_every_subpackage_is_installed() -> None:
     """pyproject's package list names every sub-package, so a wheel holds them all."""
     import tomllib
