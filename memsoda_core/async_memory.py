@@ -24,7 +24,7 @@ from memsoda_core.items import ItemInput, StoredItem
 from memsoda_core.items_base import ItemsBase
 from memsoda_core.learning.call import extraction_failed
 from memsoda_core.learning.extractors import as_extractor
-from memsoda_core.memory_base import check_import_args, open_args
+from memsoda_core.memory_base import check_import_args, check_open_args, open_args
 from memsoda_core.models import (
     EpisodeInput,
     Fact,
@@ -36,7 +36,7 @@ from memsoda_core.models import (
     RecallResult,
     RememberResult,
 )
-from memsoda_core.ops.opening import open_store
+from memsoda_core.ops.opening import open_store, recorded_space
 from memsoda_core.options import RecallOptions
 from memsoda_core.runner.async_runner import AsyncRunner
 from memsoda_core.runner.policy import check_pool_args
@@ -72,8 +72,10 @@ class AsyncMemory(ItemsBase):
         layout: str | None = None,
     ) -> AsyncMemory:
         """Open (creating or upgrading the schema) the store at `dsn`, `MEMSODA_DSN`, or the embedded
-        server under `home` / `MEMSODA_HOME`. `embedder` defaults to OpenAI when `OPENAI_API_KEY` is
-        set, else the offline all-MiniLM-L6-v2 model. A dataset/project gets its own vector and
+        server under `home` / `MEMSODA_HOME`. Without `embedder`, the one `MEMSODA_EMBEDDER` names
+        (`local`, `openai`, `openai:MODEL`), else the model the store records, else (a new store)
+        OpenAI when `OPENAI_API_KEY` or `OPENAI_BASE_URL` is set, else the offline all-MiniLM-L6-v2
+        model (`embedders.choice`). A dataset/project gets its own vector and
         keyword indexes once it holds `tenant_index_min_facts` facts (built concurrently by the
         write that crosses it); smaller ones are searched exactly. The threshold is recorded in the
         store; None uses the recorded one (2,000 for a new store). `extractor` is `remember`'s
@@ -81,11 +83,16 @@ class AsyncMemory(ItemsBase):
         new store: "partitioned" (a large tenant in partitions of its own; the default but under
         Citus) or "plain" (`docs/ARCHITECTURE.md`, "Tenant layouts")."""
         check_pool_args(pool_size, pool_timeout)
-        args = await asyncio.to_thread(open_args, embedder, schema, text_search_config, tenant_index_min_facts, layout)
+        checked_schema = check_open_args(schema, tenant_index_min_facts, layout)
         chosen_synthesizer = as_synthesizer(synthesizer)
         chosen_extractor = as_extractor(extractor)
         target = await asyncio.to_thread(resolve_target, dsn, home)
         try:
+            # Without an embedder, an existing store's recorded model wins over the environment's.
+            reading = recorded_space(checked_schema)
+            recorded = None if embedder is not None else await AsyncRunner.run_once(target, reading)
+            settings = (schema, text_search_config, tenant_index_min_facts, layout)
+            args = await asyncio.to_thread(open_args, embedder, recorded, *settings)
             runner = await AsyncRunner.open(
                 target,
                 open_store(**args["op"]),

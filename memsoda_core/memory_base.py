@@ -12,6 +12,7 @@ import numpy as np
 
 from memsoda_core import ops
 from memsoda_core.embedders import Embedder, check_vectors
+from memsoda_core.embedders.choice import EXPLICIT, RecordedSpace, build, choose
 from memsoda_core.errors import (
     ConfigurationError,
     EmbeddingError,
@@ -325,14 +326,8 @@ def check_times(as_of: Any, known_at: Any) -> tuple[datetime | None, datetime | 
     return known, when if when is not None else known
 
 
-def open_args(
-    embedder: Embedder | None,
-    schema: str,
-    text_search_config: str,
-    tenant_index_min_facts: int | None,
-    layout: str | None = None,
-) -> dict[str, Any]:
-    """Arguments of `ops.open_store` for the chosen embedder (this may load a local model)."""
+def check_open_args(schema: str, tenant_index_min_facts: int | None, layout: str | None) -> str:
+    """`open`'s store settings checked before anything starts; returns the checked schema name."""
     if layout is not None and layout not in LAYOUTS:
         raise ConfigurationError(f"layout must be one of {', '.join(LAYOUTS)} or None, got {layout!r}")
     if tenant_index_min_facts is not None:
@@ -340,16 +335,36 @@ def open_args(
             raise ConfigurationError("tenant_index_min_facts must be an int or None")
         if tenant_index_min_facts < 1:
             raise ConfigurationError("tenant_index_min_facts must be at least 1")
-    chosen = check_embedder(embedder)
+    return check_schema_name(schema)
+
+
+def open_args(
+    embedder: Embedder | None,
+    recorded: RecordedSpace | None,
+    schema: str,
+    text_search_config: str,
+    tenant_index_min_facts: int | None,
+    layout: str | None = None,
+) -> dict[str, Any]:
+    """The embedder (`embedder`, else the one `embedders.choice.choose` picks for the store that
+    records `recorded`) and the arguments of `ops.open_store` for it. The vector size comes from
+    the store or a known model where it can, else from the embedder (which may load or probe it)."""
+    if embedder is not None:
+        chosen, origin = check_embedder(embedder), EXPLICIT
+    else:
+        choice = choose(recorded)
+        assert choice.spec is not None
+        chosen, origin = build(choice.spec, dimensions=choice.dimensions), choice.origin
     return {
         "embedder": chosen,
         "op": {
-            "schema": check_schema_name(schema),
+            "schema": check_open_args(schema, tenant_index_min_facts, layout),
             "model": str(chosen.model),
             "dimensions": int(chosen.dimensions),
             "text_search_config": text_search_config,
             "tenant_index_min_facts": tenant_index_min_facts,
             "layout": layout,
+            "origin": origin,
         },
     }
 

@@ -10,6 +10,8 @@ from typing import Any
 from memsoda_core.errors import ConfigurationError
 
 DEFAULT_LOCAL_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+DEFAULT_LOCAL_DIMENSIONS = 384
+"""The bundled model's vector size, so opening a store with it loads nothing."""
 
 
 class LocalEmbedder:
@@ -32,6 +34,8 @@ class LocalEmbedder:
 
     @property
     def dimensions(self) -> int:
+        if self._model_path is None:
+            return DEFAULT_LOCAL_DIMENSIONS
         model = self._load()
         getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
         return int(getter())

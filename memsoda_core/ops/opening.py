@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from memsoda_core.distributed import citus_version_statement, facts_distributed_statement
+from memsoda_core.embedders.choice import EXPLICIT, Origin, RecordedSpace, check_space
 from memsoda_core.errors import (
     ConfigurationError,
-    EmbedderMismatchError,
     SchemaError,
 )
 from memsoda_core.ops.maintenance import ensure_all_tenant_indexes
@@ -19,6 +19,17 @@ TENANT_INDEX_KEY = "tenant_index_min_facts"
 """Meta key of the store's threshold for tenant indexes (set by the last open that gave one)."""
 
 
+def recorded_space(schema: str) -> Operation[RecordedSpace | None]:
+    """The model and dimension the store in `schema` records, or None before it is created."""
+    ((exists,),) = yield from execute(ddl.meta_exists_statement(), {"schema": schema})
+    if not exists:
+        return None
+    meta = {str(key): str(value) for key, value in (yield from execute(ddl.read_meta_statement(schema)))}
+    if "model" not in meta or "dimensions" not in meta:
+        return None
+    return RecordedSpace(model=meta["model"], dimensions=int(meta["dimensions"]))
+
+
 def open_store(
     *,
     schema: str,
@@ -27,12 +38,14 @@ def open_store(
     text_search_config: str,
     tenant_index_min_facts: int | None,
     layout: str | None = None,
+    origin: Origin = EXPLICIT,
 ) -> Operation[StoreInfo]:
     """Create or upgrade the schema (under an advisory lock), check the embedder matches, record
     `tenant_index_min_facts` if given (else use the recorded one, or the default), then build any
     tenant indexes a large scope lacks (after an upgrade, or an interrupted build). The layout
     (`store.layout.LAYOUTS`) is chosen once, when the store is created or upgraded to it: `layout`,
-    else plain where Citus is installed and partitioned elsewhere."""
+    else plain where Citus is installed and partitioned elsewhere. `origin` (why this embedder)
+    words the advice of an `EmbedderMismatchError`."""
     statement, params = ddl.lock_statement(schema)
     yield from execute(statement, params)
     for bootstrap in ddl.bootstrap_statements(schema):
@@ -51,12 +64,7 @@ def open_store(
             "text_search_config": text_search_config,
         }
     stored_model, stored_dims = meta["model"], int(meta["dimensions"])
-    if stored_model != model or stored_dims != dimensions:
-        raise EmbedderMismatchError(
-            f"this store holds {stored_dims}-dimensional vectors of {stored_model!r}, but the embedder is "
-            f"{model!r} with {dimensions} dimensions; open it with that embedder, or use another "
-            f"schema (schema=...) or MEMSODA_HOME for the new model"
-        )
+    check_space(RecordedSpace(model=stored_model, dimensions=stored_dims), model, dimensions, origin)
     shape = ddl.StoreShape(schema=schema, dimensions=stored_dims, text_search_config=meta["text_search_config"])
     pending = ddl.pending_migrations(current)
     for version, migration in pending:
