@@ -8,12 +8,13 @@ from typing import Any
 
 import psycopg
 
-from memsoda_core.cli.common import Settings, shared_embedder
+from memsoda_core.cli.common import Settings, command_embedder
 from memsoda_core.cli.output import spinner
 from memsoda_core.embedders import Embedder
 from memsoda_core.errors import EmbeddingError
 from memsoda_core.memory import Memory
-from memsoda_core.runner.policy import translate_db_error
+from memsoda_core.ops.opening import recorded_space
+from memsoda_core.runner.sync_runner import Runner
 from memsoda_core.runner.target import release_target, resolve_target
 from memsoda_core.store.schema import meta_exists_statement, read_meta_statement
 
@@ -57,26 +58,19 @@ class StoredSpace:
         raise EmbeddingError(_NOT_EMBEDDING)
 
 
-def _stored_space(dsn: str, schema: str) -> StoredSpace | None:
-    """The store's model and dimension, or None when it does not record them yet."""
-    try:
-        with psycopg.connect(dsn, connect_timeout=10) as conn:
-            meta = read_meta(conn, schema)
-    except psycopg.Error as exc:
-        raise translate_db_error(exc) from exc
-    if meta and "model" in meta and "dimensions" in meta:
-        return StoredSpace(meta["model"], int(meta["dimensions"]))
-    return None
-
-
 @contextmanager
 def open_memory(settings: Settings, *, embeds: bool = True) -> Iterator[Memory]:
     """A Memory on the chosen store; `embeds=False` opens it without loading an embedding model."""
     with spinner("opening the store"):
         target = resolve_target(settings.dsn, settings.home)
         try:
-            embedder: Embedder | None = None if embeds else _stored_space(target.dsn, settings.schema)
-            memory = Memory.open(target.dsn, embedder or shared_embedder(), schema=settings.schema)
+            recorded = Runner.run_once(target, recorded_space(settings.schema))
+            embedder: Embedder
+            if recorded is not None and not embeds:
+                embedder = StoredSpace(recorded.model, recorded.dimensions)
+            else:
+                embedder = command_embedder(settings, recorded)
+            memory = Memory.open(target.dsn, embedder, schema=settings.schema)
         except BaseException:
             release_target(target)
             raise
