@@ -18,6 +18,7 @@ from typing import Any, TextIO, TypeVar
 import numpy as np
 
 from memsoda_core.embedders import Embedder
+from memsoda_core.embedders.openai import OpenAIEmbedder
 from memsoda_core.errors import MemsodaError
 from memsoda_core.files import open_sink, progress_callback, read_jsonl
 from memsoda_core.items import ItemInput, StoredItem
@@ -47,11 +48,19 @@ from memsoda_core.synthesis import as_synthesizer
 T = TypeVar("T")
 
 
+async def _close_built(embedder: Embedder) -> None:
+    """Close the HTTP clients of an embedder `open` built (the caller closes its own)."""
+    if isinstance(embedder, OpenAIEmbedder):
+        # sync: embedder.close()
+        await embedder.aclose()
+
+
 class AsyncMemory(ItemsBase):
     # sync: """Long-term memory of facts in PostgreSQL + pgvector. Open with `Memory.open()`."""
     """Long-term memory of facts for asyncio: `await AsyncMemory.open()`, then `Memory`'s methods."""
 
     _runner: AsyncRunner
+    _built_embedder = False
 
     @classmethod
     async def open(
@@ -87,6 +96,7 @@ class AsyncMemory(ItemsBase):
         chosen_synthesizer = as_synthesizer(synthesizer)
         chosen_extractor = as_extractor(extractor)
         target = await asyncio.to_thread(resolve_target, dsn, home)
+        args: dict[str, Any] = {}
         try:
             # Without an embedder, an existing store's recorded model wins over the environment's.
             reading = recorded_space(checked_schema)
@@ -103,10 +113,13 @@ class AsyncMemory(ItemsBase):
                 pool_timeout=pool_timeout,
             )
         except BaseException:
+            if embedder is None and "embedder" in args:
+                await _close_built(args["embedder"])
             await asyncio.to_thread(release_target, target)
             raise
         self = cls()
         self._runner = runner
+        self._built_embedder = embedder is None
         self._setup(
             info=runner.info,
             embedder=runner.embedder,
@@ -118,8 +131,11 @@ class AsyncMemory(ItemsBase):
         return self
 
     async def close(self) -> None:
-        """Close the pool, and stop the embedded server if this was its last user."""
+        """Close the pool and the clients of an embedder `open` built, and stop the embedded
+        server if this was its last user."""
         await self._runner.close()
+        if self._built_embedder:
+            await _close_built(self._runner.embedder)
         await asyncio.to_thread(release_target, self._target)
 
     async def __aenter__(self) -> AsyncMemory:

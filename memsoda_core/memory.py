@@ -17,6 +17,7 @@ from typing import Any, TextIO, TypeVar
 import numpy as np
 
 from memsoda_core.embedders import Embedder
+from memsoda_core.embedders.openai import OpenAIEmbedder
 from memsoda_core.errors import MemsodaError
 from memsoda_core.files import open_sink, progress_callback, read_jsonl
 from memsoda_core.items import ItemInput, StoredItem
@@ -46,10 +47,17 @@ from memsoda_core.synthesis import as_synthesizer
 T = TypeVar("T")
 
 
+def _close_built(embedder: Embedder) -> None:
+    """Close the HTTP clients of an embedder `open` built (the caller closes its own)."""
+    if isinstance(embedder, OpenAIEmbedder):
+        embedder.close()
+
+
 class Memory(ItemsBase):
     """Long-term memory of facts in PostgreSQL + pgvector. Open with `Memory.open()`."""
 
     _runner: Runner
+    _built_embedder = False
 
     @classmethod
     def open(
@@ -85,6 +93,7 @@ class Memory(ItemsBase):
         chosen_synthesizer = as_synthesizer(synthesizer)
         chosen_extractor = as_extractor(extractor)
         target = resolve_target(dsn, home)
+        args: dict[str, Any] = {}
         try:
             # Without an embedder, an existing store's recorded model wins over the environment's.
             reading = recorded_space(checked_schema)
@@ -101,10 +110,13 @@ class Memory(ItemsBase):
                 pool_timeout=pool_timeout,
             )
         except BaseException:
+            if embedder is None and "embedder" in args:
+                _close_built(args["embedder"])
             release_target(target)
             raise
         self = cls()
         self._runner = runner
+        self._built_embedder = embedder is None
         self._setup(
             info=runner.info,
             embedder=runner.embedder,
@@ -116,8 +128,11 @@ class Memory(ItemsBase):
         return self
 
     def close(self) -> None:
-        """Close the pool, and stop the embedded server if this was its last user."""
+        """Close the pool and the clients of an embedder `open` built, and stop the embedded
+        server if this was its last user."""
         self._runner.close()
+        if self._built_embedder:
+            _close_built(self._runner.embedder)
         release_target(self._target)
 
     def __enter__(self) -> Memory:

@@ -62,10 +62,15 @@ def _served(spec: EmbedderSpec, home: Path) -> Embedder | None:
     return embed_service.connect(home, spec.model)
 
 
-@functools.cache
 def _built(spec: EmbedderSpec, dimensions: int | None) -> Embedder:
-    """One embedder of each kind per process (loading the local model takes seconds)."""
-    return build(spec, dimensions=dimensions)
+    return _local(spec.model) if spec.kind == "local" else build(spec, dimensions=dimensions)
+
+
+@functools.cache
+def _local(model: str) -> Embedder:
+    """One local model per process (loading it takes seconds); an OpenAI client is cheap and
+    follows the environment of each command."""
+    return build(EmbedderSpec(kind="local", model=model))
 
 
 def _nonblank(value: str | None) -> str | None:
