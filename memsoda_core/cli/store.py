@@ -8,9 +8,10 @@ from typing import Any
 
 import psycopg
 
-from memsoda_core.cli.common import Settings, command_embedder
+from memsoda_core.cli.common import EMBEDDER_OPTION, Settings, command_embedder
 from memsoda_core.cli.output import spinner
 from memsoda_core.embedders import Embedder
+from memsoda_core.embedders.choice import RecordedSpace, choose, known_dimensions
 from memsoda_core.errors import EmbeddingError
 from memsoda_core.memory import Memory
 from memsoda_core.ops.opening import recorded_space
@@ -58,6 +59,18 @@ class StoredSpace:
         raise EmbeddingError(_NOT_EMBEDDING)
 
 
+def _space(settings: Settings, recorded: RecordedSpace | None) -> Embedder:
+    """The embedder of a command that never embeds: the store's space, or the space a new store
+    would take when its size is known without a model, else the real embedder."""
+    if recorded is not None:
+        return StoredSpace(recorded.model, recorded.dimensions)
+    spec = choose(None, option=(EMBEDDER_OPTION, settings.embedder) if settings.embedder else None).spec
+    dimensions = known_dimensions(spec) if spec is not None else None
+    if spec is None or dimensions is None:
+        return command_embedder(settings, None)
+    return StoredSpace(spec.model, dimensions)
+
+
 @contextmanager
 def open_memory(settings: Settings, *, embeds: bool = True) -> Iterator[Memory]:
     """A Memory on the chosen store; `embeds=False` opens it without loading an embedding model."""
@@ -65,11 +78,7 @@ def open_memory(settings: Settings, *, embeds: bool = True) -> Iterator[Memory]:
         target = resolve_target(settings.dsn, settings.home)
         try:
             recorded = Runner.run_once(target, recorded_space(settings.schema))
-            embedder: Embedder
-            if recorded is not None and not embeds:
-                embedder = StoredSpace(recorded.model, recorded.dimensions)
-            else:
-                embedder = command_embedder(settings, recorded)
+            embedder = command_embedder(settings, recorded) if embeds else _space(settings, recorded)
             memory = Memory.open(target.dsn, embedder, schema=settings.schema)
         except BaseException:
             release_target(target)

@@ -11,7 +11,7 @@ from memsoda_core.errors import ConfigurationError
 
 DEFAULT_LOCAL_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_LOCAL_DIMENSIONS = 384
-"""The bundled model's vector size, so opening a store with it loads nothing."""
+"""The bundled model's vector size (what a command that never embeds records for a new store)."""
 
 
 class LocalEmbedder:
@@ -34,8 +34,6 @@ class LocalEmbedder:
 
     @property
     def dimensions(self) -> int:
-        if self._model_path is None:
-            return DEFAULT_LOCAL_DIMENSIONS
         model = self._load()
         getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
         return int(getter())
