@@ -18,14 +18,13 @@ from typing import Any, TextIO, TypeVar
 import numpy as np
 
 from memsoda_core.embedders import Embedder
-from memsoda_core.embedders.openai import OpenAIEmbedder
 from memsoda_core.errors import MemsodaError
 from memsoda_core.files import open_sink, progress_callback, read_jsonl
 from memsoda_core.items import ItemInput, StoredItem
 from memsoda_core.items_base import ItemsBase
 from memsoda_core.learning.call import extraction_failed
 from memsoda_core.learning.extractors import as_extractor
-from memsoda_core.memory_base import check_import_args, check_open_args, open_args
+from memsoda_core.memory_base import aclose_built, check_import_args, open_args
 from memsoda_core.models import (
     EpisodeInput,
     Fact,
@@ -37,22 +36,15 @@ from memsoda_core.models import (
     RecallResult,
     RememberResult,
 )
-from memsoda_core.ops.opening import open_store, recorded_space
+from memsoda_core.ops.opening import open_store
 from memsoda_core.options import RecallOptions
 from memsoda_core.runner.async_runner import AsyncRunner
 from memsoda_core.runner.policy import check_pool_args
 from memsoda_core.runner.steps import Operation
-from memsoda_core.runner.target import release_target, resolve_target
+from memsoda_core.runner.target import release_target
 from memsoda_core.synthesis import as_synthesizer
 
 T = TypeVar("T")
-
-
-async def _close_built(embedder: Embedder) -> None:
-    """Close the HTTP clients of an embedder `open` built (the caller closes its own)."""
-    if isinstance(embedder, OpenAIEmbedder):
-        # sync: embedder.close()
-        await embedder.aclose()
 
 
 class AsyncMemory(ItemsBase):
@@ -60,7 +52,6 @@ class AsyncMemory(ItemsBase):
     """Long-term memory of facts for asyncio: `await AsyncMemory.open()`, then `Memory`'s methods."""
 
     _runner: AsyncRunner
-    _built_embedder = False
 
     @classmethod
     async def open(
@@ -80,29 +71,20 @@ class AsyncMemory(ItemsBase):
         tenant_index_min_facts: int | None = None,
         layout: str | None = None,
     ) -> AsyncMemory:
-        """Open (creating or upgrading the schema) the store at `dsn`, `MEMSODA_DSN`, or the embedded
-        server under `home` / `MEMSODA_HOME`. Without `embedder`, the one `MEMSODA_EMBEDDER` names
-        (`local`, `openai`, `openai:MODEL`), else the model the store records, else (a new store)
-        OpenAI when `OPENAI_API_KEY` or `OPENAI_BASE_URL` is set, else the offline all-MiniLM-L6-v2
-        model (`embedders.choice`). A dataset/project gets its own vector and
-        keyword indexes once it holds `tenant_index_min_facts` facts (built concurrently by the
-        write that crosses it); smaller ones are searched exactly. The threshold is recorded in the
-        store; None uses the recorded one (2,000 for a new store). `extractor` is `remember`'s
-        default model (an Extractor, a LangChain chat model or a LlamaIndex LLM). `layout`, for a
-        new store: "partitioned" (a large tenant in partitions of its own; the default but under
-        Citus) or "plain" (`docs/ARCHITECTURE.md`, "Tenant layouts")."""
+        """Open (creating or upgrading the schema) the store at `dsn`, `MEMSODA_DSN`, or the embedded server
+        under `home` / `MEMSODA_HOME`. `embedder` defaults to `MEMSODA_EMBEDDER`, else the store's model, else
+        `default_embedder()` (`embedders.choice`). A dataset/project gets its own vector and keyword indexes once
+        it holds `tenant_index_min_facts` facts (built concurrently by the write that crosses it); smaller ones
+        are searched exactly. The threshold is recorded in the store; None uses the recorded one (2,000 for a
+        new store). `extractor` is `remember`'s default model (an Extractor, a LangChain chat model or a
+        LlamaIndex LLM). `layout`, for a new store: "partitioned" (a large tenant in partitions of its own; the
+        default but under Citus) or "plain" (`docs/ARCHITECTURE.md`, "Tenant layouts")."""
         check_pool_args(pool_size, pool_timeout)
-        checked_schema = check_open_args(schema, tenant_index_min_facts, layout)
         chosen_synthesizer = as_synthesizer(synthesizer)
         chosen_extractor = as_extractor(extractor)
-        target = await asyncio.to_thread(resolve_target, dsn, home)
-        args: dict[str, Any] = {}
+        settings = (schema, text_search_config, tenant_index_min_facts, layout)
+        target, args = await asyncio.to_thread(open_args, embedder, dsn, home, *settings)
         try:
-            # Without an embedder, an existing store's recorded model wins over the environment's.
-            reading = recorded_space(checked_schema)
-            recorded = None if embedder is not None else await AsyncRunner.run_once(target, reading)
-            settings = (schema, text_search_config, tenant_index_min_facts, layout)
-            args = await asyncio.to_thread(open_args, embedder, recorded, *settings)
             runner = await AsyncRunner.open(
                 target,
                 open_store(**args["op"]),
@@ -113,13 +95,10 @@ class AsyncMemory(ItemsBase):
                 pool_timeout=pool_timeout,
             )
         except BaseException:
-            if embedder is None and "embedder" in args:
-                await _close_built(args["embedder"])
             await asyncio.to_thread(release_target, target)
             raise
         self = cls()
-        self._runner = runner
-        self._built_embedder = embedder is None
+        self._runner, self._built_embedder = runner, embedder is None
         self._setup(
             info=runner.info,
             embedder=runner.embedder,
@@ -131,11 +110,9 @@ class AsyncMemory(ItemsBase):
         return self
 
     async def close(self) -> None:
-        """Close the pool and the clients of an embedder `open` built, and stop the embedded
-        server if this was its last user."""
+        """Close the pool (and an embedder `open` built); stop the embedded server if this was its last user."""
         await self._runner.close()
-        if self._built_embedder:
-            await _close_built(self._runner.embedder)
+        await aclose_built(self._runner.embedder if self._built_embedder else None)
         await asyncio.to_thread(release_target, self._target)
 
     async def __aenter__(self) -> AsyncMemory:

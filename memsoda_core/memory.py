@@ -17,14 +17,13 @@ from typing import Any, TextIO, TypeVar
 import numpy as np
 
 from memsoda_core.embedders import Embedder
-from memsoda_core.embedders.openai import OpenAIEmbedder
 from memsoda_core.errors import MemsodaError
 from memsoda_core.files import open_sink, progress_callback, read_jsonl
 from memsoda_core.items import ItemInput, StoredItem
 from memsoda_core.items_base import ItemsBase
 from memsoda_core.learning.call import extraction_failed
 from memsoda_core.learning.extractors import as_extractor
-from memsoda_core.memory_base import check_import_args, check_open_args, open_args
+from memsoda_core.memory_base import check_import_args, close_built, open_args
 from memsoda_core.models import (
     EpisodeInput,
     Fact,
@@ -36,28 +35,21 @@ from memsoda_core.models import (
     RecallResult,
     RememberResult,
 )
-from memsoda_core.ops.opening import open_store, recorded_space
+from memsoda_core.ops.opening import open_store
 from memsoda_core.options import RecallOptions
 from memsoda_core.runner.policy import check_pool_args
 from memsoda_core.runner.steps import Operation
 from memsoda_core.runner.sync_runner import Runner
-from memsoda_core.runner.target import release_target, resolve_target
+from memsoda_core.runner.target import release_target
 from memsoda_core.synthesis import as_synthesizer
 
 T = TypeVar("T")
-
-
-def _close_built(embedder: Embedder) -> None:
-    """Close the HTTP clients of an embedder `open` built (the caller closes its own)."""
-    if isinstance(embedder, OpenAIEmbedder):
-        embedder.close()
 
 
 class Memory(ItemsBase):
     """Long-term memory of facts in PostgreSQL + pgvector. Open with `Memory.open()`."""
 
     _runner: Runner
-    _built_embedder = False
 
     @classmethod
     def open(
@@ -77,29 +69,20 @@ class Memory(ItemsBase):
         tenant_index_min_facts: int | None = None,
         layout: str | None = None,
     ) -> Memory:
-        """Open (creating or upgrading the schema) the store at `dsn`, `MEMSODA_DSN`, or the embedded
-        server under `home` / `MEMSODA_HOME`. Without `embedder`, the one `MEMSODA_EMBEDDER` names
-        (`local`, `openai`, `openai:MODEL`), else the model the store records, else (a new store)
-        OpenAI when `OPENAI_API_KEY` or `OPENAI_BASE_URL` is set, else the offline all-MiniLM-L6-v2
-        model (`embedders.choice`). A dataset/project gets its own vector and
-        keyword indexes once it holds `tenant_index_min_facts` facts (built concurrently by the
-        write that crosses it); smaller ones are searched exactly. The threshold is recorded in the
-        store; None uses the recorded one (2,000 for a new store). `extractor` is `remember`'s
-        default model (an Extractor, a LangChain chat model or a LlamaIndex LLM). `layout`, for a
-        new store: "partitioned" (a large tenant in partitions of its own; the default but under
-        Citus) or "plain" (`docs/ARCHITECTURE.md`, "Tenant layouts")."""
+        """Open (creating or upgrading the schema) the store at `dsn`, `MEMSODA_DSN`, or the embedded server
+        under `home` / `MEMSODA_HOME`. `embedder` defaults to `MEMSODA_EMBEDDER`, else the store's model, else
+        `default_embedder()` (`embedders.choice`). A dataset/project gets its own vector and keyword indexes once
+        it holds `tenant_index_min_facts` facts (built concurrently by the write that crosses it); smaller ones
+        are searched exactly. The threshold is recorded in the store; None uses the recorded one (2,000 for a
+        new store). `extractor` is `remember`'s default model (an Extractor, a LangChain chat model or a
+        LlamaIndex LLM). `layout`, for a new store: "partitioned" (a large tenant in partitions of its own; the
+        default but under Citus) or "plain" (`docs/ARCHITECTURE.md`, "Tenant layouts")."""
         check_pool_args(pool_size, pool_timeout)
-        checked_schema = check_open_args(schema, tenant_index_min_facts, layout)
         chosen_synthesizer = as_synthesizer(synthesizer)
         chosen_extractor = as_extractor(extractor)
-        target = resolve_target(dsn, home)
-        args: dict[str, Any] = {}
+        settings = (schema, text_search_config, tenant_index_min_facts, layout)
+        target, args = open_args(embedder, dsn, home, *settings)
         try:
-            # Without an embedder, an existing store's recorded model wins over the environment's.
-            reading = recorded_space(checked_schema)
-            recorded = None if embedder is not None else Runner.run_once(target, reading)
-            settings = (schema, text_search_config, tenant_index_min_facts, layout)
-            args = open_args(embedder, recorded, *settings)
             runner = Runner.open(
                 target,
                 open_store(**args["op"]),
@@ -110,13 +93,10 @@ class Memory(ItemsBase):
                 pool_timeout=pool_timeout,
             )
         except BaseException:
-            if embedder is None and "embedder" in args:
-                _close_built(args["embedder"])
             release_target(target)
             raise
         self = cls()
-        self._runner = runner
-        self._built_embedder = embedder is None
+        self._runner, self._built_embedder = runner, embedder is None
         self._setup(
             info=runner.info,
             embedder=runner.embedder,
@@ -128,11 +108,9 @@ class Memory(ItemsBase):
         return self
 
     def close(self) -> None:
-        """Close the pool and the clients of an embedder `open` built, and stop the embedded
-        server if this was its last user."""
+        """Close the pool (and an embedder `open` built); stop the embedded server if this was its last user."""
         self._runner.close()
-        if self._built_embedder:
-            _close_built(self._runner.embedder)
+        close_built(self._runner.embedder if self._built_embedder else None)
         release_target(self._target)
 
     def __enter__(self) -> Memory:

@@ -17,13 +17,13 @@ def demo(
     """Load the bundled sample memory and show what each recall signal contributes."""
     from memsoda_core.demo import run_demo
     from memsoda_core.ops.opening import recorded_space
-    from memsoda_core.runner.sync_runner import Runner
+    from memsoda_core.runner.once import run_once
     from memsoda_core.runner.target import release_target, resolve_target
 
     settings = settings_of(ctx)
     target = resolve_target(settings.dsn, settings.home)
     try:
-        embedder = command_embedder(settings, Runner.run_once(target, recorded_space(settings.schema)))
+        embedder = command_embedder(settings, run_once(target.dsn, recorded_space(settings.schema)))
         ok = run_demo(
             dsn=settings.dsn,
             home=settings.home,

@@ -15,7 +15,7 @@ from memsoda_core.embedders.choice import RecordedSpace, choose, known_dimension
 from memsoda_core.errors import EmbeddingError
 from memsoda_core.memory import Memory
 from memsoda_core.ops.opening import recorded_space
-from memsoda_core.runner.sync_runner import Runner
+from memsoda_core.runner.once import run_once
 from memsoda_core.runner.target import release_target, resolve_target
 from memsoda_core.store.schema import meta_exists_statement, read_meta_statement
 
@@ -77,7 +77,7 @@ def open_memory(settings: Settings, *, embeds: bool = True) -> Iterator[Memory]:
     with spinner("opening the store"):
         target = resolve_target(settings.dsn, settings.home)
         try:
-            recorded = Runner.run_once(target, recorded_space(settings.schema))
+            recorded = run_once(target.dsn, recorded_space(settings.schema))
             embedder = command_embedder(settings, recorded) if embeds else _space(settings, recorded)
             memory = Memory.open(target.dsn, embedder, schema=settings.schema)
         except BaseException:

@@ -241,15 +241,6 @@ class AsyncRunner:
         except psycopg.Error as exc:
             raise translate_db_error(exc) from exc
 
-    @classmethod
-    async def run_once(cls, target: Target, op: Operation[T]) -> T:
-        """Drive `op` on a connection of its own, closed after (a read before the store is opened)."""
-        try:
-            async with await psycopg.AsyncConnection.connect(target.dsn, **CONNECTION_KWARGS) as conn:
-                return await cls.run_on(conn, op)
-        except psycopg.Error as exc:
-            raise translate_db_error(exc) from exc
-
     async def run(
         self, op: Operation[T], *, read_only: bool = False, sink: Sink | None = None, advance: Advance | None = None
     ) -> T:

@@ -238,15 +238,6 @@ class Runner:
         except psycopg.Error as exc:
             raise translate_db_error(exc) from exc
 
-    @classmethod
-    def run_once(cls, target: Target, op: Operation[T]) -> T:
-        """Drive `op` on a connection of its own, closed after (a read before the store is opened)."""
-        try:
-            with psycopg.Connection.connect(target.dsn, **CONNECTION_KWARGS) as conn:
-                return cls.run_on(conn, op)
-        except psycopg.Error as exc:
-            raise translate_db_error(exc) from exc
-
     def run(
         self, op: Operation[T], *, read_only: bool = False, sink: Sink | None = None, advance: Advance | None = None
     ) -> T:
