@@ -16,7 +16,7 @@ from memsoda_core.errors import EmbeddingError
 from memsoda_core.memory import Memory
 from memsoda_core.ops.opening import recorded_space
 from memsoda_core.runner.once import run_once
-from memsoda_core.runner.target import release_target, resolve_target
+from memsoda_core.runner.target import check_schema_name, release_target, resolve_target
 from memsoda_core.store.schema import meta_exists_statement, read_meta_statement
 
 _NOT_EMBEDDING = "this command does not embed text"
@@ -77,7 +77,7 @@ def open_memory(settings: Settings, *, embeds: bool = True) -> Iterator[Memory]:
     with spinner("opening the store"):
         target = resolve_target(settings.dsn, settings.home)
         try:
-            recorded = run_once(target.dsn, recorded_space(settings.schema))
+            recorded = run_once(target.dsn, recorded_space(check_schema_name(settings.schema)))
             embedder = command_embedder(settings, recorded) if embeds else _space(settings, recorded)
             memory = Memory.open(target.dsn, embedder, schema=settings.schema)
         except BaseException:
