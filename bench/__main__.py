@@ -1,4 +1,4 @@
-"""`python -m bench quality|speed|ingest|index|learning|stream|layout|citus`: every table of bench/RESULTS.md."""
+"""`python -m bench quality|speed|ingest|index|learning|stream|layout|citus|cli`: every table of bench/RESULTS.md."""
 
 from __future__ import annotations
 
@@ -94,6 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     citus.add_argument("--warmup", type=int, default=15)
     citus.add_argument("--citus-dsn", help="an existing coordinator (default: start one with 2 workers here)")
     citus.add_argument("--embedder", choices=("local", "hash"), default="hash")
+
+    cli = commands.add_parser("cli", help="the command line's wall time: recall beside stats, cold open + recall")
+    cli.add_argument("--runs", type=int, default=5, help="timed stats and recall processes each")
+    cli.add_argument("--cold-runs", type=int, default=2, help="fresh processes timing Memory.open() + first recall")
+    cli.add_argument("--unserved-runs", type=int, default=2, help="recalls with the server started --no-embed")
 
     args = parser.parse_args(argv)
     if args.command == "quality":
@@ -191,6 +196,10 @@ def main(argv: list[str] | None = None) -> int:
                 citus_dsn=args.citus_dsn,
             )
         )
+    elif args.command == "cli":
+        from bench import cli_speed as bench_cli
+
+        sys.stdout.write(bench_cli.run(runs=args.runs, cold_runs=args.cold_runs, unserved_runs=args.unserved_runs))
     return 0
 
 

@@ -24,7 +24,7 @@ from memsoda_core.items import ItemInput, StoredItem
 from memsoda_core.items_base import ItemsBase
 from memsoda_core.learning.call import extraction_failed
 from memsoda_core.learning.extractors import as_extractor
-from memsoda_core.memory_base import check_import_args, check_read_only, open_args
+from memsoda_core.memory_base import aclose_built, check_import_args, check_read_only, open_args
 from memsoda_core.models import (
     EpisodeInput,
     Fact,
@@ -41,7 +41,7 @@ from memsoda_core.options import RecallOptions
 from memsoda_core.runner.async_runner import AsyncRunner
 from memsoda_core.runner.policy import check_pool_args
 from memsoda_core.runner.steps import Operation
-from memsoda_core.runner.target import release_target, resolve_target
+from memsoda_core.runner.target import release_target
 from memsoda_core.synthesis import as_synthesizer
 
 T = TypeVar("T")
@@ -72,21 +72,21 @@ class AsyncMemory(ItemsBase):
         layout: str | None = None,
         read_only: bool = False,
     ) -> AsyncMemory:
-        """Open (creating or upgrading the schema) the store at `dsn`, `MEMSODA_DSN`, or the embedded
-        server under `home` / `MEMSODA_HOME`. A `dsn` is a postgresql:// or postgres:// URI or libpq
-        key=value pairs; anything else is a `ConfigurationError`. `embedder` defaults to OpenAI when `OPENAI_API_KEY` is
-        set, else the offline all-MiniLM-L6-v2 model. A dataset/project gets its own vector and
-        keyword indexes once it holds `tenant_index_min_facts` facts (built concurrently by the
-        write that crosses it); smaller ones are searched exactly. The threshold is recorded in the
-        store; None uses the recorded one (2,000 for a new store). `extractor` is `remember`'s
-        default model (an Extractor, a LangChain chat model or a LlamaIndex LLM). `layout`, for a
-        new store: "partitioned" (a large tenant in partitions of its own; the default but under
-        Citus) or "plain" (`docs/ARCHITECTURE.md`, "Tenant layouts"). `read_only`: see `read_only`."""
+        """Open (creating or upgrading the schema) the store at `dsn`, `MEMSODA_DSN`, or the embedded server
+        under `home` / `MEMSODA_HOME`. A `dsn` is a postgresql:// or postgres:// URI or libpq key=value pairs;
+        anything else is a `ConfigurationError`. `embedder` defaults to `MEMSODA_EMBEDDER`, else the store's
+        model, else `default_embedder()` (`embedders.choice`). A dataset/project gets its own vector and keyword
+        indexes once it holds `tenant_index_min_facts` facts (built concurrently by the write that crosses it);
+        smaller ones are searched exactly. The threshold is recorded in the store; None uses the recorded one
+        (2,000 for a new store). `extractor` is `remember`'s default model (an Extractor, a LangChain chat model
+        or a LlamaIndex LLM). `layout`, for a new store: "partitioned" (a large tenant in partitions of its own;
+        the default but under Citus) or "plain" (`docs/ARCHITECTURE.md`, "Tenant layouts"). `read_only`: see
+        `read_only`."""
         check_pool_args(pool_size, pool_timeout)
-        args = await asyncio.to_thread(open_args, embedder, schema, text_search_config, tenant_index_min_facts, layout)
         chosen_synthesizer = as_synthesizer(synthesizer)
         chosen_extractor = as_extractor(extractor)
-        target = await asyncio.to_thread(resolve_target, dsn, home)
+        settings = (schema, text_search_config, tenant_index_min_facts, layout)
+        target, args = await asyncio.to_thread(open_args, embedder, dsn, home, *settings)
         try:
             runner = await AsyncRunner.open(
                 target,
@@ -101,7 +101,7 @@ class AsyncMemory(ItemsBase):
             await asyncio.to_thread(release_target, target)
             raise
         self = cls()
-        self._runner = runner
+        self._runner, self._built_embedder = runner, embedder is None
         self._setup(
             info=runner.info,
             embedder=runner.embedder,
@@ -113,8 +113,9 @@ class AsyncMemory(ItemsBase):
         return self
 
     async def close(self) -> None:
-        """Close the pool, and stop the embedded server if this was its last user."""
+        """Close the pool (and an embedder `open` built); stop the embedded server if this was its last user."""
         await self._runner.close()
+        await aclose_built(self._runner.embedder if self._built_embedder else None)
         await asyncio.to_thread(release_target, self._target)
 
     async def __aenter__(self) -> AsyncMemory:

@@ -23,7 +23,7 @@ from memsoda_core.items import ItemInput, StoredItem
 from memsoda_core.items_base import ItemsBase
 from memsoda_core.learning.call import extraction_failed
 from memsoda_core.learning.extractors import as_extractor
-from memsoda_core.memory_base import check_import_args, check_read_only, open_args
+from memsoda_core.memory_base import check_import_args, check_read_only, close_built, open_args
 from memsoda_core.models import (
     EpisodeInput,
     Fact,
@@ -40,7 +40,7 @@ from memsoda_core.options import RecallOptions
 from memsoda_core.runner.policy import check_pool_args
 from memsoda_core.runner.steps import Operation
 from memsoda_core.runner.sync_runner import Runner
-from memsoda_core.runner.target import release_target, resolve_target
+from memsoda_core.runner.target import release_target
 from memsoda_core.synthesis import as_synthesizer
 
 T = TypeVar("T")
@@ -70,21 +70,21 @@ class Memory(ItemsBase):
         layout: str | None = None,
         read_only: bool = False,
     ) -> Memory:
-        """Open (creating or upgrading the schema) the store at `dsn`, `MEMSODA_DSN`, or the embedded
-        server under `home` / `MEMSODA_HOME`. A `dsn` is a postgresql:// or postgres:// URI or libpq
-        key=value pairs; anything else is a `ConfigurationError`. `embedder` defaults to OpenAI when `OPENAI_API_KEY` is
-        set, else the offline all-MiniLM-L6-v2 model. A dataset/project gets its own vector and
-        keyword indexes once it holds `tenant_index_min_facts` facts (built concurrently by the
-        write that crosses it); smaller ones are searched exactly. The threshold is recorded in the
-        store; None uses the recorded one (2,000 for a new store). `extractor` is `remember`'s
-        default model (an Extractor, a LangChain chat model or a LlamaIndex LLM). `layout`, for a
-        new store: "partitioned" (a large tenant in partitions of its own; the default but under
-        Citus) or "plain" (`docs/ARCHITECTURE.md`, "Tenant layouts"). `read_only`: see `read_only`."""
+        """Open (creating or upgrading the schema) the store at `dsn`, `MEMSODA_DSN`, or the embedded server
+        under `home` / `MEMSODA_HOME`. A `dsn` is a postgresql:// or postgres:// URI or libpq key=value pairs;
+        anything else is a `ConfigurationError`. `embedder` defaults to `MEMSODA_EMBEDDER`, else the store's
+        model, else `default_embedder()` (`embedders.choice`). A dataset/project gets its own vector and keyword
+        indexes once it holds `tenant_index_min_facts` facts (built concurrently by the write that crosses it);
+        smaller ones are searched exactly. The threshold is recorded in the store; None uses the recorded one
+        (2,000 for a new store). `extractor` is `remember`'s default model (an Extractor, a LangChain chat model
+        or a LlamaIndex LLM). `layout`, for a new store: "partitioned" (a large tenant in partitions of its own;
+        the default but under Citus) or "plain" (`docs/ARCHITECTURE.md`, "Tenant layouts"). `read_only`: see
+        `read_only`."""
         check_pool_args(pool_size, pool_timeout)
-        args = open_args(embedder, schema, text_search_config, tenant_index_min_facts, layout)
         chosen_synthesizer = as_synthesizer(synthesizer)
         chosen_extractor = as_extractor(extractor)
-        target = resolve_target(dsn, home)
+        settings = (schema, text_search_config, tenant_index_min_facts, layout)
+        target, args = open_args(embedder, dsn, home, *settings)
         try:
             runner = Runner.open(
                 target,
@@ -99,7 +99,7 @@ class Memory(ItemsBase):
             release_target(target)
             raise
         self = cls()
-        self._runner = runner
+        self._runner, self._built_embedder = runner, embedder is None
         self._setup(
             info=runner.info,
             embedder=runner.embedder,
@@ -111,8 +111,9 @@ class Memory(ItemsBase):
         return self
 
     def close(self) -> None:
-        """Close the pool, and stop the embedded server if this was its last user."""
+        """Close the pool (and an embedder `open` built); stop the embedded server if this was its last user."""
         self._runner.close()
+        close_built(self._runner.embedder if self._built_embedder else None)
         release_target(self._target)
 
     def __enter__(self) -> Memory:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -12,6 +13,8 @@ import numpy as np
 
 from memsoda_core import ops
 from memsoda_core.embedders import Embedder, check_vectors
+from memsoda_core.embedders.choice import EXPLICIT, build, choose
+from memsoda_core.embedders.openai import OpenAIEmbedder
 from memsoda_core.errors import (
     ConfigurationError,
     EmbeddingError,
@@ -31,6 +34,7 @@ from memsoda_core.models import (
     IncludeOption,
     RecallResult,
 )
+from memsoda_core.ops.opening import recorded_space
 from memsoda_core.ops.reading import check_list_args, check_predicates
 from memsoda_core.ops.remembering import Applied, apply_extraction, fact_sources
 from memsoda_core.ops.transfer import ImportCounts, ImportedEpisode
@@ -39,8 +43,9 @@ from memsoda_core.recall.operation import recall as recall_operation
 from memsoda_core.recall.planning import ScopeSizes
 from memsoda_core.recall.signals.conversation import check_conversation
 from memsoda_core.runner.embedding import check_embedder
+from memsoda_core.runner.once import run_once
 from memsoda_core.runner.steps import Operation
-from memsoda_core.runner.target import Target, check_schema_name
+from memsoda_core.runner.target import Target, check_schema_name, release_target, resolve_target
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.store.layout import LAYOUTS
 from memsoda_core.synthesis import Synthesizer
@@ -97,6 +102,7 @@ class MemoryBase:
     _synthesizer: Synthesizer | None
     _extractor: Extractor | None
     _target: Target
+    _built_embedder = False
 
     def _setup(
         self,
@@ -359,14 +365,8 @@ def check_times(as_of: Any, known_at: Any) -> tuple[datetime | None, datetime | 
     return known, when if when is not None else known
 
 
-def open_args(
-    embedder: Embedder | None,
-    schema: str,
-    text_search_config: str,
-    tenant_index_min_facts: int | None,
-    layout: str | None = None,
-) -> dict[str, Any]:
-    """Arguments of `ops.open_store` for the chosen embedder (this may load a local model)."""
+def check_open_args(schema: str, tenant_index_min_facts: int | None, layout: str | None) -> str:
+    """`open`'s store settings checked before anything starts; returns the checked schema name."""
     if layout is not None and layout not in LAYOUTS:
         raise ConfigurationError(f"layout must be one of {', '.join(LAYOUTS)} or None, got {layout!r}")
     if tenant_index_min_facts is not None:
@@ -374,18 +374,60 @@ def open_args(
             raise ConfigurationError("tenant_index_min_facts must be an int or None")
         if tenant_index_min_facts < 1:
             raise ConfigurationError("tenant_index_min_facts must be at least 1")
-    chosen = check_embedder(embedder)
-    return {
-        "embedder": chosen,
-        "op": {
-            "schema": check_schema_name(schema),
-            "model": str(chosen.model),
-            "dimensions": int(chosen.dimensions),
-            "text_search_config": text_search_config,
-            "tenant_index_min_facts": tenant_index_min_facts,
-            "layout": layout,
-        },
-    }
+    return check_schema_name(schema)
+
+
+def open_args(
+    embedder: Embedder | None,
+    dsn: str | None,
+    home: str | os.PathLike[str] | None,
+    schema: str,
+    text_search_config: str,
+    tenant_index_min_facts: int | None,
+    layout: str | None = None,
+) -> tuple[Target, dict[str, Any]]:
+    """The settings checked, the store's target (`runner.target.resolve_target`; released again
+    if this fails), the embedder (`embedder`, else the one `embedders.choice.choose` picks for
+    the store, whose recorded model is read first) and the arguments of `ops.open_store` for it.
+    The vector size comes from the store or a known model where it can, else from the embedder
+    (the local model loads here, so never under a recall's timeout)."""
+    checked = check_open_args(schema, tenant_index_min_facts, layout)
+    target = resolve_target(dsn, home)
+    try:
+        if embedder is not None:
+            chosen, origin = check_embedder(embedder), EXPLICIT
+        else:
+            # An existing store's recorded model wins over the environment's default.
+            choice = choose(run_once(target.dsn, recorded_space(checked)))
+            assert choice.spec is not None
+            chosen, origin = build(choice.spec, dimensions=choice.dimensions), choice.origin
+        return target, {
+            "embedder": chosen,
+            "op": {
+                "schema": checked,
+                "model": str(chosen.model),
+                "dimensions": int(chosen.dimensions),
+                "text_search_config": text_search_config,
+                "tenant_index_min_facts": tenant_index_min_facts,
+                "layout": layout,
+                "origin": origin,
+            },
+        }
+    except BaseException:
+        release_target(target)
+        raise
+
+
+def close_built(embedder: Embedder | None) -> None:
+    """Close the HTTP client of an OpenAI embedder `open` built (the caller closes its own)."""
+    if isinstance(embedder, OpenAIEmbedder):
+        embedder.close()
+
+
+async def aclose_built(embedder: Embedder | None) -> None:
+    """`close_built` for an AsyncMemory (both clients; the sync code calls `close_built`)."""
+    if isinstance(embedder, OpenAIEmbedder):
+        await embedder.aclose()
 
 
 def check_read_only(read_only: Any) -> bool:

@@ -49,6 +49,7 @@ RENAMES = (
     (r"\baembed_documents\b", "embed_documents"),
     (r"\baembed_query\b", "embed_query"),
     (r"\basynthesize\b", "synthesize"),
+    (r"\baclose_built\b", "close_built"),
 )
 
 PRAGMA = re.compile(r"^(\s*)# sync: (.*)$")

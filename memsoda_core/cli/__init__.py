@@ -1,11 +1,12 @@
 """The `memsoda` command line: demo, recall, add, import/export, stats, maintain, forget, doctor, server.
 
 Global options pick the store: `--dsn` (else `MEMSODA_DSN`, else the embedded server under
-`--home` / `MEMSODA_HOME`). Any `MemsodaError` (and any file error) prints one red line and exits
-with status 1; `--verbose` adds the traceback. Usage errors exit with status 2.
+`--home` / `MEMSODA_HOME`), and `--embedder` the model (else `MEMSODA_EMBEDDER`, else the
+store's). Any `MemsodaError` (and any file error) prints one red line and exits with status 1;
+`--verbose` adds the traceback. Usage errors exit with status 2.
 
     app.py      the Typer app: global options, command registration, error handling
-    common.py   Settings, the shared embedder, the --dataset/--project/--json options
+    common.py   Settings, the embedder of a command (--embedder, the store's model, the served model), the options
     output.py   consoles, JSON, notes, spinners and tables
     store.py    opening a Memory for a command (without a model when it never embeds)
     demo.py     demo
@@ -14,7 +15,7 @@ with status 1; `--verbose` adds the traceback. Usage errors exit with status 2.
     stats.py    stats, maintain
     doctor.py   doctor and its checks
     distribute.py  distribute (a store on a Citus cluster)
-    server.py   server start|stop|status (and the hidden `hold` that `start` runs)
+    server.py   server start|stop|status (and the hidden `hold` that `start` runs, which serves the model)
 """
 
 from __future__ import annotations

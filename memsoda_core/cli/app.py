@@ -75,9 +75,18 @@ def _root(
         ),
     ] = None,
     schema: Annotated[str, typer.Option(help="Postgres schema of memsoda's tables.")] = "memsoda",
+    embedder: Annotated[
+        str | None,
+        typer.Option(
+            "--embedder",
+            help="The embedding model: local (the offline all-MiniLM-L6-v2), openai (MEMSODA_OPENAI_MODEL, default "
+            "text-embedding-3-small) or openai:MODEL. Default: MEMSODA_EMBEDDER, else the model the store records, "
+            "else (a new store) openai when OPENAI_API_KEY or OPENAI_BASE_URL is set, else local.",
+        ),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show tracebacks of errors.")] = False,
 ) -> None:
-    ctx.obj = Settings(dsn=dsn or None, home=home, schema=schema, verbose=verbose)
+    ctx.obj = Settings(dsn=dsn or None, home=home, schema=schema, verbose=verbose, embedder=embedder or None)
 
 
 app.command()(demo.demo)

@@ -1,4 +1,4 @@
-"""What the commands share: the global settings, one embedder per process, and the common options."""
+"""What the commands share: the global settings, the embedder of a command, and the common options."""
 
 from __future__ import annotations
 
@@ -9,7 +9,11 @@ from typing import Annotated
 
 import typer
 
-from memsoda_core.embedders import Embedder, default_embedder
+from memsoda_core.embedders import Embedder
+from memsoda_core.embedders.choice import EmbedderSpec, RecordedSpace, build, check_space, choose
+from memsoda_core.embedders.local import DEFAULT_LOCAL_MODEL
+
+EMBEDDER_OPTION = "--embedder"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -20,6 +24,8 @@ class Settings:
     home: Path | None
     schema: str
     verbose: bool
+    embedder: str | None = None
+    """`--embedder`: a spec (local, openai, openai:MODEL) over MEMSODA_EMBEDDER and the store's model."""
 
 
 def settings_of(ctx: typer.Context) -> Settings:
@@ -34,10 +40,37 @@ def home_of(settings: Settings) -> Path:
     return (settings.home or default_home()).expanduser().resolve()
 
 
+def command_embedder(settings: Settings, recorded: RecordedSpace | None) -> Embedder:
+    """The embedder of a command on the store that records `recorded`: `--embedder`, else
+    MEMSODA_EMBEDDER, else the store's model, else the environment's default (`embedders.choice`),
+    checked against the store. The offline model comes from the embedding service of a running
+    `memsoda server start` when it serves it, so the command loads no model."""
+    option = (EMBEDDER_OPTION, settings.embedder) if settings.embedder else None
+    choice = choose(recorded, option=option)
+    assert choice.spec is not None
+    embedder = _served(choice.spec, home_of(settings)) or _built(choice.spec, choice.dimensions)
+    if recorded is not None:
+        check_space(recorded, str(embedder.model), int(embedder.dimensions), choice.origin)
+    return embedder
+
+
+def _served(spec: EmbedderSpec, home: Path) -> Embedder | None:
+    if spec.kind != "local" or spec.model != DEFAULT_LOCAL_MODEL:
+        return None
+    from memsoda_core import embed_service
+
+    return embed_service.connect(home, spec.model)
+
+
+def _built(spec: EmbedderSpec, dimensions: int | None) -> Embedder:
+    return _local(spec.model) if spec.kind == "local" else build(spec, dimensions=dimensions)
+
+
 @functools.cache
-def shared_embedder() -> Embedder:
-    """One embedder per process (loading the local model takes seconds)."""
-    return default_embedder()
+def _local(model: str) -> Embedder:
+    """One local model per process (loading it takes seconds); an OpenAI client is cheap and
+    follows the environment of each command."""
+    return build(EmbedderSpec(kind="local", model=model))
 
 
 def _nonblank(value: str | None) -> str | None:

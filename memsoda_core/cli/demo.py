@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from memsoda_core.cli.common import settings_of, shared_embedder
+from memsoda_core.cli.common import command_embedder, settings_of
 from memsoda_core.cli.output import out
 
 
@@ -16,15 +16,23 @@ def demo(
 ) -> None:
     """Load the bundled sample memory and show what each recall signal contributes."""
     from memsoda_core.demo import run_demo
+    from memsoda_core.ops.opening import recorded_space
+    from memsoda_core.runner.once import run_once
+    from memsoda_core.runner.target import release_target, resolve_target
 
     settings = settings_of(ctx)
-    ok = run_demo(
-        dsn=settings.dsn,
-        home=settings.home,
-        schema=settings.schema,
-        embedder=shared_embedder(),
-        console=out(),
-        reload=reload,
-    )
+    target = resolve_target(settings.dsn, settings.home)
+    try:
+        embedder = command_embedder(settings, run_once(target.dsn, recorded_space(settings.schema)))
+        ok = run_demo(
+            dsn=settings.dsn,
+            home=settings.home,
+            schema=settings.schema,
+            embedder=embedder,
+            console=out(),
+            reload=reload,
+        )
+    finally:
+        release_target(target)
     if not ok:
         raise typer.Exit(1)

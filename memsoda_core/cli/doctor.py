@@ -10,10 +10,11 @@ import typer
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from rich.text import Text
 
-from memsoda_core.cli.common import JsonOpt, Settings, home_of, settings_of, shared_embedder
+from memsoda_core.cli.common import JsonOpt, Settings, command_embedder, home_of, settings_of
 from memsoda_core.cli.output import one_line, out, print_json, spinner, table
 from memsoda_core.cli.store import read_meta
-from memsoda_core.errors import EmbeddingError, MemsodaError
+from memsoda_core.embedders.choice import RecordedSpace
+from memsoda_core.errors import EmbedderMismatchError, EmbeddingError, MemsodaError
 from memsoda_core.ops.opening import TENANT_INDEX_KEY
 from memsoda_core.runner.target import release_target, resolve_target
 from memsoda_core.store.layout import LAYOUT_KEY
@@ -103,7 +104,7 @@ def run_checks(settings: Settings) -> list[Check]:
             return checks
     finally:
         release_target(target)
-    checks.extend(_embedder_checks(meta))
+    checks.extend(_embedder_checks(settings, meta))
     return checks
 
 
@@ -233,9 +234,17 @@ def _tenant_index_check(conn: Any, schema: str, meta: dict[str, str]) -> Check:
     )
 
 
-def _embedder_checks(meta: dict[str, str] | None) -> list[Check]:
+def _embedder_checks(settings: Settings, meta: dict[str, str] | None) -> list[Check]:
+    recorded = None
+    if meta and "model" in meta and "dimensions" in meta:
+        recorded = RecordedSpace(model=meta["model"], dimensions=int(meta["dimensions"]))
     try:
-        embedder = shared_embedder()
+        embedder = command_embedder(settings, recorded)
+    except MemsodaError as exc:  # a mismatch, a bad spec, or a store model that cannot be built here
+        detail, _, fix = one_line(str(exc)).partition("; ")
+        name = "embedder vs store" if isinstance(exc, EmbedderMismatchError) else "embedder"
+        return [Check(name=name, status="fail", detail=detail, fix=fix)]
+    try:
         model, dimensions = str(embedder.model), int(embedder.dimensions)
         vector = embedder.embed_query("memsoda doctor")
         if len(vector) != dimensions:
@@ -250,21 +259,10 @@ def _embedder_checks(meta: dict[str, str] | None) -> list[Check]:
                 "(and MEMSODA_OPENAI_MODEL, OPENAI_BASE_URL if needed)",
             )
         ]
-    checks = [Check(name="embedder", status="ok", detail=f"{model}, {dimensions} dimensions")]
-    if meta and "model" in meta:
-        stored = (meta["model"], int(meta.get("dimensions", "0")))
-        if stored != (model, dimensions):
-            checks.append(
-                Check(
-                    name="embedder vs store",
-                    status="fail",
-                    detail=f"the store holds {stored[1]}-dimensional vectors of {stored[0]!r}",
-                    fix="use the embedder the store was created with (OPENAI_API_KEY picks OpenAI, else the "
-                    "local model), or another --schema or --home for the new model",
-                )
-            )
-        else:
-            checks.append(Check(name="embedder vs store", status="ok", detail="same model and dimension"))
+    served = " (from the server's embedding service)" if type(embedder).__name__ == "ServiceEmbedder" else ""
+    checks = [Check(name="embedder", status="ok", detail=f"{model}, {dimensions} dimensions{served}")]
+    if recorded is not None:
+        checks.append(Check(name="embedder vs store", status="ok", detail="same model and dimension"))
     return checks
 
 

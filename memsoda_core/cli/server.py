@@ -1,4 +1,5 @@
-"""`server start|stop|status`: the embedded PostgreSQL, kept running by a detached `server hold` process."""
+"""`server start|stop|status`: the embedded PostgreSQL, kept running by a detached `server hold` process,
+which also serves the offline embedding model to the other commands (`memsoda_core.embed_service`)."""
 
 from __future__ import annotations
 
@@ -58,6 +59,9 @@ def server_status(home: Path) -> dict[str, Any]:
     except (OSError, ValueError, TypeError):
         users = []
     keeper = _keeper(home)
+    from memsoda_core import embed_service
+
+    served = embed_service.hello(home) if keeper else None
     return {
         "home": str(home),
         "pgdata": str(pgdata),
@@ -67,6 +71,7 @@ def server_status(home: Path) -> dict[str, Any]:
         "postgres_pid": info.pid if running else None,
         "kept_by": keeper["pid"] if keeper else None,
         "users": users,
+        "embedder": {"model": served.model, "dimensions": served.dimensions} if served else None,
     }
 
 
@@ -85,16 +90,38 @@ def _print_status(status: dict[str, Any]) -> None:
         )
         result.add_row(Text("kept running"), Text(kept))
         result.add_row(Text("used by pids"), Text(", ".join(map(str, status["users"])) or "none"))
+        if status["kept_by"]:
+            served = status["embedder"]
+            embedder = f"{served['model']} on {home_socket(status['home'])}" if served else "not serving (yet)"
+            result.add_row(Text("embedder"), Text(embedder))
     elif not status["initialized"]:
         result.add_row(Text("note"), Text("not created yet; `memsoda server start` or any command creates it"))
     out().print(result)
 
 
+def home_socket(home: str) -> str:
+    from memsoda_core import embed_service
+
+    return str(embed_service.socket_path(Path(home)))
+
+
+EmbedOpt = Annotated[
+    bool,
+    typer.Option(
+        "--embed/--no-embed",
+        help="Also hold the offline embedding model and serve it to other commands (they then load no model).",
+    ),
+]
+
+
 def server_start(
     ctx: typer.Context,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the server.")] = 120.0,
+    embed: EmbedOpt = True,
 ) -> None:
-    """Start the embedded server and keep it running until `memsoda server stop`."""
+    """Start the embedded server and keep it running until `memsoda server stop`. It also loads the
+    offline embedding model in the background and serves it on a socket in the home, so `recall`,
+    `add` and `import` with that model load no model of their own (`server status` shows when)."""
     settings = settings_of(ctx)
     home = home_of(settings)
     if settings.dsn:
@@ -102,7 +129,7 @@ def server_start(
     if _keeper(home) is None:
         home.mkdir(parents=True, exist_ok=True)
         (home / SERVER_STATE).unlink(missing_ok=True)
-        pid = _spawn_keeper(home)
+        pid = _spawn_keeper(home, embed=embed)
         deadline = time.monotonic() + timeout
         with spinner(f"starting the embedded PostgreSQL in {home / 'pg'}"):
             while _keeper(home) is None:
@@ -118,9 +145,10 @@ def server_start(
     _print_status(server_status(home))
 
 
-def _spawn_keeper(home: Path) -> int:
+def _spawn_keeper(home: Path, *, embed: bool) -> int:
     """Run `memsoda server hold` detached (its own session, output to <home>/server.log)."""
     argv = [sys.executable, "-m", "memsoda_core.cli", "--home", str(home), "server", "hold"]
+    argv.append("--embed" if embed else "--no-embed")
     log = str(home / "server.log")
     actions = [
         (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
@@ -143,12 +171,16 @@ def _server_error(message: str, home: Path) -> MemsodaError:
     return StoreUnavailableError(f"{message}; see {home / 'server.log'} and {home / 'pg' / 'log'}")
 
 
-def server_hold(ctx: typer.Context) -> None:
-    """Internal: acquire the embedded server and hold it until SIGTERM (what `start` runs)."""
+def server_hold(ctx: typer.Context, embed: EmbedOpt = True) -> None:
+    """Internal: acquire the embedded server and hold it until SIGTERM (what `start` runs); with
+    `--embed`, serve the offline model too."""
+    from memsoda_core import embed_service
     from memsoda_core import server as embedded
+    from memsoda_core.embedders import LocalEmbedder
 
     home = home_of(settings_of(ctx))
     pgdata, uri = embedded.acquire(home)
+    service = embed_service.EmbedService(home, LocalEmbedder()).start() if embed else None
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, lambda *_: stop.set())
@@ -160,6 +192,8 @@ def server_hold(ctx: typer.Context) -> None:
         while not stop.wait(1.0):
             pass
     finally:
+        if service is not None:
+            service.close()
         state.unlink(missing_ok=True)
         embedded.release(pgdata)
 

@@ -8,13 +8,15 @@ from typing import Any
 
 import psycopg
 
-from memsoda_core.cli.common import Settings, shared_embedder
+from memsoda_core.cli.common import EMBEDDER_OPTION, Settings, command_embedder
 from memsoda_core.cli.output import spinner
 from memsoda_core.embedders import Embedder
+from memsoda_core.embedders.choice import RecordedSpace, choose, known_dimensions
 from memsoda_core.errors import EmbeddingError
 from memsoda_core.memory import Memory
-from memsoda_core.runner.policy import translate_db_error
-from memsoda_core.runner.target import release_target, resolve_target
+from memsoda_core.ops.opening import recorded_space
+from memsoda_core.runner.once import run_once
+from memsoda_core.runner.target import check_schema_name, release_target, resolve_target
 from memsoda_core.store.schema import meta_exists_statement, read_meta_statement
 
 _NOT_EMBEDDING = "this command does not embed text"
@@ -57,16 +59,16 @@ class StoredSpace:
         raise EmbeddingError(_NOT_EMBEDDING)
 
 
-def _stored_space(dsn: str, schema: str) -> StoredSpace | None:
-    """The store's model and dimension, or None when it does not record them yet."""
-    try:
-        with psycopg.connect(dsn, connect_timeout=10) as conn:
-            meta = read_meta(conn, schema)
-    except psycopg.Error as exc:
-        raise translate_db_error(exc) from exc
-    if meta and "model" in meta and "dimensions" in meta:
-        return StoredSpace(meta["model"], int(meta["dimensions"]))
-    return None
+def _space(settings: Settings, recorded: RecordedSpace | None) -> Embedder:
+    """The embedder of a command that never embeds: the store's space, or the space a new store
+    would take when its size is known without a model, else the real embedder."""
+    if recorded is not None:
+        return StoredSpace(recorded.model, recorded.dimensions)
+    spec = choose(None, option=(EMBEDDER_OPTION, settings.embedder) if settings.embedder else None).spec
+    dimensions = known_dimensions(spec) if spec is not None else None
+    if spec is None or dimensions is None:
+        return command_embedder(settings, None)
+    return StoredSpace(spec.model, dimensions)
 
 
 @contextmanager
@@ -75,8 +77,9 @@ def open_memory(settings: Settings, *, embeds: bool = True) -> Iterator[Memory]:
     with spinner("opening the store"):
         target = resolve_target(settings.dsn, settings.home)
         try:
-            embedder: Embedder | None = None if embeds else _stored_space(target.dsn, settings.schema)
-            memory = Memory.open(target.dsn, embedder or shared_embedder(), schema=settings.schema)
+            recorded = run_once(target.dsn, recorded_space(check_schema_name(settings.schema)))
+            embedder = command_embedder(settings, recorded) if embeds else _space(settings, recorded)
+            memory = Memory.open(target.dsn, embedder, schema=settings.schema)
         except BaseException:
             release_target(target)
             raise

@@ -10,6 +10,8 @@ from typing import Any
 from memsoda_core.errors import ConfigurationError
 
 DEFAULT_LOCAL_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+DEFAULT_LOCAL_DIMENSIONS = 384
+"""The bundled model's vector size (what a command that never embeds records for a new store)."""
 
 
 class LocalEmbedder:

@@ -7,9 +7,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from memsoda_core.distributed import citus_version_statement, facts_distributed_statement
+from memsoda_core.embedders.choice import EXPLICIT, Origin, RecordedSpace, check_space
 from memsoda_core.errors import (
     ConfigurationError,
-    EmbedderMismatchError,
     ReadOnlyStoreError,
     SchemaError,
 )
@@ -73,6 +73,17 @@ def refuse_read_only_open(schema: str, writes: Sequence[str], asked: bool) -> No
     )
 
 
+def recorded_space(schema: str) -> Operation[RecordedSpace | None]:
+    """The model and dimension the store in `schema` records, or None before it is created."""
+    ((exists,),) = yield from execute(ddl.meta_exists_statement(), {"schema": schema})
+    if not exists:
+        return None
+    meta = yield from read_meta(schema)
+    if "model" not in meta or "dimensions" not in meta:
+        return None
+    return RecordedSpace(model=meta["model"], dimensions=int(meta["dimensions"]))
+
+
 def open_store(
     *,
     schema: str,
@@ -82,6 +93,7 @@ def open_store(
     tenant_index_min_facts: int | None,
     layout: str | None = None,
     read_only: bool = False,
+    origin: Origin = EXPLICIT,
 ) -> Operation[StoreInfo]:
     """Create or upgrade the schema (under an advisory lock), check the embedder matches, record
     `tenant_index_min_facts` if given (else use the recorded one, or the default), then build any
@@ -91,7 +103,8 @@ def open_store(
 
     An up-to-date store opened with its recorded settings is only read (no lock, no DDL, no meta
     write). `read_only`, or a read-only session, opens it for reads (`StoreInfo.read_only`), and
-    raises `ReadOnlyStoreError` if the store would need writing first."""
+    raises `ReadOnlyStoreError` if the store would need writing first. `origin` (why this embedder)
+    words the advice of an `EmbedderMismatchError`."""
     state = yield from read_session_state(schema)
     read_only = read_only or state.read_only
     meta = (yield from read_meta(schema)) if state.meta else {}
@@ -118,12 +131,7 @@ def open_store(
             "text_search_config": text_search_config,
         }
     stored_model, stored_dims = meta["model"], int(meta["dimensions"])
-    if stored_model != model or stored_dims != dimensions:
-        raise EmbedderMismatchError(
-            f"this store holds {stored_dims}-dimensional vectors of {stored_model!r}, but the embedder is "
-            f"{model!r} with {dimensions} dimensions; open it with that embedder, or use another "
-            f"schema (schema=...) or MEMSODA_HOME for the new model"
-        )
+    check_space(RecordedSpace(model=stored_model, dimensions=stored_dims), model, dimensions, origin)
     shape = ddl.StoreShape(schema=schema, dimensions=stored_dims, text_search_config=meta["text_search_config"])
     pending = ddl.pending_migrations(current)
     for version, migration in pending:
