@@ -102,15 +102,20 @@ def test_the_sync_runner_is_generated_not_written() -> None:
 
 
 def test_every_subpackage_is_installed() -> None:
-    """pyproject's package list names every sub-package, so a wheel holds them all."""
+    """pyproject's package discovery finds every sub-package (and the data directories), so a wheel
+    holds them all."""
     import tomllib
 
-    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    from setuptools import find_namespace_packages
+
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    listed = set(find_namespace_packages(str(ROOT), include=find["include"], exclude=find["exclude"]))
     found = {
         ".".join(path.parent.relative_to(ROOT).parts)
         for package in ("memsoda_core", "memsoda_langchain", "memsoda_langgraph", "memsoda_llamaindex")
         for path in (ROOT / package).rglob("__init__.py")
     }
     assert found <= listed, sorted(found - listed)
-    for name in listed:
+    assert {"memsoda_core.data", "memsoda_core.prompts"} <= listed
+    for name in found:
         importlib.import_module(name)
