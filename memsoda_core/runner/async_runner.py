@@ -10,9 +10,12 @@ comment just above it.
 from __future__ import annotations
 
 import asyncio
+import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, suppress
+from dataclasses import dataclass
 from typing import Any, TypeVar, assert_never
 
 import psycopg
@@ -35,17 +38,22 @@ from memsoda_core.runner.policy import (
     PREPARED_MAX,
     PROBE_CONNECT_TIMEOUT_S,
     READ_ASIDE_CONNECTION_WAIT_S,
+    RECONNECT_TIMEOUT_S,
     SESSION_SETTINGS,
     SPARE_CONNECTION_WAIT_S,
+    connection_failed,
     lend_newest_first,
     lend_oldest_first,
     may_be_dropped,
+    may_rerun,
     outside_transaction_failed,
     own_transaction_failed,
+    pool_exhausted,
     probe_wait,
     read_aside_failed,
+    rejected,
+    rerun_delay,
     translate_db_error,
-    unreachable,
 )
 from memsoda_core.runner.steps import (
     Concurrently,
@@ -67,6 +75,8 @@ from memsoda_core.synthesis import Synthesizer
 
 T = TypeVar("T")
 
+logger = logging.getLogger(__name__)
+
 Connection = psycopg.AsyncConnection[Any]
 Sink = Callable[[Sequence[str]], None]
 """Where `Emit` lines go (an export's file)."""
@@ -84,7 +94,23 @@ async def _configure(conn: Connection) -> None:
 
 class _Pool(AsyncConnectionPool[Connection]):
     """psycopg_pool's pool, lending the most recently returned connection first (see
-    `policy.lend_newest_first`)."""
+    `policy.lend_newest_first`), and counting the connections it has lent (`in_use`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.in_use = 0
+        self._counting = threading.Lock()
+
+    async def getconn(self, timeout: float | None = None) -> Connection:  # noqa: ASYNC109 (psycopg_pool's)
+        conn = await super().getconn(timeout)
+        with self._counting:
+            self.in_use += 1
+        return conn
+
+    async def putconn(self, conn: Connection) -> None:
+        with self._counting:
+            self.in_use -= 1
+        await super().putconn(conn)
 
     async def _get_ready_connection(self, timeout: float | None) -> Connection | None:  # noqa: ASYNC109 (psycopg_pool's)
         idle = getattr(self, "_pool", None)
@@ -200,7 +226,11 @@ class AsyncRunner:
         """Run `opening` (schema checks and migrations) on a connection of its own, then open the
         pool, waiting for its first connections so the first recall finds its spare one."""
         try:
-            async with await psycopg.AsyncConnection.connect(target.dsn, **CONNECTION_KWARGS) as conn:
+            conn = await psycopg.AsyncConnection.connect(target.dsn, **CONNECTION_KWARGS)
+        except psycopg.OperationalError as exc:
+            raise connection_failed(exc) from exc
+        try:
+            async with conn:
                 info = await cls.run_on(conn, opening)
             pool = _Pool(
                 target.dsn,
@@ -210,14 +240,19 @@ class AsyncRunner:
                 kwargs=CONNECTION_KWARGS,
                 configure=_configure,
                 check=_check,
+                reconnect_timeout=RECONNECT_TIMEOUT_S,
                 open=False,
             )
             try:
                 await pool.open(wait=True, timeout=pool_timeout)
+            except PoolTimeout:
+                await pool.close()
+                await _probe(target.dsn, pool_timeout)  # raises what keeps the pool from connecting
+                raise
             except BaseException:
                 await pool.close()
                 raise
-        except psycopg.Error as exc:
+        except (psycopg.Error, PoolTimeout) as exc:
             raise translate_db_error(exc) from exc
         return cls(
             pool=pool,
@@ -242,11 +277,38 @@ class AsyncRunner:
             raise translate_db_error(exc) from exc
 
     async def run(
-        self, op: Operation[T], *, read_only: bool = False, sink: Sink | None = None, advance: Advance | None = None
+        self,
+        op: Operation[T] | Callable[[], Operation[T]],
+        *,
+        read_only: bool = False,
+        sink: Sink | None = None,
+        advance: Advance | None = None,
     ) -> T:
         """Drive `op` on one pooled connection, in one transaction; `read_only` operations (recall,
         whose statements each stand alone) run in autocommit mode instead (no BEGIN / COMMIT).
-        `Emit` lines go to `sink`, `Progress` counts to `advance`."""
+        `Emit` lines go to `sink`, `Progress` counts to `advance`.
+
+        Given as a function that builds the operation, it is run again (up to
+        `policy.RERUN_ATTEMPTS` runs in all, after a short wait) when PostgreSQL ends its
+        transaction as a deadlock or serialization victim before anything of it left the
+        transaction (`policy.may_rerun`)."""
+        runs = 0
+        while True:
+            runs += 1
+            effects = _Effects()
+            try:
+                return await self._run_once(op() if callable(op) else op, read_only, sink, advance, effects)
+            except (psycopg.Error, PoolTimeout) as exc:
+                if callable(op) and not effects.left_transaction and may_rerun(exc, runs):
+                    logger.info("running the operation again after %s (run %d)", exc, runs)
+                    # sync: time.sleep(rerun_delay(runs))
+                    await asyncio.sleep(rerun_delay(runs))
+                    continue
+                raise translate_db_error(exc, retry_safe=not effects.left_transaction, runs=runs) from exc
+
+    async def _run_once(
+        self, op: Operation[T], read_only: bool, sink: Sink | None, advance: Advance | None, effects: _Effects
+    ) -> T:
         async with AsyncExitStack() as stack:
             conns: list[Connection] = []
 
@@ -259,28 +321,20 @@ class AsyncRunner:
                     conns.append(conn)
                 return conns[0]
 
-            try:
-                return await self._drive(op, connection, self, sink, advance)
-            except (psycopg.Error, PoolTimeout) as exc:
-                raise translate_db_error(exc) from exc
+            return await self._drive(op, connection, self, sink, advance, effects)
 
     async def _checkout(self, stack: AsyncExitStack) -> Connection:
-        """A pooled connection. While waiting, probe the server every `PROBE_AFTER_S`, so a stopped
-        PostgreSQL fails fast as StoreUnavailableError instead of after the whole pool timeout."""
+        """A pooled connection, waiting at most `pool_timeout`. While waiting, probe the server every
+        `PROBE_AFTER_S` (`_probe`), so a stopped or refusing PostgreSQL fails fast and says so;
+        at the end, the error says how many connections were in use."""
         deadline = time.monotonic() + self._pool_timeout
         while True:
             try:
                 return await stack.enter_async_context(self.pool.connection(timeout=probe_wait(deadline)))
             except PoolTimeout:
                 if time.monotonic() >= deadline:
-                    raise
-                try:
-                    probe = await psycopg.AsyncConnection.connect(
-                        self.target.dsn, connect_timeout=PROBE_CONNECT_TIMEOUT_S
-                    )
-                except psycopg.OperationalError as exc:
-                    raise unreachable(exc) from exc
-                await probe.close()
+                    raise pool_exhausted(self._pool_timeout, self.pool.in_use, self.pool.max_size) from None
+                await _probe(self.target.dsn, deadline - time.monotonic())
 
     @staticmethod
     async def _drive(
@@ -289,9 +343,11 @@ class AsyncRunner:
         runner: AsyncRunner | None = None,
         sink: Sink | None = None,
         advance: Advance | None = None,
+        effects: _Effects | None = None,
     ) -> T:
         """Send each reply into `op` (or throw its error) until it returns. Without a `runner`
-        (opening a store) only statements can be performed."""
+        (opening a store) only statements can be performed. `effects` records whether anything
+        of `op` left its transaction."""
         reply: Any = None
         error: BaseException | None = None
         while True:
@@ -300,6 +356,8 @@ class AsyncRunner:
             except StopIteration as stop:
                 return stop.value  # type: ignore[no-any-return]
             reply, error = None, None
+            if effects is not None and isinstance(request, OutsideTransaction | OwnTransaction | Emit | Progress):
+                effects.left_transaction = True
             match request:
                 case Execute():
                     reply = await _fetch(await connection(), request)
@@ -383,6 +441,33 @@ class AsyncRunner:
         (checked,) = check_vectors([vector], count=1, dimensions=dims)
         self._cache.put(request.text, checked)
         return checked
+
+
+@dataclass
+class _Effects:
+    """What one run of an operation did beyond its transaction."""
+
+    left_transaction: bool = False
+    """A commit (`OutsideTransaction`, `OwnTransaction`) or a line or count handed out (`Emit`,
+    `Progress`): the run cannot simply be undone and run again."""
+
+
+async def _probe(dsn: str, within_s: float) -> None:
+    """Open and set up a connection as the pool does, and close it: raise `StoreUnavailableError`
+    saying why if PostgreSQL is unreachable, or reachable but refusing the connection or its
+    setup; return if it could be made."""
+    try:
+        probe = await psycopg.AsyncConnection.connect(
+            dsn, connect_timeout=max(1, min(PROBE_CONNECT_TIMEOUT_S, round(within_s))), **CONNECTION_KWARGS
+        )
+    except psycopg.OperationalError as exc:
+        raise connection_failed(exc) from exc
+    try:
+        await _configure(probe)
+    except psycopg.Error as exc:
+        raise rejected(exc) from exc
+    finally:
+        await probe.close()
 
 
 async def _outside_transaction(conn: Connection, request: OutsideTransaction) -> list[Any] | None:

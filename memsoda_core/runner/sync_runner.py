@@ -9,9 +9,12 @@ comment just above it.
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack, suppress
+from dataclasses import dataclass
 from typing import Any, TypeVar, assert_never
 
 import psycopg
@@ -32,17 +35,22 @@ from memsoda_core.runner.policy import (
     PREPARED_MAX,
     PROBE_CONNECT_TIMEOUT_S,
     READ_ASIDE_CONNECTION_WAIT_S,
+    RECONNECT_TIMEOUT_S,
     SESSION_SETTINGS,
     SPARE_CONNECTION_WAIT_S,
+    connection_failed,
     lend_newest_first,
     lend_oldest_first,
     may_be_dropped,
+    may_rerun,
     outside_transaction_failed,
     own_transaction_failed,
+    pool_exhausted,
     probe_wait,
     read_aside_failed,
+    rejected,
+    rerun_delay,
     translate_db_error,
-    unreachable,
 )
 from memsoda_core.runner.steps import (
     Concurrently,
@@ -64,6 +72,8 @@ from memsoda_core.synthesis import Synthesizer
 
 T = TypeVar("T")
 
+logger = logging.getLogger(__name__)
+
 Connection = psycopg.Connection[Any]
 Sink = Callable[[Sequence[str]], None]
 """Where `Emit` lines go (an export's file)."""
@@ -81,7 +91,23 @@ def _configure(conn: Connection) -> None:
 
 class _Pool(ConnectionPool[Connection]):
     """psycopg_pool's pool, lending the most recently returned connection first (see
-    `policy.lend_newest_first`)."""
+    `policy.lend_newest_first`), and counting the connections it has lent (`in_use`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.in_use = 0
+        self._counting = threading.Lock()
+
+    def getconn(self, timeout: float | None = None) -> Connection:
+        conn = super().getconn(timeout)
+        with self._counting:
+            self.in_use += 1
+        return conn
+
+    def putconn(self, conn: Connection) -> None:
+        with self._counting:
+            self.in_use -= 1
+        super().putconn(conn)
 
     def _get_ready_connection(self, timeout: float | None) -> Connection | None:
         idle = getattr(self, "_pool", None)
@@ -197,7 +223,11 @@ class Runner:
         """Run `opening` (schema checks and migrations) on a connection of its own, then open the
         pool, waiting for its first connections so the first recall finds its spare one."""
         try:
-            with psycopg.Connection.connect(target.dsn, **CONNECTION_KWARGS) as conn:
+            conn = psycopg.Connection.connect(target.dsn, **CONNECTION_KWARGS)
+        except psycopg.OperationalError as exc:
+            raise connection_failed(exc) from exc
+        try:
+            with conn:
                 info = cls.run_on(conn, opening)
             pool = _Pool(
                 target.dsn,
@@ -207,14 +237,19 @@ class Runner:
                 kwargs=CONNECTION_KWARGS,
                 configure=_configure,
                 check=_check,
+                reconnect_timeout=RECONNECT_TIMEOUT_S,
                 open=False,
             )
             try:
                 pool.open(wait=True, timeout=pool_timeout)
+            except PoolTimeout:
+                pool.close()
+                _probe(target.dsn, pool_timeout)  # raises what keeps the pool from connecting
+                raise
             except BaseException:
                 pool.close()
                 raise
-        except psycopg.Error as exc:
+        except (psycopg.Error, PoolTimeout) as exc:
             raise translate_db_error(exc) from exc
         return cls(
             pool=pool,
@@ -239,11 +274,37 @@ class Runner:
             raise translate_db_error(exc) from exc
 
     def run(
-        self, op: Operation[T], *, read_only: bool = False, sink: Sink | None = None, advance: Advance | None = None
+        self,
+        op: Operation[T] | Callable[[], Operation[T]],
+        *,
+        read_only: bool = False,
+        sink: Sink | None = None,
+        advance: Advance | None = None,
     ) -> T:
         """Drive `op` on one pooled connection, in one transaction; `read_only` operations (recall,
         whose statements each stand alone) run in autocommit mode instead (no BEGIN / COMMIT).
-        `Emit` lines go to `sink`, `Progress` counts to `advance`."""
+        `Emit` lines go to `sink`, `Progress` counts to `advance`.
+
+        Given as a function that builds the operation, it is run again (up to
+        `policy.RERUN_ATTEMPTS` runs in all, after a short wait) when PostgreSQL ends its
+        transaction as a deadlock or serialization victim before anything of it left the
+        transaction (`policy.may_rerun`)."""
+        runs = 0
+        while True:
+            runs += 1
+            effects = _Effects()
+            try:
+                return self._run_once(op() if callable(op) else op, read_only, sink, advance, effects)
+            except (psycopg.Error, PoolTimeout) as exc:
+                if callable(op) and not effects.left_transaction and may_rerun(exc, runs):
+                    logger.info("running the operation again after %s (run %d)", exc, runs)
+                    time.sleep(rerun_delay(runs))
+                    continue
+                raise translate_db_error(exc, retry_safe=not effects.left_transaction, runs=runs) from exc
+
+    def _run_once(
+        self, op: Operation[T], read_only: bool, sink: Sink | None, advance: Advance | None, effects: _Effects
+    ) -> T:
         with ExitStack() as stack:
             conns: list[Connection] = []
 
@@ -256,26 +317,20 @@ class Runner:
                     conns.append(conn)
                 return conns[0]
 
-            try:
-                return self._drive(op, connection, self, sink, advance)
-            except (psycopg.Error, PoolTimeout) as exc:
-                raise translate_db_error(exc) from exc
+            return self._drive(op, connection, self, sink, advance, effects)
 
     def _checkout(self, stack: ExitStack) -> Connection:
-        """A pooled connection. While waiting, probe the server every `PROBE_AFTER_S`, so a stopped
-        PostgreSQL fails fast as StoreUnavailableError instead of after the whole pool timeout."""
+        """A pooled connection, waiting at most `pool_timeout`. While waiting, probe the server every
+        `PROBE_AFTER_S` (`_probe`), so a stopped or refusing PostgreSQL fails fast and says so;
+        at the end, the error says how many connections were in use."""
         deadline = time.monotonic() + self._pool_timeout
         while True:
             try:
                 return stack.enter_context(self.pool.connection(timeout=probe_wait(deadline)))
             except PoolTimeout:
                 if time.monotonic() >= deadline:
-                    raise
-                try:
-                    probe = psycopg.Connection.connect(self.target.dsn, connect_timeout=PROBE_CONNECT_TIMEOUT_S)
-                except psycopg.OperationalError as exc:
-                    raise unreachable(exc) from exc
-                probe.close()
+                    raise pool_exhausted(self._pool_timeout, self.pool.in_use, self.pool.max_size) from None
+                _probe(self.target.dsn, deadline - time.monotonic())
 
     @staticmethod
     def _drive(
@@ -284,9 +339,11 @@ class Runner:
         runner: Runner | None = None,
         sink: Sink | None = None,
         advance: Advance | None = None,
+        effects: _Effects | None = None,
     ) -> T:
         """Send each reply into `op` (or throw its error) until it returns. Without a `runner`
-        (opening a store) only statements can be performed."""
+        (opening a store) only statements can be performed. `effects` records whether anything
+        of `op` left its transaction."""
         reply: Any = None
         error: BaseException | None = None
         while True:
@@ -295,6 +352,8 @@ class Runner:
             except StopIteration as stop:
                 return stop.value  # type: ignore[no-any-return]
             reply, error = None, None
+            if effects is not None and isinstance(request, OutsideTransaction | OwnTransaction | Emit | Progress):
+                effects.left_transaction = True
             match request:
                 case Execute():
                     reply = _fetch(connection(), request)
@@ -377,6 +436,33 @@ class Runner:
         (checked,) = check_vectors([vector], count=1, dimensions=dims)
         self._cache.put(request.text, checked)
         return checked
+
+
+@dataclass
+class _Effects:
+    """What one run of an operation did beyond its transaction."""
+
+    left_transaction: bool = False
+    """A commit (`OutsideTransaction`, `OwnTransaction`) or a line or count handed out (`Emit`,
+    `Progress`): the run cannot simply be undone and run again."""
+
+
+def _probe(dsn: str, within_s: float) -> None:
+    """Open and set up a connection as the pool does, and close it: raise `StoreUnavailableError`
+    saying why if PostgreSQL is unreachable, or reachable but refusing the connection or its
+    setup; return if it could be made."""
+    try:
+        probe = psycopg.Connection.connect(
+            dsn, connect_timeout=max(1, min(PROBE_CONNECT_TIMEOUT_S, round(within_s))), **CONNECTION_KWARGS
+        )
+    except psycopg.OperationalError as exc:
+        raise connection_failed(exc) from exc
+    try:
+        _configure(probe)
+    except psycopg.Error as exc:
+        raise rejected(exc) from exc
+    finally:
+        probe.close()
 
 
 def _outside_transaction(conn: Connection, request: OutsideTransaction) -> list[Any] | None:
