@@ -34,6 +34,7 @@ from memsoda_core.runner.policy import (
     FORCE_GENERIC_PLAN,
     GENERIC_PLAN_PENDING,
     PIPELINE_SUPPORTED,
+    POOL_FILL_POLL_S,
     POOL_MIN_SIZE,
     PREPARED_MAX,
     PROBE_CONNECT_TIMEOUT_S,
@@ -244,11 +245,8 @@ class AsyncRunner:
                 open=False,
             )
             try:
-                await pool.open(wait=True, timeout=pool_timeout)
-            except PoolTimeout:
-                await pool.close()
-                await _probe(target.dsn, pool_timeout)  # raises what keeps the pool from connecting
-                raise
+                await pool.open()
+                await _filled(pool, target.dsn, pool_timeout)
             except BaseException:
                 await pool.close()
                 raise
@@ -450,6 +448,20 @@ class _Effects:
     left_transaction: bool = False
     """A commit (`OutsideTransaction`, `OwnTransaction`) or a line or count handed out (`Emit`,
     `Progress`): the run cannot simply be undone and run again."""
+
+
+async def _filled(pool: _Pool, dsn: str, pool_timeout: float) -> None:
+    """Wait until the pool holds its first connections (`pool.wait` would close the pool when it
+    gives up, so what kept it from connecting could no longer be seen): at `pool_timeout`, probe
+    the server with the pool's connections still open, raising why a new one fails, else
+    `PoolTimeout`."""
+    deadline = time.monotonic() + pool_timeout
+    while pool.get_stats().get("pool_available", 0) < pool.min_size:
+        if time.monotonic() >= deadline:
+            await _probe(dsn, PROBE_CONNECT_TIMEOUT_S)
+            raise PoolTimeout(f"the pool's first {pool.min_size} connections were not ready in {pool_timeout:g} s")
+        # sync: time.sleep(POOL_FILL_POLL_S)
+        await asyncio.sleep(POOL_FILL_POLL_S)
 
 
 async def _probe(dsn: str, within_s: float) -> None:

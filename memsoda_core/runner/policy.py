@@ -96,6 +96,9 @@ adding a wait to the one the write's own connection may need."""
 POOL_MIN_SIZE = 2
 """Connections kept open: a recall's two statements run at once on two of them."""
 
+POOL_FILL_POLL_S = 0.005
+"""How often opening a store looks whether the pool holds its first connections yet."""
+
 
 def lend_newest_first(idle: object) -> bool:
     """Before psycopg_pool takes the oldest idle connection (it lends first in, first out), move the

@@ -31,6 +31,7 @@ from memsoda_core.runner.policy import (
     FORCE_GENERIC_PLAN,
     GENERIC_PLAN_PENDING,
     PIPELINE_SUPPORTED,
+    POOL_FILL_POLL_S,
     POOL_MIN_SIZE,
     PREPARED_MAX,
     PROBE_CONNECT_TIMEOUT_S,
@@ -241,11 +242,8 @@ class Runner:
                 open=False,
             )
             try:
-                pool.open(wait=True, timeout=pool_timeout)
-            except PoolTimeout:
-                pool.close()
-                _probe(target.dsn, pool_timeout)  # raises what keeps the pool from connecting
-                raise
+                pool.open()
+                _filled(pool, target.dsn, pool_timeout)
             except BaseException:
                 pool.close()
                 raise
@@ -445,6 +443,19 @@ class _Effects:
     left_transaction: bool = False
     """A commit (`OutsideTransaction`, `OwnTransaction`) or a line or count handed out (`Emit`,
     `Progress`): the run cannot simply be undone and run again."""
+
+
+def _filled(pool: _Pool, dsn: str, pool_timeout: float) -> None:
+    """Wait until the pool holds its first connections (`pool.wait` would close the pool when it
+    gives up, so what kept it from connecting could no longer be seen): at `pool_timeout`, probe
+    the server with the pool's connections still open, raising why a new one fails, else
+    `PoolTimeout`."""
+    deadline = time.monotonic() + pool_timeout
+    while pool.get_stats().get("pool_available", 0) < pool.min_size:
+        if time.monotonic() >= deadline:
+            _probe(dsn, PROBE_CONNECT_TIMEOUT_S)
+            raise PoolTimeout(f"the pool's first {pool.min_size} connections were not ready in {pool_timeout:g} s")
+        time.sleep(POOL_FILL_POLL_S)
 
 
 def _probe(dsn: str, within_s: float) -> None:
