@@ -1,4 +1,4 @@
-"""`python -m bench quality|speed|ingest|index|learning|stream|layout|citus`: every table of bench/RESULTS.md."""
+"""`python -m bench quality|speed|ingest|index|learning|stream|layout|citus|soak`: every table of bench/RESULTS.md."""
 
 from __future__ import annotations
 
@@ -95,6 +95,13 @@ def main(argv: list[str] | None = None) -> int:
     citus.add_argument("--citus-dsn", help="an existing coordinator (default: start one with 2 workers here)")
     citus.add_argument("--embedder", choices=("local", "hash"), default="hash")
 
+    commands.add_parser("soak", help="recalls, writers and forget(entity) racing, then the invariant counts")
+
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["soak"]:  # its options are bench.soak's own
+        from bench import soak as bench_soak
+
+        return bench_soak.main(argv[1:])
     args = parser.parse_args(argv)
     if args.command == "quality":
         from bench import quality as bench_quality
