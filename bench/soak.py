@@ -8,7 +8,7 @@ then proof that nothing was lost.
 Tenants are seeded, then `--recallers` tasks recall in a loop (the same few queries over and over, as
 an agent does, plus one in ten never seen before, so the embedder runs too) while `--writers` tasks
 add facts and episodes with unique content, and one in four of their writes races the others on one
-single-valued relation ("lives in"). `--forgetters` tasks meanwhile move an entity of their own
+single-valued relation ("is based in"). `--forgetters` tasks meanwhile move an entity of their own
 from place to place (each new place ends the last one, `superseded_by` it) and forget the places
 again, so `forget(entity=...)` races the writers and clears pointers into what it deletes.
 Afterwards every tenant is exported: every acknowledged write must be there with the same content,
@@ -64,6 +64,8 @@ THINGS = [
     "marathons",
 ]
 PREDICATES = ["likes", "lives in", "works in", "drives", "watches", "plays", "visited", "wants to learn"]
+BASED_IN = "is based in"
+"""The single-valued predicate the writers and forgetters race on (the seed does not use it)."""
 QUERIES = [
     "anything good on netflix tonight?",
     "what does the user drive",
@@ -140,7 +142,9 @@ class SoakReport:
             f"## Soak: {c.recallers} concurrent recalls, {c.writers} writers and {c.forgetters} forgetters "
             f"for {c.seconds:g} s",
             "",
-            f"`python -m bench soak --seconds {c.seconds:g} --recallers {c.recallers} --writers {c.writers} --forgetters {c.forgetters}` on {where}: one `AsyncMemory` (pool {c.pool_size}, "
+            f"`python -m bench soak --seconds {c.seconds:g} --recallers {c.recallers} --writers {c.writers} "
+            f"--forgetters {c.forgetters} --tenants {c.tenants} --seed-facts {c.seed_facts}` on {where}: "
+            f"one `AsyncMemory` (pool {c.pool_size}, "
             f"pool timeout {c.pool_timeout:g} s), {c.tenants} tenants seeded with {c.seed_facts} facts each"
             + (", statistics refreshed after seeding" if c.analyze else ", never analyzed (`--no-analyze`)")
             + ". Latency includes the wait for a pooled connection.",
@@ -208,7 +212,7 @@ async def soak(memory: AsyncMemory, config: SoakConfig) -> SoakReport:
     tenants = [_Tenant(scope={"dataset": report.dataset, "project": f"tenant-{i}"}) for i in range(config.tenants)]
     try:
         for tenant in tenants:
-            await memory.set_single_valued(["lives in"], **tenant.scope)
+            await memory.set_single_valued([BASED_IN], **tenant.scope)
             facts = seed_facts(rng, config.seed_facts)
             for start in range(0, len(facts), 100):
                 batch = facts[start : start + 100]
@@ -300,9 +304,9 @@ async def _writer(
                 tenant.episodes[episode_id] = text
                 report.episodes_acknowledged += 1
             elif sequence % 4 == 0:  # races the other writers on one single-valued relation
-                fact = {"subject": "user", "predicate": "lives in", "object": rng.choice(PLACES)}
+                fact = {"subject": "user", "predicate": BASED_IN, "object": rng.choice(PLACES)}
                 ids = await memory.add_facts([fact], **tenant.scope)
-                tenant.facts.update({i: ("user", "lives in", fact["object"]) for i in ids})
+                tenant.facts.update({i: ("user", BASED_IN, fact["object"]) for i in ids})
                 report.facts_acknowledged += len(ids)
             else:
                 batch = [
@@ -328,10 +332,10 @@ async def _writer(
 async def _forgetter(
     memory: AsyncMemory, tenants: list[_Tenant], report: SoakReport, number: int, stop_at: float
 ) -> None:
-    """Move "mover <n>" from place to place in each tenant in turn (a single-valued relation: each
-    place ends the last one, superseded by it), and forget each place once the next is stored,
-    so the fact it ended keeps a pointer into what forget deletes. Its facts are not acknowledged
-    writes: forget deletes them."""
+    """In each tenant in turn, move "mover <n>" to a place and on to the next (a single-valued
+    relation: the first fact ends, `superseded_by` the second), then forget the second place: the
+    pointer into the deleted fact must be cleared. Its facts are not acknowledged writes; the
+    mover itself is forgotten at the end."""
     loop = asyncio.get_running_loop()
     sequence = 0
     while loop.time() < stop_at:
@@ -339,12 +343,17 @@ async def _forgetter(
         tenant = tenants[sequence % len(tenants)]
         mover = f"mover {number}"
         try:
-            await memory.add_facts(
-                [{"subject": mover, "predicate": "lives in", "object": f"town {number}-{sequence}"}], **tenant.scope
-            )
-            if sequence > len(tenants):
-                await memory.forget(entity=f"town {number}-{sequence - len(tenants)}", **tenant.scope)
-                report.forgets += 1
+            for step in ("from", "to"):
+                place = f"town {number}-{sequence}-{step}"
+                await memory.add_facts([{"subject": mover, "predicate": BASED_IN, "object": place}], **tenant.scope)
+            await memory.forget(entity=f"town {number}-{sequence}-to", **tenant.scope)
+            report.forgets += 1
+        except Exception as exc:
+            report.errors.append(f"forgetter: {type(exc).__name__}: {exc}")
+    for tenant in tenants:  # and the mover itself, with the places not forgotten yet
+        try:
+            await memory.forget(entity=f"mover {number}", **tenant.scope)
+            report.forgets += 1
         except Exception as exc:
             report.errors.append(f"forgetter: {type(exc).__name__}: {exc}")
 
