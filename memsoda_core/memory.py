@@ -125,8 +125,7 @@ class Memory(ItemsBase):
         self.close()
 
     def _run(self, op: Operation[T] | Callable[[], Operation[T]], *, read_only: bool = False) -> T:
-        """Have the runner perform `op` (see `Runner.run`); a write given as the function that
-        builds it is run again if PostgreSQL ends it as a deadlock victim."""
+        """Have the runner perform `op`, or the operation `op()` builds (see `Runner.run`)."""
         return self._runner.run(op, read_only=read_only)
 
     # --- public API --------------------------------------------------------------------------------

@@ -11,19 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, suppress
-from dataclasses import dataclass
 from typing import Any, TypeVar, assert_never
 
 import psycopg
-from pgvector.psycopg import register_vector_async
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from psycopg_pool import PoolTimeout
 
 from memsoda_core.embedders import Embedder, check_vectors
 from memsoda_core.errors import MemsodaError
+from memsoda_core.runner.async_pool import Pool, check, configure, filled, probe
 
 # sync: from memsoda_core.runner.embedding import EmbeddingCache, call_with_timeout, embedding_failure
 from memsoda_core.runner.embedding import EmbeddingCache, embedding_failure
@@ -34,25 +32,18 @@ from memsoda_core.runner.policy import (
     FORCE_GENERIC_PLAN,
     GENERIC_PLAN_PENDING,
     PIPELINE_SUPPORTED,
-    POOL_FILL_POLL_S,
     POOL_MIN_SIZE,
-    PREPARED_MAX,
-    PROBE_CONNECT_TIMEOUT_S,
     READ_ASIDE_CONNECTION_WAIT_S,
     RECONNECT_TIMEOUT_S,
-    SESSION_SETTINGS,
     SPARE_CONNECTION_WAIT_S,
+    RunEffects,
     connection_failed,
-    lend_newest_first,
-    lend_oldest_first,
-    may_be_dropped,
     may_rerun,
     outside_transaction_failed,
     own_transaction_failed,
     pool_exhausted,
     probe_wait,
     read_aside_failed,
-    rejected,
     rerun_delay,
     translate_db_error,
 )
@@ -83,52 +74,6 @@ Sink = Callable[[Sequence[str]], None]
 """Where `Emit` lines go (an export's file)."""
 Advance = Callable[[int], None]
 """What `Progress` calls (an import's progress bar)."""
-
-
-async def _configure(conn: Connection) -> None:
-    await register_vector_async(conn)
-    conn.prepared_max = PREPARED_MAX
-    for statement in SESSION_SETTINGS:
-        await conn.execute(statement)
-    await conn.commit()
-
-
-class _Pool(AsyncConnectionPool[Connection]):
-    """psycopg_pool's pool, lending the most recently returned connection first (see
-    `policy.lend_newest_first`), and counting the connections it has lent (`in_use`)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.in_use = 0
-        self._counting = threading.Lock()
-
-    async def getconn(self, timeout: float | None = None) -> Connection:  # noqa: ASYNC109 (psycopg_pool's)
-        conn = await super().getconn(timeout)
-        with self._counting:
-            self.in_use += 1
-        return conn
-
-    async def putconn(self, conn: Connection) -> None:
-        with self._counting:
-            self.in_use -= 1
-        await super().putconn(conn)
-
-    async def _get_ready_connection(self, timeout: float | None) -> Connection | None:  # noqa: ASYNC109 (psycopg_pool's)
-        idle = getattr(self, "_pool", None)
-        turned = lend_newest_first(idle)
-        try:
-            conn = await super()._get_ready_connection(timeout)
-        except BaseException:
-            if turned:
-                lend_oldest_first(idle)
-            raise
-        return conn
-
-
-async def _check(conn: Connection) -> None:
-    """The pool's check before lending `conn`: a round trip only when `policy.may_be_dropped`."""
-    if may_be_dropped(conn):
-        await AsyncConnectionPool.check_connection(conn)
 
 
 async def _fetch(conn: Connection, request: Execute) -> list[Any]:
@@ -196,7 +141,7 @@ class AsyncRunner:
     def __init__(
         self,
         *,
-        pool: _Pool,
+        pool: Pool,
         target: Target,
         info: StoreInfo,
         embedder: Embedder,
@@ -233,20 +178,20 @@ class AsyncRunner:
         try:
             async with conn:
                 info = await cls.run_on(conn, opening)
-            pool = _Pool(
+            pool = Pool(
                 target.dsn,
                 min_size=min(POOL_MIN_SIZE, pool_size),
                 max_size=pool_size,
                 timeout=pool_timeout,
                 kwargs=CONNECTION_KWARGS,
-                configure=_configure,
-                check=_check,
+                configure=configure,
+                check=check,
                 reconnect_timeout=RECONNECT_TIMEOUT_S,
                 open=False,
             )
             try:
                 await pool.open()
-                await _filled(pool, target.dsn, pool_timeout)
+                await filled(pool, target.dsn, pool_timeout)
             except BaseException:
                 await pool.close()
                 raise
@@ -293,7 +238,7 @@ class AsyncRunner:
         runs = 0
         while True:
             runs += 1
-            effects = _Effects()
+            effects = RunEffects()
             try:
                 return await self._run_once(op() if callable(op) else op, read_only, sink, advance, effects)
             except (psycopg.Error, PoolTimeout) as exc:
@@ -305,7 +250,7 @@ class AsyncRunner:
                 raise translate_db_error(exc, retry_safe=not effects.left_transaction, runs=runs) from exc
 
     async def _run_once(
-        self, op: Operation[T], read_only: bool, sink: Sink | None, advance: Advance | None, effects: _Effects
+        self, op: Operation[T], read_only: bool, sink: Sink | None, advance: Advance | None, effects: RunEffects
     ) -> T:
         async with AsyncExitStack() as stack:
             conns: list[Connection] = []
@@ -323,7 +268,7 @@ class AsyncRunner:
 
     async def _checkout(self, stack: AsyncExitStack) -> Connection:
         """A pooled connection, waiting at most `pool_timeout`. While waiting, probe the server every
-        `PROBE_AFTER_S` (`_probe`), so a stopped or refusing PostgreSQL fails fast and says so;
+        `PROBE_AFTER_S` (`async_pool.probe`), so a stopped or refusing PostgreSQL fails fast and says so;
         at the end, the error says how many connections were in use."""
         deadline = time.monotonic() + self._pool_timeout
         while True:
@@ -332,7 +277,7 @@ class AsyncRunner:
             except PoolTimeout:
                 if time.monotonic() >= deadline:
                     raise pool_exhausted(self._pool_timeout, self.pool.in_use, self.pool.max_size) from None
-                await _probe(self.target.dsn, deadline - time.monotonic())
+                await probe(self.target.dsn, deadline - time.monotonic())
 
     @staticmethod
     async def _drive(
@@ -341,7 +286,7 @@ class AsyncRunner:
         runner: AsyncRunner | None = None,
         sink: Sink | None = None,
         advance: Advance | None = None,
-        effects: _Effects | None = None,
+        effects: RunEffects | None = None,
     ) -> T:
         """Send each reply into `op` (or throw its error) until it returns. Without a `runner`
         (opening a store) only statements can be performed. `effects` records whether anything
@@ -439,47 +384,6 @@ class AsyncRunner:
         (checked,) = check_vectors([vector], count=1, dimensions=dims)
         self._cache.put(request.text, checked)
         return checked
-
-
-@dataclass
-class _Effects:
-    """What one run of an operation did beyond its transaction."""
-
-    left_transaction: bool = False
-    """A commit (`OutsideTransaction`, `OwnTransaction`) or a line or count handed out (`Emit`,
-    `Progress`): the run cannot simply be undone and run again."""
-
-
-async def _filled(pool: _Pool, dsn: str, pool_timeout: float) -> None:
-    """Wait until the pool holds its first connections (`pool.wait` would close the pool when it
-    gives up, so what kept it from connecting could no longer be seen): at `pool_timeout`, probe
-    the server with the pool's connections still open, raising why a new one fails, else
-    `PoolTimeout`."""
-    deadline = time.monotonic() + pool_timeout
-    while pool.get_stats().get("pool_available", 0) < pool.min_size:
-        if time.monotonic() >= deadline:
-            await _probe(dsn, PROBE_CONNECT_TIMEOUT_S)
-            raise PoolTimeout(f"the pool's first {pool.min_size} connections were not ready in {pool_timeout:g} s")
-        # sync: time.sleep(POOL_FILL_POLL_S)
-        await asyncio.sleep(POOL_FILL_POLL_S)
-
-
-async def _probe(dsn: str, within_s: float) -> None:
-    """Open and set up a connection as the pool does, and close it: raise `StoreUnavailableError`
-    saying why if PostgreSQL is unreachable, or reachable but refusing the connection or its
-    setup; return if it could be made."""
-    try:
-        probe = await psycopg.AsyncConnection.connect(
-            dsn, connect_timeout=max(1, min(PROBE_CONNECT_TIMEOUT_S, round(within_s))), **CONNECTION_KWARGS
-        )
-    except psycopg.OperationalError as exc:
-        raise connection_failed(exc) from exc
-    try:
-        await _configure(probe)
-    except psycopg.Error as exc:
-        raise rejected(exc) from exc
-    finally:
-        await probe.close()
 
 
 async def _outside_transaction(conn: Connection, request: OutsideTransaction) -> list[Any] | None:

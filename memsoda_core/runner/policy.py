@@ -10,6 +10,7 @@ import sys
 import time
 import weakref
 from collections import deque
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -195,6 +196,15 @@ RERUN_ATTEMPTS = 4
 RERUN_BACKOFF_S = 0.05
 """The wait before the second run; it doubles before each further one, with jitter, so two
 victims of one another do not meet again in step."""
+
+
+@dataclass
+class RunEffects:
+    """What one run of an operation did beyond its transaction."""
+
+    left_transaction: bool = False
+    """A commit (`OutsideTransaction`, `OwnTransaction`) or a line or count handed out (`Emit`,
+    `Progress`): the run cannot simply be undone and run again."""
 
 
 def may_rerun(exc: BaseException, attempt: int) -> bool:

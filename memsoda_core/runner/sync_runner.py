@@ -10,16 +10,13 @@ comment just above it.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack, suppress
-from dataclasses import dataclass
 from typing import Any, TypeVar, assert_never
 
 import psycopg
-from pgvector.psycopg import register_vector
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import PoolTimeout
 
 from memsoda_core.embedders import Embedder, check_vectors
 from memsoda_core.errors import MemsodaError
@@ -31,25 +28,18 @@ from memsoda_core.runner.policy import (
     FORCE_GENERIC_PLAN,
     GENERIC_PLAN_PENDING,
     PIPELINE_SUPPORTED,
-    POOL_FILL_POLL_S,
     POOL_MIN_SIZE,
-    PREPARED_MAX,
-    PROBE_CONNECT_TIMEOUT_S,
     READ_ASIDE_CONNECTION_WAIT_S,
     RECONNECT_TIMEOUT_S,
-    SESSION_SETTINGS,
     SPARE_CONNECTION_WAIT_S,
+    RunEffects,
     connection_failed,
-    lend_newest_first,
-    lend_oldest_first,
-    may_be_dropped,
     may_rerun,
     outside_transaction_failed,
     own_transaction_failed,
     pool_exhausted,
     probe_wait,
     read_aside_failed,
-    rejected,
     rerun_delay,
     translate_db_error,
 )
@@ -67,6 +57,7 @@ from memsoda_core.runner.steps import (
     ReadAside,
     Synthesize,
 )
+from memsoda_core.runner.sync_pool import Pool, check, configure, filled, probe
 from memsoda_core.runner.target import Target
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.synthesis import Synthesizer
@@ -80,52 +71,6 @@ Sink = Callable[[Sequence[str]], None]
 """Where `Emit` lines go (an export's file)."""
 Advance = Callable[[int], None]
 """What `Progress` calls (an import's progress bar)."""
-
-
-def _configure(conn: Connection) -> None:
-    register_vector(conn)
-    conn.prepared_max = PREPARED_MAX
-    for statement in SESSION_SETTINGS:
-        conn.execute(statement)
-    conn.commit()
-
-
-class _Pool(ConnectionPool[Connection]):
-    """psycopg_pool's pool, lending the most recently returned connection first (see
-    `policy.lend_newest_first`), and counting the connections it has lent (`in_use`)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.in_use = 0
-        self._counting = threading.Lock()
-
-    def getconn(self, timeout: float | None = None) -> Connection:
-        conn = super().getconn(timeout)
-        with self._counting:
-            self.in_use += 1
-        return conn
-
-    def putconn(self, conn: Connection) -> None:
-        with self._counting:
-            self.in_use -= 1
-        super().putconn(conn)
-
-    def _get_ready_connection(self, timeout: float | None) -> Connection | None:
-        idle = getattr(self, "_pool", None)
-        turned = lend_newest_first(idle)
-        try:
-            conn = super()._get_ready_connection(timeout)
-        except BaseException:
-            if turned:
-                lend_oldest_first(idle)
-            raise
-        return conn
-
-
-def _check(conn: Connection) -> None:
-    """The pool's check before lending `conn`: a round trip only when `policy.may_be_dropped`."""
-    if may_be_dropped(conn):
-        ConnectionPool.check_connection(conn)
 
 
 def _fetch(conn: Connection, request: Execute) -> list[Any]:
@@ -193,7 +138,7 @@ class Runner:
     def __init__(
         self,
         *,
-        pool: _Pool,
+        pool: Pool,
         target: Target,
         info: StoreInfo,
         embedder: Embedder,
@@ -230,20 +175,20 @@ class Runner:
         try:
             with conn:
                 info = cls.run_on(conn, opening)
-            pool = _Pool(
+            pool = Pool(
                 target.dsn,
                 min_size=min(POOL_MIN_SIZE, pool_size),
                 max_size=pool_size,
                 timeout=pool_timeout,
                 kwargs=CONNECTION_KWARGS,
-                configure=_configure,
-                check=_check,
+                configure=configure,
+                check=check,
                 reconnect_timeout=RECONNECT_TIMEOUT_S,
                 open=False,
             )
             try:
                 pool.open()
-                _filled(pool, target.dsn, pool_timeout)
+                filled(pool, target.dsn, pool_timeout)
             except BaseException:
                 pool.close()
                 raise
@@ -290,7 +235,7 @@ class Runner:
         runs = 0
         while True:
             runs += 1
-            effects = _Effects()
+            effects = RunEffects()
             try:
                 return self._run_once(op() if callable(op) else op, read_only, sink, advance, effects)
             except (psycopg.Error, PoolTimeout) as exc:
@@ -301,7 +246,7 @@ class Runner:
                 raise translate_db_error(exc, retry_safe=not effects.left_transaction, runs=runs) from exc
 
     def _run_once(
-        self, op: Operation[T], read_only: bool, sink: Sink | None, advance: Advance | None, effects: _Effects
+        self, op: Operation[T], read_only: bool, sink: Sink | None, advance: Advance | None, effects: RunEffects
     ) -> T:
         with ExitStack() as stack:
             conns: list[Connection] = []
@@ -319,7 +264,7 @@ class Runner:
 
     def _checkout(self, stack: ExitStack) -> Connection:
         """A pooled connection, waiting at most `pool_timeout`. While waiting, probe the server every
-        `PROBE_AFTER_S` (`_probe`), so a stopped or refusing PostgreSQL fails fast and says so;
+        `PROBE_AFTER_S` (`sync_pool.probe`), so a stopped or refusing PostgreSQL fails fast and says so;
         at the end, the error says how many connections were in use."""
         deadline = time.monotonic() + self._pool_timeout
         while True:
@@ -328,7 +273,7 @@ class Runner:
             except PoolTimeout:
                 if time.monotonic() >= deadline:
                     raise pool_exhausted(self._pool_timeout, self.pool.in_use, self.pool.max_size) from None
-                _probe(self.target.dsn, deadline - time.monotonic())
+                probe(self.target.dsn, deadline - time.monotonic())
 
     @staticmethod
     def _drive(
@@ -337,7 +282,7 @@ class Runner:
         runner: Runner | None = None,
         sink: Sink | None = None,
         advance: Advance | None = None,
-        effects: _Effects | None = None,
+        effects: RunEffects | None = None,
     ) -> T:
         """Send each reply into `op` (or throw its error) until it returns. Without a `runner`
         (opening a store) only statements can be performed. `effects` records whether anything
@@ -434,46 +379,6 @@ class Runner:
         (checked,) = check_vectors([vector], count=1, dimensions=dims)
         self._cache.put(request.text, checked)
         return checked
-
-
-@dataclass
-class _Effects:
-    """What one run of an operation did beyond its transaction."""
-
-    left_transaction: bool = False
-    """A commit (`OutsideTransaction`, `OwnTransaction`) or a line or count handed out (`Emit`,
-    `Progress`): the run cannot simply be undone and run again."""
-
-
-def _filled(pool: _Pool, dsn: str, pool_timeout: float) -> None:
-    """Wait until the pool holds its first connections (`pool.wait` would close the pool when it
-    gives up, so what kept it from connecting could no longer be seen): at `pool_timeout`, probe
-    the server with the pool's connections still open, raising why a new one fails, else
-    `PoolTimeout`."""
-    deadline = time.monotonic() + pool_timeout
-    while pool.get_stats().get("pool_available", 0) < pool.min_size:
-        if time.monotonic() >= deadline:
-            _probe(dsn, PROBE_CONNECT_TIMEOUT_S)
-            raise PoolTimeout(f"the pool's first {pool.min_size} connections were not ready in {pool_timeout:g} s")
-        time.sleep(POOL_FILL_POLL_S)
-
-
-def _probe(dsn: str, within_s: float) -> None:
-    """Open and set up a connection as the pool does, and close it: raise `StoreUnavailableError`
-    saying why if PostgreSQL is unreachable, or reachable but refusing the connection or its
-    setup; return if it could be made."""
-    try:
-        probe = psycopg.Connection.connect(
-            dsn, connect_timeout=max(1, min(PROBE_CONNECT_TIMEOUT_S, round(within_s))), **CONNECTION_KWARGS
-        )
-    except psycopg.OperationalError as exc:
-        raise connection_failed(exc) from exc
-    try:
-        _configure(probe)
-    except psycopg.Error as exc:
-        raise rejected(exc) from exc
-    finally:
-        probe.close()
 
 
 def _outside_transaction(conn: Connection, request: OutsideTransaction) -> list[Any] | None:
