@@ -1,4 +1,4 @@
-"""`python -m bench quality|speed|ingest|index|learning|stream|layout|citus|cli`: every table of bench/RESULTS.md."""
+"""`python -m bench quality|speed|ingest|index|learning|stream|layout|citus|cli|soak`: the tables of RESULTS.md."""
 
 from __future__ import annotations
 
@@ -100,6 +100,13 @@ def main(argv: list[str] | None = None) -> int:
     cli.add_argument("--cold-runs", type=int, default=2, help="fresh processes timing Memory.open() + first recall")
     cli.add_argument("--unserved-runs", type=int, default=2, help="recalls with the server started --no-embed")
 
+    commands.add_parser("soak", help="recalls, writers and forget(entity) racing, then the invariant counts")
+
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["soak"]:  # its options are bench.soak's own
+        from bench import soak as bench_soak
+
+        return bench_soak.main(argv[1:])
     args = parser.parse_args(argv)
     if args.command == "quality":
         from bench import quality as bench_quality

@@ -7,10 +7,17 @@ then proof that nothing was lost.
 
 Tenants are seeded, then `--recallers` tasks recall in a loop (the same few queries over and over, as
 an agent does, plus one in ten never seen before, so the embedder runs too) while `--writers` tasks
-add facts and episodes with unique content. Afterwards every tenant is exported: every acknowledged
-write must be there with the same content, nothing else may be, and the stats must count them. A
-recall that returns a row of another tenant counts as an error. The run passes (exit status 0) only
-with zero errors. Latencies include waiting for a pooled connection: that is what callers feel.
+add facts and episodes with unique content, and one in four of their writes races the others on one
+single-valued relation ("is based in"). `--forgetters` tasks meanwhile move an entity of their own
+from place to place (each new place ends the last one, `superseded_by` it) and forget the places
+again, so `forget(entity=...)` races the writers and clears pointers into what it deletes.
+Afterwards every tenant is exported: every acknowledged write must be there with the same content,
+nothing else may be, and the stats must count them; then the invariants are counted in SQL (more
+than one live fact of a single-valued relation, `superseded_by` naming no fact, half-written facts:
+a fact without its subject's `fact_entities` row or naming an entity that is gone, entity and scope
+counts that differ from the rows). A recall that returns a row of another tenant counts as an
+error. The run passes (exit status 0) only with zero errors and zero violations. Latencies include
+waiting for a pooled connection: that is what callers feel.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import io
+import itertools
 import json
 import math
 import os
@@ -57,6 +65,8 @@ THINGS = [
     "marathons",
 ]
 PREDICATES = ["likes", "lives in", "works in", "drives", "watches", "plays", "visited", "wants to learn"]
+BASED_IN = "is based in"
+"""The single-valued predicate the writers and forgetters race on (the seed does not use it)."""
 QUERIES = [
     "anything good on netflix tonight?",
     "what does the user drive",
@@ -78,6 +88,8 @@ class SoakConfig:
     seconds: float = 60.0
     recallers: int = 64
     writers: int = 4
+    forgetters: int = 2
+    """Tasks that move an entity of their own and forget where it was, racing the writers."""
     tenants: int = 4
     seed_facts: int = 200
     """Facts per tenant before the clock starts."""
@@ -110,10 +122,15 @@ class SoakReport:
     changed: list[int] = field(default_factory=list)
     unacknowledged: list[int] = field(default_factory=list)
     miscounted: list[str] = field(default_factory=list)
+    forgets: int = 0
+    """`forget(entity=...)` calls that returned during the load."""
+    violations: dict[str, int] = field(default_factory=dict)
+    """Each invariant (`INVARIANTS`) and the rows breaking it after the run."""
 
     @property
     def ok(self) -> bool:
-        return not (self.errors or self.missing or self.changed or self.unacknowledged or self.miscounted)
+        broken = any(self.violations.values())
+        return not (self.errors or self.missing or self.changed or self.unacknowledged or self.miscounted or broken)
 
     def markdown(self, *, where: str) -> str:
         c = self.config
@@ -123,9 +140,12 @@ class SoakReport:
             ("write under load (add_facts / add_episodes)", self.write_ms),
         ]
         lines = [
-            f"## Soak: {c.recallers} concurrent recalls and {c.writers} writers for {c.seconds:g} s",
+            f"## Soak: {c.recallers} concurrent recalls, {c.writers} writers and {c.forgetters} forgetters "
+            f"for {c.seconds:g} s",
             "",
-            f"`python -m bench.soak --seconds {c.seconds:g}` on {where}: one `AsyncMemory` (pool {c.pool_size}, "
+            f"`python -m bench soak --seconds {c.seconds:g} --recallers {c.recallers} --writers {c.writers} "
+            f"--forgetters {c.forgetters} --tenants {c.tenants} --seed-facts {c.seed_facts}` on {where}: "
+            f"one `AsyncMemory` (pool {c.pool_size}, "
             f"pool timeout {c.pool_timeout:g} s), {c.tenants} tenants seeded with {c.seed_facts} facts each"
             + (", statistics refreshed after seeding" if c.analyze else ", never analyzed (`--no-analyze`)")
             + ". Latency includes the wait for a pooled connection.",
@@ -146,7 +166,12 @@ class SoakReport:
             f"{verdict}: {len(self.errors)} errors; {self.facts_acknowledged} facts and {self.episodes_acknowledged} "
             f"episodes acknowledged, missing afterwards {len(self.missing)}, changed {len(self.changed)}, "
             f"present but never acknowledged {len(self.unacknowledged)}, stats miscounts {len(self.miscounted)}; "
-            f"rows of another tenant in recalls {self.leaks}; degraded recalls {self.degraded}.",
+            f"rows of another tenant in recalls {self.leaks}; degraded recalls {self.degraded}; "
+            f"{self.forgets} forget(entity) calls raced the writers.",
+            "",
+            "| invariant after the run | violations |",
+            "|---|---:|",
+            *(f"| {name} | {count} |" for name, count in self.violations.items()),
             "",
             f"Machine: {os.cpu_count()} CPUs, {platform.platform()}, Python {platform.python_version()}; "
             f"{datetime.now(UTC):%Y-%m-%d}.",
@@ -188,6 +213,7 @@ async def soak(memory: AsyncMemory, config: SoakConfig) -> SoakReport:
     tenants = [_Tenant(scope={"dataset": report.dataset, "project": f"tenant-{i}"}) for i in range(config.tenants)]
     try:
         for tenant in tenants:
+            await memory.set_single_valued([BASED_IN], **tenant.scope)
             facts = seed_facts(rng, config.seed_facts)
             for start in range(0, len(facts), 100):
                 batch = facts[start : start + 100]
@@ -216,8 +242,12 @@ async def soak(memory: AsyncMemory, config: SoakConfig) -> SoakReport:
                 _writer(memory, tenants, report, n, random.Random(-config.seed - n), stop_at)
                 for n in range(config.writers)
             ),
+            *(_forgetter(memory, tenants, report, n, stop_at) for n in range(config.forgetters)),
         )
         report.elapsed_s = loop.time() - started
+        report.violations = await count_violations(memory, report.dataset)
+        for tenant, number in itertools.product(tenants, range(config.forgetters)):  # not acknowledged writes
+            await memory.forget(entity=f"mover {number}", **tenant.scope)
         await _verify(memory, tenants, report)
     finally:
         for tenant in tenants:
@@ -276,6 +306,11 @@ async def _writer(
                 (episode_id,) = await memory.add_episodes([{"text": text, "thread_id": f"w{number}"}], **tenant.scope)
                 tenant.episodes[episode_id] = text
                 report.episodes_acknowledged += 1
+            elif sequence % 4 == 0:  # races the other writers on one single-valued relation
+                fact = {"subject": "user", "predicate": BASED_IN, "object": rng.choice(PLACES)}
+                ids = await memory.add_facts([fact], **tenant.scope)
+                tenant.facts.update({i: ("user", BASED_IN, fact["object"]) for i in ids})
+                report.facts_acknowledged += len(ids)
             else:
                 batch = [
                     {
@@ -295,6 +330,77 @@ async def _writer(
             report.errors.append(f"write: {type(exc).__name__}: {exc}")
             continue
         report.write_ms.append((time.perf_counter() - started) * 1000)
+
+
+async def _forgetter(
+    memory: AsyncMemory, tenants: list[_Tenant], report: SoakReport, number: int, stop_at: float
+) -> None:
+    """In each tenant in turn, move "mover <n>" to a place and on to the next (a single-valued
+    relation: the first fact ends, `superseded_by` the second), then forget the second place: the
+    pointer into the deleted fact must be cleared. Its facts are not acknowledged writes: the
+    mover is forgotten once the invariants are counted."""
+    loop = asyncio.get_running_loop()
+    sequence = 0
+    while loop.time() < stop_at:
+        sequence += 1
+        tenant = tenants[sequence % len(tenants)]
+        mover = f"mover {number}"
+        try:
+            for step in ("from", "to"):
+                place = f"town {number}-{sequence}-{step}"
+                await memory.add_facts([{"subject": mover, "predicate": BASED_IN, "object": place}], **tenant.scope)
+            await memory.forget(entity=f"town {number}-{sequence}-to", **tenant.scope)
+            report.forgets += 1
+        except Exception as exc:
+            report.errors.append(f"forgetter: {type(exc).__name__}: {exc}")
+
+
+INVARIANTS = {
+    "live facts of one single-valued relation, beyond the first": """
+        SELECT coalesce(sum(n - 1), 0) FROM (
+            SELECT count(*) AS n FROM {s}.facts f
+            JOIN {s}.single_valued sv ON sv.dataset = f.dataset AND sv.project = f.project
+                                     AND sv.predicate = lower(f.predicate)
+            WHERE f.dataset = %(dataset)s AND f.invalid_at IS NULL
+            GROUP BY f.project, f.subject, lower(f.predicate) HAVING count(*) > 1) r""",
+    "superseded_by naming no fact": """
+        SELECT count(*) FROM {s}.facts p
+        WHERE p.dataset = %(dataset)s AND p.superseded_by IS NOT NULL
+          AND NOT EXISTS (SELECT 1 FROM {s}.facts f
+                          WHERE f.dataset = p.dataset AND f.project = p.project AND f.id = p.superseded_by)""",
+    "facts without their subject's fact_entities row": """
+        SELECT count(*) FROM {s}.facts f
+        WHERE f.dataset = %(dataset)s
+          AND NOT EXISTS (SELECT 1 FROM {s}.fact_entities fe WHERE fe.dataset = f.dataset
+                          AND fe.project = f.project AND fe.fact_id = f.id AND fe.entity_id = f.subject_id)""",
+    "facts naming an object entity that is gone": """
+        SELECT count(*) FROM {s}.facts f
+        WHERE f.dataset = %(dataset)s AND f.object_id IS NOT NULL
+          AND NOT EXISTS (SELECT 1 FROM {s}.entities e
+                          WHERE e.dataset = f.dataset AND e.project = f.project AND e.id = f.object_id)""",
+    "entities whose fact_count differs from their links": """
+        SELECT count(*) FROM {s}.entities e
+        WHERE e.dataset = %(dataset)s
+          AND e.fact_count <> (SELECT count(*) FROM {s}.fact_entities fe
+                               WHERE fe.dataset = e.dataset AND fe.project = e.project AND fe.entity_id = e.id)""",
+    "scopes whose fact_count differs from their facts": """
+        SELECT count(*) FROM {s}.scopes sc
+        WHERE sc.dataset = %(dataset)s
+          AND sc.fact_count <> (SELECT count(*) FROM {s}.facts f
+                                WHERE f.dataset = sc.dataset AND f.project = sc.project)""",
+}
+"""Each invariant of the store as SQL counting the rows of the soak's dataset that break it."""
+
+
+async def count_violations(memory: AsyncMemory, dataset: str) -> dict[str, int]:
+    """Each of `INVARIANTS` and its count in `dataset`, read on a connection of its own."""
+    counts: dict[str, int] = {}
+    async with await psycopg.AsyncConnection.connect(memory.dsn, autocommit=True) as conn:
+        for name, query in INVARIANTS.items():
+            statement = sql.SQL(query).format(s=sql.Identifier(memory.info.schema))
+            row = await (await conn.execute(statement, {"dataset": dataset})).fetchone()
+            counts[name] = int(row[0]) if row else 0
+    return counts
 
 
 async def _verify(memory: AsyncMemory, tenants: list[_Tenant], report: SoakReport) -> None:
@@ -358,10 +464,13 @@ def _embedder(name: str) -> Embedder:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench soak", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=60.0, help="how long the load runs (default 60)")
     parser.add_argument("--recallers", type=int, default=64, help="concurrent recall loops (default 64)")
     parser.add_argument("--writers", type=int, default=4, help="concurrent writer loops (default 4)")
+    parser.add_argument(
+        "--forgetters", type=int, default=2, help="loops moving an entity and forgetting it (default 2)"
+    )
     parser.add_argument("--tenants", type=int, default=4)
     parser.add_argument("--seed-facts", type=int, default=200, help="facts per tenant before the clock starts")
     parser.add_argument("--pool-size", type=int, default=10)
@@ -380,6 +489,7 @@ def main(argv: list[str] | None = None) -> int:
         seconds=args.seconds,
         recallers=args.recallers,
         writers=args.writers,
+        forgetters=args.forgetters,
         tenants=args.tenants,
         seed_facts=args.seed_facts,
         pool_size=args.pool_size,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import suppress
 from types import TracebackType
 from typing import Any, TextIO, TypeVar
@@ -129,8 +129,12 @@ class AsyncMemory(ItemsBase):
     ) -> None:
         await self.close()
 
-    async def _run(self, op: Operation[T], *, read_only: bool = False) -> T:
-        return await self._runner.run(self._writing(op) if not read_only else op, read_only=read_only)
+    async def _run(self, op: Operation[T] | Callable[[], Operation[T]], *, read_only: bool = False) -> T:
+        """Have the runner perform `op`, or the operation `op()` builds (see `AsyncRunner.run`); a
+        write (not `read_only`) is refused at once on a read-only store."""
+        if not read_only:
+            self._check_writable("this operation")
+        return await self._runner.run(op, read_only=read_only)
 
     # --- public API --------------------------------------------------------------------------------
 
@@ -156,13 +160,13 @@ class AsyncMemory(ItemsBase):
         A fact without valid_at has no known start: it is true for as long as memory knows (live
         at any `as_of` before its end). A new single-valued value without one starts when memory
         learns it, and the value it replaces ends then."""
-        return await self._run(self._add_facts_op(facts, dataset, project, vectors))
+        return await self._run(lambda: self._add_facts_op(facts, dataset, project, vectors))
 
     async def invalidate(self, fact_id: int, *, dataset: str, project: str, at: Any = None) -> bool:
         """End a live fact's validity at `at` (default now); True. Memory records when it learned
         the end (`Fact.expired_at`). A fact that has ended or was superseded raises `NotLiveError`
         (naming the fact live now in its chain)."""
-        return await self._run(self._invalidate_op(fact_id, dataset, project, at))
+        return await self._run(lambda: self._invalidate_op(fact_id, dataset, project, at))
 
     async def supersede(
         self, fact_id: int, new_fact: FactInput | Mapping[str, Any], *, dataset: str, project: str
@@ -170,7 +174,7 @@ class AsyncMemory(ItemsBase):
         """Store `new_fact` and end the live fact `fact_id` at its valid_at (none: now, when memory
         learns it), superseded by it, atomically; returns the new id. `NotLiveError` if `fact_id`
         has ended or was superseded (it names the fact live now in its chain)."""
-        return await self._run(self._supersede_op(fact_id, new_fact, dataset, project))
+        return await self._run(lambda: self._supersede_op(fact_id, new_fact, dataset, project))
 
     async def set_single_valued(
         self, predicates: Sequence[str], *, dataset: str, project: str, single_valued: bool = True
@@ -178,7 +182,7 @@ class AsyncMemory(ItemsBase):
         """Declare relations with these predicates (case folded) to hold one value at a time in the
         scope (`single_valued=False` undoes it), for the writes that follow: a new value ends the
         live one. Returns the scope's single-valued predicates."""
-        return await self._run(self._set_single_valued_op(predicates, dataset, project, single_valued))
+        return await self._run(lambda: self._set_single_valued_op(predicates, dataset, project, single_valued))
 
     async def single_valued(self, *, dataset: str, project: str) -> list[str]:
         """The scope's single-valued predicates."""
@@ -257,7 +261,7 @@ class AsyncMemory(ItemsBase):
         except Exception as exc:
             raise extraction_failed(call.extractor, exc) from exc
         checked = call.answer(raw, request)
-        applied = await self._run(self._apply_extraction_op(call, checked))
+        applied = await self._run(lambda: self._apply_extraction_op(call, checked))
         return call.result(request, checked, applied)
 
     async def sources(self, fact_id: int, *, dataset: str, project: str) -> list[FactSource]:
@@ -269,12 +273,12 @@ class AsyncMemory(ItemsBase):
         self, episodes: Sequence[EpisodeInput | Mapping[str, Any]], *, dataset: str, project: str
     ) -> list[int]:
         """Store cross-thread episode summaries; returns their ids."""
-        return await self._run(self._add_episodes_op(episodes, dataset, project))
+        return await self._run(lambda: self._add_episodes_op(episodes, dataset, project))
 
     async def forget(self, *, dataset: str, project: str, entity: str | None = None) -> int:
         """Delete an entity and every fact touching it, or the whole dataset/project when
         `entity` is None. Returns the number of facts deleted."""
-        return await self._run(self._forget_op(dataset, project, entity))
+        return await self._run(lambda: self._forget_op(dataset, project, entity))
 
     async def recall(
         self,
@@ -380,7 +384,7 @@ class AsyncMemory(ItemsBase):
         gets a fact "user noted <text>" that recall finds; replacing or deleting the item ends the
         fact (superseded by the new text's) once no item refers to it. Returns the fact id (or None)
         of each distinct (namespace, key), in the order of their last writes."""
-        return await self._run(self._put_items_op(items, dataset, project))
+        return await self._run(lambda: self._put_items_op(items, dataset, project))
 
     async def get_item(self, namespace: Sequence[str], key: str, *, dataset: str, project: str) -> StoredItem | None:
         """The item at (`namespace`, `key`) of the scope, or None."""

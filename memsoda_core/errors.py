@@ -19,7 +19,8 @@
     ├── ExtractionError            `remember`'s model failed, timed out or returned unusable operations
     ├── EmbedderMismatchError      the store was created with another embedding model or dimension
     ├── StoreError                 the database could not do what was asked
-    │   ├── StoreUnavailableError  PostgreSQL cannot be reached, or no pooled connection was free
+    │   ├── StoreUnavailableError  PostgreSQL cannot be reached, rejects connections, or no pooled connection was free
+    │   ├── StoreBusyError         a deadlock, serialization failure, statement or lock timeout (`retry_safe`)
     │   ├── ReadOnlyStoreError     a write to a store open read-only (a replica, a read-only role)
     │   └── SchemaError            the schema is newer than this memsoda, or pgvector is missing
     └── ConfigurationError         an option or environment variable is wrong
@@ -45,6 +46,7 @@ __all__ = [
     "ReadOnlyStoreError",
     "SchemaError",
     "ScopeError",
+    "StoreBusyError",
     "StoreError",
     "StoreUnavailableError",
     "TextTooLongError",
@@ -137,7 +139,21 @@ class StoreError(MemsodaError):
 
 
 class StoreUnavailableError(StoreError):
-    """PostgreSQL could not be reached, or no pooled connection became free in time."""
+    """PostgreSQL could not be reached, rejected a new connection, or no pooled connection became
+    free in time; the message says which."""
+
+
+class StoreBusyError(StoreError):
+    """PostgreSQL is up but ended the operation: a deadlock or a serialization failure (memsoda
+    ran the operation again a few times first), a statement timeout or a lock timeout. Not an
+    outage. `sqlstate` is PostgreSQL's code (40P01, 40001, 57014, 55P03); `retry_safe` is True when
+    the operation committed nothing before it ended (its transaction rolled back whole), so calling
+    it again cannot apply anything twice."""
+
+    def __init__(self, message: str, *, sqlstate: str, retry_safe: bool) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+        self.retry_safe = retry_safe
 
 
 class ReadOnlyStoreError(StoreError):

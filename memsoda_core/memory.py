@@ -9,7 +9,7 @@ The public API over the runner: each method checks its arguments, builds its ope
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import suppress
 from types import TracebackType
 from typing import Any, TextIO, TypeVar
@@ -127,8 +127,12 @@ class Memory(ItemsBase):
     ) -> None:
         self.close()
 
-    def _run(self, op: Operation[T], *, read_only: bool = False) -> T:
-        return self._runner.run(self._writing(op) if not read_only else op, read_only=read_only)
+    def _run(self, op: Operation[T] | Callable[[], Operation[T]], *, read_only: bool = False) -> T:
+        """Have the runner perform `op`, or the operation `op()` builds (see `Runner.run`); a
+        write (not `read_only`) is refused at once on a read-only store."""
+        if not read_only:
+            self._check_writable("this operation")
+        return self._runner.run(op, read_only=read_only)
 
     # --- public API --------------------------------------------------------------------------------
 
@@ -154,19 +158,19 @@ class Memory(ItemsBase):
         A fact without valid_at has no known start: it is true for as long as memory knows (live
         at any `as_of` before its end). A new single-valued value without one starts when memory
         learns it, and the value it replaces ends then."""
-        return self._run(self._add_facts_op(facts, dataset, project, vectors))
+        return self._run(lambda: self._add_facts_op(facts, dataset, project, vectors))
 
     def invalidate(self, fact_id: int, *, dataset: str, project: str, at: Any = None) -> bool:
         """End a live fact's validity at `at` (default now); True. Memory records when it learned
         the end (`Fact.expired_at`). A fact that has ended or was superseded raises `NotLiveError`
         (naming the fact live now in its chain)."""
-        return self._run(self._invalidate_op(fact_id, dataset, project, at))
+        return self._run(lambda: self._invalidate_op(fact_id, dataset, project, at))
 
     def supersede(self, fact_id: int, new_fact: FactInput | Mapping[str, Any], *, dataset: str, project: str) -> int:
         """Store `new_fact` and end the live fact `fact_id` at its valid_at (none: now, when memory
         learns it), superseded by it, atomically; returns the new id. `NotLiveError` if `fact_id`
         has ended or was superseded (it names the fact live now in its chain)."""
-        return self._run(self._supersede_op(fact_id, new_fact, dataset, project))
+        return self._run(lambda: self._supersede_op(fact_id, new_fact, dataset, project))
 
     def set_single_valued(
         self, predicates: Sequence[str], *, dataset: str, project: str, single_valued: bool = True
@@ -174,7 +178,7 @@ class Memory(ItemsBase):
         """Declare relations with these predicates (case folded) to hold one value at a time in the
         scope (`single_valued=False` undoes it), for the writes that follow: a new value ends the
         live one. Returns the scope's single-valued predicates."""
-        return self._run(self._set_single_valued_op(predicates, dataset, project, single_valued))
+        return self._run(lambda: self._set_single_valued_op(predicates, dataset, project, single_valued))
 
     def single_valued(self, *, dataset: str, project: str) -> list[str]:
         """The scope's single-valued predicates."""
@@ -252,7 +256,7 @@ class Memory(ItemsBase):
         except Exception as exc:
             raise extraction_failed(call.extractor, exc) from exc
         checked = call.answer(raw, request)
-        applied = self._run(self._apply_extraction_op(call, checked))
+        applied = self._run(lambda: self._apply_extraction_op(call, checked))
         return call.result(request, checked, applied)
 
     def sources(self, fact_id: int, *, dataset: str, project: str) -> list[FactSource]:
@@ -264,12 +268,12 @@ class Memory(ItemsBase):
         self, episodes: Sequence[EpisodeInput | Mapping[str, Any]], *, dataset: str, project: str
     ) -> list[int]:
         """Store cross-thread episode summaries; returns their ids."""
-        return self._run(self._add_episodes_op(episodes, dataset, project))
+        return self._run(lambda: self._add_episodes_op(episodes, dataset, project))
 
     def forget(self, *, dataset: str, project: str, entity: str | None = None) -> int:
         """Delete an entity and every fact touching it, or the whole dataset/project when
         `entity` is None. Returns the number of facts deleted."""
-        return self._run(self._forget_op(dataset, project, entity))
+        return self._run(lambda: self._forget_op(dataset, project, entity))
 
     def recall(
         self,
@@ -375,7 +379,7 @@ class Memory(ItemsBase):
         gets a fact "user noted <text>" that recall finds; replacing or deleting the item ends the
         fact (superseded by the new text's) once no item refers to it. Returns the fact id (or None)
         of each distinct (namespace, key), in the order of their last writes."""
-        return self._run(self._put_items_op(items, dataset, project))
+        return self._run(lambda: self._put_items_op(items, dataset, project))
 
     def get_item(self, namespace: Sequence[str], key: str, *, dataset: str, project: str) -> StoredItem | None:
         """The item at (`namespace`, `key`) of the scope, or None."""

@@ -149,11 +149,6 @@ class MemoryBase:
         export are served, and every write raises `ReadOnlyStoreError` before anything is sent."""
         return self._info.read_only
 
-    def _writing(self, op: Operation[T]) -> Operation[T]:
-        """`op`, a write (what `_run` performs unless `read_only`): refused at once on a read-only store."""
-        self._check_writable("this operation")
-        return op
-
     def _check_writable(self, what: str) -> None:
         """Refuse a write before anything is sent when the store is open read-only."""
         if self._info.read_only:

@@ -30,6 +30,7 @@ import psycopg
 import pytest
 from conftest import Either, open_memory
 from helpers import FaultyEmbedder
+from psycopg.conninfo import make_conninfo
 from psycopg_pool import PoolTimeout
 
 from memsoda_core import (
@@ -40,6 +41,7 @@ from memsoda_core import (
     Memory,
     RecallOptions,
     ScopeError,
+    StoreBusyError,
     StoreError,
     StoreUnavailableError,
     TextTooLongError,
@@ -745,3 +747,176 @@ async def test_every_connection_string_form_opens_the_store(
 def test_bad_pool_size_is_a_configuration_error(pg_dsn: str, embedder: LocalEmbedder) -> None:
     with pytest.raises(ConfigurationError):
         Memory.open(pg_dsn, embedder, pool_size=0)
+
+
+# --- errors that are not outages: deadlocks, timeouts --------------------------------------------------
+
+
+def in_background(memory: Either, method: str, *args: Any, **kwargs: Any) -> asyncio.Future[Any]:
+    """Start `memory.<method>(...)` without waiting: a task (async) or a thread (sync)."""
+    call = getattr(memory.raw, method)
+    if memory.is_async:
+        return asyncio.ensure_future(call(*args, **kwargs))
+    return asyncio.ensure_future(asyncio.to_thread(call, *args, **kwargs))
+
+
+def server_deadlocks(dsn: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def blocked_by(dsn: str, pid: int) -> int:
+    """The backend that waits for a lock `pid` holds (polled at most a minute; no fixed sleeps)."""
+    with psycopg.connect(dsn, autocommit=True) as watcher:
+        for _ in range(1200):
+            row = watcher.execute(
+                "SELECT pid FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))", [pid]
+            ).fetchone()
+            if row:
+                return int(row[0])
+            await asyncio.sleep(0.05)
+    raise AssertionError(f"nothing came to wait for backend {pid}")
+
+
+SCOPE_ROW = "SELECT 1 FROM memsoda.scopes WHERE dataset = %(dataset)s AND project = %(project)s FOR UPDATE"
+
+
+@pytest.mark.parametrize("reruns", [True, False])
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_a_write_chosen_as_deadlock_victim_runs_again_and_lands_once(
+    pg_dsn: str,
+    embedder: LocalEmbedder,
+    scope: dict[str, str],
+    flavour: str,
+    reruns: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A test-side transaction holds the scope row, so the write waits for it holding its entity
+    rows; then the test asks for one of those rows, closing a cycle. With its own deadlock_timeout
+    long, the server ends the write, whose wait began first. memsoda runs the write again (once
+    the test lets go), and it lands once; with no more runs allowed, the caller gets
+    StoreBusyError (40P01, retry_safe) and nothing was written."""
+    if not reruns:
+        monkeypatch.setattr("memsoda_core.runner.policy.RERUN_ATTEMPTS", 1)
+    memory = await open_memory(flavour, pg_dsn, embedder)
+    try:
+        await memory.add_facts(FACTS[:1], **scope)
+        before = server_deadlocks(pg_dsn)
+        with psycopg.connect(pg_dsn) as holder:
+            try:
+                holder.execute("SET LOCAL deadlock_timeout = '20s'")  # the write's check runs first
+            except psycopg.errors.InsufficientPrivilege:
+                pytest.skip("needs a role that may set deadlock_timeout")
+            holder.execute(SCOPE_ROW, scope)
+            writing = in_background(memory, "add_facts", [{**FACTS[2], "subject": "breaking bad"}], **scope)
+            await blocked_by(pg_dsn, holder.info.backend_pid)
+            # the write has bumped "breaking bad"'s count and waits for the scope row: take that entity
+            await asyncio.to_thread(
+                holder.execute,
+                "SELECT 1 FROM memsoda.entities WHERE dataset = %(dataset)s AND project = %(project)s"
+                " AND name = 'breaking bad' FOR UPDATE",
+                scope,
+            )  # returns once the server has ended the write's transaction
+            holder.rollback()
+        if reruns:
+            (fact_id,) = await writing
+            assert (await memory.get_fact(fact_id, **scope)).text == "breaking bad drives honda civic"
+            assert (await memory.stats(**scope))[0]["facts"] == 2  # once, not twice
+        else:
+            with pytest.raises(StoreBusyError) as caught:
+                await writing
+            assert (caught.value.sqlstate, caught.value.retry_safe) == ("40P01", True)
+            assert "unavailable" not in str(caught.value) and "deadlock" in str(caught.value)
+            assert (await memory.stats(**scope))[0]["facts"] == 1
+        assert server_deadlocks(pg_dsn) == before + 1  # the server did detect one
+    finally:
+        await memory.close()
+
+
+@pytest.mark.parametrize(("setting", "sqlstate"), [("lock_timeout", "55P03"), ("statement_timeout", "57014")])
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_lock_and_statement_timeouts_are_busy_not_unavailable(
+    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str], flavour: str, setting: str, sqlstate: str
+) -> None:
+    """A session whose timeout ends a write waiting for a row (held here): StoreBusyError with
+    PostgreSQL's code, safe to retry (nothing was written), not run again by memsoda, and the
+    next call works."""
+    Memory.open(pg_dsn, embedder).close()  # the store exists: opening it again only reads
+    timed = make_conninfo(pg_dsn, options=f"-c {setting}=700")
+    memory = await open_memory(flavour, timed, embedder)
+    try:
+        await memory.add_facts(FACTS[:1], **scope)
+        with psycopg.connect(pg_dsn) as holder:
+            holder.execute(SCOPE_ROW, scope)
+            with pytest.raises(StoreBusyError) as caught:
+                await memory.add_facts(FACTS[1:2], **scope)
+            holder.rollback()
+        error = caught.value
+        assert (error.sqlstate, error.retry_safe) == (sqlstate, True)
+        assert "unavailable" not in str(error) and "run " not in str(error)  # one run: a timeout is not rerun
+        assert (await memory.stats(**scope))[0]["facts"] == 1  # nothing of the failed write
+        await memory.add_facts(FACTS[1:2], **scope)
+        assert (await memory.stats(**scope))[0]["facts"] == 2
+    finally:
+        await memory.close()
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_a_statement_timeout_at_open_says_so_not_pool(pg_dsn: str, embedder: LocalEmbedder, flavour: str) -> None:
+    Memory.open(pg_dsn, embedder).close()  # the store exists: opening it again only reads
+    with psycopg.connect(pg_dsn) as holder:
+        holder.execute("LOCK TABLE memsoda.meta IN ACCESS EXCLUSIVE MODE")  # every open reads it
+        with pytest.raises(StoreBusyError) as caught:
+            await open_memory(flavour, make_conninfo(pg_dsn, options="-c statement_timeout=700"), embedder)
+        holder.rollback()
+    assert caught.value.sqlstate == "57014"
+    assert "statement timeout" in str(caught.value) and "pool" not in str(caught.value)
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_a_server_that_refuses_the_pool_s_connections_is_rejected_not_pool(
+    pg_dsn: str, embedder: LocalEmbedder, flavour: str
+) -> None:
+    """A role allowed one connection (not a superuser, who has no limit; a member of the store's
+    owner): opening works on it, the pool's second connection is refused."""
+    Memory.open(pg_dsn, embedder).close()  # the store exists: opening it again only reads
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        try:
+            admin.execute("CREATE ROLE memsoda_one LOGIN CONNECTION LIMIT 1 IN ROLE " + admin.info.user)
+        except psycopg.errors.InsufficientPrivilege:
+            pytest.skip("needs a role that may create roles")
+        try:
+            with pytest.raises(StoreUnavailableError) as caught:
+                await open_memory(flavour, make_conninfo(pg_dsn, user="memsoda_one"), embedder, pool_timeout=2)
+        finally:
+            admin.execute("DROP ROLE memsoda_one")
+    message = str(caught.value)
+    assert "rejected" in message and "too many connections" in message and "pool_size" not in message
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_after_a_long_outage_the_first_request_once_the_server_is_back_succeeds(
+    stoppable: StoppableServer, embedder: LocalEmbedder, scope: dict[str, str], flavour: str
+) -> None:
+    """The pool's background reconnection waits grow (1, 2, 4, 8, 16 s, ...); a request once the
+    server is back must not wait for the next of them, nor be told to raise pool_size."""
+    memory = await open_memory(flavour, stoppable.uri, embedder, pool_timeout=5)
+    try:
+        await memory.add_facts(FACTS, **scope)
+        assert (await memory.recall("what does the user drive", **scope)).facts
+        stoppable.stop()
+        try:
+            with pytest.raises(StoreUnavailableError, match="unreachable"):
+                await memory.recall("what does the user drive", **scope)
+            await asyncio.sleep(17)  # the outage: long enough for the pool's waits to pass 5 s
+        finally:
+            stoppable.start()
+        result = await memory.recall("what does the user drive", **scope)  # once, no retry loop
+        assert "user drives honda civic" in [s.fact.text for s in result.facts]
+        await memory.add_facts([{"subject": "user", "predicate": "likes", "object": "tea"}], **scope)
+        assert (await memory.stats(**scope))[0]["facts"] == len(FACTS) + 1
+    finally:
+        await memory.close()

@@ -60,6 +60,7 @@ CORE_API = {
     "ScopeError",
     "ScoredFact",
     "SignalHit",
+    "StoreBusyError",
     "StoreError",
     "StoreUnavailableError",
     "ReadOnlyStoreError",

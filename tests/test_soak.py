@@ -1,7 +1,8 @@
-"""The soak (bench/soak.py) at a short size: 64 concurrent async recalls and concurrent writers for a
-few seconds on the session's PostgreSQL, with zero errors and every acknowledged write present
-afterwards. The full size is `python -m bench.soak --seconds 60`; its figures are a benchmark
-(bench/RESULTS.md), so nothing here asserts a latency."""
+"""The soak (bench/soak.py) at a short size: 64 concurrent async recalls, concurrent writers and
+forget(entity) loops for a few seconds on the session's PostgreSQL, with zero errors, every
+acknowledged write present afterwards and no invariant broken. The full size is
+`python -m bench soak --seconds 60`; its figures are a benchmark (bench/RESULTS.md), so nothing
+here asserts a latency."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # bench/ is not an installed package
     sys.path.insert(0, str(ROOT))
 
-from bench.soak import SoakConfig, percentile, soak  # noqa: E402
+from bench.soak import INVARIANTS, SoakConfig, percentile, soak  # noqa: E402
 
 
 @pytest.fixture
@@ -31,7 +32,7 @@ async def async_memory(pg_dsn: str, embedder: LocalEmbedder) -> AsyncIterator[As
 
 @pytest.mark.slow
 async def test_short_soak_loses_nothing_and_has_no_errors(async_memory: AsyncMemory) -> None:
-    config = SoakConfig(seconds=4, recallers=64, writers=4, tenants=3, seed_facts=40)
+    config = SoakConfig(seconds=4, recallers=64, writers=4, forgetters=2, tenants=3, seed_facts=40)
     report = await soak(async_memory, config)
     assert report.errors == []
     assert report.leaks == 0
@@ -40,6 +41,8 @@ async def test_short_soak_loses_nothing_and_has_no_errors(async_memory: AsyncMem
     assert len(report.recall_ms) >= config.recallers  # every loop finished at least one recall
     assert len(report.write_ms) >= config.writers
     assert report.facts_acknowledged > config.tenants * config.seed_facts  # writes landed during the load
+    assert report.forgets > 0  # forget(entity) raced the writers
+    assert report.violations == dict.fromkeys(INVARIANTS, 0)  # every invariant counted, none broken
     table = report.markdown(where="the test server")
     assert "| recall under load |" in table and "PASS: 0 errors" in table
     assert len(report.baseline_ms) > 0

@@ -248,16 +248,15 @@ INFO = StoreInfo(schema="memsoda", model="scripted", dimensions=4, text_search_c
 SCOPE = Scope(dataset="d", project="p")
 
 
-def test_forget_takes_the_locks_of_what_it_deletes_before_it_deletes() -> None:
-    keys = [sql_store.FactKey("user", "bank is", "abn amro")]
-    locked = [sql_reconcile.Locked(locks=2, learned_at=datetime(2026, 1, 1, tzinfo=UTC))]
-    script = Script().on(sql_store.entity_fact_keys(INFO.schema), keys)
-    script.on(sql_reconcile.lock_relations(INFO.schema), locked).on(sql_store.forget_entity(INFO.schema), [(1,)])
+def test_forget_takes_every_lock_of_the_scope_before_it_deletes() -> None:
+    locked = [sql_reconcile.Locked(locks=512, learned_at=datetime(2026, 1, 1, tzinfo=UTC))]
+    script = Script().on(sql_reconcile.lock_scope(INFO.schema), locked).on(sql_store.forget_entity(INFO.schema), [(1,)])
     conversation = drive(ops.forget(INFO, SCOPE, "abn amro"), script)
-    lock = conversation.index(Execute, sql_reconcile.lock_relations(INFO.schema))
+    lock = conversation.index(Execute, sql_reconcile.lock_scope(INFO.schema))
     assert 0 <= lock < conversation.index(Execute, sql_store.forget_entity(INFO.schema))
-    params = conversation.requests[lock].params  # type: ignore[union-attr]
-    assert (params["subjects"], params["objects"], params["singles"]) == (["user"], ["abn amro"], [True])
+    assert conversation.index(Execute, sql_reconcile.lock_relations(INFO.schema)) == -1  # no second lock call
+    # the scope's count is the last row it changes, as in every write
+    assert conversation.statements()[-1] == sql_store.bump_scope(INFO.schema)
 
     whole = Script().on(sql_reconcile.lock_scope(INFO.schema), locked).on(sql_store.count_facts(INFO.schema), [(3,)])
     conversation = drive(ops.forget(INFO, SCOPE, None), whole)

@@ -20,6 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 PAIRS = (
+    ("memsoda_core/runner/async_pool.py", "memsoda_core/runner/sync_pool.py"),
     ("memsoda_core/runner/async_runner.py", "memsoda_core/runner/sync_runner.py"),
     ("memsoda_core/async_memory.py", "memsoda_core/memory.py"),
 )
@@ -42,6 +43,7 @@ RENAMES = (
     (r"\bregister_vector_async\b", "register_vector"),
     (r"\bAsyncRunner\b", "Runner"),
     (r"\basync_runner\b", "sync_runner"),
+    (r"\basync_pool\b", "sync_pool"),
     (r"\bAsyncMemory\b", "Memory"),
     (r"\basync_memory\b", "memory"),
     (r"\b__aenter__\b", "__enter__"),

@@ -188,23 +188,28 @@ def forget(info: StoreInfo, scope: Scope, entity: str | None) -> Operation[int]:
     """Delete an entity and every fact touching it, or (entity=None) the whole scope.
     Returns the number of facts deleted.
 
-    It first takes the reconciliation locks of what it deletes (those of the entity's facts, or
-    every lock of the scope), as a write does: a concurrent write that met one of these facts (to
-    resolve a duplicate to it, or to end it) has committed before, or reads the store after."""
+    A fact that a deleted fact superseded keeps its end, as history, and its `superseded_by` is
+    cleared (ended, not replaced): no pointer is left naming a deleted fact, and forgetting where
+    someone moved does not make the old place live again.
+
+    It first takes every reconciliation lock of the scope (`store.reconcile.lock_scope`), as the
+    first lock of the write order (`store.reconcile.lock_relations`): every write into the scope
+    that started before has committed, the next ones wait, and no writer holds an entity, fact,
+    lexeme or scope row while forget changes them; a supersede pointing at a fact it deletes has
+    committed before, and is cleared."""
     base: dict[str, Any] = {"dataset": scope.dataset, "project": scope.project}
     yield from hold_dataset(info, scope)
+    yield from execute(sql_reconcile.lock_scope(info.schema), {**base, "schema": info.schema})
     if entity is None:
-        yield from execute(sql_reconcile.lock_scope(info.schema), {**base, "schema": info.schema})
         ((count,),) = yield from execute(sql_store.count_facts(info.schema), base)
         for statement in sql_store.forget_scope(info.schema):
             yield from execute(statement, base)
         yield from drop_tenant_indexes(info, scope)
         return int(count)
     params = {**base, "name": entity}
-    keys = yield from execute_as(sql_store.FactKey, sql_store.entity_fact_keys(info.schema), params)
-    if keys:
-        yield from lock_facts(info, scope, [], [(key.subject, key.predicate, key.object) for key in keys])
     ((count,),) = yield from execute(sql_store.forget_entity(info.schema), params)
     yield from execute(sql_store.delete_orphan_entities(info.schema), params)
     yield from execute(sql_lexemes.delete_spent_lexemes(info.schema), base)
+    if count:  # the scope's row last, as in every write (`ops.writing.bump_counts`)
+        yield from execute(sql_store.bump_scope(info.schema), {**base, "delta": -int(count)})
     return int(count)

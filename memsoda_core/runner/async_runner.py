@@ -10,17 +10,18 @@ comment just above it.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, suppress
 from typing import Any, TypeVar, assert_never
 
 import psycopg
-from pgvector.psycopg import register_vector_async
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from psycopg_pool import PoolTimeout
 
 from memsoda_core.embedders import Embedder, check_vectors
 from memsoda_core.errors import MemsodaError
+from memsoda_core.runner.async_pool import Pool, check, configure, filled, probe
 
 # sync: from memsoda_core.runner.embedding import EmbeddingCache, call_with_timeout, embedding_failure
 from memsoda_core.runner.embedding import EmbeddingCache, embedding_failure
@@ -32,20 +33,19 @@ from memsoda_core.runner.policy import (
     GENERIC_PLAN_PENDING,
     PIPELINE_SUPPORTED,
     POOL_MIN_SIZE,
-    PREPARED_MAX,
-    PROBE_CONNECT_TIMEOUT_S,
     READ_ASIDE_CONNECTION_WAIT_S,
-    SESSION_SETTINGS,
+    RECONNECT_TIMEOUT_S,
     SPARE_CONNECTION_WAIT_S,
-    lend_newest_first,
-    lend_oldest_first,
-    may_be_dropped,
+    RunEffects,
+    connection_failed,
+    may_rerun,
     outside_transaction_failed,
     own_transaction_failed,
+    pool_exhausted,
     probe_wait,
     read_aside_failed,
+    rerun_delay,
     translate_db_error,
-    unreachable,
 )
 from memsoda_core.runner.steps import (
     Concurrently,
@@ -67,41 +67,13 @@ from memsoda_core.synthesis import Synthesizer
 
 T = TypeVar("T")
 
+logger = logging.getLogger(__name__)
+
 Connection = psycopg.AsyncConnection[Any]
 Sink = Callable[[Sequence[str]], None]
 """Where `Emit` lines go (an export's file)."""
 Advance = Callable[[int], None]
 """What `Progress` calls (an import's progress bar)."""
-
-
-async def _configure(conn: Connection) -> None:
-    await register_vector_async(conn)
-    conn.prepared_max = PREPARED_MAX
-    for statement in SESSION_SETTINGS:
-        await conn.execute(statement)
-    await conn.commit()
-
-
-class _Pool(AsyncConnectionPool[Connection]):
-    """psycopg_pool's pool, lending the most recently returned connection first (see
-    `policy.lend_newest_first`)."""
-
-    async def _get_ready_connection(self, timeout: float | None) -> Connection | None:  # noqa: ASYNC109 (psycopg_pool's)
-        idle = getattr(self, "_pool", None)
-        turned = lend_newest_first(idle)
-        try:
-            conn = await super()._get_ready_connection(timeout)
-        except BaseException:
-            if turned:
-                lend_oldest_first(idle)
-            raise
-        return conn
-
-
-async def _check(conn: Connection) -> None:
-    """The pool's check before lending `conn`: a round trip only when `policy.may_be_dropped`."""
-    if may_be_dropped(conn):
-        await AsyncConnectionPool.check_connection(conn)
 
 
 async def _fetch(conn: Connection, request: Execute) -> list[Any]:
@@ -169,7 +141,7 @@ class AsyncRunner:
     def __init__(
         self,
         *,
-        pool: _Pool,
+        pool: Pool,
         target: Target,
         info: StoreInfo,
         embedder: Embedder,
@@ -200,24 +172,30 @@ class AsyncRunner:
         """Run `opening` (schema checks and migrations) on a connection of its own, then open the
         pool, waiting for its first connections so the first recall finds its spare one."""
         try:
-            async with await psycopg.AsyncConnection.connect(target.dsn, **CONNECTION_KWARGS) as conn:
+            conn = await psycopg.AsyncConnection.connect(target.dsn, **CONNECTION_KWARGS)
+        except psycopg.OperationalError as exc:
+            raise connection_failed(exc) from exc
+        try:
+            async with conn:
                 info = await cls.run_on(conn, opening)
-            pool = _Pool(
+            pool = Pool(
                 target.dsn,
                 min_size=min(POOL_MIN_SIZE, pool_size),
                 max_size=pool_size,
                 timeout=pool_timeout,
                 kwargs=CONNECTION_KWARGS,
-                configure=_configure,
-                check=_check,
+                configure=configure,
+                check=check,
+                reconnect_timeout=RECONNECT_TIMEOUT_S,
                 open=False,
             )
             try:
-                await pool.open(wait=True, timeout=pool_timeout)
+                await pool.open()
+                await filled(pool, target.dsn, pool_timeout)
             except BaseException:
                 await pool.close()
                 raise
-        except psycopg.Error as exc:
+        except (psycopg.Error, PoolTimeout) as exc:
             raise translate_db_error(exc) from exc
         return cls(
             pool=pool,
@@ -242,11 +220,38 @@ class AsyncRunner:
             raise translate_db_error(exc) from exc
 
     async def run(
-        self, op: Operation[T], *, read_only: bool = False, sink: Sink | None = None, advance: Advance | None = None
+        self,
+        op: Operation[T] | Callable[[], Operation[T]],
+        *,
+        read_only: bool = False,
+        sink: Sink | None = None,
+        advance: Advance | None = None,
     ) -> T:
         """Drive `op` on one pooled connection, in one transaction; `read_only` operations (recall,
         whose statements each stand alone) run in autocommit mode instead (no BEGIN / COMMIT).
-        `Emit` lines go to `sink`, `Progress` counts to `advance`."""
+        `Emit` lines go to `sink`, `Progress` counts to `advance`.
+
+        Given as a function that builds the operation, it is run again (up to
+        `policy.RERUN_ATTEMPTS` runs in all, after a short wait) when PostgreSQL ends its
+        transaction as a deadlock or serialization victim before anything of it left the
+        transaction (`policy.may_rerun`)."""
+        runs = 0
+        while True:
+            runs += 1
+            effects = RunEffects()
+            try:
+                return await self._run_once(op() if callable(op) else op, read_only, sink, advance, effects)
+            except (psycopg.Error, PoolTimeout) as exc:
+                if callable(op) and not effects.left_transaction and may_rerun(exc, runs):
+                    logger.info("running the operation again after %s (run %d)", exc, runs)
+                    # sync: time.sleep(rerun_delay(runs))
+                    await asyncio.sleep(rerun_delay(runs))
+                    continue
+                raise translate_db_error(exc, retry_safe=not effects.left_transaction, runs=runs) from exc
+
+    async def _run_once(
+        self, op: Operation[T], read_only: bool, sink: Sink | None, advance: Advance | None, effects: RunEffects
+    ) -> T:
         async with AsyncExitStack() as stack:
             conns: list[Connection] = []
 
@@ -259,28 +264,20 @@ class AsyncRunner:
                     conns.append(conn)
                 return conns[0]
 
-            try:
-                return await self._drive(op, connection, self, sink, advance)
-            except (psycopg.Error, PoolTimeout) as exc:
-                raise translate_db_error(exc) from exc
+            return await self._drive(op, connection, self, sink, advance, effects)
 
     async def _checkout(self, stack: AsyncExitStack) -> Connection:
-        """A pooled connection. While waiting, probe the server every `PROBE_AFTER_S`, so a stopped
-        PostgreSQL fails fast as StoreUnavailableError instead of after the whole pool timeout."""
+        """A pooled connection, waiting at most `pool_timeout`. While waiting, probe the server every
+        `PROBE_AFTER_S` (`async_pool.probe`), so a stopped or refusing PostgreSQL fails fast and says so;
+        at the end, the error says how many connections were in use."""
         deadline = time.monotonic() + self._pool_timeout
         while True:
             try:
                 return await stack.enter_async_context(self.pool.connection(timeout=probe_wait(deadline)))
             except PoolTimeout:
                 if time.monotonic() >= deadline:
-                    raise
-                try:
-                    probe = await psycopg.AsyncConnection.connect(
-                        self.target.dsn, connect_timeout=PROBE_CONNECT_TIMEOUT_S
-                    )
-                except psycopg.OperationalError as exc:
-                    raise unreachable(exc) from exc
-                await probe.close()
+                    raise pool_exhausted(self._pool_timeout, self.pool.in_use, self.pool.max_size) from None
+                await probe(self.target.dsn, deadline - time.monotonic())
 
     @staticmethod
     async def _drive(
@@ -289,9 +286,11 @@ class AsyncRunner:
         runner: AsyncRunner | None = None,
         sink: Sink | None = None,
         advance: Advance | None = None,
+        effects: RunEffects | None = None,
     ) -> T:
         """Send each reply into `op` (or throw its error) until it returns. Without a `runner`
-        (opening a store) only statements can be performed."""
+        (opening a store) only statements can be performed. `effects` records whether anything
+        of `op` left its transaction."""
         reply: Any = None
         error: BaseException | None = None
         while True:
@@ -300,6 +299,8 @@ class AsyncRunner:
             except StopIteration as stop:
                 return stop.value  # type: ignore[no-any-return]
             reply, error = None, None
+            if effects is not None and isinstance(request, OutsideTransaction | OwnTransaction | Emit | Progress):
+                effects.left_transaction = True
             match request:
                 case Execute():
                     reply = await _fetch(await connection(), request)

@@ -4,11 +4,13 @@ connection checks, waits, and database errors as memsoda errors."""
 from __future__ import annotations
 
 import logging
+import random
 import select
 import sys
 import time
 import weakref
 from collections import deque
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -17,6 +19,7 @@ from psycopg import sql
 from memsoda_core.errors import (
     ConfigurationError,
     MemsodaError,
+    StoreBusyError,
     StoreError,
     StoreUnavailableError,
 )
@@ -70,6 +73,13 @@ PROBE_AFTER_S = 1.0
 """While waiting for a pooled connection, check this often whether PostgreSQL is reachable."""
 PROBE_CONNECT_TIMEOUT_S = 2
 
+RECONNECT_TIMEOUT_S = 2.0
+"""How long the pool keeps trying in the background to replace a connection it lost, its waits
+growing (1 s, 2 s, 4 s, ...), before it gives that connection up. A request that then finds no
+connection makes the pool open one at once, so a server that is back serves the next request
+instead of the pool's next try, which after a long outage (psycopg_pool's default gives up after
+5 minutes) can be half a minute away."""
+
 SPARE_CONNECTION_WAIT_S = 0.002
 """How long a recall waits for a second pooled connection to run its statements at once; without
 one (a busy pool) it runs them one after the other on its own connection, so recalls never wait
@@ -86,6 +96,9 @@ adding a wait to the one the write's own connection may need."""
 
 POOL_MIN_SIZE = 2
 """Connections kept open: a recall's two statements run at once on two of them."""
+
+POOL_FILL_POLL_S = 0.005
+"""How often opening a store looks whether the pool holds its first connections yet."""
 
 
 def lend_newest_first(idle: object) -> bool:
@@ -130,8 +143,32 @@ def probe_wait(deadline: float) -> float:
     return max(0.0, min(PROBE_AFTER_S, deadline - time.monotonic()))
 
 
-def unreachable(exc: BaseException) -> StoreUnavailableError:
-    return StoreUnavailableError(f"PostgreSQL is unavailable (unreachable): {str(exc).strip()}")
+def connection_failed(exc: BaseException) -> StoreUnavailableError:
+    """A failed connection attempt as the error to raise: the server answered and refused it
+    ("rejected": authentication, an unknown database, too many connections), or it could not be
+    reached ("unreachable": stopped, starting, shutting down, a wrong address)."""
+    text = str(exc).strip()
+    if "FATAL:" in text and "the database system is" not in text:
+        return rejected(exc)
+    return StoreUnavailableError(f"PostgreSQL is unavailable (unreachable): {text}")
+
+
+def rejected(exc: BaseException) -> StoreUnavailableError:
+    return StoreUnavailableError(
+        f"PostgreSQL is reachable but rejected a new connection (or its setup): {str(exc).strip()}"
+    )
+
+
+def pool_exhausted(pool_timeout: float, in_use: int, pool_size: int) -> StoreUnavailableError:
+    """No pooled connection within `pool_timeout` while PostgreSQL accepts new connections."""
+    if in_use >= pool_size:
+        why = f"all {pool_size} pooled connections were in use"
+    else:
+        why = f"{in_use} of {pool_size} pooled connections were in use and the pool could not open another"
+    return StoreUnavailableError(
+        f"no pooled connection became free within pool_timeout={pool_timeout:g} s ({why}; PostgreSQL "
+        "accepts connections); raise pool_size or pool_timeout"
+    )
 
 
 def check_pool_args(pool_size: Any, pool_timeout: Any) -> None:
@@ -141,13 +178,68 @@ def check_pool_args(pool_size: Any, pool_timeout: Any) -> None:
         raise ConfigurationError(f"pool_timeout must be a positive number of seconds, got {pool_timeout!r}")
 
 
-def translate_db_error(exc: BaseException) -> MemsodaError:
-    """A database or pool error as a documented memsoda error."""
+BUSY_SQLSTATES = {
+    "40P01": "a deadlock",
+    "40001": "a serialization failure",
+    "57014": "a statement timeout or cancel",
+    "55P03": "a lock timeout",
+}
+"""Errors of a server that is up and ended one transaction: `StoreBusyError`, not an outage."""
+
+RERUN_SQLSTATES = frozenset({"40P01", "40001"})
+"""A transaction PostgreSQL ended as the victim of a deadlock or a serialization conflict was
+rolled back whole and can simply run again; a timeout run again would only wait as long again."""
+
+RERUN_ATTEMPTS = 4
+"""Runs of an operation in all (the first and three more) while it keeps being such a victim."""
+
+RERUN_BACKOFF_S = 0.05
+"""The wait before the second run; it doubles before each further one, with jitter, so two
+victims of one another do not meet again in step."""
+
+
+@dataclass
+class RunEffects:
+    """What one run of an operation did beyond its transaction."""
+
+    left_transaction: bool = False
+    """A commit (`OutsideTransaction`, `OwnTransaction`) or a line or count handed out (`Emit`,
+    `Progress`): the run cannot simply be undone and run again."""
+
+
+def may_rerun(exc: BaseException, attempt: int) -> bool:
+    """Whether an operation that failed with `exc` in its run number `attempt` runs again (its
+    transaction was rolled back and nothing of it had left it: the caller checks that)."""
+    return isinstance(exc, psycopg.Error) and exc.sqlstate in RERUN_SQLSTATES and attempt < RERUN_ATTEMPTS
+
+
+def rerun_delay(attempt: int) -> float:
+    """How long to wait before run `attempt` + 1."""
+    return float(RERUN_BACKOFF_S * 2 ** (attempt - 1) * random.uniform(0.5, 1.5))
+
+
+def translate_db_error(exc: BaseException, *, retry_safe: bool = True, runs: int = 1) -> MemsodaError:
+    """A database or pool error as a documented memsoda error. `retry_safe`: the operation committed
+    nothing before it failed; `runs`: how often it was run."""
     from psycopg_pool import PoolTimeout
 
     if isinstance(exc, PoolTimeout):
         return StoreUnavailableError(
             f"no database connection became free in time ({exc}); raise pool_size or pool_timeout"
+        )
+    code = exc.sqlstate if isinstance(exc, psycopg.Error) else None
+    if code is not None and code in BUSY_SQLSTATES:
+        ran = f" (run {runs} times)" if runs > 1 else ""
+        after = (
+            "it committed nothing and can be called again"
+            if retry_safe
+            else "part of it had committed before: check before calling it again"
+        )
+        return StoreBusyError(
+            f"PostgreSQL ended the operation with {BUSY_SQLSTATES[code]}{ran}, SQLSTATE {code}: "
+            f"{str(exc).strip()}; {after}",
+            sqlstate=code,
+            retry_safe=retry_safe,
         )
     if isinstance(exc, psycopg.OperationalError):
         return StoreUnavailableError(f"PostgreSQL is unavailable: {str(exc).strip()}")

@@ -9,14 +9,14 @@ comment just above it.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack, suppress
 from typing import Any, TypeVar, assert_never
 
 import psycopg
-from pgvector.psycopg import register_vector
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import PoolTimeout
 
 from memsoda_core.embedders import Embedder, check_vectors
 from memsoda_core.errors import MemsodaError
@@ -29,20 +29,19 @@ from memsoda_core.runner.policy import (
     GENERIC_PLAN_PENDING,
     PIPELINE_SUPPORTED,
     POOL_MIN_SIZE,
-    PREPARED_MAX,
-    PROBE_CONNECT_TIMEOUT_S,
     READ_ASIDE_CONNECTION_WAIT_S,
-    SESSION_SETTINGS,
+    RECONNECT_TIMEOUT_S,
     SPARE_CONNECTION_WAIT_S,
-    lend_newest_first,
-    lend_oldest_first,
-    may_be_dropped,
+    RunEffects,
+    connection_failed,
+    may_rerun,
     outside_transaction_failed,
     own_transaction_failed,
+    pool_exhausted,
     probe_wait,
     read_aside_failed,
+    rerun_delay,
     translate_db_error,
-    unreachable,
 )
 from memsoda_core.runner.steps import (
     Concurrently,
@@ -58,47 +57,20 @@ from memsoda_core.runner.steps import (
     ReadAside,
     Synthesize,
 )
+from memsoda_core.runner.sync_pool import Pool, check, configure, filled, probe
 from memsoda_core.runner.target import Target
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.synthesis import Synthesizer
 
 T = TypeVar("T")
 
+logger = logging.getLogger(__name__)
+
 Connection = psycopg.Connection[Any]
 Sink = Callable[[Sequence[str]], None]
 """Where `Emit` lines go (an export's file)."""
 Advance = Callable[[int], None]
 """What `Progress` calls (an import's progress bar)."""
-
-
-def _configure(conn: Connection) -> None:
-    register_vector(conn)
-    conn.prepared_max = PREPARED_MAX
-    for statement in SESSION_SETTINGS:
-        conn.execute(statement)
-    conn.commit()
-
-
-class _Pool(ConnectionPool[Connection]):
-    """psycopg_pool's pool, lending the most recently returned connection first (see
-    `policy.lend_newest_first`)."""
-
-    def _get_ready_connection(self, timeout: float | None) -> Connection | None:
-        idle = getattr(self, "_pool", None)
-        turned = lend_newest_first(idle)
-        try:
-            conn = super()._get_ready_connection(timeout)
-        except BaseException:
-            if turned:
-                lend_oldest_first(idle)
-            raise
-        return conn
-
-
-def _check(conn: Connection) -> None:
-    """The pool's check before lending `conn`: a round trip only when `policy.may_be_dropped`."""
-    if may_be_dropped(conn):
-        ConnectionPool.check_connection(conn)
 
 
 def _fetch(conn: Connection, request: Execute) -> list[Any]:
@@ -166,7 +138,7 @@ class Runner:
     def __init__(
         self,
         *,
-        pool: _Pool,
+        pool: Pool,
         target: Target,
         info: StoreInfo,
         embedder: Embedder,
@@ -197,24 +169,30 @@ class Runner:
         """Run `opening` (schema checks and migrations) on a connection of its own, then open the
         pool, waiting for its first connections so the first recall finds its spare one."""
         try:
-            with psycopg.Connection.connect(target.dsn, **CONNECTION_KWARGS) as conn:
+            conn = psycopg.Connection.connect(target.dsn, **CONNECTION_KWARGS)
+        except psycopg.OperationalError as exc:
+            raise connection_failed(exc) from exc
+        try:
+            with conn:
                 info = cls.run_on(conn, opening)
-            pool = _Pool(
+            pool = Pool(
                 target.dsn,
                 min_size=min(POOL_MIN_SIZE, pool_size),
                 max_size=pool_size,
                 timeout=pool_timeout,
                 kwargs=CONNECTION_KWARGS,
-                configure=_configure,
-                check=_check,
+                configure=configure,
+                check=check,
+                reconnect_timeout=RECONNECT_TIMEOUT_S,
                 open=False,
             )
             try:
-                pool.open(wait=True, timeout=pool_timeout)
+                pool.open()
+                filled(pool, target.dsn, pool_timeout)
             except BaseException:
                 pool.close()
                 raise
-        except psycopg.Error as exc:
+        except (psycopg.Error, PoolTimeout) as exc:
             raise translate_db_error(exc) from exc
         return cls(
             pool=pool,
@@ -239,11 +217,37 @@ class Runner:
             raise translate_db_error(exc) from exc
 
     def run(
-        self, op: Operation[T], *, read_only: bool = False, sink: Sink | None = None, advance: Advance | None = None
+        self,
+        op: Operation[T] | Callable[[], Operation[T]],
+        *,
+        read_only: bool = False,
+        sink: Sink | None = None,
+        advance: Advance | None = None,
     ) -> T:
         """Drive `op` on one pooled connection, in one transaction; `read_only` operations (recall,
         whose statements each stand alone) run in autocommit mode instead (no BEGIN / COMMIT).
-        `Emit` lines go to `sink`, `Progress` counts to `advance`."""
+        `Emit` lines go to `sink`, `Progress` counts to `advance`.
+
+        Given as a function that builds the operation, it is run again (up to
+        `policy.RERUN_ATTEMPTS` runs in all, after a short wait) when PostgreSQL ends its
+        transaction as a deadlock or serialization victim before anything of it left the
+        transaction (`policy.may_rerun`)."""
+        runs = 0
+        while True:
+            runs += 1
+            effects = RunEffects()
+            try:
+                return self._run_once(op() if callable(op) else op, read_only, sink, advance, effects)
+            except (psycopg.Error, PoolTimeout) as exc:
+                if callable(op) and not effects.left_transaction and may_rerun(exc, runs):
+                    logger.info("running the operation again after %s (run %d)", exc, runs)
+                    time.sleep(rerun_delay(runs))
+                    continue
+                raise translate_db_error(exc, retry_safe=not effects.left_transaction, runs=runs) from exc
+
+    def _run_once(
+        self, op: Operation[T], read_only: bool, sink: Sink | None, advance: Advance | None, effects: RunEffects
+    ) -> T:
         with ExitStack() as stack:
             conns: list[Connection] = []
 
@@ -256,26 +260,20 @@ class Runner:
                     conns.append(conn)
                 return conns[0]
 
-            try:
-                return self._drive(op, connection, self, sink, advance)
-            except (psycopg.Error, PoolTimeout) as exc:
-                raise translate_db_error(exc) from exc
+            return self._drive(op, connection, self, sink, advance, effects)
 
     def _checkout(self, stack: ExitStack) -> Connection:
-        """A pooled connection. While waiting, probe the server every `PROBE_AFTER_S`, so a stopped
-        PostgreSQL fails fast as StoreUnavailableError instead of after the whole pool timeout."""
+        """A pooled connection, waiting at most `pool_timeout`. While waiting, probe the server every
+        `PROBE_AFTER_S` (`sync_pool.probe`), so a stopped or refusing PostgreSQL fails fast and says so;
+        at the end, the error says how many connections were in use."""
         deadline = time.monotonic() + self._pool_timeout
         while True:
             try:
                 return stack.enter_context(self.pool.connection(timeout=probe_wait(deadline)))
             except PoolTimeout:
                 if time.monotonic() >= deadline:
-                    raise
-                try:
-                    probe = psycopg.Connection.connect(self.target.dsn, connect_timeout=PROBE_CONNECT_TIMEOUT_S)
-                except psycopg.OperationalError as exc:
-                    raise unreachable(exc) from exc
-                probe.close()
+                    raise pool_exhausted(self._pool_timeout, self.pool.in_use, self.pool.max_size) from None
+                probe(self.target.dsn, deadline - time.monotonic())
 
     @staticmethod
     def _drive(
@@ -284,9 +282,11 @@ class Runner:
         runner: Runner | None = None,
         sink: Sink | None = None,
         advance: Advance | None = None,
+        effects: RunEffects | None = None,
     ) -> T:
         """Send each reply into `op` (or throw its error) until it returns. Without a `runner`
-        (opening a store) only statements can be performed."""
+        (opening a store) only statements can be performed. `effects` records whether anything
+        of `op` left its transaction."""
         reply: Any = None
         error: BaseException | None = None
         while True:
@@ -295,6 +295,8 @@ class Runner:
             except StopIteration as stop:
                 return stop.value  # type: ignore[no-any-return]
             reply, error = None, None
+            if effects is not None and isinstance(request, OutsideTransaction | OwnTransaction | Emit | Progress):
+                effects.left_transaction = True
             match request:
                 case Execute():
                     reply = _fetch(connection(), request)

@@ -2,7 +2,20 @@
 and merging facts, one fact's state and its chain, the registry of single-valued predicates. Pure:
 each returns a `sql.Composed`; values are always bound.
 
-A relation is (scope, subject, case-folded predicate); a fact's value is its case-folded object."""
+A relation is (scope, subject, case-folded predicate); a fact's value is its case-folded object.
+
+The lock order of every operation that changes a scope's facts, entities, lexemes or scope row
+(writes, imports, supersede, invalidate, remember, items, forget), so no two wait in a cycle:
+1. on a partitioned store, the dataset's move lock, shared (`store.layout.dataset_lock`), alone;
+2. the reconciliation locks (`lock_relations`, ascending, in one statement; `lock_scope` takes all
+   of them: forget), then the items' locks (`store.items.lock_items`);
+3. rows: entities FOR KEY SHARE and new entities, facts and links, the facts a write ends or merges;
+4. the counts, last: entities by name, lexemes in order, then the scope's row.
+`forget` holds every lock of step 2, so no writer is in steps 3-4 of the scope while it changes
+those rows (its own order: facts and links, entity counts, lexemes, orphan entities, the scope).
+One exception: `put_items` takes a relation's lock again, after the items' locks, for an item
+another writer changed in between; a deadlock that closes is run again by the runner
+(`runner.policy.RERUN_SQLSTATES`)."""
 
 from __future__ import annotations
 

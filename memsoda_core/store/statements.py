@@ -239,37 +239,22 @@ def stored_episodes(schema: str) -> sql.Composed:
 # --- forget ----------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class FactKey:
-    """A row of `entity_fact_keys`."""
-
-    subject: str
-    predicate: str
-    object: str
-
-
-def entity_fact_keys(schema: str) -> sql.Composed:
-    """The distinct (subject, predicate, object) of the facts touching entity %(name)s: the
-    reconciliation locks `forget_entity` takes first."""
-    return tenant_statement(
-        """SELECT DISTINCT f.subject, f.predicate, f.object
-           FROM {s}.entities e
-           JOIN {s}.fact_entities fe ON {tenant_fe} AND fe.entity_id = e.id
-           JOIN {s}.facts f ON {tenant_f} AND f.id = fe.fact_id
-           WHERE {tenant_e} AND e.name = %(name)s""",
-        schema,
-    )
-
-
 def forget_entity(schema: str) -> sql.Composed:
-    """Delete every fact touching the entity, fix the counts of the other entities, the scope and
-    its lexemes, then delete the entity. Returns the number of facts deleted."""
+    """Delete every fact touching entity %(name)s, fix the counts of the other entities and of the
+    scope's lexemes, and clear the `superseded_by` of every fact that a deleted fact superseded: it
+    stays ended at the same time, as history (ended, not replaced), so no pointer names a deleted
+    fact. Returns the number of facts deleted. The caller holds every reconciliation lock of the
+    scope (`reconcile.lock_scope`), then runs `delete_orphan_entities` and the scope's count last."""
     return tenant_statement(
         """WITH target AS (
                SELECT id FROM {s}.entities WHERE {tenant} AND name = %(name)s),
            doomed AS (
                SELECT DISTINCT fe.fact_id FROM {s}.fact_entities fe
                WHERE {tenant_fe} AND fe.entity_id IN (SELECT id FROM target)),
+           unlinked AS (
+               UPDATE {s}.facts p SET superseded_by = NULL
+               WHERE {tenant_p} AND p.superseded_by IN (SELECT fact_id FROM doomed)
+                 AND p.id NOT IN (SELECT fact_id FROM doomed)),
            touched AS (
                SELECT fe.entity_id, count(*) AS n FROM {s}.fact_entities fe
                WHERE {tenant_fe}
@@ -289,10 +274,7 @@ def forget_entity(schema: str) -> sql.Composed:
                FROM (SELECT x.lexeme, count(*) AS n
                      FROM gone g CROSS JOIN LATERAL unnest({lexemes}) AS x(lexeme)
                      GROUP BY x.lexeme) d
-               WHERE {tenant_l} AND l.lexeme = d.lexeme),
-           scope AS (
-               UPDATE {s}.scopes sc SET fact_count = sc.fact_count - (SELECT count(*) FROM gone)
-               WHERE {tenant_sc})
+               WHERE {tenant_l} AND l.lexeme = d.lexeme)
            SELECT count(*) FROM gone""",
         schema,
         lexemes=fact_lexemes("g"),

@@ -1,0 +1,107 @@
+# sync: """The pool as `Runner` uses it: its connections' setup and check, lending order and count,
+"""The pool as `AsyncRunner` uses it: its connections' setup and check, lending order and count,
+and the probe that says why no connection can be had (`sync_pool.py` is generated from it)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import psycopg
+from pgvector.psycopg import register_vector_async
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from memsoda_core.runner.policy import (
+    CONNECTION_KWARGS,
+    POOL_FILL_POLL_S,
+    PREPARED_MAX,
+    PROBE_CONNECT_TIMEOUT_S,
+    SESSION_SETTINGS,
+    connection_failed,
+    lend_newest_first,
+    lend_oldest_first,
+    may_be_dropped,
+    rejected,
+)
+
+Connection = psycopg.AsyncConnection[Any]
+
+
+async def configure(conn: Connection) -> None:
+    await register_vector_async(conn)
+    conn.prepared_max = PREPARED_MAX
+    for statement in SESSION_SETTINGS:
+        await conn.execute(statement)
+    await conn.commit()
+
+
+class Pool(AsyncConnectionPool[Connection]):
+    """psycopg_pool's pool, lending the most recently returned connection first (see
+    `policy.lend_newest_first`), and counting the connections it has lent (`in_use`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.in_use = 0
+        self._counting = threading.Lock()
+
+    async def getconn(self, timeout: float | None = None) -> Connection:  # noqa: ASYNC109 (psycopg_pool's)
+        conn = await super().getconn(timeout)
+        with self._counting:
+            self.in_use += 1
+        return conn
+
+    async def putconn(self, conn: Connection) -> None:
+        with self._counting:
+            self.in_use -= 1
+        await super().putconn(conn)
+
+    async def _get_ready_connection(self, timeout: float | None) -> Connection | None:  # noqa: ASYNC109 (psycopg_pool's)
+        idle = getattr(self, "_pool", None)
+        turned = lend_newest_first(idle)
+        try:
+            conn = await super()._get_ready_connection(timeout)
+        except BaseException:
+            if turned:
+                lend_oldest_first(idle)
+            raise
+        return conn
+
+
+async def check(conn: Connection) -> None:
+    """The pool's check before lending `conn`: a round trip only when `policy.may_be_dropped`."""
+    if may_be_dropped(conn):
+        await AsyncConnectionPool.check_connection(conn)
+
+
+async def filled(pool: Pool, dsn: str, pool_timeout: float) -> None:
+    """Wait until the pool holds its first connections (`pool.wait` would close the pool when it
+    gives up, so what kept it from connecting could no longer be seen): at `pool_timeout`, probe
+    the server with the pool's connections still open, raising why a new one fails, else
+    `PoolTimeout`."""
+    deadline = time.monotonic() + pool_timeout
+    while pool.get_stats().get("pool_available", 0) < pool.min_size:
+        if time.monotonic() >= deadline:
+            await probe(dsn, PROBE_CONNECT_TIMEOUT_S)
+            raise PoolTimeout(f"the pool's first {pool.min_size} connections were not ready in {pool_timeout:g} s")
+        # sync: time.sleep(POOL_FILL_POLL_S)
+        await asyncio.sleep(POOL_FILL_POLL_S)
+
+
+async def probe(dsn: str, within_s: float) -> None:
+    """Open and set up a connection as the pool does, and close it: raise `StoreUnavailableError`
+    saying why if PostgreSQL is unreachable, or reachable but refusing the connection or its
+    setup; return if it could be made."""
+    try:
+        probe = await psycopg.AsyncConnection.connect(
+            dsn, connect_timeout=max(1, min(PROBE_CONNECT_TIMEOUT_S, round(within_s))), **CONNECTION_KWARGS
+        )
+    except psycopg.OperationalError as exc:
+        raise connection_failed(exc) from exc
+    try:
+        await configure(probe)
+    except psycopg.Error as exc:
+        raise rejected(exc) from exc
+    finally:
+        await probe.close()

@@ -1,0 +1,105 @@
+# Generated from memsoda_core/runner/async_pool.py by tools/async_to_sync.py: do not edit, edit the source and run it.
+"""The pool as `Runner` uses it: its connections' setup and check, lending order and count,
+and the probe that says why no connection can be had (`sync_pool.py` is generated from it)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import psycopg
+from pgvector.psycopg import register_vector
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from memsoda_core.runner.policy import (
+    CONNECTION_KWARGS,
+    POOL_FILL_POLL_S,
+    PREPARED_MAX,
+    PROBE_CONNECT_TIMEOUT_S,
+    SESSION_SETTINGS,
+    connection_failed,
+    lend_newest_first,
+    lend_oldest_first,
+    may_be_dropped,
+    rejected,
+)
+
+Connection = psycopg.Connection[Any]
+
+
+def configure(conn: Connection) -> None:
+    register_vector(conn)
+    conn.prepared_max = PREPARED_MAX
+    for statement in SESSION_SETTINGS:
+        conn.execute(statement)
+    conn.commit()
+
+
+class Pool(ConnectionPool[Connection]):
+    """psycopg_pool's pool, lending the most recently returned connection first (see
+    `policy.lend_newest_first`), and counting the connections it has lent (`in_use`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.in_use = 0
+        self._counting = threading.Lock()
+
+    def getconn(self, timeout: float | None = None) -> Connection:
+        conn = super().getconn(timeout)
+        with self._counting:
+            self.in_use += 1
+        return conn
+
+    def putconn(self, conn: Connection) -> None:
+        with self._counting:
+            self.in_use -= 1
+        super().putconn(conn)
+
+    def _get_ready_connection(self, timeout: float | None) -> Connection | None:
+        idle = getattr(self, "_pool", None)
+        turned = lend_newest_first(idle)
+        try:
+            conn = super()._get_ready_connection(timeout)
+        except BaseException:
+            if turned:
+                lend_oldest_first(idle)
+            raise
+        return conn
+
+
+def check(conn: Connection) -> None:
+    """The pool's check before lending `conn`: a round trip only when `policy.may_be_dropped`."""
+    if may_be_dropped(conn):
+        ConnectionPool.check_connection(conn)
+
+
+def filled(pool: Pool, dsn: str, pool_timeout: float) -> None:
+    """Wait until the pool holds its first connections (`pool.wait` would close the pool when it
+    gives up, so what kept it from connecting could no longer be seen): at `pool_timeout`, probe
+    the server with the pool's connections still open, raising why a new one fails, else
+    `PoolTimeout`."""
+    deadline = time.monotonic() + pool_timeout
+    while pool.get_stats().get("pool_available", 0) < pool.min_size:
+        if time.monotonic() >= deadline:
+            probe(dsn, PROBE_CONNECT_TIMEOUT_S)
+            raise PoolTimeout(f"the pool's first {pool.min_size} connections were not ready in {pool_timeout:g} s")
+        time.sleep(POOL_FILL_POLL_S)
+
+
+def probe(dsn: str, within_s: float) -> None:
+    """Open and set up a connection as the pool does, and close it: raise `StoreUnavailableError`
+    saying why if PostgreSQL is unreachable, or reachable but refusing the connection or its
+    setup; return if it could be made."""
+    try:
+        probe = psycopg.Connection.connect(
+            dsn, connect_timeout=max(1, min(PROBE_CONNECT_TIMEOUT_S, round(within_s))), **CONNECTION_KWARGS
+        )
+    except psycopg.OperationalError as exc:
+        raise connection_failed(exc) from exc
+    try:
+        configure(probe)
+    except psycopg.Error as exc:
+        raise rejected(exc) from exc
+    finally:
+        probe.close()
