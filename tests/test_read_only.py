@@ -284,3 +284,17 @@ async def test_a_streaming_replica_serves_recall_of_a_fact_written_on_the_primar
         assert [f.fact.id for f in found.facts] == [written]
         with pytest.raises(ReadOnlyStoreError):
             await replica.add_facts([{"subject": "user", "predicate": "owns", "object": "a canoe"}], **other)
+
+
+def test_a_write_the_server_refuses_as_read_only_is_a_read_only_store_error(pg_dsn: str) -> None:
+    """A store opened read-write whose session turns read-only (a primary demoted to a standby, a
+    role altered) gets PostgreSQL's 25006: memsoda says read-only, not "the database rejected it"."""
+    from memsoda_core.runner.policy import translate_db_error
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("SET default_transaction_read_only = on")
+        with pytest.raises(psycopg.Error) as refused:
+            conn.execute("CREATE TEMP TABLE refused_write (x int)")
+    translated = translate_db_error(refused.value)
+    assert isinstance(translated, ReadOnlyStoreError)
+    assert "read-only" in str(translated)

@@ -19,6 +19,7 @@ from psycopg import sql
 from memsoda_core.errors import (
     ConfigurationError,
     MemsodaError,
+    ReadOnlyStoreError,
     StoreBusyError,
     StoreError,
     StoreUnavailableError,
@@ -218,6 +219,10 @@ def rerun_delay(attempt: int) -> float:
     return float(RERUN_BACKOFF_S * 2 ** (attempt - 1) * random.uniform(0.5, 1.5))
 
 
+READ_ONLY_SQLSTATE = "25006"
+"""read_only_sql_transaction: a write in a read-only session (a demoted server, a read-only role)."""
+
+
 def translate_db_error(exc: BaseException, *, retry_safe: bool = True, runs: int = 1) -> MemsodaError:
     """A database or pool error as a documented memsoda error. `retry_safe`: the operation committed
     nothing before it failed; `runs`: how often it was run."""
@@ -240,6 +245,11 @@ def translate_db_error(exc: BaseException, *, retry_safe: bool = True, runs: int
             f"{str(exc).strip()}; {after}",
             sqlstate=code,
             retry_safe=retry_safe,
+        )
+    if code == READ_ONLY_SQLSTATE:
+        return ReadOnlyStoreError(
+            f"PostgreSQL refused a write: the session is read-only ({str(exc).strip()}); the server may have "
+            "become a standby, or the role reads only: write through a memory opened on the primary"
         )
     if isinstance(exc, psycopg.OperationalError):
         return StoreUnavailableError(f"PostgreSQL is unavailable: {str(exc).strip()}")
