@@ -37,6 +37,7 @@ from memsoda_core.learning import (
     LlamaIndexExtractor,
     OpenAIExtractor,
 )
+from memsoda_core.lifetime import ForgetReport, RetentionReport, RetentionRule
 from memsoda_core.memory import Memory
 from memsoda_core.models import (
     LITERAL,
@@ -82,6 +83,7 @@ __all__ = [
     "FactInput",
     "FactPage",
     "FactSource",
+    "ForgetReport",
     "ImportFormatError",
     "ImportReport",
     "IntervalError",
@@ -102,6 +104,8 @@ __all__ = [
     "RecallResult",
     "RejectedOperation",
     "RememberResult",
+    "RetentionReport",
+    "RetentionRule",
     "SchemaError",
     "ScopeError",
     "ScoredFact",

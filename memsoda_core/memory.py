@@ -23,6 +23,7 @@ from memsoda_core.items import ItemInput, StoredItem
 from memsoda_core.items_base import ItemsBase
 from memsoda_core.learning.call import extraction_failed
 from memsoda_core.learning.extractors import as_extractor
+from memsoda_core.lifetime import ForgetReport
 from memsoda_core.memory_base import check_import_args, open_args
 from memsoda_core.models import (
     EpisodeInput,
@@ -268,6 +269,21 @@ class Memory(ItemsBase):
         """Delete an entity and every fact touching it, or the whole dataset/project when
         `entity` is None. Returns the number of facts deleted."""
         return self._run(self._forget_op(dataset, project, entity))
+
+    def forget_source(
+        self,
+        *,
+        dataset: str,
+        project: str,
+        thread_id: str | None = None,
+        message_ids: Sequence[str] | None = None,
+    ) -> ForgetReport:
+        """Forget what `remember` learned from thread `thread_id`, from messages `message_ids`, or
+        from those messages of that thread, in one transaction: a fact learned only from them is
+        deleted (with the items that refer to it); a fact also learned elsewhere stays and keeps
+        its other sources. Forgetting a whole thread deletes its episodes too. A fact that a
+        deleted one had superseded keeps its end as history. Returns what went."""
+        return self._run(self._forget_source_op(dataset, project, thread_id, message_ids))
 
     def recall(
         self,

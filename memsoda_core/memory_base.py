@@ -30,6 +30,8 @@ from memsoda_core.models import (
     IncludeOption,
     RecallResult,
 )
+from memsoda_core.lifetime import ForgetReport, check_source
+from memsoda_core.ops.forgetting import forget_source
 from memsoda_core.ops.reading import check_list_args, check_predicates
 from memsoda_core.ops.remembering import Applied, apply_extraction, fact_sources
 from memsoda_core.options import DEFAULT_OPTIONS, RecallOptions
@@ -166,6 +168,13 @@ class MemoryBase:
         scope = check_scope(dataset, project)
         name = None if entity is None else check_entity_name(entity)
         return self._resizing(scope, ops.forget(self._info, scope, name))
+
+    def _forget_source_op(
+        self, dataset: str, project: str, thread_id: Any, message_ids: Any
+    ) -> Operation[ForgetReport]:
+        scope = check_scope(dataset, project)
+        source = check_source(thread_id, message_ids)
+        return self._resizing(scope, forget_source(self._info, scope, source))
 
     def _remember_call(
         self, messages: Any, dataset: str, project: str, *, extractor: Any, **settings: Any

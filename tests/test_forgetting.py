@@ -1,0 +1,116 @@
+"""Forgetting by source (`forget_source`) and by age (`set_retention`, `apply_retention`,
+`maintain`) through the public API against the real server, with a scripted extractor."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from memsoda_core import ForgetReport, NotFoundError, RetentionRule, ValidationError
+from tests.conftest import Either
+from tests.scripted_extractor import ScriptedExtractor, add, answer, supersede
+
+
+def window(text: str, message_id: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": text, "id": message_id}]
+
+
+async def remember(
+    memory: Either, scope: dict[str, str], thread: str, text: str, mid: str, *ops: dict[str, Any], related: int = 0
+) -> list[int]:
+    extractor = ScriptedExtractor(answer(*ops, summary=f"summary of {thread}"))
+    result = await memory.remember(
+        window(text, mid), **scope, thread_id=thread, extractor=extractor, related=related, summarize=True
+    )
+    assert not result.rejected
+    return list(result.added)
+
+
+async def test_forgetting_a_thread_keeps_the_fact_another_thread_taught(memory: Either, scope: dict[str, str]) -> None:
+    philips = add("user", "works at", "philips", "I work at Philips", object_type="ORGANIZATION")
+    (shared, cat) = await remember(
+        memory,
+        scope,
+        "t1",
+        "I work at Philips and I have a cat",
+        "m1",
+        philips,
+        add("user", "has", "cat", "I have a cat"),
+    )
+    (again, dog) = await remember(
+        memory, scope, "t2", "I work at Philips, my dog is Rex", "m9", philips, add("user", "has", "dog", "my dog")
+    )
+    assert again == shared
+    report = await memory.forget_source(**scope, thread_id="t1")
+    assert report == ForgetReport(facts_deleted=1, facts_kept=1, episodes=1, items=0)
+    with pytest.raises(NotFoundError):
+        await memory.get_fact(cat, **scope)
+    assert [(s.thread_id, s.message_id) for s in await memory.sources(shared, **scope)] == [("t2", "m9")]
+    assert (await memory.get_fact(dog, **scope)).object == "dog"
+    recalled = await memory.recall("summary", **scope, include=["episodes"])
+    assert [e.thread_id for e in recalled.episodes] == ["t2"]
+    assert "cat" not in (await memory.recall("what pets does the user have?", **scope)).context
+    (stats,) = await memory.stats(**scope)
+    assert stats["facts"] == 2
+    # nothing left of t1: forgetting it again changes nothing
+    assert await memory.forget_source(**scope, thread_id="t1") == ForgetReport(
+        facts_deleted=0, facts_kept=0, episodes=0, items=0
+    )
+
+
+async def test_forgetting_messages_leaves_the_rest_of_the_thread(memory: Either, scope: dict[str, str]) -> None:
+    extractor = ScriptedExtractor(
+        answer(add("user", "likes", "tea", "I like tea"), add("user", "likes", "chess", "I play chess"))
+    )
+    messages = [
+        {"role": "user", "content": "I like tea", "id": "a"},
+        {"role": "user", "content": "I play chess", "id": "b"},
+    ]
+    result = await memory.remember(messages, **scope, thread_id="t", extractor=extractor, related=0, summarize=False)
+    tea, chess = result.added
+    report = await memory.forget_source(**scope, thread_id="t", message_ids=["a"])
+    assert report == ForgetReport(facts_deleted=1, facts_kept=0, episodes=0, items=0)
+    with pytest.raises(NotFoundError):
+        await memory.get_fact(tea, **scope)
+    assert (await memory.get_fact(chess, **scope)).object == "chess"
+    # message ids without a thread match in any thread
+    assert (await memory.forget_source(**scope, message_ids=["b"])).facts_deleted == 1
+
+
+async def test_a_forgotten_successor_leaves_its_predecessor_as_history(memory: Either, scope: dict[str, str]) -> None:
+    (old,) = await memory.add_facts([{"subject": "user", "predicate": "lives in", "object": "utrecht"}], **scope)
+    (new,) = await remember(
+        memory,
+        scope,
+        "t",
+        "I moved to Delft",
+        "m",
+        supersede(old, "user", "lives in", "delft", "I moved to Delft"),
+        related=20,
+    )
+    assert (await memory.get_fact(old, **scope)).superseded_by == new
+    await memory.forget_source(**scope, thread_id="t")
+    kept = await memory.get_fact(old, **scope)
+    assert kept.superseded_by is None and kept.invalid_at is not None  # still ended: history, no dangling pointer
+    assert [f.id for f in await memory.history(old, **scope)] == [old]
+
+
+async def test_an_item_over_a_forgotten_fact_goes_with_it(memory: Either, scope: dict[str, str]) -> None:
+    (fact_id,) = await memory.put_items(
+        [{"namespace": ["notes"], "key": "k", "value": {"t": 1}, "text": "tea"}], **scope
+    )
+    assert fact_id is not None
+    noted = add("user", "noted", "tea", "tea", object_type="LITERAL")
+    (same,) = await remember(memory, scope, "t", "tea", "m", noted)
+    assert same == fact_id
+    report = await memory.forget_source(**scope, thread_id="t")
+    assert (report.facts_deleted, report.items) == (1, 1)
+    assert await memory.get_item(["notes"], "k", **scope) is None
+
+
+async def test_forget_source_checks_its_arguments(memory: Either, scope: dict[str, str]) -> None:
+    for bad in ({}, {"thread_id": ""}, {"message_ids": "m1"}, {"message_ids": []}, {"message_ids": [1]}):
+        with pytest.raises(ValidationError):
+            await memory.forget_source(**scope, **bad)
