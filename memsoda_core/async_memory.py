@@ -12,6 +12,7 @@ import asyncio
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import suppress
+from datetime import timedelta
 from types import TracebackType
 from typing import Any, TextIO, TypeVar
 
@@ -24,7 +25,7 @@ from memsoda_core.items import ItemInput, StoredItem
 from memsoda_core.items_base import ItemsBase
 from memsoda_core.learning.call import extraction_failed
 from memsoda_core.learning.extractors import as_extractor
-from memsoda_core.lifetime import ForgetReport
+from memsoda_core.lifetime import ForgetReport, RetentionReport, RetentionRule
 from memsoda_core.memory_base import check_import_args, open_args
 from memsoda_core.models import (
     EpisodeInput,
@@ -343,11 +344,39 @@ class AsyncMemory(ItemsBase):
         """Per scope: facts, live facts, entities, episodes."""
         return await self._run(self._stats_op(dataset, project))
 
-    async def maintain(self) -> list[str]:
-        """Refresh statistics and build the tenant indexes of every dataset/project at or above
-        `tenant_index_min_facts` facts that lacks them (writes through memsoda do this on their
-        own; call it after loading rows with COPY). Returns the names of the indexes built."""
-        return await self._run(self._maintain_op())
+    async def maintain(self, *, retention: bool = True) -> list[str]:
+        """Purge the facts the scopes' retention rules have outlived (`apply_retention`; not with
+        `retention=False`), refresh statistics and build the tenant indexes of every
+        dataset/project at or above `tenant_index_min_facts` facts that lacks them (writes through
+        memsoda do this on their own; call it after loading rows with COPY). Returns the names of
+        the indexes built."""
+        return await self._run(self._maintain_op(retention))
+
+    async def set_retention(
+        self,
+        *,
+        dataset: str,
+        project: str,
+        max_age: timedelta | None,
+        purge: str = "ended",
+        predicate: str | None = None,
+    ) -> list[RetentionRule]:
+        """Keep the scope's facts (of `predicate` alone, case folded, when given: that rule
+        overrides the scope's for it) for `max_age`; `max_age=None` removes the rule. `purge`:
+        "ended" purges the facts that ended more than `max_age` ago (counted from the later of the
+        end and when memory learned of it); "all" purges every fact memory learned more than
+        `max_age` ago, live or not. `maintain` / `apply_retention` purge. Returns the scope's rules."""
+        return await self._run(self._set_retention_op(dataset, project, max_age, purge, predicate))
+
+    async def retention(self, *, dataset: str, project: str) -> list[RetentionRule]:
+        """The scope's retention rules: its own (predicate None) first, then by predicate."""
+        return await self._run(self._retention_op(dataset, project), read_only=True)
+
+    async def apply_retention(self, *, at: Any = None) -> RetentionReport:
+        """Purge, in every scope with retention rules, the facts they have outlived at `at`
+        (default: now), in one transaction, as `forget_source` deletes facts (their items go too;
+        a fact they had superseded keeps its end). Returns what went."""
+        return await self._run(self._apply_retention_op(at))
 
     async def export_jsonl(self, target: str | os.PathLike[str] | TextIO, *, dataset: str, project: str) -> int:
         """Write the scope's facts and episodes as JSON lines; returns the number of lines."""

@@ -114,3 +114,67 @@ async def test_forget_source_checks_its_arguments(memory: Either, scope: dict[st
     for bad in ({}, {"thread_id": ""}, {"message_ids": "m1"}, {"message_ids": []}, {"message_ids": [1]}):
         with pytest.raises(ValidationError):
             await memory.forget_source(**scope, **bad)
+
+
+LIVE = {"subject": "user", "predicate": "likes", "object": "tea"}
+OTHER = {"subject": "user", "predicate": "owns", "object": "a bike"}
+ENDED = {
+    "subject": "user",
+    "predicate": "lived in",
+    "object": "delft",
+    "valid_at": "2019-01-01",
+    "invalid_at": "2020-01-01",
+}
+
+
+async def test_retention_purges_ended_facts_only_or_all_facts(memory: Either, scope: dict[str, str]) -> None:
+    live, other, ended = await memory.add_facts([LIVE, OTHER, ENDED], **scope)
+    now = datetime.now(UTC)
+    rules = await memory.set_retention(**scope, max_age=timedelta(days=30))
+    assert rules == [RetentionRule(predicate=None, max_age=timedelta(days=30), purge="ended")]
+    # ended in 2020, but memory learned it just now: not yet 30 days known ended
+    assert (await memory.apply_retention(at=now + timedelta(days=29))).facts == 0
+    report = await memory.apply_retention(at=now + timedelta(days=31))
+    assert (report.facts, report.scopes) == (1, ((scope["dataset"], scope["project"], 1),))
+    with pytest.raises(NotFoundError):
+        await memory.get_fact(ended, **scope)
+    assert {f.id for f in (await memory.list_facts(**scope)).facts} == {live, other}
+    # all facts, with a longer age for one predicate: the specific rule wins for it
+    await memory.set_retention(**scope, max_age=timedelta(days=30), purge="all")
+    await memory.set_retention(**scope, max_age=timedelta(days=365), purge="all", predicate="  LIKES ")
+    assert [(r.predicate, r.max_age.days, r.purge) for r in await memory.retention(**scope)] == [
+        (None, 30, "all"),
+        ("likes", 365, "all"),
+    ]
+    assert (await memory.apply_retention(at=now + timedelta(days=31))).facts == 1
+    assert [f.id for f in (await memory.list_facts(**scope, status="all")).facts] == [live]
+    await memory.set_retention(**scope, max_age=None, predicate="likes")  # removed: the scope's rule applies
+    assert (await memory.apply_retention(at=now + timedelta(days=31))).facts == 1
+    assert (await memory.list_facts(**scope, status="all")).facts == ()
+    (stats,) = await memory.stats(**scope)
+    assert (stats["facts"], stats["entities"]) == (0, 0)
+
+
+async def test_maintain_applies_retention(memory: Either, scope: dict[str, str]) -> None:
+    live, ended = await memory.add_facts([LIVE, ENDED], **scope)
+    await memory.set_retention(**scope, max_age=timedelta(microseconds=1))
+    await memory.maintain(retention=False)
+    assert (await memory.get_fact(ended, **scope)).object == "delft"
+    await memory.maintain()  # its transaction starts after the write's: the end is known for longer than 1 µs
+    with pytest.raises(NotFoundError):
+        await memory.get_fact(ended, **scope)
+    assert (await memory.get_fact(live, **scope)).object == "tea"
+
+
+async def test_retention_checks_its_arguments(memory: Either, scope: dict[str, str]) -> None:
+    for bad in (
+        {"max_age": 30},
+        {"max_age": timedelta(0)},
+        {"max_age": timedelta(days=1), "purge": "live"},
+        {"max_age": timedelta(days=1), "predicate": " "},
+    ):
+        with pytest.raises(ValidationError):
+            await memory.set_retention(**scope, **bad)
+    with pytest.raises(ValidationError):
+        await memory.maintain(retention="yes")
+    assert await memory.retention(**scope) == []
