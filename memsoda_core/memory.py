@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import suppress
-from datetime import timedelta
 from types import TracebackType
 from typing import Any, TextIO, TypeVar
 
@@ -21,10 +20,8 @@ from memsoda_core.embedders import Embedder
 from memsoda_core.errors import MemsodaError
 from memsoda_core.files import open_sink, progress_callback, read_jsonl
 from memsoda_core.items import ItemInput, StoredItem
-from memsoda_core.items_base import ItemsBase
 from memsoda_core.learning.call import extraction_failed
 from memsoda_core.learning.extractors import as_extractor
-from memsoda_core.lifetime import ForgetReport, RetentionReport, RetentionRule
 from memsoda_core.memory_base import check_import_args, open_args
 from memsoda_core.models import (
     EpisodeInput,
@@ -43,12 +40,13 @@ from memsoda_core.runner.policy import check_pool_args
 from memsoda_core.runner.steps import Operation
 from memsoda_core.runner.sync_runner import Runner
 from memsoda_core.runner.target import release_target, resolve_target
+from memsoda_core.sync_forgetting import ForgettingMethods
 from memsoda_core.synthesis import as_synthesizer
 
 T = TypeVar("T")
 
 
-class Memory(ItemsBase):
+class Memory(ForgettingMethods):
     """Long-term memory of facts in PostgreSQL + pgvector. Open with `Memory.open()`."""
 
     _runner: Runner
@@ -271,21 +269,6 @@ class Memory(ItemsBase):
         `entity` is None. Returns the number of facts deleted."""
         return self._run(self._forget_op(dataset, project, entity))
 
-    def forget_source(
-        self,
-        *,
-        dataset: str,
-        project: str,
-        thread_id: str | None = None,
-        message_ids: Sequence[str] | None = None,
-    ) -> ForgetReport:
-        """Forget what `remember` learned from thread `thread_id`, from messages `message_ids`, or
-        from those messages of that thread, in one transaction: a fact learned only from them is
-        deleted (with the items that refer to it); a fact also learned elsewhere stays and keeps
-        its other sources. Forgetting a whole thread deletes its episodes too. A fact that a
-        deleted one had superseded keeps its end as history. Returns what went."""
-        return self._run(self._forget_source_op(dataset, project, thread_id, message_ids))
-
     def recall(
         self,
         query: str | None = None,
@@ -339,40 +322,6 @@ class Memory(ItemsBase):
         """Per scope: facts, live facts, entities, episodes."""
         return self._run(self._stats_op(dataset, project))
 
-    def maintain(self, *, retention: bool = True) -> list[str]:
-        """Purge the facts the scopes' retention rules have outlived (`apply_retention`; not with
-        `retention=False`), refresh statistics and build the tenant indexes of every
-        dataset/project at or above `tenant_index_min_facts` facts that lacks them (writes through
-        memsoda do this on their own; call it after loading rows with COPY). Returns the names of
-        the indexes built."""
-        return self._run(self._maintain_op(retention))
-
-    def set_retention(
-        self,
-        *,
-        dataset: str,
-        project: str,
-        max_age: timedelta | None,
-        purge: str = "ended",
-        predicate: str | None = None,
-    ) -> list[RetentionRule]:
-        """Keep the scope's facts (of `predicate` alone, case folded, when given: that rule
-        overrides the scope's for it) for `max_age`; `max_age=None` removes the rule. `purge`:
-        "ended" purges the facts that ended more than `max_age` ago (counted from the later of the
-        end and when memory learned of it); "all" purges every fact memory learned more than
-        `max_age` ago, live or not. `maintain` / `apply_retention` purge. Returns the scope's rules."""
-        return self._run(self._set_retention_op(dataset, project, max_age, purge, predicate))
-
-    def retention(self, *, dataset: str, project: str) -> list[RetentionRule]:
-        """The scope's retention rules: its own (predicate None) first, then by predicate."""
-        return self._run(self._retention_op(dataset, project), read_only=True)
-
-    def apply_retention(self, *, at: Any = None) -> RetentionReport:
-        """Purge, in every scope with retention rules, the facts they have outlived at `at`
-        (default: now), in one transaction, as `forget_source` deletes facts (their items go too;
-        a fact they had superseded keeps its end). Returns what went."""
-        return self._run(self._apply_retention_op(at))
-
     def export_jsonl(self, target: str | os.PathLike[str] | TextIO, *, dataset: str, project: str) -> int:
         """Write the scope's facts and episodes as JSON lines; returns the number of lines."""
         op = self._export_op(dataset, project)
@@ -420,9 +369,13 @@ class Memory(ItemsBase):
         of each distinct (namespace, key), in the order of their last writes."""
         return self._run(self._put_items_op(items, dataset, project))
 
-    def get_item(self, namespace: Sequence[str], key: str, *, dataset: str, project: str) -> StoredItem | None:
-        """The item at (`namespace`, `key`) of the scope, or None."""
-        return self._run(self._get_item_op(namespace, key, dataset, project), read_only=True)
+    def get_item(
+        self, namespace: Sequence[str], key: str, *, dataset: str, project: str, refresh_ttl: bool = False
+    ) -> StoredItem | None:
+        """The item at (`namespace`, `key`) of the scope, or None. `refresh_ttl`: an item with a
+        TTL expires that long from now again."""
+        op = self._get_item_op(namespace, key, dataset, project, refresh_ttl)
+        return self._run(op, read_only=not refresh_ttl)
 
     def search_items(
         self,
@@ -434,14 +387,16 @@ class Memory(ItemsBase):
         filter: Mapping[str, Any] | None = None,
         limit: int = 10,
         offset: int = 0,
+        refresh_ttl: bool = False,
     ) -> list[StoredItem]:
         """Items under `namespace_prefix` matching `filter` (LangGraph's: equality, `$eq`, `$ne`,
         `$gt`, `$gte`, `$lt`, `$lte`), in the scope, or in every dataset of `project` when `dataset`
         is None.
         No query: most recently updated first. A query: recall in each scope, items ranked by the
-        fused score of their facts (`StoredItem.score`); limit + offset at most `limits.MAX_K`."""
-        op = self._search_items_op(namespace_prefix, project, dataset, query, filter, limit, offset)
-        return self._run(op, read_only=True)
+        fused score of their facts (`StoredItem.score`); limit + offset at most `limits.MAX_K`.
+        `refresh_ttl`: the items found that have a TTL expire that long from now again."""
+        op = self._search_items_op(namespace_prefix, project, dataset, query, filter, limit, offset, refresh_ttl)
+        return self._run(op, read_only=not refresh_ttl)
 
     def list_item_namespaces(
         self,

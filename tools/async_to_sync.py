@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PAIRS = (
     ("memsoda_core/runner/async_runner.py", "memsoda_core/runner/sync_runner.py"),
     ("memsoda_core/async_memory.py", "memsoda_core/memory.py"),
+    ("memsoda_core/async_forgetting.py", "memsoda_core/sync_forgetting.py"),
 )
 
 RENAMES = (
@@ -44,6 +45,8 @@ RENAMES = (
     (r"\basync_runner\b", "sync_runner"),
     (r"\bAsyncMemory\b", "Memory"),
     (r"\basync_memory\b", "memory"),
+    (r"\bAsyncForgettingMethods\b", "ForgettingMethods"),
+    (r"\basync_forgetting\b", "sync_forgetting"),
     (r"\b__aenter__\b", "__enter__"),
     (r"\b__aexit__\b", "__exit__"),
     (r"\baembed_documents\b", "embed_documents"),
