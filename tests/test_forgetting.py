@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from memsoda_core import ForgetReport, NotFoundError, RetentionRule, ValidationError
+from typer.testing import CliRunner
+
+from memsoda_core import ForgetReport, Memory, NotFoundError, RetentionRule, ValidationError
+from memsoda_core.cli import app
 from tests.conftest import Either
 from tests.scripted_extractor import ScriptedExtractor, add, answer, supersede
 
@@ -178,3 +182,33 @@ async def test_retention_checks_its_arguments(memory: Either, scope: dict[str, s
     with pytest.raises(ValidationError):
         await memory.maintain(retention="yes")
     assert await memory.retention(**scope) == []
+
+
+def test_the_cli_forgets_a_thread_and_sets_and_applies_retention(
+    sync_memory: Memory, scope: dict[str, str], pg_dsn: str
+) -> None:
+    extractor = ScriptedExtractor(answer(add("user", "has", "cat", "I have a cat")))
+    (cat,) = sync_memory.remember(window("I have a cat", "m1"), **scope, thread_id="t1", extractor=extractor).added
+    (ended,) = sync_memory.add_facts([ENDED], **scope)
+    where = ["--dataset", scope["dataset"], "--project", scope["project"]]
+
+    def cli(*args: str) -> Any:
+        result = CliRunner().invoke(app, ["--dsn", pg_dsn, *args], env={"COLUMNS": "200", "NO_COLOR": "1"})
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+    assert cli("forget-source", *where, "--thread", "t1", "--yes", "--json") == {
+        "facts_deleted": 1,
+        "facts_kept": 0,
+        "episodes": 0,
+        "items": 0,
+    }
+    with pytest.raises(NotFoundError):
+        sync_memory.get_fact(cat, **scope)
+    assert cli("retention", *where, "--max-age-days", "0.000001", "--json") == [
+        {"predicate": "*", "max_age_days": pytest.approx(0.000001), "purge": "ended"}
+    ]
+    assert cli("maintain", "--json")["purged"]["facts"] >= 1  # other tests' scopes may have rules too
+    with pytest.raises(NotFoundError):
+        sync_memory.get_fact(ended, **scope)
+    assert cli("retention", *where, "--remove", "--json") == []

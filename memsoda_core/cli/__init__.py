@@ -1,4 +1,5 @@
-"""The `memsoda` command line: demo, recall, add, import/export, stats, maintain, forget, doctor, server.
+"""The `memsoda` command line: demo, recall, add, import/export, stats, maintain, forget, forget-source,
+retention, doctor, server.
 
 Global options pick the store: `--dsn` (else `MEMSODA_DSN`, else the embedded server under
 `--home` / `MEMSODA_HOME`). Any `MemsodaError` (and any file error) prints one red line and exits
@@ -12,6 +13,7 @@ with status 1; `--verbose` adds the traceback. Usage errors exit with status 2.
     recall.py   recall, add, forget
     jsonl.py    import, export
     stats.py    stats, maintain
+    lifetime.py forget-source, retention
     doctor.py   doctor and its checks
     distribute.py  distribute (a store on a Citus cluster)
     server.py   server start|stop|status (and the hidden `hold` that `start` runs)
