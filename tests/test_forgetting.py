@@ -8,7 +8,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-
 from typer.testing import CliRunner
 
 from memsoda_core import ForgetReport, Memory, NotFoundError, RetentionRule, ValidationError
