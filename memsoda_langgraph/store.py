@@ -242,9 +242,9 @@ class MemsodaStore(BaseStore):
 
     def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> concurrent.futures.Future[None]:
         """Sweep every `sweep_interval_minutes` (else the config's, else 5) in a daemon thread until
-        `stop_ttl_sweeper`; the future completes when it stops. Without a `ttl` config, nothing
-        runs and the future is done (PostgresStore's behaviour); a sweep that fails is logged and
-        the next one runs. A sweeper already running is kept."""
+        `stop_ttl_sweeper` or the future's cancel; the future completes when it stops. Without a
+        `ttl` config, nothing runs and the future is done (PostgresStore's behaviour); a sweep that
+        fails is logged and the next one runs. A sweeper already running is kept."""
         if isinstance(self._memory, AsyncMemory):
             raise ConfigurationError("this MemsodaStore wraps an AsyncMemory: use await astart_ttl_sweeper()")
         if self._sweeper is not None and self._sweeper.thread.is_alive():
@@ -260,6 +260,7 @@ class MemsodaStore(BaseStore):
             name="memsoda-ttl-sweeper",
             daemon=True,
         )
+        future.add_done_callback(lambda done: sweeper.stop.set() if done.cancelled() else None)  # as PostgresStore
         self._sweeper = sweeper
         sweeper.thread.start()
         return future
@@ -317,7 +318,8 @@ class MemsodaStore(BaseStore):
                 _log_sweep(self.sweep_ttl())
             except Exception:
                 logger.exception("MemsodaStore TTL sweep failed; the next one runs in %.0f s", interval_s)
-        sweeper.future.set_result(None)
+        if not sweeper.future.done():  # a cancelled future stopped the loop
+            sweeper.future.set_result(None)
 
 
 def _log_sweep(swept: int) -> None:
