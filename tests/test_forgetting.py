@@ -211,3 +211,21 @@ def test_the_cli_forgets_a_thread_and_sets_and_applies_retention(
     with pytest.raises(NotFoundError):
         sync_memory.get_fact(ended, **scope)
     assert cli("retention", *where, "--remove", "--json") == []
+
+
+def test_the_source_selection_and_its_sql_without_a_database() -> None:
+    from psycopg import sql
+
+    from memsoda_core.lifetime import check_source
+    from memsoda_core.store import deleting, sources
+
+    chosen = check_source("t", ["b", "a", "b"])
+    assert chosen.message_ids == ("a", "b") and chosen.shape == {"thread": True, "messages": True}
+    assert check_source(None, ["m"]).shape == {"thread": False, "messages": True}
+    text = sources.only_sourced_facts("memsoda", thread=True, messages=False).as_string(None)
+    assert "fs.thread_id = %(thread_id)s" in text and "message_id" not in text
+    with pytest.raises(ValueError, match="thread or message"):
+        sources.only_sourced_facts("memsoda", thread=False, messages=False)
+    doomed = sql.SQL("SELECT 1 AS fact_id")
+    deleted = deleting.delete_facts("memsoda", doomed).as_string(None)
+    assert "SET superseded_by = NULL" in deleted and "p.id NOT IN (SELECT fact_id FROM doomed)" in deleted
