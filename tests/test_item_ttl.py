@@ -1,9 +1,10 @@
 """Item TTLs in the core (`put_items(ttl_minutes=)`, `refresh_ttl`, `sweep_items`) and in
 `MemsodaStore` as LangGraph's PostgresStore has them (langgraph-checkpoint-postgres 3.2: its
 `sweep_ttl`, `start_ttl_sweeper`, `stop_ttl_sweeper` and refresh on read; it is not installed
-here, and LangGraph's InMemoryStore has no TTL to compare with): a put's TTL or the config's `default_ttl`, refresh on get and search per
-`refresh_on_read` or the call's `refresh_ttl`, and the sweep (by hand and by the sweeper) that
-deletes expired items with their facts. Against the real server, with a Memory and an AsyncMemory."""
+here, and LangGraph's InMemoryStore has no TTL to compare with): a put's TTL or the config's
+`default_ttl`, refresh on get and search per `refresh_on_read` or the call's `refresh_ttl`, and
+the sweep (by hand and by the sweeper) that deletes expired items with their facts. Against the
+real server, with a Memory and an AsyncMemory."""
 
 from __future__ import annotations
 
