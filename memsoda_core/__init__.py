@@ -39,6 +39,7 @@ from memsoda_core.learning import (
     LlamaIndexExtractor,
     OpenAIExtractor,
 )
+from memsoda_core.lifetime import ForgetReport, RetentionReport, RetentionRule
 from memsoda_core.memory import Memory
 from memsoda_core.models import (
     LITERAL,
@@ -84,6 +85,7 @@ __all__ = [
     "FactInput",
     "FactPage",
     "FactSource",
+    "ForgetReport",
     "ImportFormatError",
     "ImportReport",
     "IntervalError",
@@ -105,6 +107,8 @@ __all__ = [
     "RecallResult",
     "RejectedOperation",
     "RememberResult",
+    "RetentionReport",
+    "RetentionRule",
     "SchemaError",
     "ScopeError",
     "ScoredFact",

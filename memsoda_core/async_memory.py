@@ -17,11 +17,11 @@ from typing import Any, TextIO, TypeVar
 
 import numpy as np
 
+from memsoda_core.async_forgetting import AsyncForgettingMethods
 from memsoda_core.embedders import Embedder
 from memsoda_core.errors import MemsodaError
 from memsoda_core.files import open_sink, progress_callback, read_jsonl
 from memsoda_core.items import ItemInput, StoredItem
-from memsoda_core.items_base import ItemsBase
 from memsoda_core.learning.call import extraction_failed
 from memsoda_core.learning.extractors import as_extractor
 from memsoda_core.memory_base import aclose_built, check_import_args, check_read_only, open_args
@@ -47,7 +47,7 @@ from memsoda_core.synthesis import as_synthesizer
 T = TypeVar("T")
 
 
-class AsyncMemory(ItemsBase):
+class AsyncMemory(AsyncForgettingMethods):
     # sync: """Long-term memory of facts in PostgreSQL + pgvector. Open with `Memory.open()`."""
     """Long-term memory of facts for asyncio: `await AsyncMemory.open()`, then `Memory`'s methods."""
 
@@ -333,12 +333,6 @@ class AsyncMemory(ItemsBase):
         """Per scope: facts, live facts, entities, episodes."""
         return await self._run(self._stats_op(dataset, project), read_only=True)
 
-    async def maintain(self) -> list[str]:
-        """Refresh statistics and build the tenant indexes of every dataset/project at or above
-        `tenant_index_min_facts` facts that lacks them (writes through memsoda do this on their
-        own; call it after loading rows with COPY). Returns the names of the indexes built."""
-        return await self._run(self._maintain_op())
-
     async def export_jsonl(self, target: str | os.PathLike[str] | TextIO, *, dataset: str, project: str) -> int:
         """Write the scope's facts and episodes as JSON lines; returns the number of lines."""
         op = self._export_op(dataset, project)
@@ -386,9 +380,13 @@ class AsyncMemory(ItemsBase):
         of each distinct (namespace, key), in the order of their last writes."""
         return await self._run(lambda: self._put_items_op(items, dataset, project))
 
-    async def get_item(self, namespace: Sequence[str], key: str, *, dataset: str, project: str) -> StoredItem | None:
-        """The item at (`namespace`, `key`) of the scope, or None."""
-        return await self._run(self._get_item_op(namespace, key, dataset, project), read_only=True)
+    async def get_item(
+        self, namespace: Sequence[str], key: str, *, dataset: str, project: str, refresh_ttl: bool = False
+    ) -> StoredItem | None:
+        """The item at (`namespace`, `key`) of the scope, or None. `refresh_ttl`: an item with a
+        TTL expires that long from now again."""
+        op = self._get_item_op(namespace, key, dataset, project, refresh_ttl)
+        return await self._run(op, read_only=not refresh_ttl)
 
     async def search_items(
         self,
@@ -400,14 +398,16 @@ class AsyncMemory(ItemsBase):
         filter: Mapping[str, Any] | None = None,
         limit: int = 10,
         offset: int = 0,
+        refresh_ttl: bool = False,
     ) -> list[StoredItem]:
         """Items under `namespace_prefix` matching `filter` (LangGraph's: equality, `$eq`, `$ne`,
         `$gt`, `$gte`, `$lt`, `$lte`), in the scope, or in every dataset of `project` when `dataset`
         is None.
         No query: most recently updated first. A query: recall in each scope, items ranked by the
-        fused score of their facts (`StoredItem.score`); limit + offset at most `limits.MAX_K`."""
-        op = self._search_items_op(namespace_prefix, project, dataset, query, filter, limit, offset)
-        return await self._run(op, read_only=True)
+        fused score of their facts (`StoredItem.score`); limit + offset at most `limits.MAX_K`.
+        `refresh_ttl`: the items found that have a TTL expire that long from now again."""
+        op = self._search_items_op(namespace_prefix, project, dataset, query, filter, limit, offset, refresh_ttl)
+        return await self._run(op, read_only=not refresh_ttl)
 
     async def list_item_namespaces(
         self,

@@ -47,12 +47,15 @@ COMPARISONS: frozenset[str] = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$l
 class ItemInput:
     """An item to store under (`namespace`, `key`) in a scope; `value` None deletes it. `text` is
     what recall should find it by (None: not searchable by query); it is made one line and cut to
-    the fact object limit (`limits.MAX_OBJECT_CHARS`) at a word boundary."""
+    the fact object limit (`limits.MAX_OBJECT_CHARS`) at a word boundary. `ttl_minutes`: the item
+    expires that long after this put (or after a read that refreshes it), and a sweep deletes it
+    with its facts (`Memory.sweep_items`); None: it never expires."""
 
     namespace: Sequence[str]
     key: str
     value: Mapping[str, Any] | None
     text: str | None = None
+    ttl_minutes: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,6 +71,7 @@ class StoredItem:
     updated_at: datetime
     fact_id: int | None
     score: float | None = None
+    expires_at: datetime | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,6 +82,7 @@ class ValidItem:
     key: str
     value_json: str | None
     fact: ValidFact | None
+    ttl_minutes: float | None = None
 
 
 @dataclass(frozen=True)
@@ -125,6 +130,21 @@ def value_json(value: Any) -> str:
     return text
 
 
+MAX_TTL_MINUTES = 100 * 365 * 24 * 60.0
+"""A century: an item's TTL (longer ones overflow no timestamp, but mean "never": give None)."""
+
+
+def check_ttl(value: Any) -> float | None:
+    """A TTL in minutes: a positive finite number up to `MAX_TTL_MINUTES`, or None (no expiry)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise ValidationError(f"ttl_minutes must be a positive number of minutes or None, got {value!r}")
+    if value > MAX_TTL_MINUTES:
+        raise LimitError(f"ttl_minutes is {value}; the limit is {MAX_TTL_MINUTES:.0f} (give None for no expiry)")
+    return float(value)
+
+
 def fact_text(text: str) -> str | None:
     """`text` as one line within the fact object limit (cut at the last space before it); None if
     nothing is left."""
@@ -159,16 +179,19 @@ def validate_items(items: Sequence[ItemInput | Mapping[str, Any]], *, now: datet
                 position=position,
             )
         chosen.pop((namespace, key), None)  # re-inserted last: the order of the final writes
-        chosen[(namespace, key)] = ValidItem(namespace=namespace, key=key, value_json=data, fact=fact)
+        ttl = check_ttl(item.ttl_minutes)
+        chosen[(namespace, key)] = ValidItem(namespace=namespace, key=key, value_json=data, fact=fact, ttl_minutes=ttl)
     return list(chosen.values())
 
 
 def _as_input(raw: Any, position: int) -> ItemInput:
     if not isinstance(raw, Mapping):
         raise ValidationError(f"item {position} must be an ItemInput or a dict, got {type(raw).__name__}")
-    unknown = sorted(set(raw) - {"namespace", "key", "value", "text"})
+    unknown = sorted(set(raw) - {"namespace", "key", "value", "text", "ttl_minutes"})
     if unknown or "namespace" not in raw or "key" not in raw or "value" not in raw:
-        raise ValidationError(f"item {position} needs namespace, key and value (and may have text); got {sorted(raw)}")
+        raise ValidationError(
+            f"item {position} needs namespace, key and value (and may have text, ttl_minutes); got {sorted(raw)}"
+        )
     return ItemInput(**dict(raw))
 
 

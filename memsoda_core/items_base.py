@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from memsoda_core.errors import ValidationError
 from memsoda_core.items import (
     MAX_LIST_LIMIT,
     ItemInput,
@@ -23,7 +24,7 @@ from memsoda_core.memory_base import MemoryBase
 from memsoda_core.models import RecallResult
 from memsoda_core.ops import items as items_ops
 from memsoda_core.runner.steps import Operation
-from memsoda_core.validation import Scope, check_query, check_scope
+from memsoda_core.validation import Scope, check_query, check_scope, parse_time
 
 
 class ItemsBase(MemoryBase):
@@ -36,9 +37,10 @@ class ItemsBase(MemoryBase):
         return self._resizing(scope, items_ops.put_items(self._info, scope, items, now=self._now()))
 
     def _get_item_op(
-        self, namespace: Sequence[str], key: str, dataset: str, project: str
+        self, namespace: Sequence[str], key: str, dataset: str, project: str, refresh_ttl: Any = False
     ) -> Operation[StoredItem | None]:
-        return items_ops.get_item(self._info, check_scope(dataset, project), check_namespace(namespace), check_key(key))
+        scope, at = check_scope(dataset, project), self._now() if _check_refresh(refresh_ttl) else None
+        return items_ops.get_item(self._info, scope, check_namespace(namespace), check_key(key), refresh_at=at)
 
     def _search_items_op(
         self,
@@ -49,7 +51,9 @@ class ItemsBase(MemoryBase):
         filter: Mapping[str, Any] | None,
         limit: int,
         offset: int,
+        refresh_ttl: Any = False,
     ) -> Operation[list[StoredItem]]:
+        refresh = _check_refresh(refresh_ttl)
         (dataset, project), prefix = check_item_scope(dataset, project), check_namespace(namespace_prefix, empty=True)
         text, conditions = check_query(query), parse_filter(filter)
         check_page(limit, offset, most=MAX_LIST_LIMIT if text is None else MAX_K)
@@ -57,7 +61,7 @@ class ItemsBase(MemoryBase):
         def recall_in(where: Scope, keep: int) -> Operation[RecallResult]:
             return self._top_facts_op(where, text, keep)
 
-        return items_ops.search_items(
+        found = items_ops.search_items(
             self._info,
             project,
             dataset,
@@ -68,6 +72,17 @@ class ItemsBase(MemoryBase):
             offset=offset,
             recall_in=recall_in,
         )
+        return self._refreshing(found) if refresh else found
+
+    def _refreshing(self, op: Operation[list[StoredItem]]) -> Operation[list[StoredItem]]:
+        """`op`'s items, their TTLs counted again from now."""
+        found = yield from op
+        return (yield from items_ops.refresh_items(self._info, found, self._now()))
+
+    def _sweep_items_op(self, project: str | None, at: Any) -> Operation[int]:
+        if project is not None:
+            check_scope("-", project)
+        return items_ops.sweep_items(self._info, project, parse_time(at, "at"))
 
     def _list_item_namespaces_op(
         self,
@@ -83,3 +98,9 @@ class ItemsBase(MemoryBase):
         return items_ops.list_item_namespaces(
             self._info, project, dataset, patterns, max_depth=check_max_depth(max_depth), limit=limit, offset=offset
         )
+
+
+def _check_refresh(refresh_ttl: Any) -> bool:
+    if not isinstance(refresh_ttl, bool):
+        raise ValidationError(f"refresh_ttl must be True or False, got {refresh_ttl!r}")
+    return refresh_ttl

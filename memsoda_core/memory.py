@@ -20,7 +20,6 @@ from memsoda_core.embedders import Embedder
 from memsoda_core.errors import MemsodaError
 from memsoda_core.files import open_sink, progress_callback, read_jsonl
 from memsoda_core.items import ItemInput, StoredItem
-from memsoda_core.items_base import ItemsBase
 from memsoda_core.learning.call import extraction_failed
 from memsoda_core.learning.extractors import as_extractor
 from memsoda_core.memory_base import check_import_args, check_read_only, close_built, open_args
@@ -41,12 +40,13 @@ from memsoda_core.runner.policy import check_pool_args
 from memsoda_core.runner.steps import Operation
 from memsoda_core.runner.sync_runner import Runner
 from memsoda_core.runner.target import release_target
+from memsoda_core.sync_forgetting import ForgettingMethods
 from memsoda_core.synthesis import as_synthesizer
 
 T = TypeVar("T")
 
 
-class Memory(ItemsBase):
+class Memory(ForgettingMethods):
     """Long-term memory of facts in PostgreSQL + pgvector. Open with `Memory.open()`."""
 
     _runner: Runner
@@ -328,12 +328,6 @@ class Memory(ItemsBase):
         """Per scope: facts, live facts, entities, episodes."""
         return self._run(self._stats_op(dataset, project), read_only=True)
 
-    def maintain(self) -> list[str]:
-        """Refresh statistics and build the tenant indexes of every dataset/project at or above
-        `tenant_index_min_facts` facts that lacks them (writes through memsoda do this on their
-        own; call it after loading rows with COPY). Returns the names of the indexes built."""
-        return self._run(self._maintain_op())
-
     def export_jsonl(self, target: str | os.PathLike[str] | TextIO, *, dataset: str, project: str) -> int:
         """Write the scope's facts and episodes as JSON lines; returns the number of lines."""
         op = self._export_op(dataset, project)
@@ -381,9 +375,13 @@ class Memory(ItemsBase):
         of each distinct (namespace, key), in the order of their last writes."""
         return self._run(lambda: self._put_items_op(items, dataset, project))
 
-    def get_item(self, namespace: Sequence[str], key: str, *, dataset: str, project: str) -> StoredItem | None:
-        """The item at (`namespace`, `key`) of the scope, or None."""
-        return self._run(self._get_item_op(namespace, key, dataset, project), read_only=True)
+    def get_item(
+        self, namespace: Sequence[str], key: str, *, dataset: str, project: str, refresh_ttl: bool = False
+    ) -> StoredItem | None:
+        """The item at (`namespace`, `key`) of the scope, or None. `refresh_ttl`: an item with a
+        TTL expires that long from now again."""
+        op = self._get_item_op(namespace, key, dataset, project, refresh_ttl)
+        return self._run(op, read_only=not refresh_ttl)
 
     def search_items(
         self,
@@ -395,14 +393,16 @@ class Memory(ItemsBase):
         filter: Mapping[str, Any] | None = None,
         limit: int = 10,
         offset: int = 0,
+        refresh_ttl: bool = False,
     ) -> list[StoredItem]:
         """Items under `namespace_prefix` matching `filter` (LangGraph's: equality, `$eq`, `$ne`,
         `$gt`, `$gte`, `$lt`, `$lte`), in the scope, or in every dataset of `project` when `dataset`
         is None.
         No query: most recently updated first. A query: recall in each scope, items ranked by the
-        fused score of their facts (`StoredItem.score`); limit + offset at most `limits.MAX_K`."""
-        op = self._search_items_op(namespace_prefix, project, dataset, query, filter, limit, offset)
-        return self._run(op, read_only=True)
+        fused score of their facts (`StoredItem.score`); limit + offset at most `limits.MAX_K`.
+        `refresh_ttl`: the items found that have a TTL expire that long from now again."""
+        op = self._search_items_op(namespace_prefix, project, dataset, query, filter, limit, offset, refresh_ttl)
+        return self._run(op, read_only=not refresh_ttl)
 
     def list_item_namespaces(
         self,

@@ -24,6 +24,7 @@ from memsoda_core.errors import (
 from memsoda_core.learning.call import RememberCall
 from memsoda_core.learning.extractors import Extractor
 from memsoda_core.learning.operations import CheckedExtraction
+from memsoda_core.lifetime import ForgetReport, RetentionReport, RetentionRule, check_retention, check_source
 from memsoda_core.models import (
     EpisodeInput,
     Fact,
@@ -34,6 +35,8 @@ from memsoda_core.models import (
     IncludeOption,
     RecallResult,
 )
+from memsoda_core.ops import retention as retention_ops
+from memsoda_core.ops.forgetting import forget_source
 from memsoda_core.ops.opening import recorded_space
 from memsoda_core.ops.reading import check_list_args, check_predicates
 from memsoda_core.ops.remembering import Applied, apply_extraction, fact_sources
@@ -200,6 +203,13 @@ class MemoryBase:
         name = None if entity is None else check_entity_name(entity)
         return self._resizing(scope, ops.forget(self._info, scope, name))
 
+    def _forget_source_op(
+        self, dataset: str, project: str, thread_id: Any, message_ids: Any
+    ) -> Operation[ForgetReport]:
+        scope = check_scope(dataset, project)
+        source = check_source(thread_id, message_ids)
+        return self._resizing(scope, forget_source(self._info, scope, source))
+
     def _remember_call(
         self, messages: Any, dataset: str, project: str, *, extractor: Any, **settings: Any
     ) -> RememberCall:
@@ -340,8 +350,35 @@ class MemoryBase:
     def _stats_op(self, dataset: str | None, project: str | None) -> Operation[list[dict[str, Any]]]:
         return ops.stats(self._info, *check_optional_scope(dataset, project))
 
-    def _maintain_op(self) -> Operation[list[str]]:
-        return ops.maintain(self._info)
+    def _maintain_op(self, retention: Any = True) -> Operation[list[str]]:
+        if not isinstance(retention, bool):
+            raise ValidationError(f"retention must be True or False, got {retention!r}")
+        return self._maintaining(retention)
+
+    def _maintaining(self, retention: bool) -> Operation[list[str]]:
+        if retention:
+            yield from self._apply_retention_op(None)
+        return (yield from ops.maintain(self._info))
+
+    def _set_retention_op(
+        self, dataset: str, project: str, max_age: Any, purge: Any, predicate: Any
+    ) -> Operation[list[RetentionRule]]:
+        scope = check_scope(dataset, project)
+        age, chosen, folded = check_retention(max_age, purge, predicate)
+        return retention_ops.set_retention(self._info, scope, max_age=age, purge=chosen, predicate=folded)
+
+    def _retention_op(self, dataset: str, project: str) -> Operation[list[RetentionRule]]:
+        return retention_ops.retention_rules(self._info, check_scope(dataset, project))
+
+    def _apply_retention_op(self, at: Any) -> Operation[RetentionReport]:
+        return self._purging(retention_ops.apply_retention(self._info, parse_time(at, "at")))
+
+    def _purging(self, op: Operation[RetentionReport]) -> Operation[RetentionReport]:
+        """`op`, whose purged scopes' remembered sizes are dropped once it is done."""
+        report = yield from op
+        for dataset, project, _ in report.scopes:
+            self._scope_sizes.forget(Scope(dataset=dataset, project=project))
+        return report
 
     def _export_op(self, dataset: str, project: str) -> Operation[int]:
         return ops.export_jsonl(self._info, check_scope(dataset, project))

@@ -14,6 +14,9 @@ under it. The user of a run is in the namespace: langmem's tools fill a template
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import logging
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +32,7 @@ from langgraph.store.base import (
     Result,
     SearchItem,
     SearchOp,
+    TTLConfig,
 )
 from langgraph.store.base.embed import get_text_at_path
 
@@ -37,6 +41,8 @@ from memsoda_core.items import ItemInput, StoredItem
 from memsoda_core.validation import check_scope
 
 DatasetOf = Callable[[tuple[str, ...]], str]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -61,13 +67,25 @@ class MemsodaStore(BaseStore):
     string in it when it is an object), else, for a value without "content", every string in it:
     so a value's other fields ({"content": ..., "kind": "note"}) stay out of the fact, and are
     still filterable. `index=False` stores an item that only `get` and searches without a query
-    find. Ops of a batch apply in order; TTLs are not supported (`supports_ttl` is False: a `ttl`
-    raises NotImplementedError).
+    find. Ops of a batch apply in order.
+
+    `ttl`: LangGraph's `TTLConfig`, as its PostgresStore takes it (see "TTL" below): `default_ttl`
+    (minutes) for puts that give none, `refresh_on_read` (default True) for get and search, and
+    `sweep_interval_minutes` for `start_ttl_sweeper`.
     """
 
-    supports_ttl = False
+    supports_ttl = True
 
-    __slots__ = ("_dataset_of", "_fields", "_memory", "_project", "_scope_depth")
+    __slots__ = (
+        "_dataset_of",
+        "_fields",
+        "_memory",
+        "_project",
+        "_scope_depth",
+        "_sweep_task",
+        "_sweeper",
+        "ttl_config",
+    )
 
     def __init__(
         self,
@@ -77,6 +95,7 @@ class MemsodaStore(BaseStore):
         scope_depth: int = 2,
         dataset_of: DatasetOf | None = None,
         fields: Sequence[str] | None = None,
+        ttl: TTLConfig | None = None,
     ) -> None:
         if not isinstance(memory, Memory | AsyncMemory):
             raise ConfigurationError(f"MemsodaStore needs a memsoda Memory or AsyncMemory, got {type(memory).__name__}")
@@ -88,6 +107,9 @@ class MemsodaStore(BaseStore):
         self._scope_depth = scope_depth
         self._dataset_of = dataset_of or ".".join
         self._fields = None if fields is None else tuple(fields)
+        self.ttl_config = ttl
+        self._sweeper: _Sweeper | None = None
+        self._sweep_task: asyncio.Task[None] | None = None
 
     def scope(self, namespace: tuple[str, ...]) -> dict[str, str]:
         """The memsoda scope (dataset, project keywords) of a namespace."""
@@ -152,8 +174,6 @@ class MemsodaStore(BaseStore):
             yield pending
 
     def _item_input(self, op: PutOp) -> ItemInput:
-        if op.ttl is not None:
-            raise NotImplementedError("MemsodaStore does not support TTLs (supports_ttl is False); pass ttl=None")
         if op.value is None:
             return ItemInput(namespace=op.namespace, key=op.key, value=None)
         paths = self._fields if op.index is None else () if op.index is False else tuple(op.index)
@@ -161,12 +181,15 @@ class MemsodaStore(BaseStore):
             texts = _texts(op.value.get("content", op.value), "$")
         else:
             texts = [text for path in paths for text in _texts(op.value, path)]
-        return ItemInput(namespace=op.namespace, key=op.key, value=op.value, text="; ".join(texts) or None)
+        return ItemInput(
+            namespace=op.namespace, key=op.key, value=op.value, text="; ".join(texts) or None, ttl_minutes=op.ttl
+        )
 
     def _arguments(self, op: Op) -> tuple[str, dict[str, Any]]:
         """The memsoda method an op calls, and its arguments."""
         if isinstance(op, GetOp):
-            return "get_item", {"namespace": op.namespace, "key": op.key, **self.scope(op.namespace)}
+            scope = self.scope(op.namespace)
+            return "get_item", {"namespace": op.namespace, "key": op.key, **scope, **_refresh(op)}
         if isinstance(op, SearchOp):
             scope = self._scope_or_project(
                 op.namespace_prefix if len(op.namespace_prefix) >= self._scope_depth else None
@@ -178,6 +201,7 @@ class MemsodaStore(BaseStore):
                 "limit": op.limit,
                 "offset": op.offset,
                 **scope,
+                **_refresh(op),
             }
         assert isinstance(op, ListNamespacesOp)
         conditions = op.match_conditions or ()
@@ -210,6 +234,123 @@ class MemsodaStore(BaseStore):
         if isinstance(op, SearchOp):
             return [_search_item(stored) for stored in reply]
         return [tuple(namespace) for namespace in reply]
+
+    # --- TTL: LangGraph's, as its PostgresStore has it --------------------------------------------------
+
+    def sweep_ttl(self) -> int:
+        """Delete the store's items (of its project) whose TTL has run out, with their facts
+        (`Memory.sweep_items`); returns how many items went. Needs a `Memory`; else `asweep_ttl`."""
+        memory = self._memory
+        if isinstance(memory, AsyncMemory):
+            raise ConfigurationError("this MemsodaStore wraps an AsyncMemory: use asweep_ttl()")
+        return memory.sweep_items(project=self._project)
+
+    async def asweep_ttl(self) -> int:
+        """`sweep_ttl` for async code (a `Memory` runs in a worker thread)."""
+        memory = self._memory
+        if isinstance(memory, Memory):
+            return await asyncio.to_thread(self.sweep_ttl)
+        return await memory.sweep_items(project=self._project)
+
+    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> concurrent.futures.Future[None]:
+        """Sweep every `sweep_interval_minutes` (else the config's, else 5) in a daemon thread until
+        `stop_ttl_sweeper` or the future's cancel; the future completes when it stops. Without a
+        `ttl` config, nothing runs and the future is done (PostgresStore's behaviour); a sweep that
+        fails is logged and the next one runs. A sweeper already running is kept."""
+        if isinstance(self._memory, AsyncMemory):
+            raise ConfigurationError("this MemsodaStore wraps an AsyncMemory: use await astart_ttl_sweeper()")
+        if self._sweeper is not None and self._sweeper.thread.is_alive():
+            return self._sweeper.future
+        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        if not self.ttl_config:
+            future.set_result(None)
+            return future
+        sweeper = _Sweeper(threading.Event(), future, threading.Thread())
+        sweeper.thread = threading.Thread(
+            target=self._sweep_loop,
+            args=(sweeper, self._sweep_interval_s(sweep_interval_minutes)),
+            name="memsoda-ttl-sweeper",
+            daemon=True,
+        )
+        future.add_done_callback(lambda done: sweeper.stop.set() if done.cancelled() else None)  # as PostgresStore
+        self._sweeper = sweeper
+        sweeper.thread.start()
+        return future
+
+    def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
+        """Stop the sweeper thread (waiting at most `timeout` seconds); True when none runs now."""
+        sweeper = self._sweeper
+        if sweeper is None:
+            return True
+        sweeper.stop.set()
+        sweeper.thread.join(timeout)
+        stopped = not sweeper.thread.is_alive()
+        if stopped:
+            self._sweeper = None
+        return stopped
+
+    async def astart_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> asyncio.Task[None]:
+        """`start_ttl_sweeper` as a task on the running event loop (AsyncPostgresStore's form);
+        `astop_ttl_sweeper` cancels it."""
+        if self._sweep_task is not None and not self._sweep_task.done():
+            return self._sweep_task
+        if not self.ttl_config:
+            return asyncio.create_task(asyncio.sleep(0))
+        interval_s = self._sweep_interval_s(sweep_interval_minutes)
+
+        async def sweep_loop() -> None:
+            while True:
+                await asyncio.sleep(interval_s)
+                try:
+                    _log_sweep(await self.asweep_ttl())
+                except Exception:
+                    logger.exception("MemsodaStore TTL sweep failed; the next one runs in %.0f s", interval_s)
+
+        self._sweep_task = asyncio.create_task(sweep_loop(), name="memsoda-ttl-sweeper")
+        return self._sweep_task
+
+    async def astop_ttl_sweeper(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109 (PostgresStore's signature)
+        """Cancel the sweeper task (waiting at most `timeout` seconds); True when none runs now."""
+        task = self._sweep_task
+        if task is None:
+            return True
+        task.cancel()
+        await asyncio.wait([task], timeout=timeout)
+        if task.done():
+            self._sweep_task = None
+        return task.done()
+
+    def _sweep_interval_s(self, minutes: float | None) -> float:
+        config = self.ttl_config or {}
+        return float(minutes or config.get("sweep_interval_minutes") or 5) * 60
+
+    def _sweep_loop(self, sweeper: _Sweeper, interval_s: float) -> None:
+        while not sweeper.stop.wait(interval_s):
+            try:
+                _log_sweep(self.sweep_ttl())
+            except Exception:
+                logger.exception("MemsodaStore TTL sweep failed; the next one runs in %.0f s", interval_s)
+        if not sweeper.future.done():  # a cancelled future stopped the loop
+            sweeper.future.set_result(None)
+
+
+def _log_sweep(swept: int) -> None:
+    if swept:
+        logger.info("MemsodaStore TTL sweep deleted %d expired items", swept)
+
+
+@dataclass
+class _Sweeper:
+    """A running TTL sweeper: its stop signal, its future, its thread."""
+
+    stop: threading.Event
+    future: concurrent.futures.Future[None]
+    thread: threading.Thread
+
+
+def _refresh(op: GetOp | SearchOp) -> dict[str, bool]:
+    """The refresh of a read: LangGraph's `refresh_ttl` (BaseStore sets it from `TTLConfig`)."""
+    return {"refresh_ttl": bool(op.refresh_ttl)}
 
 
 def _texts(value: Any, path: str) -> list[str]:

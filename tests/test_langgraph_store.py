@@ -284,8 +284,8 @@ async def test_bad_input_raises_and_writes_nothing(store: Store) -> None:
     assert await store.search(namespace) == []
     with pytest.raises(InvalidNamespaceError):
         await store.batch([PutOp(("memories", "a.b"), "k", {"content": "dotted"})])
-    with pytest.raises(NotImplementedError):
-        await store.put(namespace, "k", {"content": "expiring"}, ttl=5)
+    with pytest.raises(ValidationError):  # a TTL must be a positive number of minutes (tests/test_item_ttl.py)
+        await store.put(namespace, "k", {"content": "expiring"}, ttl=-5)
 
 
 def test_an_async_memory_refuses_the_sync_api(pg_dsn: str, embedder: LocalEmbedder) -> None:

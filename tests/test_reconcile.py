@@ -169,6 +169,7 @@ def test_a_version_4_store_with_duplicates_migrates_without_losing_them(
             conn.execute(f"DROP TABLE {schema}.single_valued, {schema}.items, {schema}.fact_sources")  # v5, v7, v8
             conn.execute(f"DROP TABLE {schema}.tenant_partitions")  # v9
             conn.execute(f"DROP INDEX {schema}.facts_ended")  # v10
+            conn.execute(f"DROP TABLE {schema}.retention")  # v11 (items went above)
             conn.execute(f"DELETE FROM {schema}.meta WHERE key = 'layout'")  # noqa: S608
             conn.execute(f"DROP INDEX {schema}.facts_relation, {schema}.facts_superseded_by")
             conn.execute(f"ALTER TABLE {schema}.facts DROP COLUMN superseded_by, DROP COLUMN times_seen")

@@ -142,6 +142,7 @@ def test_a_store_of_an_older_version_is_upgraded_at_open(pg_dsn: str, embedder: 
             conn.execute("DROP TABLE upgrade_test.fact_sources")  # and version 8's
             conn.execute("DROP TABLE upgrade_test.tenant_partitions")  # and version 9's
             conn.execute("DROP INDEX upgrade_test.facts_ended")  # and version 10's
+            conn.execute("DROP TABLE upgrade_test.retention")  # and version 11's (items went above)
             conn.execute("DELETE FROM upgrade_test.meta WHERE key = 'layout'")
             conn.execute("UPDATE upgrade_test.meta SET value = '2' WHERE key = 'schema_version'")
         with Memory.open(pg_dsn, embedder, schema="upgrade_test") as upgraded:

@@ -283,6 +283,13 @@ def test_a_plain_store_from_before_is_partitioned_at_open_and_its_tenants_move_l
     with psycopg.connect(pg_dsn, autocommit=True) as conn:  # what a version-8 store looks like
         conn.execute(sql.SQL("DROP TABLE {}.tenant_partitions").format(sql.Identifier(schema)))
         conn.execute(sql.SQL("DROP INDEX {}.facts_ended").format(sql.Identifier(schema)))
+        conn.execute(sql.SQL("DROP TABLE {}.retention").format(sql.Identifier(schema)))  # and version 11's
+        conn.execute(sql.SQL("DROP INDEX {}.items_expiring").format(sql.Identifier(schema)))
+        conn.execute(
+            sql.SQL("ALTER TABLE {}.items DROP COLUMN ttl_minutes, DROP COLUMN expires_at").format(
+                sql.Identifier(schema)
+            )
+        )
         conn.execute(sql.SQL("DELETE FROM {}.meta WHERE key = 'layout'").format(sql.Identifier(schema)))
         conn.execute(
             sql.SQL("UPDATE {}.meta SET value = '8' WHERE key = 'schema_version'").format(sql.Identifier(schema))

@@ -1,4 +1,5 @@
-"""The `memsoda` command line: demo, recall, add, import/export, stats, maintain, forget, doctor, server.
+"""The `memsoda` command line: demo, recall, add, import/export, stats, maintain, forget, forget-source,
+retention, doctor, server.
 
 Global options pick the store: `--dsn` (else `MEMSODA_DSN`, else the embedded server under
 `--home` / `MEMSODA_HOME`), and `--embedder` the model (else `MEMSODA_EMBEDDER`, else the
@@ -13,6 +14,7 @@ store's). Any `MemsodaError` (and any file error) prints one red line and exits 
     recall.py   recall, add, forget
     jsonl.py    import, export
     stats.py    stats, maintain
+    lifetime.py forget-source, retention
     doctor.py   doctor and its checks
     distribute.py  distribute (a store on a Citus cluster)
     server.py   server start|stop|status (and the hidden `hold` that `start` runs, which serves the model)

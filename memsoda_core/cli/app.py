@@ -11,7 +11,7 @@ import typer
 from rich.text import Text
 from typer.core import TyperGroup
 
-from memsoda_core.cli import demo, distribute, doctor, facts, jsonl, recall, server, stats
+from memsoda_core.cli import demo, distribute, doctor, facts, jsonl, lifetime, recall, server, stats
 from memsoda_core.cli.common import Settings
 from memsoda_core.cli.output import err, one_line
 from memsoda_core.errors import MemsodaError
@@ -95,6 +95,8 @@ app.command()(recall.add)
 app.command("import")(jsonl.import_)
 app.command()(jsonl.export)
 app.command()(recall.forget)
+app.command("forget-source")(lifetime.forget_source)
+app.command()(lifetime.retention)
 app.add_typer(facts.facts_app, name="facts")
 app.command()(facts.invalidate)
 app.command()(facts.supersede)

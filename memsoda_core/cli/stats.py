@@ -48,15 +48,24 @@ def stats(
     out().print(result)
 
 
-def maintain(ctx: typer.Context, as_json: JsonOpt = False) -> None:
-    """Refresh statistics and build the indexes that large datasets/projects lack (after loading
-    rows around memsoda, e.g. with COPY). Writes through memsoda build them on their own."""
+def maintain(
+    ctx: typer.Context,
+    as_json: JsonOpt = False,
+    retention: Annotated[bool, typer.Option(help="Purge what the retention rules have outlived first.")] = True,
+) -> None:
+    """Purge the facts retention rules have outlived (`memsoda retention`), refresh statistics and
+    build the indexes that large datasets/projects lack (after loading rows around memsoda, e.g.
+    with COPY). Writes through memsoda build them on their own."""
     with open_memory(settings_of(ctx), embeds=False) as memory:
-        built = memory.maintain()
+        purged = memory.apply_retention() if retention else None
+        built = memory.maintain(retention=False)
         threshold = memory.info.tenant_index_min_facts
     if as_json:
-        print_json({"built": built, "tenant_index_min_facts": threshold})
+        facts = None if purged is None else {"facts": purged.facts, "items": purged.items}
+        print_json({"built": built, "tenant_index_min_facts": threshold, "purged": facts})
         return
+    if purged is not None:
+        out().print(f"retention: purged {purged.facts} facts and {purged.items} items")
     if not built:
         out().print(f"statistics refreshed; every dataset/project of {threshold:,}+ facts has its indexes")
         return

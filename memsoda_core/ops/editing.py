@@ -15,10 +15,10 @@ from memsoda_core.errors import (
     ValidationError,
 )
 from memsoda_core.models import EpisodeInput, FactInput
+from memsoda_core.ops.forgetting import delete_fact_set, hold_scope
 from memsoda_core.ops.maintenance import drop_tenant_indexes, ensure_tenant_indexes
-from memsoda_core.ops.writing import hold_dataset, lock_facts, write_facts
+from memsoda_core.ops.writing import lock_facts, write_facts
 from memsoda_core.runner.steps import Operation, embed_documents, execute, execute_as, read_aside
-from memsoda_core.store import lexemes as sql_lexemes
 from memsoda_core.store import reconcile as sql_reconcile
 from memsoda_core.store import statements as sql_store
 from memsoda_core.store.info import StoreInfo
@@ -198,18 +198,14 @@ def forget(info: StoreInfo, scope: Scope, entity: str | None) -> Operation[int]:
     lexeme or scope row while forget changes them; a supersede pointing at a fact it deletes has
     committed before, and is cleared."""
     base: dict[str, Any] = {"dataset": scope.dataset, "project": scope.project}
-    yield from hold_dataset(info, scope)
-    yield from execute(sql_reconcile.lock_scope(info.schema), {**base, "schema": info.schema})
+    yield from hold_scope(info, scope)
     if entity is None:
         ((count,),) = yield from execute(sql_store.count_facts(info.schema), base)
         for statement in sql_store.forget_scope(info.schema):
             yield from execute(statement, base)
         yield from drop_tenant_indexes(info, scope)
         return int(count)
-    params = {**base, "name": entity}
-    ((count,),) = yield from execute(sql_store.forget_entity(info.schema), params)
-    yield from execute(sql_store.delete_orphan_entities(info.schema), params)
-    yield from execute(sql_lexemes.delete_spent_lexemes(info.schema), base)
-    if count:  # the scope's row last, as in every write (`ops.writing.bump_counts`)
-        yield from execute(sql_store.bump_scope(info.schema), {**base, "delta": -int(count)})
-    return int(count)
+    deleted = yield from delete_fact_set(info, scope, sql_store.entity_facts(info.schema), {**base, "name": entity})
+    if not deleted.facts:  # an entity no fact touches (none should be left): delete it alone
+        yield from execute(sql_store.delete_orphan_entities(info.schema), {**base, "name": entity})
+    return deleted.facts

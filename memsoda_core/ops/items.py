@@ -15,6 +15,7 @@ fused score.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
@@ -33,12 +34,14 @@ from memsoda_core.items import (
 )
 from memsoda_core.limits import MAX_K
 from memsoda_core.models import RecallResult
+from memsoda_core.ops.forgetting import delete_fact_set, hold_scope
 from memsoda_core.ops.maintenance import ensure_tenant_indexes
 from memsoda_core.ops.routing import insert_rows
 from memsoda_core.ops.writing import lock_facts, write_facts
 from memsoda_core.runner.steps import Operation, execute, execute_as, read_aside
 from memsoda_core.store import items as sql_items
 from memsoda_core.store import reconcile as sql_reconcile
+from memsoda_core.store import retention as sql_retention
 from memsoda_core.store import routed as sql_routed
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import Scope
@@ -52,7 +55,12 @@ def _batch(items: Sequence[ValidItem], fact_ids: Mapping[int, int] | None = None
     """The jsonb array the statements read (`store.items._BATCH`): values are already JSON text."""
     parts = []
     for n, item in enumerate(items):
-        head = {"namespace": list(item.namespace), "key": item.key, "fact_id": (fact_ids or {}).get(n)}
+        head = {
+            "namespace": list(item.namespace),
+            "key": item.key,
+            "fact_id": (fact_ids or {}).get(n),
+            "ttl_minutes": item.ttl_minutes,
+        }
         body = json.dumps(head, ensure_ascii=False)
         parts.append(body if item.value_json is None else body[:-1] + ', "value": ' + item.value_json + "}")
     return "[" + ", ".join(parts) + "]"
@@ -107,6 +115,7 @@ def put_items(
             "keys": [item.key for item in kept],
             "values": [item.value_json for item in kept],
             "fact_ids": [new_fact.get(n) for n in stored],
+            "ttl_minutes": [item.ttl_minutes for item in kept],
         }
         params = {**base, "now": now, **(columns if info.distributed else {"items": payload})}
         yield from insert_rows(info, sql_items.upsert_items(info.schema), sql_routed.ITEMS, params)
@@ -153,10 +162,35 @@ def _end_orphans(
         yield from execute(sql_reconcile.end_facts(info.schema), params)
 
 
-def get_item(info: StoreInfo, scope: Scope, namespace: Namespace, key: str) -> Operation[StoredItem | None]:
+def get_item(
+    info: StoreInfo, scope: Scope, namespace: Namespace, key: str, *, refresh_at: datetime | None = None
+) -> Operation[StoredItem | None]:
+    """The item, or None; with `refresh_at`, its TTL (if it has one) counted again from then."""
     params = {"dataset": scope.dataset, "project": scope.project, "namespace": list(namespace), "key": key}
     rows = yield from execute_as(sql_items.ItemRow, sql_items.get_item(info.schema), params)
-    return rows[0].stored() if rows else None
+    if not rows:
+        return None
+    if refresh_at is not None and rows[0].expires_at is not None:
+        (found,) = yield from refresh_items(info, [rows[0].stored()], refresh_at)
+        return found
+    return rows[0].stored()
+
+
+def refresh_items(info: StoreInfo, items: Sequence[StoredItem], at: datetime) -> Operation[list[StoredItem]]:
+    """`items` with the expiry of those with a TTL moved to `at` + their TTL (LangGraph's refresh
+    on read), in their order; scope by scope."""
+    now: dict[tuple[str, str, Namespace, str], StoredItem] = {}
+    for dataset, project in sorted({(i.dataset, i.project) for i in items if i.expires_at is not None}):
+        batch = [i for i in items if (i.dataset, i.project) == (dataset, project) and i.expires_at is not None]
+        keys = "[" + ", ".join(json.dumps({"namespace": list(i.namespace), "key": i.key}) for i in batch) + "]"
+        params = {"dataset": dataset, "project": project, "items": keys, "now": at}
+        for row in (yield from execute_as(sql_items.ItemRow, sql_items.refresh_items(info.schema), params)):
+            now[(row.dataset, row.project, tuple(row.namespace), row.key)] = row.stored()
+    refreshed = []
+    for item in items:
+        found = now.get((item.dataset, item.project, item.namespace, item.key))
+        refreshed.append(item if found is None else dataclasses.replace(found, score=item.score))
+    return refreshed
 
 
 def search_items(
@@ -235,3 +269,33 @@ def list_item_namespaces(
     }
     rows = yield from execute(sql_items.list_namespaces(info.schema, scoped=dataset is not None), params)
     return [tuple(row[0]) for row in rows]
+
+
+def sweep_items(info: StoreInfo, project: str | None, at: datetime | None) -> Operation[int]:
+    """Delete the items expired at `at` (None: the transaction's time), of `project` or of every
+    project, with their facts (`_sweep_scope`), scope by scope in one transaction; how many items."""
+    if at is None:
+        ((at,),) = yield from execute(sql_retention.transaction_time())
+    scopes = yield from execute_as(Scope, sql_items.expired_scopes(info.schema), {"at": at, "project": project})
+    swept = 0
+    for scope in scopes:
+        swept += yield from _sweep_scope(info, scope, at)
+    return swept
+
+
+def _sweep_scope(info: StoreInfo, scope: Scope, at: datetime) -> Operation[int]:
+    """Delete the scope's expired items, and the facts no item refers to any more that they leave,
+    with the item's past texts (the facts those superseded): an expired item leaves nothing
+    behind. Under every relation lock of the scope (`forgetting.hold_scope`) and the items' own locks, in a put's order,
+    so a concurrent put or refresh of one of them comes wholly before or after."""
+    base: dict[str, Any] = {"dataset": scope.dataset, "project": scope.project, "schema": info.schema, "at": at}
+    rows = yield from execute_as(sql_items.ExpiredItem, sql_items.expired_items(info.schema), base)
+    yield from hold_scope(info, scope)
+    keys = "[" + ", ".join(json.dumps({"namespace": r.namespace, "key": r.key}) for r in rows) + "]"
+    yield from execute(sql_items.lock_items(info.schema), {**base, "items": keys})
+    gone = yield from execute(sql_items.delete_expired_items(info.schema), {**base, "items": keys})
+    ids = sorted({int(fact_id) for (fact_id,) in gone if fact_id is not None})
+    if ids:
+        doomed = sql_items.expired_item_facts(info.schema, sql_reconcile.CHAIN_DEPTH)
+        yield from delete_fact_set(info, scope, doomed, {**base, "ids": ids})
+    return len(gone)

@@ -23,10 +23,11 @@ from memsoda_core.store.tenant_index import tenant_predicate
 _BATCH = """batch AS (
                SELECT ARRAY(SELECT n.label FROM jsonb_array_elements_text(e.item -> 'namespace')
                                                 WITH ORDINALITY AS n(label, ord) ORDER BY n.ord)::text[] AS namespace,
-                      e.item ->> 'key' AS key, e.item -> 'value' AS value, (e.item ->> 'fact_id')::bigint AS fact_id
+                      e.item ->> 'key' AS key, e.item -> 'value' AS value, (e.item ->> 'fact_id')::bigint AS fact_id,
+                      (e.item ->> 'ttl_minutes')::float8 AS ttl_minutes
                FROM jsonb_array_elements(%(items)s::jsonb) AS e(item))"""
 
-_ITEM_COLUMNS = "i.dataset, i.project, i.namespace, i.key, i.value, i.created_at, i.updated_at, i.fact_id"
+_ITEM_COLUMNS = "i.dataset, i.project, i.namespace, i.key, i.value, i.created_at, i.updated_at, i.fact_id, i.expires_at"
 
 _UNDER_PREFIX = "i.namespace[1:%(prefix_labels)s] = %(prefix)s::text[]"
 
@@ -51,6 +52,7 @@ class ItemRow:
     created_at: datetime
     updated_at: datetime
     fact_id: int | None
+    expires_at: datetime | None
 
     def stored(self, score: float | None = None) -> StoredItem:
         return StoredItem(
@@ -63,6 +65,7 @@ class ItemRow:
             updated_at=self.updated_at,
             fact_id=self.fact_id,
             score=score,
+            expires_at=self.expires_at,
         )
 
 
@@ -107,15 +110,24 @@ def item_facts(schema: str) -> sql.Composed:
     )
 
 
+UPSERT_SET = """ ON CONFLICT (dataset, project, namespace, key) DO UPDATE
+           SET value = EXCLUDED.value, fact_id = EXCLUDED.fact_id, updated_at = EXCLUDED.updated_at,
+               ttl_minutes = EXCLUDED.ttl_minutes, expires_at = EXCLUDED.expires_at"""
+"""What a put of a stored item replaces: a put without a TTL leaves it without one (LangGraph's)."""
+
+
 def upsert_items(schema: str) -> sql.Composed:
-    """Store %(items)s (value, fact_id) at %(now)s: new ones created, existing ones replaced."""
+    """Store %(items)s (value, fact_id, ttl_minutes) at %(now)s: new ones created, existing ones
+    replaced; an item with a TTL expires that many minutes after %(now)s."""
     return tenant_statement(
         """WITH {batch}
-           INSERT INTO {s}.items AS i (dataset, project, namespace, key, value, fact_id, created_at, updated_at)
-           SELECT %(dataset)s, %(project)s, b.namespace, b.key, b.value, b.fact_id, %(now)s, %(now)s FROM batch b
-           ON CONFLICT (dataset, project, namespace, key) DO UPDATE
-           SET value = EXCLUDED.value, fact_id = EXCLUDED.fact_id, updated_at = EXCLUDED.updated_at""",
+           INSERT INTO {s}.items AS i (dataset, project, namespace, key, value, fact_id, created_at, updated_at,
+                                       ttl_minutes, expires_at)
+           SELECT %(dataset)s, %(project)s, b.namespace, b.key, b.value, b.fact_id, %(now)s, %(now)s,
+                  b.ttl_minutes, %(now)s + b.ttl_minutes * interval '1 minute'
+           FROM batch b{upsert_set}""",
         schema,
+        upsert_set=sql.SQL(UPSERT_SET),
         **_PARTS,
     )
 
@@ -235,4 +247,87 @@ def list_namespaces(schema: str, *, scoped: bool) -> sql.Composed:
         schema,
         scope=_scope(scoped),
         **_PARTS,
+    )
+
+
+# --- TTL (LangGraph's): refresh on read, and the sweep of expired items -----------------------------
+
+
+def refresh_items(schema: str) -> sql.Composed:
+    """Move the expiry of the scope's items %(items)s that have a TTL to %(now)s + their TTL (a read
+    that refreshes them); returns their `ItemRow`s as they are now."""
+    return tenant_statement(
+        """WITH {batch}
+           UPDATE {s}.items i SET expires_at = %(now)s + i.ttl_minutes * interval '1 minute'
+           FROM batch b
+           WHERE {tenant_i} AND i.namespace = b.namespace AND i.key = b.key AND i.ttl_minutes IS NOT NULL
+           RETURNING {columns}""",
+        schema,
+        **_PARTS,
+    )
+
+
+def expired_scopes(schema: str) -> sql.Composed:
+    """(dataset, project) of the scopes holding items expired at %(at)s, of project %(project)s
+    unless it is NULL (the sweep's index first)."""
+    return sql.SQL(
+        """SELECT DISTINCT i.dataset, i.project FROM {s}.items i
+           WHERE i.expires_at IS NOT NULL AND i.expires_at <= %(at)s
+             AND (%(project)s::text IS NULL OR i.project = %(project)s)
+           ORDER BY 1, 2"""
+    ).format(s=sql.Identifier(schema))
+
+
+@dataclass(frozen=True)
+class ExpiredItem:
+    """A row of `expired_items`: an item expired at the sweep's time, and its fact's value key (for
+    the relation locks; NULL without a fact)."""
+
+    namespace: list[str]
+    key: str
+    subject: str | None
+    predicate: str | None
+    object: str | None
+
+
+def expired_items(schema: str) -> sql.Composed:
+    """The scope's `ExpiredItem`s at %(at)s."""
+    return tenant_statement(
+        """SELECT i.namespace, i.key, f.subject, f.predicate, f.object FROM {s}.items i
+           LEFT JOIN {s}.facts f ON {tenant_f} AND f.id = i.fact_id
+           WHERE {tenant_i} AND i.expires_at <= %(at)s
+           ORDER BY i.namespace, i.key""",
+        schema,
+    )
+
+
+def delete_expired_items(schema: str) -> sql.Composed:
+    """Delete those of the scope's items %(items)s still expired at %(at)s (a read since may have
+    refreshed one); returns the fact id of each deleted item (NULL without one)."""
+    return tenant_statement(
+        """WITH {batch}
+           DELETE FROM {s}.items i USING batch b
+           WHERE {tenant_i} AND i.namespace = b.namespace AND i.key = b.key AND i.expires_at <= %(at)s
+           RETURNING i.fact_id""",
+        schema,
+        **_PARTS,
+    )
+
+
+def expired_item_facts(schema: str, depth: int) -> sql.Composed:
+    """`deleting.delete_facts`' selection of the facts of expired items: facts %(ids)s that no item
+    refers to any more, with the item's past texts they superseded (back along `superseded_by`, at
+    most `depth` steps)."""
+    return tenant_statement(
+        """WITH RECURSIVE chain AS (
+               SELECT f.id, 1 AS depth FROM {s}.facts f
+               WHERE {tenant_f} AND f.id = ANY(%(ids)b::bigint[])
+                 AND NOT EXISTS (SELECT 1 FROM {s}.items i WHERE {tenant_i} AND i.fact_id = f.id)
+               UNION ALL
+               SELECT f.id, c.depth + 1 FROM chain c
+               JOIN {s}.facts f ON {tenant_f} AND f.superseded_by = c.id
+               WHERE c.depth < {depth})
+           SELECT DISTINCT id AS fact_id FROM chain""",
+        schema,
+        depth=sql.Literal(depth),
     )

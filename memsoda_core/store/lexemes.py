@@ -10,7 +10,7 @@ from memsoda_core.store.tenant_index import table_alias, tenant_predicate
 
 def fact_lexemes(alias: str | None = None) -> sql.Composed:
     """The lexemes of a fact (of `alias`, if given), each once: what every count counts. The write
-    path counts them in Python from `insert_facts`' result, `forget_entity` and `recount_lexemes`
+    path counts them in Python from `insert_facts`' result, `deleting.delete_facts` and `recount_lexemes`
     in SQL, all through this one expression."""
     tsv = sql.SQL("{}.tsv").format(table_alias(alias)) if alias else sql.SQL("tsv")
     return sql.SQL("tsvector_to_array({})").format(tsv)
@@ -44,7 +44,7 @@ def recount_lexemes(schema: str, *, scoped: bool) -> sql.Composed:
 
 
 def delete_spent_lexemes(schema: str) -> sql.Composed:
-    """Remove the scope's lexeme counts that `forget_entity` brought to zero."""
+    """Remove the scope's lexeme counts that `deleting.delete_facts` brought to zero."""
     return sql.SQL("DELETE FROM {s}.lexemes WHERE {tenant} AND facts <= 0").format(
         s=sql.Identifier(schema), tenant=tenant_predicate()
     )

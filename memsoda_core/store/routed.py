@@ -18,6 +18,7 @@ from typing import Any
 from psycopg import sql
 
 from memsoda_core.store.fact_columns import UNKNOWN_START
+from memsoda_core.store.items import UPSERT_SET
 from memsoda_core.store.lexemes import fact_lexemes
 
 ROWS_PER_STATEMENT = 1_000
@@ -148,7 +149,8 @@ SOURCES = ValuesInsert(
 """`sources.insert_sources`."""
 
 ITEMS = ValuesInsert(
-    "INSERT INTO {s}.items AS i (dataset, project, namespace, key, value, fact_id, created_at, updated_at)",
+    """INSERT INTO {s}.items AS i (dataset, project, namespace, key, value, fact_id, created_at, updated_at,
+                                  ttl_minutes, expires_at)""",
     (
         *TENANT,
         cast("namespaces", "text[]"),
@@ -157,9 +159,10 @@ ITEMS = ValuesInsert(
         cast("fact_ids", "bigint"),
         "%(now)s",
         "%(now)s",
+        cast("ttl_minutes", "float8"),
+        Cell("ttl_minutes", "%(now)s + {}::float8 * interval '1 minute'"),
     ),
-    """ ON CONFLICT (dataset, project, namespace, key) DO UPDATE
-       SET value = EXCLUDED.value, fact_id = EXCLUDED.fact_id, updated_at = EXCLUDED.updated_at""",
+    UPSERT_SET,
 )
 """`items.upsert_items`, with the batch's columns as arrays instead of one jsonb array."""
 

@@ -15,7 +15,7 @@ from psycopg import sql
 
 from memsoda_core.store.lexemes import recount_lexemes
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 KEYWORD_SEPARATORS = string.punctuation
 """ASCII punctuation is blanked before full-text indexing, as the query side splits terms on it
@@ -323,6 +323,38 @@ def _v10(shape: StoreShape) -> list[sql.Composed]:
     ]
 
 
+SCOPE_RULE = ""
+"""The `retention.predicate` of a scope's rule for every predicate (a key column cannot be NULL)."""
+
+
+def _v11(shape: StoreShape) -> list[sql.Composed]:
+    """Forgetting by age (`ops.retention`): per scope, and optionally per case-folded predicate
+    (`SCOPE_RULE` for the scope's own), the maximum age of ended facts or of all facts; keyed by
+    tenant first like every table, so Citus distributes it with the rest. LangGraph's TTL on items
+    (`MemsodaStore`): the item's TTL in minutes and when it expires (NULL: never), as LangGraph's
+    PostgresStore keeps them, and the index the sweep (across scopes) reads. No table rewrite: the
+    columns have no default."""
+    s = sql.Identifier(shape.schema)
+
+    def q(template: str) -> sql.Composed:
+        return sql.SQL(template).format(s=s)
+
+    return [
+        q(
+            """CREATE TABLE {s}.retention (
+                dataset text NOT NULL,
+                project text NOT NULL,
+                predicate text NOT NULL,
+                max_age interval NOT NULL CHECK (max_age > interval '0'),
+                purge text NOT NULL CHECK (purge IN ('ended', 'all')),
+                created_at timestamptz NOT NULL DEFAULT now(),
+                PRIMARY KEY (dataset, project, predicate))"""
+        ),
+        q("ALTER TABLE {s}.items ADD COLUMN ttl_minutes double precision, ADD COLUMN expires_at timestamptz"),
+        q("CREATE INDEX items_expiring ON {s}.items (expires_at) WHERE expires_at IS NOT NULL"),
+    ]
+
+
 MIGRATIONS: dict[int, Migration] = {
     1: _v1,
     2: _v2,
@@ -334,6 +366,7 @@ MIGRATIONS: dict[int, Migration] = {
     8: _v8,
     9: _v9,
     10: _v10,
+    11: _v11,
 }
 """Version -> DDL. Append only; never edit a released migration."""
 

@@ -239,51 +239,19 @@ def stored_episodes(schema: str) -> sql.Composed:
 # --- forget ----------------------------------------------------------------------------------------
 
 
-def forget_entity(schema: str) -> sql.Composed:
-    """Delete every fact touching entity %(name)s, fix the counts of the other entities and of the
-    scope's lexemes, and clear the `superseded_by` of every fact that a deleted fact superseded: it
-    stays ended at the same time, as history (ended, not replaced), so no pointer names a deleted
-    fact. Returns the number of facts deleted. The caller holds every reconciliation lock of the
-    scope (`reconcile.lock_scope`), then runs `delete_orphan_entities` and the scope's count last."""
+def entity_facts(schema: str) -> sql.Composed:
+    """`deleting.delete_facts`' selection for `forget(entity=...)`: every fact touching entity
+    %(name)s."""
     return tenant_statement(
-        """WITH target AS (
-               SELECT id FROM {s}.entities WHERE {tenant} AND name = %(name)s),
-           doomed AS (
-               SELECT DISTINCT fe.fact_id FROM {s}.fact_entities fe
-               WHERE {tenant_fe} AND fe.entity_id IN (SELECT id FROM target)),
-           unlinked AS (
-               UPDATE {s}.facts p SET superseded_by = NULL
-               WHERE {tenant_p} AND p.superseded_by IN (SELECT fact_id FROM doomed)
-                 AND p.id NOT IN (SELECT fact_id FROM doomed)),
-           touched AS (
-               SELECT fe.entity_id, count(*) AS n FROM {s}.fact_entities fe
-               WHERE {tenant_fe}
-                 AND fe.fact_id IN (SELECT fact_id FROM doomed)
-                 AND fe.entity_id NOT IN (SELECT id FROM target)
-               GROUP BY fe.entity_id),
-           recount AS (
-               UPDATE {s}.entities e SET fact_count = e.fact_count - touched.n
-               FROM touched
-               WHERE {tenant_e} AND e.id = touched.entity_id),
-           gone AS (
-               DELETE FROM {s}.facts f
-               WHERE {tenant_f} AND f.id IN (SELECT fact_id FROM doomed)
-               RETURNING f.id, f.tsv),
-           uncounted AS (
-               UPDATE {s}.lexemes l SET facts = l.facts - d.n
-               FROM (SELECT x.lexeme, count(*) AS n
-                     FROM gone g CROSS JOIN LATERAL unnest({lexemes}) AS x(lexeme)
-                     GROUP BY x.lexeme) d
-               WHERE {tenant_l} AND l.lexeme = d.lexeme)
-           SELECT count(*) FROM gone""",
+        """SELECT DISTINCT fe.fact_id FROM {s}.fact_entities fe
+           WHERE {tenant_fe} AND fe.entity_id IN (SELECT id FROM {s}.entities WHERE {tenant} AND name = %(name)s)""",
         schema,
-        lexemes=fact_lexemes("g"),
     )
 
 
 def delete_orphan_entities(schema: str) -> sql.Composed:
-    """Remove the scope's entities no fact touches any more (after `forget_entity`): the forgotten
-    entity itself, and others whose only facts went with it."""
+    """Remove the scope's entities no fact touches any more (after `deleting.delete_facts`): the
+    forgotten entity %(name)s itself (None: none named), and others whose only facts went."""
     return tenant_statement(
         """DELETE FROM {s}.entities e
            WHERE {tenant_e}
