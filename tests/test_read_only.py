@@ -243,7 +243,8 @@ def replica_dsn(pg_dsn: str) -> Iterator[str]:
     port = "5433"
     run = {"check": True, "capture_output": True, "timeout": 120, **user}
     try:
-        subprocess.run([_bin("pg_basebackup"), "-d", pg_dsn, "-D", str(data), "-R", "-X", "stream"], **run)
+        backup = [_bin("pg_basebackup"), "-d", pg_dsn, "-D", str(data), "-R", "-X", "stream", "-c", "fast"]
+        subprocess.run(backup, **run)
         options = f'-h "" -k {data} -p {port} -c shared_buffers=32MB'
         subprocess.run([_bin("pg_ctl"), "-D", str(data), "-o", options, "-l", str(data / "log"), "-w", "start"], **run)
         try:

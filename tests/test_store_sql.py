@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from memsoda_core import Fact
 from memsoda_core.ops.writing import CountDeltas, keep_specific_type
-from memsoda_core.store import lexemes, statements
+from memsoda_core.store import deleting, lexemes, statements
 from memsoda_core.store.fact_columns import FACT_COLUMNS, decode_fact, fact_columns, fact_from
 from memsoda_core.store.tenant_index import tenant_predicate
 
@@ -53,8 +53,8 @@ def test_the_tenant_predicate_is_written_once() -> None:
     assert tenant_predicate("f").as_string(None) == "f.dataset = %(dataset)s AND f.project = %(project)s"
     for module in (statements, lexemes):
         assert "dataset = %(dataset)s AND" not in inspect.getsource(module)
-    text = statements.forget_entity("s").as_string(None)
-    assert text.count("dataset = %(dataset)s AND") == 7 and "{" not in text
+    text = deleting.delete_facts("s", statements.entity_facts("s")).as_string(None)
+    assert text.count("dataset = %(dataset)s AND") == 9 and "{" not in text
 
 
 def test_a_specific_type_wins_over_other_and_the_first_is_kept() -> None:
@@ -74,4 +74,4 @@ def test_every_lexeme_count_uses_one_definition() -> None:
     assert definition == "tsvector_to_array(f.tsv)"
     assert definition in lexemes.recount_lexemes("s", scoped=False).as_string(None)
     assert "tsvector_to_array(tsv) AS lexemes" in statements.insert_facts("s").as_string(None)
-    assert "tsvector_to_array(g.tsv)" in statements.forget_entity("s").as_string(None)
+    assert "tsvector_to_array(g.tsv)" in deleting.delete_facts("s", statements.entity_facts("s")).as_string(None)
