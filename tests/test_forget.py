@@ -64,6 +64,19 @@ async def test_forgetting_a_successor_keeps_the_ended_fact_as_history(memory: Ei
     assert dangling_pointers(memory.raw.dsn, scope) == 0
 
 
+async def test_forgetting_an_entity_deletes_the_items_over_its_facts(memory: Either, scope: dict[str, str]) -> None:
+    """An item is a document over its fact ("user noted ..."): `forget(entity=...)` deletes it with
+    the fact, as `forget_source` does, so no item names a deleted fact."""
+    (fact_id,) = await memory.put_items(
+        [{"namespace": ["notes"], "key": "k", "value": {"t": 1}, "text": "oolong tea"}], **scope
+    )
+    assert fact_id is not None
+    await memory.add_facts([{"subject": "ana", "predicate": "lives in", "object": "porto"}], **scope)
+    assert await memory.forget(entity="user", **scope) == 1
+    assert await memory.get_item(["notes"], "k", **scope) is None
+    assert [fact.text for fact in (await memory.list_facts(**scope)).facts] == ["ana lives in porto"]
+
+
 async def test_forgetting_the_middle_of_a_chain_clears_only_the_pointer_into_it(
     memory: Either, scope: dict[str, str]
 ) -> None:
