@@ -197,7 +197,8 @@ async def test_ref_near_entities_threshold_and_top_k(
         **scope,
     )
     query = embedder.embed_query("golden retriever")  # similarity 1.0 to that entity's name
-    near = await memory.recall("my dog", **scope, query_embedding=query)
+    # three entities: too few for the default gap rule, so the reference's absolute floor, given
+    near = await memory.recall("my dog", **scope, query_embedding=query, anchor_vector_min=0.75)
     reason = by_text(near, "user adopted golden retriever").reasons["anchor"]
     assert reason.startswith("touches 'golden retriever', near the query (similarity 1.000")
     # the labrador is near too, but below a stricter floor and beyond top-1

@@ -16,11 +16,16 @@ from memsoda_core.recall.signals.spec import RecallPlan, SignalInputs, SignalSpe
 from memsoda_core.validation import Scope
 
 
+NEAR_MIN_POOL = 10
+"""The fewest entities the gap rule judges a query against: among fewer, one step is wide against
+the others by chance (the near entities of a scope of a handful of entities are none)."""
+
+
 def near_cte(schema: str, indexed: Scope | None = None, *, default_partitions: bool = False) -> sql.Composed:
     """The query's near entities, hubs left out. With `anchor_vector_min`: the `anchor_vector_top_k`
     nearest by name embedding at or above it. Else the gap rule (`RecallOptions.anchor_vector_gap`):
     the pool is the query's `anchor_vector_pool` nearest entities (s the similarity, r its rank, d
-    the drop to the next, sp the pool's spread); near are the entities ranked up to the last r <=
+    the drop to the next, sp the pool's spread, m its size, at least `NEAR_MIN_POOL`); near are the entities ranked up to the last r <=
     `top_k` whose drop d exceeds `anchor_vector_gap` * sp. The cut is the same for any s' = a + b*s
     (b > 0), so no embedder's scale moves it. One index scan reads the pool; the rest is window
     arithmetic over its rows. (Terse SQL: the statement stays within the parse cache,
@@ -28,20 +33,21 @@ def near_cte(schema: str, indexed: Scope | None = None, *, default_partitions: b
     return fragment(
         """
     near AS (
-        SELECT id,name,fact_count,s
-        FROM (SELECT *,max(r)FILTER(WHERE r<=%(anchor_vector_top_k)s AND(d>%(near_gap)s*sp OR s>=%(anchor_vector_min)s))
-                      OVER()cut
-              FROM (SELECT *,row_number()OVER w r,s-lead(s)OVER w d,max(s)OVER()-min(s)OVER()sp
-                    FROM (SELECT id,name,fact_count,1-(embedding<=>%(qvec)s)s
-                          FROM {entities} e
-                          WHERE {index_scope_e}
-                          ORDER BY embedding<=>%(qvec)s
-                          LIMIT %(near_pool)s)c
-                    WINDOW w AS(ORDER BY s DESC,id))p)n
+        SELECT *
+        FROM(SELECT *,max(r)FILTER(WHERE r<=%(anchor_vector_top_k)s AND(d>%(near_gap)s*sp AND m>={min_pool}
+                                  OR s>=%(anchor_vector_min)s))OVER()cut
+             FROM(SELECT *,rank()OVER w r,s-lead(s)OVER w d,max(s)OVER()-min(s)OVER()sp,count(*)OVER()m
+                  FROM(SELECT id,name,fact_count,1-(embedding<=>%(qvec)s)s
+                       FROM {entities} e
+                       WHERE {index_scope_e}
+                       ORDER BY embedding<=>%(qvec)s
+                       LIMIT %(near_pool)s)c
+                  WINDOW w AS(ORDER BY s DESC,id))p)n
         WHERE r<=cut AND fact_count<(SELECT n FROM hub_floor))""",
         schema,
         indexed=indexed,
         default_partitions=default_partitions,
+        min_pool=sql.Literal(NEAR_MIN_POOL),
     )
 
 
@@ -60,38 +66,38 @@ _HOP2 = """
           AND b.fact_count<=%(bridge_max_facts)s AND {real}),
     hop2 AS (
         SELECT *
-        FROM (SELECT fe.fact_id,sum(1.0/greatest(b.fact_count,1))matches,min(b.name)via,
+        FROM(SELECT fe.fact_id,sum(1.0/greatest(b.fact_count,1))matches,min(b.name)via,
                      NULL::bool,NULL::float8
               FROM bridges b
               JOIN {fact_entities} fe ON {scope_fe} AND fe.entity_id=b.entity_id
               WHERE fe.fact_id NOT IN(SELECT fact_id FROM hop1)
               GROUP BY fe.fact_id)t
-        CROSS JOIN LATERAL (SELECT {distance} distance,f.valid_at FROM {facts} f
+        CROSS JOIN LATERAL(SELECT {distance} distance,f.valid_at FROM {facts} f
                             WHERE {where_f} AND f.id=t.fact_id OFFSET 0)f),"""
 
 _ANCHOR = """
     anchors AS (
         SELECT id,min(name) AS name,bool_or(named)named,max(similarity)similarity
-        FROM (SELECT id,name,true named,NULL::float8 similarity FROM named WHERE NOT is_hub AND {name_like}
+        FROM(SELECT id,name,true named,NULL::float8 similarity FROM named WHERE NOT is_hub AND {name_like}
               {near_union})a
         GROUP BY id
         HAVING {real_anchor}),
     hop1 AS (
         SELECT *
-        FROM (SELECT fe.fact_id,count(*)::numeric matches,min(a.name)via,
+        FROM(SELECT fe.fact_id,count(*)::numeric matches,min(a.name)via,
                      bool_or(a.named)via_named,max(a.similarity)via_similarity
               FROM anchors a
-              CROSS JOIN LATERAL (SELECT fe.fact_id FROM {fact_entities} fe
+              CROSS JOIN LATERAL(SELECT fe.fact_id FROM {fact_entities} fe
                                   WHERE {scope_fe} AND fe.entity_id=a.id
                                   ORDER BY fe.fact_id DESC
                                   LIMIT %(anchor_max_facts)s)fe
               GROUP BY fe.fact_id)t
-        CROSS JOIN LATERAL (SELECT {distance} distance,f.valid_at FROM {facts} f
+        CROSS JOIN LATERAL(SELECT {distance} distance,f.valid_at FROM {facts} f
                             WHERE {where_f} AND f.id=t.fact_id OFFSET 0)f),{hop2}
     anchor_hits AS (
         SELECT *,row_number()OVER(ORDER BY hop,matches DESC,distance NULLS LAST,
                                      valid_at DESC,fact_id DESC) AS rank
-        FROM (SELECT 1 hop,* FROM hop1 {hop2_union})x
+        FROM(SELECT 1 hop,* FROM hop1 {hop2_union})x
         ORDER BY rank
         LIMIT %(anchor_candidates)s)"""
 
@@ -130,7 +136,7 @@ def anchor_ctes(schema: str, plan: RecallPlan, indexed: Scope | None = None) -> 
         schema,
         near_union=near_union,
         hop2=hop2 if two_hops else sql.SQL(""),
-        hop2_union=sql.SQL("UNION ALL SELECT 2, * FROM hop2" if two_hops else ""),
+        hop2_union=sql.SQL("UNION ALL SELECT 2,* FROM hop2" if two_hops else ""),
         real_anchor=sql.SQL(real_name("min(name)")),
         name_like=name_like(schema, indexed),
     )

@@ -69,7 +69,7 @@ def named_cte(schema: str, indexed: Scope | None = None, *, default_partitions: 
     named AS (
         SELECT e.id,e.name,e.fact_count,e.fact_count>=(SELECT n FROM hub_floor) AS is_hub
         FROM unnest(%(spans)b::text[]) AS s(span)
-        CROSS JOIN LATERAL (SELECT id,name,fact_count FROM {entities} e
+        CROSS JOIN LATERAL(SELECT id,name,fact_count FROM {entities} e
                             WHERE {scope_e} AND e.name=s.span OFFSET 0) e)""",
         schema,
         indexed=indexed,
