@@ -32,7 +32,8 @@ class RecallOptions:
     rest as a group, which a query naming none of them (a smooth falloff) does not show. Ranks and
     ratios of differences do not move when an embedder's cosines are shifted or scaled."""
     anchor_vector_pool: int = 30
-    """How many of the query's nearest entities the gap rule compares (at least `top_k` + 1)."""
+    """How many of the query's nearest entities the gap rule compares (at least `top_k` + 1); a
+    scope of fewer than 10 entities has none near by that rule (`recall.signals.anchor.NEAR_MIN_POOL`)."""
 
     anchor_hops: int = 2
     """1: facts touching the anchors; 2: also facts touching their other (non-hub) entities."""

@@ -15,7 +15,6 @@ from memsoda_core.recall.signals.entities import NAMED_ENTITIES, name_like, real
 from memsoda_core.recall.signals.spec import RecallPlan, SignalInputs, SignalSpec
 from memsoda_core.validation import Scope
 
-
 NEAR_MIN_POOL = 10
 """The fewest entities the gap rule judges a query against: among fewer, one step is wide against
 the others by chance (the near entities of a scope of a handful of entities are none)."""
@@ -25,11 +24,11 @@ def near_cte(schema: str, indexed: Scope | None = None, *, default_partitions: b
     """The query's near entities, hubs left out. With `anchor_vector_min`: the `anchor_vector_top_k`
     nearest by name embedding at or above it. Else the gap rule (`RecallOptions.anchor_vector_gap`):
     the pool is the query's `anchor_vector_pool` nearest entities (s the similarity, r its rank, d
-    the drop to the next, sp the pool's spread, m its size, at least `NEAR_MIN_POOL`); near are the entities ranked up to the last r <=
-    `top_k` whose drop d exceeds `anchor_vector_gap` * sp. The cut is the same for any s' = a + b*s
-    (b > 0), so no embedder's scale moves it. One index scan reads the pool; the rest is window
-    arithmetic over its rows. (Terse SQL: the statement stays within the parse cache,
-    `statements.PARSE_CACHE_BYTES`.)"""
+    the drop to the next, sp the pool's spread, m its size, at least `NEAR_MIN_POOL`); near are the
+    entities ranked up to the last r <= `top_k` whose drop d exceeds `anchor_vector_gap` * sp. The
+    cut is the same for any s' = a + b*s (b > 0), so no embedder's scale moves it. One index scan
+    reads the pool; the rest is window arithmetic over its rows. (Terse SQL: the statement stays
+    within the parse cache, `statements.PARSE_CACHE_BYTES`.)"""
     return fragment(
         """
     near AS (
