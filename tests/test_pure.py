@@ -298,7 +298,8 @@ def test_normalize_query_drops_nul_and_lone_surrogates() -> None:
 def test_options_defaults_are_the_references() -> None:
     options = RecallOptions()
     assert (options.facts_in_context, options.min_confidence, options.anchor_vector_top_k) == (8, 0.5, 3)
-    assert (options.anchor_vector_min, options.rrf_k) == (0.75, 60)
+    # the reference's anchorVectorMin (0.75) is a cosine on one model's scale: the default is the gap rule
+    assert (options.anchor_vector_min, options.anchor_vector_gap, options.rrf_k) == (None, 0.5, 60)
     with pytest.raises(LimitError):
         RecallOptions(facts_in_context=0)
     with pytest.raises(ConfigurationError):

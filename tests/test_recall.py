@@ -197,7 +197,8 @@ async def test_ref_near_entities_threshold_and_top_k(
         **scope,
     )
     query = embedder.embed_query("golden retriever")  # similarity 1.0 to that entity's name
-    near = await memory.recall("my dog", **scope, query_embedding=query)
+    # three entities: too few for the default gap rule, so the reference's absolute floor, given
+    near = await memory.recall("my dog", **scope, query_embedding=query, anchor_vector_min=0.75)
     reason = by_text(near, "user adopted golden retriever").reasons["anchor"]
     assert reason.startswith("touches 'golden retriever', near the query (similarity 1.000")
     # the labrador is near too, but below a stricter floor and beyond top-1
@@ -587,7 +588,10 @@ async def test_bare_query_embedding_runs_vector_and_near_anchors(
     memory: Either, scope: dict[str, str], embedder: LocalEmbedder
 ) -> None:
     await memory.add_facts(BRIDGE, **scope)
-    result = await memory.recall(None, **scope, query_embedding=embedder.embed_query("honda civic"))
+    # a handful of entities: the reference's absolute floor, given (the gap rule needs 10)
+    result = await memory.recall(
+        None, **scope, query_embedding=embedder.embed_query("honda civic"), anchor_vector_min=0.75
+    )
     assert result.facts[0].fact.text == "user drives honda civic"
     assert {signal for s in result.facts for signal in s.ranks} <= {"vector", "anchor"}
     assert "near the query" in result.facts[0].reasons["anchor"]

@@ -169,7 +169,13 @@ def test_parameters_are_named_like_the_options_they_come_from() -> None:
     )
     fields = {field.name for field in dataclasses.fields(RecallOptions)}
     derived = {"dataset", "project", "at", "qvec", "spans", "span_terms", "terms", "tsconfig"}
-    derived |= {"keyword_pool", "half_max_lexemes", "recent_limit"}  # computed, not one option each
+    derived |= {
+        "keyword_pool",
+        "half_max_lexemes",
+        "recent_limit",
+        "near_gap",
+        "near_pool",
+    }  # computed, not one option each
     derived |= {"window_start", "window_end", "window_words"}  # the date signal's, from the query
     assert set(params) - derived <= fields
     assert params["anchor_vector_top_k"] == options.anchor_vector_top_k

@@ -15,22 +15,38 @@ from memsoda_core.recall.signals.entities import NAMED_ENTITIES, name_like, real
 from memsoda_core.recall.signals.spec import RecallPlan, SignalInputs, SignalSpec
 from memsoda_core.validation import Scope
 
+NEAR_MIN_POOL = 10
+"""The fewest entities the gap rule judges a query against: among fewer, one step is wide against
+the others by chance (the near entities of a scope of a handful of entities are none)."""
+
 
 def near_cte(schema: str, indexed: Scope | None = None, *, default_partitions: bool = False) -> sql.Composed:
-    """The query's nearest entities by name embedding at or above the similarity floor, hubs left out."""
+    """The query's near entities, hubs left out. With `anchor_vector_min`: the `anchor_vector_top_k`
+    nearest by name embedding at or above it. Else the gap rule (`RecallOptions.anchor_vector_gap`):
+    the pool is the query's `anchor_vector_pool` nearest entities (s the similarity, r its rank, d
+    the drop to the next, sp the pool's spread, m its size, at least `NEAR_MIN_POOL`); near are the
+    entities ranked up to the last r <= `top_k` whose drop d exceeds `anchor_vector_gap` * sp. The
+    cut is the same for any s' = a + b*s (b > 0), so no embedder's scale moves it. One index scan
+    reads the pool; the rest is window arithmetic over its rows. (Terse SQL: the statement stays
+    within the parse cache, `statements.PARSE_CACHE_BYTES`.)"""
     return fragment(
         """
     near AS (
-        SELECT n.*
-        FROM (SELECT e.id, e.name, e.fact_count, 1 - (e.embedding <=> %(qvec)s) AS similarity
-              FROM {entities} e
-              WHERE {index_scope_e}
-              ORDER BY e.embedding <=> %(qvec)s
-              LIMIT %(anchor_vector_top_k)s) n
-        WHERE n.similarity >= %(anchor_vector_min)s AND n.fact_count < (SELECT n FROM hub_floor))""",
+        SELECT *
+        FROM(SELECT *,max(r)FILTER(WHERE r<=%(anchor_vector_top_k)s AND(d>%(near_gap)s*sp AND m>={min_pool}
+                                  OR s>=%(anchor_vector_min)s))OVER()cut
+             FROM(SELECT *,rank()OVER w r,s-lead(s)OVER w d,max(s)OVER()-min(s)OVER()sp,count(*)OVER()m
+                  FROM(SELECT id,name,fact_count,1-(embedding<=>%(qvec)s)s
+                       FROM {entities} e
+                       WHERE {index_scope_e}
+                       ORDER BY embedding<=>%(qvec)s
+                       LIMIT %(near_pool)s)c
+                  WINDOW w AS(ORDER BY s DESC,id))p)n
+        WHERE r<=cut AND fact_count<(SELECT n FROM hub_floor))""",
         schema,
         indexed=indexed,
         default_partitions=default_partitions,
+        min_pool=sql.Literal(NEAR_MIN_POOL),
     )
 
 
@@ -39,48 +55,48 @@ def near_cte(schema: str, indexed: Scope | None = None, *, default_partitions: b
 # hop2's two typed NULLs stand for hop1's via_named and via_similarity, so the union is `SELECT 2, *`.
 _HOP2 = """
     bridges AS (
-        SELECT DISTINCT fe.entity_id, b.name, b.fact_count
+        SELECT DISTINCT fe.entity_id,b.name,b.fact_count
         FROM hop1 h
-        JOIN {fact_entities} fe ON {scope_fe} AND fe.fact_id = h.fact_id
-        JOIN {entities} b ON {scope_b} AND b.id = fe.entity_id
-        WHERE (SELECT count(*) FROM hop1) < %(anchor_candidates)s
-          AND fe.entity_id NOT IN (SELECT id FROM anchors)
-          AND b.fact_count < (SELECT n FROM hub_floor)
-          AND b.fact_count <= %(bridge_max_facts)s AND {real}),
+        JOIN {fact_entities} fe ON {scope_fe} AND fe.fact_id=h.fact_id
+        JOIN {entities} b ON {scope_b} AND b.id=fe.entity_id
+        WHERE(SELECT count(*)FROM hop1)<%(anchor_candidates)s
+          AND fe.entity_id NOT IN(SELECT id FROM anchors)
+          AND b.fact_count<(SELECT n FROM hub_floor)
+          AND b.fact_count<=%(bridge_max_facts)s AND {real}),
     hop2 AS (
         SELECT *
-        FROM (SELECT fe.fact_id, sum(1.0 / greatest(b.fact_count, 1)) AS matches, min(b.name) AS via,
-                     NULL::bool, NULL::float8
+        FROM(SELECT fe.fact_id,sum(1.0/greatest(b.fact_count,1))matches,min(b.name)via,
+                     NULL::bool,NULL::float8
               FROM bridges b
-              JOIN {fact_entities} fe ON {scope_fe} AND fe.entity_id = b.entity_id
-              WHERE fe.fact_id NOT IN (SELECT fact_id FROM hop1)
-              GROUP BY fe.fact_id) t
-        CROSS JOIN LATERAL (SELECT {distance} AS distance, f.valid_at FROM {facts} f
-                            WHERE {where_f} AND f.id = t.fact_id OFFSET 0) f),"""
+              JOIN {fact_entities} fe ON {scope_fe} AND fe.entity_id=b.entity_id
+              WHERE fe.fact_id NOT IN(SELECT fact_id FROM hop1)
+              GROUP BY fe.fact_id)t
+        CROSS JOIN LATERAL(SELECT {distance} distance,f.valid_at FROM {facts} f
+                            WHERE {where_f} AND f.id=t.fact_id OFFSET 0)f),"""
 
 _ANCHOR = """
     anchors AS (
-        SELECT id, min(name) AS name, bool_or(named) AS named, max(similarity) AS similarity
-        FROM (SELECT id, name, true AS named, NULL::float8 AS similarity FROM named WHERE NOT is_hub AND {name_like}
-              {near_union}) a
+        SELECT id,min(name) AS name,bool_or(named)named,max(similarity)similarity
+        FROM(SELECT id,name,true named,NULL::float8 similarity FROM named WHERE NOT is_hub AND {name_like}
+              {near_union})a
         GROUP BY id
         HAVING {real_anchor}),
     hop1 AS (
         SELECT *
-        FROM (SELECT fe.fact_id, count(*)::numeric AS matches, min(a.name) AS via,
-                     bool_or(a.named) AS via_named, max(a.similarity) AS via_similarity
+        FROM(SELECT fe.fact_id,count(*)::numeric matches,min(a.name)via,
+                     bool_or(a.named)via_named,max(a.similarity)via_similarity
               FROM anchors a
-              CROSS JOIN LATERAL (SELECT fe.fact_id FROM {fact_entities} fe
-                                  WHERE {scope_fe} AND fe.entity_id = a.id
+              CROSS JOIN LATERAL(SELECT fe.fact_id FROM {fact_entities} fe
+                                  WHERE {scope_fe} AND fe.entity_id=a.id
                                   ORDER BY fe.fact_id DESC
-                                  LIMIT %(anchor_max_facts)s) fe
-              GROUP BY fe.fact_id) t
-        CROSS JOIN LATERAL (SELECT {distance} AS distance, f.valid_at FROM {facts} f
-                            WHERE {where_f} AND f.id = t.fact_id OFFSET 0) f),{hop2}
+                                  LIMIT %(anchor_max_facts)s)fe
+              GROUP BY fe.fact_id)t
+        CROSS JOIN LATERAL(SELECT {distance} distance,f.valid_at FROM {facts} f
+                            WHERE {where_f} AND f.id=t.fact_id OFFSET 0)f),{hop2}
     anchor_hits AS (
-        SELECT *, row_number() OVER (ORDER BY hop, matches DESC, distance NULLS LAST,
-                                     valid_at DESC, fact_id DESC) AS rank
-        FROM (SELECT 1 AS hop, * FROM hop1 {hop2_union}) x
+        SELECT *,row_number()OVER(ORDER BY hop,matches DESC,distance NULLS LAST,
+                                     valid_at DESC,fact_id DESC) AS rank
+        FROM(SELECT 1 hop,* FROM hop1 {hop2_union})x
         ORDER BY rank
         LIMIT %(anchor_candidates)s)"""
 
@@ -108,7 +124,7 @@ def anchor_ctes(schema: str, plan: RecallPlan, indexed: Scope | None = None) -> 
     172,823 of its links (28-48 ms, a tenth of the recalls; 4-6 ms with the fence), and on a store
     of many small scopes the facts were read by a scan of the scope."""
     distance = sql.SQL("f.embedding <=> %(qvec)s" if plan.embedding else "NULL::float8")
-    near_union = sql.SQL("UNION ALL SELECT id, name, false, similarity FROM near" if plan.embedding else "")
+    near_union = sql.SQL("UNION ALL SELECT id,name,false,s FROM near" if plan.embedding else "")
     two_hops = plan.hops >= 2
     part = partial(
         fragment, indexed=indexed, known=plan.known, default_partitions=plan.default_partitions, distance=distance
@@ -119,7 +135,7 @@ def anchor_ctes(schema: str, plan: RecallPlan, indexed: Scope | None = None) -> 
         schema,
         near_union=near_union,
         hop2=hop2 if two_hops else sql.SQL(""),
-        hop2_union=sql.SQL("UNION ALL SELECT 2, * FROM hop2" if two_hops else ""),
+        hop2_union=sql.SQL("UNION ALL SELECT 2,* FROM hop2" if two_hops else ""),
         real_anchor=sql.SQL(real_name("min(name)")),
         name_like=name_like(schema, indexed),
     )
@@ -135,7 +151,9 @@ def _params(inputs: SignalInputs) -> Mapping[str, Any]:
     options = inputs.options
     return {
         "anchor_vector_top_k": options.anchor_vector_top_k,
-        "anchor_vector_min": options.anchor_vector_min,
+        "anchor_vector_min": options.anchor_vector_min,  # NULL: no absolute floor, nothing passes it
+        "near_gap": options.anchor_vector_gap if options.anchor_vector_min is None else None,
+        "near_pool": max(options.anchor_vector_pool, options.anchor_vector_top_k + 1),
         "anchor_candidates": options.anchor_candidates,
         "anchor_max_facts": options.anchor_max_facts,
         "bridge_max_facts": options.bridge_max_facts,
@@ -161,7 +179,7 @@ SIGNAL = SignalSpec(
         ("via", "via"),
         ("via_named", "via_named"),
         ("via_similarity", "via_similarity"),
-        ("similarity", "1 - distance"),
+        ("similarity", "1-distance"),
     ),
     params=_params,
     explain=_explain,

@@ -52,8 +52,8 @@ def hub_floor_cte(schema: str, indexed: Scope | None = None) -> sql.Composed:
         """
     hub_floor AS (
         SELECT greatest(%(hub_min_facts)s::bigint,
-                        ceil(%(hub_min_share)s::float8 * coalesce(
-                            (SELECT sc.fact_count FROM {s}.scopes sc WHERE {scope_sc}), 0))
+                        ceil(%(hub_min_share)s::float8*coalesce(
+                            (SELECT sc.fact_count FROM {s}.scopes sc WHERE {scope_sc}),0))
                        )::bigint AS n)""",
         schema,
         indexed=indexed,
@@ -67,10 +67,10 @@ def named_cte(schema: str, indexed: Scope | None = None, *, default_partitions: 
     return fragment(
         """
     named AS (
-        SELECT e.id, e.name, e.fact_count, e.fact_count >= (SELECT n FROM hub_floor) AS is_hub
+        SELECT e.id,e.name,e.fact_count,e.fact_count>=(SELECT n FROM hub_floor) AS is_hub
         FROM unnest(%(spans)b::text[]) AS s(span)
-        CROSS JOIN LATERAL (SELECT id, name, fact_count FROM {entities} e
-                            WHERE {scope_e} AND e.name = s.span OFFSET 0) e)""",
+        CROSS JOIN LATERAL(SELECT id,name,fact_count FROM {entities} e
+                            WHERE {scope_e} AND e.name=s.span OFFSET 0) e)""",
         schema,
         indexed=indexed,
         default_partitions=default_partitions,
