@@ -57,6 +57,7 @@ CORE_API = {
     "NotFoundError",
     "NotLiveError",
     "OpenAISynthesizer",
+    "Profile",
     "RecallOptions",
     "RecallResult",
     "SchemaError",
