@@ -10,7 +10,10 @@ import pytest
 
 from memsoda_core import LimitError, Profile, ValidationError
 from memsoda_core.models import Fact
+from memsoda_core.options import RecallOptions
+from memsoda_core.recall.hits import HitRow
 from memsoda_core.recall.profile import PROFILE_HEADER, build_profile, profile_statement
+from memsoda_core.recall.result import fuse_hits
 from tests.conftest import Either
 
 USER_FACTS = [
@@ -144,3 +147,19 @@ def test_rendering_is_in_id_order_and_the_version_follows_the_text() -> None:
     assert seen_more.text == built.text and seen_more.version == built.version  # rank, not text
     assert build_profile([a]).version != built.version
     assert build_profile([]).text == ""
+
+
+def test_exclusion_drops_facts_before_the_cut_and_leaves_the_others_scores() -> None:
+    rows = [
+        HitRow("vector", 7, 1, 1_700_000_000_000_000, similarity=0.9),
+        HitRow("vector", 8, 2, 1_700_000_000_000_001, similarity=0.8),
+        HitRow("keyword", 7, 1, 1_700_000_000_000_000, matched=["honda"]),
+        HitRow("keyword", 9, 2, 1_800_000_000_000_000, matched=["civic"]),
+        HitRow("vector", 10, 3, 1_600_000_000_000_000, similarity=0.1),
+    ]
+    options = RecallOptions(facts_in_context=2)
+    plain = {k.fact_id: k.score for k in fuse_hits(rows, RecallOptions(facts_in_context=4))}
+    kept = fuse_hits(rows, options, exclude=frozenset({7}))
+    assert [k.fact_id for k in kept] == [9, 8]  # 7 is gone; the next two take its place
+    assert all(k.score == plain[k.fact_id] for k in kept)
+    assert [k.fact_id for k in fuse_hits(rows, options)] == [7, 9]  # without exclude, as before
