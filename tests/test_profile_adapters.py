@@ -5,6 +5,7 @@ sent), and `MemsodaProfileBlock` with `MemsodaMemoryBlock(exclude_profile=True)`
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -20,7 +21,7 @@ from llama_index.core.memory import Memory as ChatMemory
 from pydantic import Field
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from memsoda_core import ConfigurationError
+from memsoda_core import ConfigurationError, ScopeError
 from memsoda_langchain import MemsodaContextMiddleware
 from memsoda_langchain.context import RECALL_NAME
 from memsoda_llamaindex import MemsodaMemoryBlock, MemsodaProfileBlock
@@ -133,3 +134,18 @@ async def test_llamaindex_profile_block_and_recall_without_repeats(
     assert (await chat.aget())[0].content == profile.text  # an unrelated write: the same bytes
     with pytest.raises(ConfigurationError):
         await MemsodaProfileBlock(memory=memory.raw, project="p").aget([])
+
+
+def test_middleware_reads_the_user_from_the_run_config(sync_memory: Any) -> None:
+    alice, bob = f"alice-{uuid.uuid4().hex[:8]}", f"bob-{uuid.uuid4().hex[:8]}"
+    sync_memory.add_facts([FACTS[0]], dataset=alice, project="app")
+    sync_memory.add_facts([{"subject": "user", "predicate": "lives in", "object": "oslo"}], dataset=bob, project="app")
+    model = recording("Lisbon.", "Oslo.")
+    middleware = MemsodaContextMiddleware(memory=sync_memory, project="app", dataset_from="user_id")
+    agent = create_agent(model, [], middleware=[middleware])
+    for user in (alice, bob):
+        agent.invoke({"messages": [HumanMessage("Where do I live?")]}, config={"configurable": {"user_id": user}})
+    assert "lisbon" in str(model.seen[0][0].content) and "oslo" not in str(model.seen[0][0].content)
+    assert "oslo" in str(model.seen[1][0].content) and "lisbon" not in str(model.seen[1][0].content)
+    with pytest.raises(ScopeError):
+        agent.invoke({"messages": [HumanMessage("Where do I live?")]})
