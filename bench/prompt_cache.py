@@ -45,6 +45,8 @@ class Tally:
     same_system_profile: int = 0
     boundaries: int = 0
     boundary_system_profile: int = 0
+    warm_within_profile: int = 0
+    """Warm turns (profile layout) that are not the first of their session."""
     recall: list[float] = field(default_factory=list)
     profile_recall: list[float] = field(default_factory=list)
     equal_budget: list[float] = field(default_factory=list)
@@ -119,6 +121,8 @@ def replay(memory: Memory, path: Path, *, max_facts: int, max_questions: int | N
                 if first_of_session:
                     tally.boundaries += 1
                     tally.boundary_system_profile += system_profile == last_profile[0]
+                else:
+                    tally.warm_within_profile += full_profile.startswith(last_profile[1])
             last_plain, last_profile = (system_plain, head_plain), (system_profile, head_profile)
             first_of_session = False
             if keys:  # recall@8 of questions asked of a non-empty memory
@@ -164,7 +168,8 @@ def run(memory: Memory, *, max_facts: int, max_personas: int | None, max_questio
         "",
         f"At the {tally.boundaries} session boundaries (a new conversation: only the system prompt can be reused) "
         f"the profile's system prompt was unchanged on {share(tally.boundary_system_profile, tally.boundaries)}; "
-        f"{len(tally.profile_versions)} distinct profile texts over the replay.\n",
+        f"{len(tally.profile_versions)} distinct profile texts over the replay. Within a session, the profile "
+        f"layout's turns were warm on {share(tally.warm_within_profile, tally.turns - tally.boundaries)}.\n",
     ]
     if tally.recall:
         size = statistics.fmean(tally.profile_sizes)
