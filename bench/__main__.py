@@ -111,6 +111,12 @@ def main(argv: list[str] | None = None) -> int:
     cli.add_argument("--cold-runs", type=int, default=2, help="fresh processes timing Memory.open() + first recall")
     cli.add_argument("--unserved-runs", type=int, default=2, help="recalls with the server started --no-embed")
 
+    profile = commands.add_parser("profile", help="realmem replay: warm prompt prefixes, profile + recall recall@8")
+    profile.add_argument("--max-facts", type=int, default=20, help="the profile's size")
+    profile.add_argument("--personas", type=int, default=None, help="the first N personas only")
+    profile.add_argument("--max-questions", type=int, default=None, help="the first N questions of each persona")
+    profile.add_argument("--embedder", choices=("local", "hash"), default="local")
+
     commands.add_parser("soak", help="recalls, writers and forget(entity) racing, then the invariant counts")
 
     argv = sys.argv[1:] if argv is None else argv
@@ -216,6 +222,15 @@ def main(argv: list[str] | None = None) -> int:
                 citus_dsn=args.citus_dsn,
             )
         )
+    elif args.command == "profile":
+        from bench import prompt_cache
+        from bench.common import bench_memory
+
+        with bench_memory(_embedder(args.embedder)) as memory:
+            text = prompt_cache.run(
+                memory, max_facts=args.max_facts, max_personas=args.personas, max_questions=args.max_questions
+            )
+        sys.stdout.write(text)
     elif args.command == "cli":
         from bench import cli_speed as bench_cli
 

@@ -59,6 +59,7 @@ from memsoda_core.models import (
     SignalHit,
 )
 from memsoda_core.options import DEFAULT_OPTIONS, FIRST_PERSON_OPTIONS, RecallOptions
+from memsoda_core.recall.profile import Profile
 from memsoda_core.synthesis import OpenAISynthesizer, Synthesizer
 
 __version__ = "0.1.0"
@@ -102,6 +103,7 @@ __all__ = [
     "NotLiveError",
     "OpenAIExtractor",
     "OpenAISynthesizer",
+    "Profile",
     "ReadOnlyStoreError",
     "RecallOptions",
     "RecallResult",

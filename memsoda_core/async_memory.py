@@ -38,6 +38,8 @@ from memsoda_core.models import (
 )
 from memsoda_core.ops.opening import open_store
 from memsoda_core.options import RecallOptions
+from memsoda_core.recall.profile import DEFAULT_MAX_FACTS as DEFAULT_PROFILE_FACTS
+from memsoda_core.recall.profile import Profile
 from memsoda_core.runner.async_runner import AsyncRunner
 from memsoda_core.runner.policy import check_pool_args
 from memsoda_core.runner.steps import Operation
@@ -297,6 +299,7 @@ class AsyncMemory(AsyncForgettingMethods):
         options: RecallOptions | None = None,
         known_at: Any = None,
         conversation: Sequence[Mapping[str, Any]] | None = None,
+        exclude: Iterable[int] = (),
     ) -> RecallResult:
         """The facts that matter for `query`, fused from vector, entity-anchor and keyword signals
         and rendered for a prompt. No query: the most recent live facts. Never raises for an
@@ -306,7 +309,9 @@ class AsyncMemory(AsyncForgettingMethods):
         time), `as_of` defaulting to it. Without either, a question about what held in a past
         window ("where did I live in 2019?") reads as of its end (`RecallResult.as_of`).
         `conversation`: the prior messages, oldest first, each a mapping with `role` and
-        `content` (opt-in: the latest user turns add the facts nearest them)."""
+        `content` (opt-in: the latest user turns add the facts nearest them). `exclude`: fact ids
+        not to keep, such as a profile's already in the prompt (`Profile.fact_ids`); the next
+        facts take their places."""
         return await self._run(
             self._recall_op(
                 query,
@@ -318,6 +323,7 @@ class AsyncMemory(AsyncForgettingMethods):
                 known_at=known_at,
                 options=options,
                 conversation=conversation,
+                exclude=exclude,
                 overrides={
                     "facts_in_context": facts_in_context,
                     "min_confidence": min_confidence,
@@ -328,6 +334,24 @@ class AsyncMemory(AsyncForgettingMethods):
             ),
             read_only=True,
         )
+
+    async def profile(
+        self,
+        *,
+        dataset: str,
+        project: str,
+        subject: str = "user",
+        max_facts: int = DEFAULT_PROFILE_FACTS,
+        min_confidence: float | None = None,
+    ) -> Profile:
+        """The standing profile of `subject` for a system prompt: its live facts, single-valued
+        relations first, then the most repeated, the most confident, the oldest, cut at
+        `max_facts` (the rule: `memsoda_core.recall.profile`), in one read. Its `text` is
+        byte-identical from call to call until one of those facts changes, so a prompt cache stays
+        warm; pass `fact_ids` to `recall(exclude=...)` so the recall does not repeat them.
+        `min_confidence` defaults to the memory's options'."""
+        op = self._profile_op(dataset, project, subject, max_facts, min_confidence)
+        return await self._run(op, read_only=True)
 
     async def stats(self, *, dataset: str | None = None, project: str | None = None) -> list[dict[str, Any]]:
         """Per scope: facts, live facts, entities, episodes."""

@@ -18,6 +18,7 @@ from memsoda_core.embedders.openai import OpenAIEmbedder
 from memsoda_core.errors import (
     ConfigurationError,
     EmbeddingError,
+    LimitError,
     ReadOnlyStoreError,
     ValidationError,
 )
@@ -44,6 +45,9 @@ from memsoda_core.ops.transfer import ImportCounts, ImportedEpisode
 from memsoda_core.options import DEFAULT_OPTIONS, RecallOptions
 from memsoda_core.recall.operation import recall as recall_operation
 from memsoda_core.recall.planning import ScopeSizes
+from memsoda_core.recall.profile import MAX_FACTS as MAX_PROFILE_FACTS
+from memsoda_core.recall.profile import Profile
+from memsoda_core.recall.profile import profile as standing_profile
 from memsoda_core.recall.signals.conversation import check_conversation
 from memsoda_core.runner.embedding import check_embedder
 from memsoda_core.runner.once import run_once
@@ -284,10 +288,12 @@ class MemoryBase:
         overrides: dict[str, Any],
         known_at: Any = None,
         conversation: Any = None,
+        exclude: Any = (),
     ) -> Operation[RecallResult]:
         scope = check_scope(dataset, project)
         text = check_query(query)
         turns = check_conversation(conversation)
+        excluded = check_fact_ids(exclude, "exclude")
         chosen = (options or self._options).with_overrides({k: v for k, v in overrides.items() if v is not None})
         if isinstance(include, str):
             include = (include,)
@@ -317,6 +323,21 @@ class MemoryBase:
             scope_sizes=self._scope_sizes,
             known_at=known,
             conversation=turns,
+            exclude=excluded,
+        )
+
+    def _profile_op(
+        self, dataset: str, project: str, subject: Any, max_facts: Any, min_confidence: Any
+    ) -> Operation[Profile]:
+        scope = check_scope(dataset, project)
+        name = check_entity_name(subject)
+        if isinstance(max_facts, bool) or not isinstance(max_facts, int) or not 1 <= max_facts <= MAX_PROFILE_FACTS:
+            raise LimitError(f"max_facts must be an int between 1 and {MAX_PROFILE_FACTS}, got {max_facts!r}")
+        floor = self._options.min_confidence if min_confidence is None else min_confidence
+        if isinstance(floor, bool) or not isinstance(floor, int | float) or not 0.0 <= floor <= 1.0:
+            raise ValidationError(f"min_confidence must be a number between 0 and 1, got {min_confidence!r}")
+        return standing_profile(
+            self._info, scope, subject=name, max_facts=max_facts, min_confidence=float(floor), at=self._now()
         )
 
     def _parse_import(self, lines: Sequence[str], dataset: str, project: str, on_error: str) -> ParsedImport:
@@ -387,6 +408,16 @@ class MemoryBase:
 def _nothing_related() -> Operation[RecallResult]:
     return RecallResult(context="", facts=(), entities=())
     yield  # an operation with no requests
+
+
+def check_fact_ids(ids: Any, name: str) -> frozenset[int]:
+    """A collection of fact ids (ints), as a frozenset."""
+    if isinstance(ids, str | bytes) or not isinstance(ids, Iterable):
+        raise ValidationError(f"{name} must be a collection of fact ids (ints), got {type(ids).__name__}")
+    checked = list(ids)
+    if any(isinstance(i, bool) or not isinstance(i, int) for i in checked):
+        raise ValidationError(f"{name} must hold fact ids (ints) only")
+    return frozenset(checked)
 
 
 def check_times(as_of: Any, known_at: Any) -> tuple[datetime | None, datetime | None]:

@@ -1,5 +1,6 @@
 """memsoda for LlamaIndex: `MemsodaRetriever` (a `BaseRetriever` over `recall`),
-`MemsodaMemoryBlock` (recalled context in a `llama_index.core.memory.Memory`) and
+`MemsodaMemoryBlock` (recalled context in a `llama_index.core.memory.Memory`), `MemsodaProfileBlock`
+(the standing profile, for a warm prompt cache) and
 `LlamaIndexEmbedder` (any LlamaIndex `BaseEmbedding` as a memsoda embedder).
 
     retriever = MemsodaRetriever(memory=memory, dataset="acme", project="assistant")
@@ -7,7 +8,7 @@
 """
 
 from memsoda_llamaindex.embedder import LlamaIndexEmbedder
-from memsoda_llamaindex.memory_block import MemsodaMemoryBlock
+from memsoda_llamaindex.memory_block import MemsodaMemoryBlock, MemsodaProfileBlock
 from memsoda_llamaindex.retriever import MemsodaRetriever
 
-__all__ = ["LlamaIndexEmbedder", "MemsodaMemoryBlock", "MemsodaRetriever"]
+__all__ = ["LlamaIndexEmbedder", "MemsodaMemoryBlock", "MemsodaProfileBlock", "MemsodaRetriever"]

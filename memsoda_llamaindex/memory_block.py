@@ -1,5 +1,14 @@
 """`MemsodaMemoryBlock`: memsoda as a block of a LlamaIndex agent `Memory`: it recalls for the
-latest message and learns from the messages the Memory flushes."""
+latest message and learns from the messages the Memory flushes. `MemsodaProfileBlock`: the standing
+profile (`Memory.profile`) as a system message at the head of the history, byte-identical until a
+fact of it changes, so a prompt cache stays warm.
+
+    Memory.from_defaults(memory_blocks=[MemsodaProfileBlock(memory=m, dataset="u1", project="app"),
+                                        MemsodaMemoryBlock(memory=m, dataset="u1", project="app",
+                                                           exclude_profile=True)],
+                         insert_method=InsertMethod.USER)
+
+puts the profile first and the recall into the latest user message, without repeating a fact."""
 
 from __future__ import annotations
 
@@ -13,6 +22,7 @@ from llama_index.core.memory.memory import BaseMemoryBlock
 from memsoda_core import AsyncMemory, ConfigurationError, Memory
 from memsoda_core.adapting import call_async, conversation_messages, recall_async
 from memsoda_core.limits import MAX_K
+from memsoda_core.recall.profile import DEFAULT_MAX_FACTS, MAX_FACTS
 
 LEARNED_ROLES = frozenset({MessageRole.USER, MessageRole.ASSISTANT})
 
@@ -43,6 +53,9 @@ class MemsodaMemoryBlock(BaseMemoryBlock[str]):
     include: tuple[str, ...] = Field(default=(), description="Recall extras, e.g. ('episodes',).")
     extractor: Any = Field(default=None, description="remember's model; None: the memsoda Memory's.")
     accept_short_term_memory: bool = Field(default=True, description="Learn from flushed messages.")
+    exclude_profile: bool = Field(default=False, description="Leave out the profile's facts (MemsodaProfileBlock).")
+    profile_max_facts: int = Field(default=DEFAULT_MAX_FACTS, ge=1, le=MAX_FACTS, description="The profile's size.")
+    profile_subject: str = Field(default="user", description="The profile's subject.")
     _said_no_extractor: bool = PrivateAttr(default=False)
 
     def _dataset(self, given: Any, session_id: Any) -> str:
@@ -66,6 +79,12 @@ class MemsodaMemoryBlock(BaseMemoryBlock[str]):
             "include": self.include,
             "conversation": conversation_messages(messages),
         }
+        if self.exclude_profile:
+            scope = {"dataset": dataset, "project": kwargs["project"]}
+            profile = await call_async(
+                self.memory, "profile", **scope, subject=self.profile_subject, max_facts=self.profile_max_facts
+            )
+            kwargs["exclude"] = profile.fact_ids
         return (await recall_async(self.memory, query, **kwargs)).context
 
     async def _aput(self, messages: list[ChatMessage]) -> None:
@@ -98,6 +117,34 @@ class MemsodaMemoryBlock(BaseMemoryBlock[str]):
             thread_id=None if session is None else str(session),
             extractor=extractor,
         )
+
+
+class MemsodaProfileBlock(BaseMemoryBlock[list[ChatMessage]]):
+    """The standing profile of `subject` (`Memory.profile`) as one system message the Memory puts
+    before the chat history; none while the profile is empty. Its text changes only when a fact of
+    the profile does. Scope: `dataset` / `project` of `aget(...)` win, then these fields. Pair it
+    with `MemsodaMemoryBlock(exclude_profile=True)` (same `max_facts` and `subject` as its
+    `profile_*`) so the recall does not repeat the profile."""
+
+    name: str = Field(default="memsoda_profile", description="The name of the memory block.")
+    memory: Memory | AsyncMemory = Field(description="The memsoda Memory or AsyncMemory to read.")
+    dataset: str | None = Field(default=None, description="memsoda dataset (whose profile).")
+    project: str = Field(description="memsoda project.")
+    max_facts: int = Field(default=DEFAULT_MAX_FACTS, ge=1, le=MAX_FACTS, description="Facts in the profile.")
+    subject: str = Field(default="user", description="Whose facts.")
+    priority: int = Field(default=0, description="0: never truncated (a cut profile would change the prefix).")
+    accept_short_term_memory: bool = Field(default=False, description="The profile learns nothing itself.")
+
+    async def _aget(self, messages: list[ChatMessage] | None = None, **block_kwargs: Any) -> list[ChatMessage]:
+        dataset = block_kwargs.get("dataset") or self.dataset
+        if not dataset:
+            raise ConfigurationError("MemsodaProfileBlock needs dataset='...' (whose profile this is)")
+        scope = {"dataset": str(dataset), "project": block_kwargs.get("project") or self.project}
+        profile = await call_async(self.memory, "profile", **scope, subject=self.subject, max_facts=self.max_facts)
+        return [ChatMessage(role=MessageRole.SYSTEM, content=profile.text)] if profile.text else []
+
+    async def _aput(self, messages: list[ChatMessage]) -> None:
+        """The profile is read from memory; what the Memory flushes is learned by MemsodaMemoryBlock."""
 
 
 def _latest_text(messages: list[ChatMessage]) -> str:

@@ -89,6 +89,17 @@ def test_realmem_smoke(bench_dsn: str, capsys: pytest.CaptureFixture[str]) -> No
     assert "| relevance_floor |" in out and "| 0.30 |" in out
 
 
+@pytest.mark.skipif(not realmem_available(), reason="no realmem-dev data beside the repository")
+def test_profile_smoke(bench_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["profile", "--embedder", "hash", "--personas", "1", "--max-questions", "6", "--max-facts", "5"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "### profile: 1 personas" in out and "5 turns after the first" in out
+    assert re.search(r"\| recall block in the system prompt \| \d/5 \(", out)
+    assert "| profile (max 5) in the system prompt, recall after the conversation |" in out
+    assert "| recall alone (8) |" in out
+
+
 def test_realmem_mapping() -> None:
     from bench.realmem import fact_record, mentions
 

@@ -57,6 +57,7 @@ CORE_API = {
     "NotFoundError",
     "NotLiveError",
     "OpenAISynthesizer",
+    "Profile",
     "RecallOptions",
     "RecallResult",
     "SchemaError",
@@ -78,8 +79,19 @@ CORE_API = {
 def test_the_public_api_is_what_the_packages_export() -> None:
     """Modules inside the packages may move; these names, imported from the package, stay."""
     assert set(memsoda_core.__all__) == CORE_API
-    assert set(memsoda_langchain.__all__) == {"LangChainEmbedder", "MemsodaRetriever", "memory_tools", "render_facts"}
-    assert set(memsoda_llamaindex.__all__) == {"LlamaIndexEmbedder", "MemsodaMemoryBlock", "MemsodaRetriever"}
+    assert set(memsoda_langchain.__all__) == {
+        "LangChainEmbedder",
+        "MemsodaContextMiddleware",
+        "MemsodaRetriever",
+        "memory_tools",
+        "render_facts",
+    }
+    assert set(memsoda_llamaindex.__all__) == {
+        "LlamaIndexEmbedder",
+        "MemsodaMemoryBlock",
+        "MemsodaProfileBlock",
+        "MemsodaRetriever",
+    }
     assert set(memsoda_langgraph.__all__) == {"MemsodaStore"}
     for package in (memsoda_core, memsoda_langchain, memsoda_langgraph, memsoda_llamaindex):
         for name in package.__all__:

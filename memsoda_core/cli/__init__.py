@@ -1,4 +1,4 @@
-"""The `memsoda` command line: demo, recall, add, import/export, stats, maintain, forget, forget-source,
+"""The `memsoda` command line: demo, recall, add, profile, import/export, stats, maintain, forget, forget-source,
 retention, doctor, server.
 
 Global options pick the store: `--dsn` (else `MEMSODA_DSN`, else the embedded server under
@@ -12,6 +12,7 @@ store's). Any `MemsodaError` (and any file error) prints one red line and exits 
     store.py    opening a Memory for a command (without a model when it never embeds)
     demo.py     demo
     recall.py   recall, add, forget
+    profile.py  profile (the standing profile for a system prompt)
     jsonl.py    import, export
     stats.py    stats, maintain
     lifetime.py forget-source, retention

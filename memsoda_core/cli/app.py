@@ -11,7 +11,7 @@ import typer
 from rich.text import Text
 from typer.core import TyperGroup
 
-from memsoda_core.cli import demo, distribute, doctor, facts, jsonl, lifetime, recall, server, stats
+from memsoda_core.cli import demo, distribute, doctor, facts, jsonl, lifetime, profile, recall, server, stats
 from memsoda_core.cli.common import Settings
 from memsoda_core.cli.output import err, one_line
 from memsoda_core.errors import MemsodaError
@@ -92,6 +92,7 @@ def _root(
 app.command()(demo.demo)
 app.command()(recall.recall)
 app.command()(recall.add)
+app.command()(profile.profile)
 app.command("import")(jsonl.import_)
 app.command()(jsonl.export)
 app.command()(recall.forget)

@@ -68,6 +68,7 @@ def recall(
     scope_sizes: ScopeSizes,
     known_at: datetime | None = None,
     conversation: Sequence[tuple[str, str]] | None = None,
+    exclude: frozenset[int] = frozenset(),
 ) -> Operation[RecallResult]:
     """The signals in two statements run at once, RRF, the kept facts read, grouping and
     rendering; see `recall.result`. Statements whose plan fits every scope they serve are prepared
@@ -79,7 +80,8 @@ def recall(
     `as_of` nor `known_at` is given (`recall.asof`, `RecallOptions.as_of_from_question`).
 
     `known_at` (transaction time): what memory knew then, as it knew it (statements of their own,
-    `RecallPlan.known`); the default statements are untouched by it."""
+    `RecallPlan.known`); the default statements are untouched by it. Facts in `exclude` are not
+    kept (`result.fuse_hits`)."""
     timings: dict[str, float] = {}
     started = time.perf_counter()
     embedding: Sequence[float] | np.ndarray[Any, Any] | None = None
@@ -133,7 +135,11 @@ def recall(
     mark = time.perf_counter()
     rows = [row for statement_rows in results for row in statement_rows]
     scope_empty = not scope_facts and not rows  # a size remembered as 0 is out of date once it has hits
-    kept = [] if below_floor(rows, options, has_embedding=embedding is not None) else fuse_hits(rows, options)
+    kept = (
+        []
+        if below_floor(rows, options, has_embedding=embedding is not None)
+        else fuse_hits(rows, options, exclude=exclude)
+    )
     timings["fuse"] = _ms(mark)
     mark = time.perf_counter()
     fact_ids = BigintArray(k.fact_id for k in kept)

@@ -26,7 +26,8 @@ from memsoda_core.models import Entity, Episode, Fact, ScoredFact
 from memsoda_core.text import collapse_line
 
 HEADER = "Known facts about the user, most relevant first."
-FACTS_HEADING = "# FACTS  (format: fact (valid: from – to))"
+FACTS_FORMAT = "(format: fact (valid: from – to))"
+FACTS_HEADING = "# FACTS  " + FACTS_FORMAT
 ENTITIES_HEADING = "# ENTITIES"
 EPISODES_HEADING = "# EPISODES  (format: summary (thread, date))"
 _SECTION_GAP = "\n\n\n"
@@ -64,10 +65,14 @@ def validity(fact: Fact) -> str:
     return f"{start_day(fact.valid_at)} – {_day(fact.invalid_at)}"
 
 
-def fact_line(scored: ScoredFact) -> str:
-    fact = scored.fact
+def fact_text(fact: Fact) -> str:
+    """A fact as one line of a block shows it, without the bullet."""
     text = collapse_line(f"{fact.subject} {fact.predicate} {fact.object}")
-    return f"- {text}  (valid: {validity(fact)})"
+    return f"{text}  (valid: {validity(fact)})"
+
+
+def fact_line(scored: ScoredFact) -> str:
+    return f"- {fact_text(scored.fact)}"
 
 
 def episode_line(episode: Episode) -> str:

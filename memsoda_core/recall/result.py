@@ -123,15 +123,23 @@ class Kept:
     hits: tuple[SignalHit, ...]
 
 
-def fuse_hits(rows: Iterable[HitRow], options: RecallOptions, registry: Sequence[SignalSpec] = REGISTRY) -> list[Kept]:
+def fuse_hits(
+    rows: Iterable[HitRow],
+    options: RecallOptions,
+    registry: Sequence[SignalSpec] = REGISTRY,
+    exclude: frozenset[int] = frozenset(),
+) -> list[Kept]:
     """Hit rows of the recall statements -> the top `facts_in_context` fact ids by RRF, best first
     (ties: best single rank, then the more recent valid_at, then the larger id); each kept fact's
-    hits explained in registry order."""
+    hits explained in registry order. Facts in `exclude` (already in the prompt: a profile) are
+    left out before the cut, keeping their ranks in each signal, so the others score as without it."""
     found: dict[int, list[HitRow]] = {}
     ranks: dict[int, dict[str, int]] = {}
     recency: dict[int, float] = {}
     for row in rows:
         fact_id = row.fact_id
+        if fact_id in exclude:
+            continue
         hits = found.get(fact_id)
         if hits is None:
             found[fact_id] = [row]
