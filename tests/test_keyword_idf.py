@@ -92,8 +92,10 @@ async def test_filler_words_are_never_anchors_or_bridges(memory: Either, scope: 
     await memory.add_facts(facts, **scope)
     options = RecallOptions(hub_min_share=1.0, hub_min_facts=1000)  # nothing is a hub here
     result = await memory.recall("I'm wondering what the best thing to cook is", **scope, options=options)
-    anchored = [s for s in result.facts if "anchor" in s.ranks]
-    assert anchored == []  # "the" and "i'm" are named in the query but are no names
+    # "the" and "i'm" are named in the query but are no names: no anchor through them (an entity
+    # near the query, by the gap rule, may still anchor: "basil" for cooking)
+    reasons = [s.reasons["anchor"] for s in result.facts if "anchor" in s.ranks]
+    assert not [r for r in reasons if "named in the query" in r or "'the'" in r or "'i'm'" in r], reasons
     basil = await memory.recall("what do I do with basil", **scope, options=options)
     reasons = {s.fact.text: s.reasons.get("anchor") for s in basil.facts}
     assert reasons["user noted user grows basil on the balcony"] == "touches 'basil', named in the query"
