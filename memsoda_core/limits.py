@@ -24,6 +24,9 @@ MAX_QUERY_CHARS = 4_000
 MAX_TIMES_SEEN = 1_000_000_000
 """An imported fact's `times_seen`: within its column (a PostgreSQL integer) with room to count on."""
 
+MAX_DIMENSIONS = 2_000
+"""An embedder's dimension for a new store: pgvector's HNSW index on `vector` holds at most 2,000."""
+
 MAX_BATCH = 10_000
 """Facts or episodes in one `add_facts` / `add_episodes` call (one transaction)."""
 

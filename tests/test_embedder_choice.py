@@ -243,3 +243,20 @@ def test_cli_bad_embedder_option(pg_dsn: str, schema: str, scope: dict[str, str]
     result = invoke(pg_dsn, schema, "--embedder", "bert", "recall", "x", *scope_args(scope))
     assert result.exit_code == 1
     assert "--embedder='bert' is not an embedder" in result.stderr
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_an_embedder_wider_than_the_vector_index_is_refused_before_anything_is_written(
+    flavour: str, pg_dsn: str, embedder: LocalEmbedder
+) -> None:
+    """text-embedding-3-large gives 3,072 dimensions; pgvector's HNSW index holds 2,000. A new store
+    says so (not "PostgreSQL is unavailable") and no schema is left behind."""
+    from tests.helpers import OtherModel
+
+    schema = f"wide_{uuid.uuid4().hex[:8]}"
+    wide = OtherModel(embedder, model="text-embedding-3-large", dimensions=3072)
+    with pytest.raises(ConfigurationError, match="at most 2000"):
+        await open_memory(flavour, pg_dsn, wide, schema=schema)
+    with psycopg.connect(pg_dsn) as conn:
+        found = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone()
+    assert found is None

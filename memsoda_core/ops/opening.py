@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from memsoda_core import limits
 from memsoda_core.distributed import citus_version_statement, facts_distributed_statement
 from memsoda_core.embedders.choice import EXPLICIT, Origin, RecordedSpace, check_space
 from memsoda_core.errors import (
@@ -108,6 +109,12 @@ def open_store(
     state = yield from read_session_state(schema)
     read_only = read_only or state.read_only
     meta = (yield from read_meta(schema)) if state.meta else {}
+    if "dimensions" not in meta and dimensions > limits.MAX_DIMENSIONS:
+        raise ConfigurationError(
+            f"the embedder {model!r} gives {dimensions} dimensions, and pgvector's HNSW index holds at most "
+            f"{limits.MAX_DIMENSIONS}: ask it for fewer (OpenAI's text-embedding-3 models take dimensions=, "
+            "e.g. OpenAIEmbedder(..., dimensions=1536)) or use another model"
+        )
     writes = needed_writes(state, meta, tenant_index_min_facts, layout)
     if writes and read_only:
         refuse_read_only_open(schema, writes, asked=not state.read_only)
