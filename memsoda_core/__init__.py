@@ -31,7 +31,8 @@ from memsoda_core.errors import (
     TextTooLongError,
     ValidationError,
 )
-from memsoda_core.items import ItemInput, StoredItem
+from memsoda_core.forgetting.rules import ForgetReport, RetentionReport, RetentionRule
+from memsoda_core.items.values import ItemInput, StoredItem
 from memsoda_core.learning import (
     ExtractionRequest,
     Extractor,
@@ -39,7 +40,6 @@ from memsoda_core.learning import (
     LlamaIndexExtractor,
     OpenAIExtractor,
 )
-from memsoda_core.lifetime import ForgetReport, RetentionReport, RetentionRule
 from memsoda_core.memory import Memory
 from memsoda_core.models import (
     LITERAL,

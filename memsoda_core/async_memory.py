@@ -12,16 +12,18 @@ import asyncio
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import suppress
+from datetime import timedelta
 from types import TracebackType
 from typing import Any, TextIO, TypeVar
 
 import numpy as np
 
-from memsoda_core.async_forgetting import AsyncForgettingMethods
 from memsoda_core.embedders import Embedder
 from memsoda_core.errors import MemsodaError
 from memsoda_core.files import open_sink, progress_callback, read_jsonl
-from memsoda_core.items import ItemInput, StoredItem
+from memsoda_core.forgetting.rules import ForgetReport, RetentionReport, RetentionRule
+from memsoda_core.items.calls import ItemsBase
+from memsoda_core.items.values import ItemInput, StoredItem
 from memsoda_core.learning.call import extraction_failed
 from memsoda_core.learning.extractors import as_extractor
 from memsoda_core.memory_base import aclose_built, check_import_args, check_read_only, open_args
@@ -49,7 +51,7 @@ from memsoda_core.synthesis import as_synthesizer
 T = TypeVar("T")
 
 
-class AsyncMemory(AsyncForgettingMethods):
+class AsyncMemory(ItemsBase):
     # sync: """Long-term memory of facts in PostgreSQL + pgvector. Open with `Memory.open()`."""
     """Long-term memory of facts for asyncio: `await AsyncMemory.open()`, then `Memory`'s methods."""
 
@@ -282,6 +284,61 @@ class AsyncMemory(AsyncForgettingMethods):
         `entity` is None. Returns the number of facts deleted."""
         return await self._run(lambda: self._forget_op(dataset, project, entity))
 
+    async def forget_source(
+        self,
+        *,
+        dataset: str,
+        project: str,
+        thread_id: str | None = None,
+        message_ids: Sequence[str] | None = None,
+    ) -> ForgetReport:
+        """Forget what `remember` learned from thread `thread_id`, from messages `message_ids`, or
+        from those messages of that thread, in one transaction: a fact learned only from them is
+        deleted (with the items that refer to it); a fact also learned elsewhere stays and keeps
+        its other sources. Forgetting a whole thread deletes its episodes too. A fact that a
+        deleted one had superseded keeps its end as history. Returns what went."""
+        return await self._run(self._forget_source_op(dataset, project, thread_id, message_ids))
+
+    async def maintain(self, *, retention: bool = True) -> list[str]:
+        """Purge the facts the scopes' retention rules have outlived (`apply_retention`; not with
+        `retention=False`), refresh statistics and build the tenant indexes of every
+        dataset/project at or above `tenant_index_min_facts` facts that lacks them (writes through
+        memsoda do this on their own; call it after loading rows with COPY). Returns the names of
+        the indexes built."""
+        return await self._run(self._maintain_op(retention))
+
+    async def set_retention(
+        self,
+        *,
+        dataset: str,
+        project: str,
+        max_age: timedelta | None,
+        purge: str = "ended",
+        predicate: str | None = None,
+    ) -> list[RetentionRule]:
+        """Keep the scope's facts (of `predicate` alone, case folded, when given: that rule
+        overrides the scope's for it) for `max_age`; `max_age=None` removes the rule. `purge`:
+        "ended" purges the facts that ended more than `max_age` ago (counted from the later of the
+        end and when memory learned of it); "all" purges every fact memory learned more than
+        `max_age` ago, live or not. `maintain` / `apply_retention` purge. Returns the scope's rules."""
+        return await self._run(self._set_retention_op(dataset, project, max_age, purge, predicate))
+
+    async def retention(self, *, dataset: str, project: str) -> list[RetentionRule]:
+        """The scope's retention rules: its own (predicate None) first, then by predicate."""
+        return await self._run(self._retention_op(dataset, project), read_only=True)
+
+    async def apply_retention(self, *, at: Any = None) -> RetentionReport:
+        """Purge, in every scope with retention rules, the facts they have outlived at `at`
+        (default: now), in one transaction, as `forget_source` deletes facts (their items go too;
+        a fact they had superseded keeps its end). Returns what went."""
+        return await self._run(self._apply_retention_op(at))
+
+    async def sweep_items(self, *, project: str | None = None, at: Any = None) -> int:
+        """Delete the items (of `project`, else of every project) whose TTL ran out by `at`
+        (default: now), each with the facts it leaves no item referring to, its past texts
+        included, in one transaction. Returns how many items went."""
+        return await self._run(self._sweep_items_op(project, at))
+
     async def recall(
         self,
         query: str | None = None,
@@ -393,7 +450,7 @@ class AsyncMemory(AsyncForgettingMethods):
                 raise
         return parsed.report(counts)
 
-    # --- items: key-addressed JSON documents with searchable text (`memsoda_core.items`) --------
+    # --- items: key-addressed JSON documents with searchable text (`memsoda_core.items.values`) --------
 
     async def put_items(
         self, items: Sequence[ItemInput | Mapping[str, Any]], *, dataset: str, project: str

@@ -22,10 +22,14 @@ from memsoda_core.errors import (
     ReadOnlyStoreError,
     ValidationError,
 )
+from memsoda_core.forgetting import retention as retention_ops
+from memsoda_core.forgetting.operations import forget as forget_scope
+from memsoda_core.forgetting.operations import forget_source
+from memsoda_core.forgetting.rules import ForgetReport, RetentionReport, RetentionRule, check_retention, check_source
+from memsoda_core.learning.applying import Applied, apply_extraction, fact_sources
 from memsoda_core.learning.call import RememberCall
 from memsoda_core.learning.extractors import Extractor
 from memsoda_core.learning.operations import CheckedExtraction
-from memsoda_core.lifetime import ForgetReport, RetentionReport, RetentionRule, check_retention, check_source
 from memsoda_core.models import (
     EpisodeInput,
     Fact,
@@ -36,11 +40,8 @@ from memsoda_core.models import (
     IncludeOption,
     RecallResult,
 )
-from memsoda_core.ops import retention as retention_ops
-from memsoda_core.ops.forgetting import forget_source
 from memsoda_core.ops.opening import recorded_space
 from memsoda_core.ops.reading import check_list_args, check_predicates
-from memsoda_core.ops.remembering import Applied, apply_extraction, fact_sources
 from memsoda_core.ops.transfer import ImportCounts, ImportedEpisode
 from memsoda_core.options import DEFAULT_OPTIONS, RecallOptions
 from memsoda_core.recall.operation import recall as recall_operation
@@ -205,7 +206,7 @@ class MemoryBase:
     def _forget_op(self, dataset: str, project: str, entity: str | None) -> Operation[int]:
         scope = check_scope(dataset, project)
         name = None if entity is None else check_entity_name(entity)
-        return self._resizing(scope, ops.forget(self._info, scope, name))
+        return self._resizing(scope, forget_scope(self._info, scope, name))
 
     def _forget_source_op(
         self, dataset: str, project: str, thread_id: Any, message_ids: Any

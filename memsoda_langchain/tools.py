@@ -21,7 +21,7 @@ from langchain_core.tools import BaseTool, StructuredTool, ToolException
 
 from memsoda_core import AsyncMemory, Memory, MemsodaError, RecallResult
 from memsoda_core.adapting import RunScope, call_async, call_sync
-from memsoda_core.recall.render import validity
+from memsoda_core.fact_text import validity
 
 RECALL = "recall_memory"
 SAVE = "save_memory"

@@ -37,7 +37,7 @@ from langgraph.store.base import (
 from langgraph.store.base.embed import get_text_at_path
 
 from memsoda_core import AsyncMemory, ConfigurationError, Memory
-from memsoda_core.items import ItemInput, StoredItem
+from memsoda_core.items.values import ItemInput, StoredItem
 from memsoda_core.validation import check_scope
 
 DatasetOf = Callable[[tuple[str, ...]], str]

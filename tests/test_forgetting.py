@@ -216,8 +216,9 @@ def test_the_cli_forgets_a_thread_and_sets_and_applies_retention(
 def test_the_source_selection_and_its_sql_without_a_database() -> None:
     from psycopg import sql
 
-    from memsoda_core.lifetime import check_source
-    from memsoda_core.store import deleting, sources
+    from memsoda_core.forgetting import deleting
+    from memsoda_core.forgetting.rules import check_source
+    from memsoda_core.learning import sources
 
     chosen = check_source("t", ["b", "a", "b"])
     assert chosen.message_ids == ("a", "b") and chosen.shape == {"thread": True, "messages": True}

@@ -7,8 +7,9 @@ import inspect
 from datetime import UTC, datetime
 
 from memsoda_core import Fact
+from memsoda_core.forgetting import deleting
 from memsoda_core.ops.writing import CountDeltas, keep_specific_type
-from memsoda_core.store import deleting, lexemes, statements
+from memsoda_core.store import lexemes, statements
 from memsoda_core.store.fact_columns import FACT_COLUMNS, decode_fact, fact_columns, fact_from
 from memsoda_core.store.tenant_index import tenant_predicate
 

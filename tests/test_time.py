@@ -14,12 +14,13 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from memsoda_core import IntervalError, LocalEmbedder, Memory, ops
+from memsoda_core import IntervalError, LocalEmbedder, Memory
+from memsoda_core.forgetting.deleting import Deleted, delete_facts
+from memsoda_core.forgetting.operations import forget
 from memsoda_core.runner.steps import Execute
 from memsoda_core.store import reconcile as sql_reconcile
 from memsoda_core.store import schema as ddl
 from memsoda_core.store import statements as sql_store
-from memsoda_core.store.deleting import Deleted, delete_facts
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import Scope
 from tests.conftest import Either
@@ -253,13 +254,13 @@ def test_forget_takes_every_lock_of_the_scope_before_it_deletes() -> None:
     locked = [sql_reconcile.Locked(locks=512, learned_at=datetime(2026, 1, 1, tzinfo=UTC))]
     delete = delete_facts(INFO.schema, sql_store.entity_facts(INFO.schema))
     script = Script().on(sql_reconcile.lock_scope(INFO.schema), locked).on(delete, [Deleted(facts=1, items=0)])
-    conversation = drive(ops.forget(INFO, SCOPE, "abn amro"), script)
+    conversation = drive(forget(INFO, SCOPE, "abn amro"), script)
     lock = conversation.index(Execute, sql_reconcile.lock_scope(INFO.schema))
     assert 0 <= lock < conversation.index(Execute, delete)
     assert conversation.index(Execute, sql_reconcile.lock_relations(INFO.schema)) == -1  # no second lock call
 
     whole = Script().on(sql_reconcile.lock_scope(INFO.schema), locked).on(sql_store.count_facts(INFO.schema), [(3,)])
-    conversation = drive(ops.forget(INFO, SCOPE, None), whole)
+    conversation = drive(forget(INFO, SCOPE, None), whole)
     lock = conversation.index(Execute, sql_reconcile.lock_scope(INFO.schema))
     assert 0 <= lock < conversation.index(Execute, sql_store.forget_scope(INFO.schema)[0])
 

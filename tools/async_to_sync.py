@@ -23,7 +23,6 @@ PAIRS = (
     ("memsoda_core/runner/async_pool.py", "memsoda_core/runner/sync_pool.py"),
     ("memsoda_core/runner/async_runner.py", "memsoda_core/runner/sync_runner.py"),
     ("memsoda_core/async_memory.py", "memsoda_core/memory.py"),
-    ("memsoda_core/async_forgetting.py", "memsoda_core/sync_forgetting.py"),
 )
 
 RENAMES = (
@@ -48,7 +47,6 @@ RENAMES = (
     (r"\bAsyncMemory\b", "Memory"),
     (r"\basync_memory\b", "memory"),
     (r"\bAsyncForgettingMethods\b", "ForgettingMethods"),
-    (r"\basync_forgetting\b", "sync_forgetting"),
     (r"\b__aenter__\b", "__enter__"),
     (r"\b__aexit__\b", "__exit__"),
     (r"\baembed_documents\b", "embed_documents"),

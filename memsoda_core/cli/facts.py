@@ -12,8 +12,8 @@ from rich.text import Text
 from memsoda_core.cli.common import DatasetOpt, JsonOpt, ProjectOpt, settings_of
 from memsoda_core.cli.output import out, print_json, table
 from memsoda_core.cli.store import open_memory
+from memsoda_core.fact_text import start_day
 from memsoda_core.models import LITERAL, Fact
-from memsoda_core.recall.render import start_day
 
 facts_app = typer.Typer(help="Read stored facts: list, show one, its history.", no_args_is_help=True)
 

@@ -12,7 +12,7 @@ from rich.text import Text
 from memsoda_core.cli.common import DatasetOpt, JsonOpt, ProjectOpt, settings_of
 from memsoda_core.cli.output import out, print_json, table
 from memsoda_core.cli.store import open_memory
-from memsoda_core.lifetime import PURGES
+from memsoda_core.forgetting.rules import PURGES
 
 
 def forget_source(

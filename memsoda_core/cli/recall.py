@@ -12,9 +12,9 @@ from rich.text import Text
 from memsoda_core.cli.common import DatasetOpt, JsonOpt, ProjectOpt, settings_of
 from memsoda_core.cli.output import out, print_json, table, warn
 from memsoda_core.cli.store import open_memory
+from memsoda_core.fact_text import start_day
 from memsoda_core.models import LITERAL, RecallResult, ScoredFact
 from memsoda_core.options import RecallOptions
-from memsoda_core.recall.render import start_day
 from memsoda_core.recall.signals import QUERY_SIGNALS, SIGNAL_NAMES
 from memsoda_core.validation import parse_time, validate_fact
 

@@ -9,12 +9,12 @@ from typing import Any
 
 from memsoda_core import limits
 from memsoda_core.errors import ConfigurationError, ExtractionError, LimitError, ValidationError
+from memsoda_core.learning.applying import Applied
 from memsoda_core.learning.extractors import Extractor, as_extractor
 from memsoda_core.learning.messages import WindowMessage, check_messages, window_time
 from memsoda_core.learning.operations import ON_INVALID, CheckedExtraction, check_answer
 from memsoda_core.learning.prompt import ExtractionRequest
 from memsoda_core.models import RecallResult, RememberResult
-from memsoda_core.ops.remembering import Applied
 from memsoda_core.text import normalize_name
 from memsoda_core.validation import Scope, ValidEpisode, check_scope, check_text
 

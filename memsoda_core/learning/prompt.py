@@ -10,9 +10,9 @@ from importlib import resources
 from string import Template
 
 from memsoda_core.errors import ConfigurationError
+from memsoda_core.fact_text import validity
 from memsoda_core.learning.messages import WindowMessage
 from memsoda_core.models import Fact
-from memsoda_core.recall.render import validity
 
 PROMPT_VERSION = "extract-v1"
 """The packaged prompt (`memsoda_core/prompts/<version>.md`). A change of wording is a new

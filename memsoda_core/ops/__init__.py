@@ -7,7 +7,7 @@ returns it at once), so no connection is held while a model runs; an import's la
 exception, as they write inside the transaction of the whole file.
 """
 
-from memsoda_core.ops.editing import add_episodes, forget, invalidate, supersede
+from memsoda_core.ops.editing import add_episodes, invalidate, supersede
 from memsoda_core.ops.maintenance import ensure_tenant_indexes, maintain
 from memsoda_core.ops.opening import open_store
 from memsoda_core.ops.reading import get_fact, history, list_facts, set_single_valued, single_valued_predicates
@@ -20,7 +20,6 @@ __all__ = [
     "add_facts",
     "ensure_tenant_indexes",
     "export_jsonl",
-    "forget",
     "get_fact",
     "history",
     "import_records",

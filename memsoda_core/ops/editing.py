@@ -15,8 +15,7 @@ from memsoda_core.errors import (
     ValidationError,
 )
 from memsoda_core.models import EpisodeInput, FactInput
-from memsoda_core.ops.forgetting import delete_fact_set, hold_scope
-from memsoda_core.ops.maintenance import drop_tenant_indexes, ensure_tenant_indexes
+from memsoda_core.ops.maintenance import ensure_tenant_indexes
 from memsoda_core.ops.writing import lock_facts, write_facts
 from memsoda_core.runner.steps import Operation, embed_documents, execute, execute_as, read_aside
 from memsoda_core.store import reconcile as sql_reconcile
@@ -182,30 +181,3 @@ def write_episodes(
         },
     )
     return sorted(int(row[0]) for row in rows)
-
-
-def forget(info: StoreInfo, scope: Scope, entity: str | None) -> Operation[int]:
-    """Delete an entity and every fact touching it, or (entity=None) the whole scope.
-    Returns the number of facts deleted.
-
-    A fact that a deleted fact superseded keeps its end, as history, and its `superseded_by` is
-    cleared (ended, not replaced): no pointer is left naming a deleted fact, and forgetting where
-    someone moved does not make the old place live again.
-
-    It first takes every reconciliation lock of the scope (`store.reconcile.lock_scope`), as the
-    first lock of the write order (`store.reconcile.lock_relations`): every write into the scope
-    that started before has committed, the next ones wait, and no writer holds an entity, fact,
-    lexeme or scope row while forget changes them; a supersede pointing at a fact it deletes has
-    committed before, and is cleared."""
-    base: dict[str, Any] = {"dataset": scope.dataset, "project": scope.project}
-    yield from hold_scope(info, scope)
-    if entity is None:
-        ((count,),) = yield from execute(sql_store.count_facts(info.schema), base)
-        for statement in sql_store.forget_scope(info.schema):
-            yield from execute(statement, base)
-        yield from drop_tenant_indexes(info, scope)
-        return int(count)
-    deleted = yield from delete_fact_set(info, scope, sql_store.entity_facts(info.schema), {**base, "name": entity})
-    if not deleted.facts:  # an entity no fact touches (none should be left): delete it alone
-        yield from execute(sql_store.delete_orphan_entities(info.schema), {**base, "name": entity})
-    return deleted.facts

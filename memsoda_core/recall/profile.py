@@ -13,7 +13,7 @@ floor) whose subject is the profile's subject (default "user", `remember`'s `use
 
 cut at `max_facts`. Nothing about the current message takes part. The chosen facts are rendered in id
 order (a rise in rank that keeps the same set changes nothing) with the line format of the recall
-block (`render.fact_text`). The version is a hash of the text: it changes iff the text does.
+block (`fact_text.fact_text`). The version is a hash of the text: it changes iff the text does.
 """
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ from typing import Any
 
 from psycopg import sql
 
+from memsoda_core.fact_text import fact_text
 from memsoda_core.models import Fact
 from memsoda_core.recall.fragments import where
-from memsoda_core.recall.render import FACTS_FORMAT, fact_text
+from memsoda_core.recall.render import FACTS_FORMAT
 from memsoda_core.runner.steps import Operation, Planning, execute_as
 from memsoda_core.store.fact_columns import fact_columns, fact_from
 from memsoda_core.store.info import StoreInfo

@@ -20,9 +20,9 @@ new line or section.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
 
-from memsoda_core.models import Entity, Episode, Fact, ScoredFact
+from memsoda_core.fact_text import day_or_present, fact_text
+from memsoda_core.models import Entity, Episode, ScoredFact
 from memsoda_core.text import collapse_line
 
 HEADER = "Known facts about the user, most relevant first."
@@ -46,38 +46,13 @@ def anchor_entities(groups: Sequence[Sequence[ScoredFact]]) -> list[Entity]:
     return [Entity(name=group[0].fact.anchor, type=group[0].fact.anchor_type) for group in groups]
 
 
-def _day(value: datetime | None) -> str:
-    return "present" if value is None else value.strftime("%Y-%m-%d")
-
-
-UNKNOWN_START = "unknown"
-"""How a fact with no known start shows its start."""
-
-
-def start_day(value: datetime | None) -> str:
-    """A fact's start as rendered: its day, or `UNKNOWN_START`."""
-    return UNKNOWN_START if value is None else value.strftime("%Y-%m-%d")
-
-
-def validity(fact: Fact) -> str:
-    """`<start> – <end>` as the block shows it (`unknown` start, `present` end); the one form the
-    prompt of `remember` and the agent tools show too."""
-    return f"{start_day(fact.valid_at)} – {_day(fact.invalid_at)}"
-
-
-def fact_text(fact: Fact) -> str:
-    """A fact as one line of a block shows it, without the bullet."""
-    text = collapse_line(f"{fact.subject} {fact.predicate} {fact.object}")
-    return f"{text}  (valid: {validity(fact)})"
-
-
 def fact_line(scored: ScoredFact) -> str:
     return f"- {fact_text(scored.fact)}"
 
 
 def episode_line(episode: Episode) -> str:
     thread = collapse_line(episode.thread_id) if episode.thread_id else "no thread"
-    return f"- {collapse_line(episode.text)}  ({thread}, {_day(episode.created_at)})"
+    return f"- {collapse_line(episode.text)}  ({thread}, {day_or_present(episode.created_at)})"
 
 
 def render(

@@ -8,7 +8,7 @@ The lock order of every operation that changes a scope's facts, entities, lexeme
 (writes, imports, supersede, invalidate, remember, items, forget), so no two wait in a cycle:
 1. on a partitioned store, the dataset's move lock, shared (`store.layout.dataset_lock`), alone;
 2. the reconciliation locks (`lock_relations`, ascending, in one statement; `lock_scope` takes all
-   of them: forget), then the items' locks (`store.items.lock_items`);
+   of them: forget), then the items' locks (`items.statements.lock_items`);
 3. rows: entities FOR KEY SHARE and new entities, facts and links, the facts a write ends or merges;
 4. the counts, last: entities by name, lexemes in order, then the scope's row.
 `forget` holds every lock of step 2, so no writer is in steps 3-4 of the scope while it changes

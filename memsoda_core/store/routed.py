@@ -17,8 +17,8 @@ from typing import Any
 
 from psycopg import sql
 
+from memsoda_core.items.statements import UPSERT_SET
 from memsoda_core.store.fact_columns import UNKNOWN_START
-from memsoda_core.store.items import UPSERT_SET
 from memsoda_core.store.lexemes import fact_lexemes
 
 ROWS_PER_STATEMENT = 1_000

@@ -248,7 +248,7 @@ def _v6(shape: StoreShape) -> list[sql.Composed]:
 
 
 def _v7(shape: StoreShape) -> list[sql.Composed]:
-    """Key-addressed JSON items (`ops.items`, LangGraph's store): a namespace (a path of labels,
+    """Key-addressed JSON items (`items.operations`, LangGraph's store): a namespace (a path of labels,
     compared bytewise, as LangGraph orders them) and a key within the scope, the value, and the fact
     that makes the item's text searchable by recall (`fact_id`; none when the item has no text)."""
     s = sql.Identifier(shape.schema)
@@ -328,7 +328,7 @@ SCOPE_RULE = ""
 
 
 def _v11(shape: StoreShape) -> list[sql.Composed]:
-    """Forgetting by age (`ops.retention`): per scope, and optionally per case-folded predicate
+    """Forgetting by age (`forgetting.retention`): per scope, and optionally per case-folded predicate
     (`SCOPE_RULE` for the scope's own), the maximum age of ended facts or of all facts; keyed by
     tenant first like every table, so Citus distributes it with the rest. LangGraph's TTL on items
     (`MemsodaStore`): the item's TTL in minutes and when it expires (NULL: never), as LangGraph's

@@ -1,5 +1,5 @@
 """Retention: a scope's rules of how long facts are kept, and the purge of the facts they have
-outlived (operations; `store.retention` says what a fact's age is).
+outlived (operations; `forgetting.retention_statements` says what a fact's age is).
 
 A purge deletes facts as `forget_source` does (`forgetting.delete_fact_set`: their links,
 sources and items, their counts, and the pointers of the facts they had superseded), scope by
@@ -12,10 +12,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from memsoda_core.lifetime import Purge, RetentionReport, RetentionRule
-from memsoda_core.ops.forgetting import delete_fact_set, hold_scope
+from memsoda_core.forgetting import retention_statements as sql_retention
+from memsoda_core.forgetting.operations import delete_fact_set, hold_scope
+from memsoda_core.forgetting.rules import Purge, RetentionReport, RetentionRule
 from memsoda_core.runner.steps import Operation, execute, execute_as
-from memsoda_core.store import retention as sql_retention
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.store.schema import SCOPE_RULE
 from memsoda_core.validation import Scope

@@ -1,4 +1,4 @@
-"""Items: write, read, search and list key-addressed JSON documents (operations; `memsoda_core.items`
+"""Items: write, read, search and list key-addressed JSON documents (operations; `memsoda_core.items.values`
 says what an item is).
 
 A write of items is one transaction. Their facts go through the reconciling write path
@@ -22,7 +22,10 @@ from datetime import datetime
 from typing import Any
 
 from memsoda_core.errors import LimitError
-from memsoda_core.items import (
+from memsoda_core.forgetting import retention_statements as sql_retention
+from memsoda_core.forgetting.operations import delete_fact_set, hold_scope
+from memsoda_core.items import statements as sql_items
+from memsoda_core.items.values import (
     MAX_SEARCH_SCOPES,
     Condition,
     ItemInput,
@@ -34,14 +37,11 @@ from memsoda_core.items import (
 )
 from memsoda_core.limits import MAX_K
 from memsoda_core.models import RecallResult
-from memsoda_core.ops.forgetting import delete_fact_set, hold_scope
 from memsoda_core.ops.maintenance import ensure_tenant_indexes
 from memsoda_core.ops.routing import insert_rows
 from memsoda_core.ops.writing import lock_facts, write_facts
 from memsoda_core.runner.steps import Operation, execute, execute_as, read_aside
-from memsoda_core.store import items as sql_items
 from memsoda_core.store import reconcile as sql_reconcile
-from memsoda_core.store import retention as sql_retention
 from memsoda_core.store import routed as sql_routed
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import Scope
@@ -52,7 +52,7 @@ holds the recall options and scope sizes)."""
 
 
 def _batch(items: Sequence[ValidItem], fact_ids: Mapping[int, int] | None = None) -> str:
-    """The jsonb array the statements read (`store.items._BATCH`): values are already JSON text."""
+    """The jsonb array the statements read (`items.statements._BATCH`): values are already JSON text."""
     parts = []
     for n, item in enumerate(items):
         head = {

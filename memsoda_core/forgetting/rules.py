@@ -68,7 +68,7 @@ class SourceSelection:
 
     @property
     def shape(self) -> dict[str, bool]:
-        """Which parts the statements select on (`store.sources`)."""
+        """Which parts the statements select on (`learning.sources`)."""
         return {"thread": self.thread_id is not None, "messages": self.message_ids is not None}
 
 

@@ -1,4 +1,4 @@
-"""What `Memory` and `AsyncMemory` share for items (`memsoda_core.items`): their operation builders,
+"""What `Memory` and `AsyncMemory` share for items (`memsoda_core.items.values`): their operation builders,
 arguments checked eagerly as in `memory_base`."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memsoda_core.errors import ValidationError
-from memsoda_core.items import (
+from memsoda_core.items import operations as items_ops
+from memsoda_core.items.values import (
     MAX_LIST_LIMIT,
     ItemInput,
     StoredItem,
@@ -22,7 +23,6 @@ from memsoda_core.items import (
 from memsoda_core.limits import MAX_K
 from memsoda_core.memory_base import MemoryBase
 from memsoda_core.models import RecallResult
-from memsoda_core.ops import items as items_ops
 from memsoda_core.runner.steps import Operation
 from memsoda_core.validation import Scope, check_query, check_scope, parse_time
 

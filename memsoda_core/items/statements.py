@@ -1,4 +1,4 @@
-"""SQL of items (`ops.items`): per-item locks, reads, upserts and deletes, the facts items leave
+"""SQL of items (`items.operations`): per-item locks, reads, upserts and deletes, the facts items leave
 behind, searches and namespace listings, with the rows they return. Pure: each builder returns a
 `sql.Composed`; values are always bound.
 
@@ -16,7 +16,7 @@ from typing import Any
 
 from psycopg import sql
 
-from memsoda_core.items import Condition, Namespace, StoredItem
+from memsoda_core.items.values import Condition, Namespace, StoredItem
 from memsoda_core.store.statements import tenant_statement
 from memsoda_core.store.tenant_index import tenant_predicate
 

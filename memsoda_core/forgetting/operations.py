@@ -1,4 +1,5 @@
-"""Forgetting what was learned from a source: a thread, or messages (operations).
+"""Forgetting (operations): an entity or a whole scope (`forget`), and what was learned from a source,
+a thread or messages (`forget_source`).
 
 A fact `remember` wrote records each message it was learned from (`fact_sources`). Forgetting a
 source deletes the facts learned from it alone, and only the source rows of the facts also learned
@@ -11,13 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from memsoda_core.lifetime import ForgetReport, SourceSelection
+from memsoda_core.forgetting import deleting as sql_deleting
+from memsoda_core.forgetting.rules import ForgetReport, SourceSelection
+from memsoda_core.learning import sources as sql_sources
+from memsoda_core.ops.maintenance import drop_tenant_indexes
 from memsoda_core.ops.writing import hold_dataset
 from memsoda_core.runner.steps import Operation, execute, execute_as
-from memsoda_core.store import deleting as sql_deleting
 from memsoda_core.store import lexemes as sql_lexemes
 from memsoda_core.store import reconcile as sql_reconcile
-from memsoda_core.store import sources as sql_sources
 from memsoda_core.store import statements as sql_store
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import Scope
@@ -58,3 +60,30 @@ def forget_source(info: StoreInfo, scope: Scope, source: SourceSelection) -> Ope
     if source.thread_id is not None and source.message_ids is None:
         ((episodes,),) = yield from execute(sql_sources.delete_thread_episodes(info.schema), params)
     return ForgetReport(facts_deleted=deleted.facts, facts_kept=int(kept), episodes=int(episodes), items=deleted.items)
+
+
+def forget(info: StoreInfo, scope: Scope, entity: str | None) -> Operation[int]:
+    """Delete an entity and every fact touching it, or (entity=None) the whole scope.
+    Returns the number of facts deleted.
+
+    A fact that a deleted fact superseded keeps its end, as history, and its `superseded_by` is
+    cleared (ended, not replaced): no pointer is left naming a deleted fact, and forgetting where
+    someone moved does not make the old place live again.
+
+    It first takes every reconciliation lock of the scope (`store.reconcile.lock_scope`), as the
+    first lock of the write order (`store.reconcile.lock_relations`): every write into the scope
+    that started before has committed, the next ones wait, and no writer holds an entity, fact,
+    lexeme or scope row while forget changes them; a supersede pointing at a fact it deletes has
+    committed before, and is cleared."""
+    base: dict[str, Any] = {"dataset": scope.dataset, "project": scope.project}
+    yield from hold_scope(info, scope)
+    if entity is None:
+        ((count,),) = yield from execute(sql_store.count_facts(info.schema), base)
+        for statement in sql_store.forget_scope(info.schema):
+            yield from execute(statement, base)
+        yield from drop_tenant_indexes(info, scope)
+        return int(count)
+    deleted = yield from delete_fact_set(info, scope, sql_store.entity_facts(info.schema), {**base, "name": entity})
+    if not deleted.facts:  # an entity no fact touches (none should be left): delete it alone
+        yield from execute(sql_store.delete_orphan_entities(info.schema), {**base, "name": entity})
+    return deleted.facts

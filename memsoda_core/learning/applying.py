@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from memsoda_core.errors import NotFoundError
+from memsoda_core.learning import sources as sql_sources
 from memsoda_core.learning.operations import Checked, CheckedExtraction
 from memsoda_core.models import FactSource
 from memsoda_core.ops.editing import check_live, write_episodes
@@ -17,7 +18,6 @@ from memsoda_core.ops.writing import lock_facts, write_facts
 from memsoda_core.runner.steps import Operation, embed_documents, execute, execute_as, read_aside
 from memsoda_core.store import reconcile as sql_reconcile
 from memsoda_core.store import routed as sql_routed
-from memsoda_core.store import sources as sql_sources
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import Scope, ValidEpisode
 

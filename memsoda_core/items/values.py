@@ -4,7 +4,7 @@ pure checks of what goes in: values, namespaces, filters and namespace patterns.
 An item lives in a scope (dataset, project) under a namespace (a path of labels) and a key. An item
 with text gets one fact, "user noted <text>" (a LITERAL object), written by the ordinary
 reconciling write path, so recall finds items by meaning, entities and keywords, fused as for any
-fact (`ops.items`). Equal texts in one scope are one fact, as equal facts always are; an item's
+fact (`items.operations`). Equal texts in one scope are one fact, as equal facts always are; an item's
 fact ends (superseded by its new text's fact) when no item refers to it any more.
 """
 
