@@ -1,13 +1,15 @@
 """memsoda core: long-term memory retrieval for LLM agents, framework-neutral.
 
-Facts live in PostgreSQL + pgvector. `recall` runs three signals (vector similarity over
-anchor-enriched fact embeddings, the entity anchor, Postgres full-text keyword search) in one
-statement, fuses them by Reciprocal Rank Fusion and renders a deterministic block for a prompt.
+Facts live in PostgreSQL + pgvector. `recall` runs its signals (vector similarity over
+anchor-enriched fact embeddings, the entity anchor with a second hop, full-text keywords, recency,
+the date window a question names, the conversation; `recall/signals/`) in statements run at once,
+fuses them by Reciprocal Rank Fusion and renders a deterministic block for a prompt.
 """
 
 from memsoda_core.async_memory import AsyncMemory
 from memsoda_core.embedders import Embedder, LocalEmbedder, default_embedder
 from memsoda_core.errors import (
+    ArgumentTypeError,
     ConfidenceError,
     ConfigurationError,
     DateError,
@@ -68,6 +70,7 @@ __all__ = [
     "DEFAULT_OPTIONS",
     "FIRST_PERSON_OPTIONS",
     "LITERAL",
+    "ArgumentTypeError",
     "AsyncMemory",
     "ConfidenceError",
     "ConfigurationError",

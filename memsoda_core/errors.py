@@ -11,6 +11,7 @@
     │   ├── IntervalError          invalid_at at or before valid_at
     │   ├── TextTooLongError       a string over its documented limit
     │   ├── InvalidTextError       NUL bytes or unencodable (lone surrogate) characters
+    │   ├── ArgumentTypeError      an argument of the wrong type (also a TypeError)
     │   ├── LimitError             a batch, k or query over its documented maximum
     │   ├── NotLiveError           supersede / invalidate of a fact that has ended
     │   └── ImportFormatError      a JSONL line that is not a valid record
@@ -29,6 +30,7 @@
 from __future__ import annotations
 
 __all__ = [
+    "ArgumentTypeError",
     "ConfidenceError",
     "ConfigurationError",
     "DateError",
@@ -88,6 +90,10 @@ class TextTooLongError(ValidationError):
 
 class InvalidTextError(ValidationError):
     """A string holds characters PostgreSQL cannot store (NUL, lone surrogates)."""
+
+
+class ArgumentTypeError(ValidationError, TypeError):
+    """An argument of the wrong type (a string where a number or True/False goes)."""
 
 
 class LimitError(ValidationError):

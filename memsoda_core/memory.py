@@ -24,7 +24,7 @@ from memsoda_core.forgetting.rules import ForgetReport, RetentionReport, Retenti
 from memsoda_core.items.calls import ItemsBase
 from memsoda_core.items.values import ItemInput, StoredItem
 from memsoda_core.learning.call import extraction_failed
-from memsoda_core.learning.extractors import as_extractor
+from memsoda_core.learning.extractors import ExtractorLike, as_extractor
 from memsoda_core.memory_base import check_import_args, check_read_only, close_built, open_args
 from memsoda_core.models import (
     EpisodeInput,
@@ -36,6 +36,7 @@ from memsoda_core.models import (
     Message,
     RecallResult,
     RememberResult,
+    TimeInput,
 )
 from memsoda_core.ops.opening import open_store
 from memsoda_core.options import RecallOptions
@@ -45,7 +46,7 @@ from memsoda_core.runner.policy import check_pool_args
 from memsoda_core.runner.steps import Operation
 from memsoda_core.runner.sync_runner import Runner
 from memsoda_core.runner.target import release_target
-from memsoda_core.synthesis import as_synthesizer
+from memsoda_core.synthesis import SynthesizerLike, as_synthesizer
 
 T = TypeVar("T")
 
@@ -64,8 +65,8 @@ class Memory(ItemsBase):
         home: str | os.PathLike[str] | None = None,
         schema: str = "memsoda",
         options: RecallOptions | None = None,
-        synthesizer: Any = None,
-        extractor: Any = None,
+        synthesizer: SynthesizerLike | None = None,
+        extractor: ExtractorLike | None = None,
         pool_size: int = 10,
         pool_timeout: float = 10.0,
         text_search_config: str = "english",
@@ -164,7 +165,7 @@ class Memory(ItemsBase):
         learns it, and the value it replaces ends then."""
         return self._run(lambda: self._add_facts_op(facts, dataset, project, vectors))
 
-    def invalidate(self, fact_id: int, *, dataset: str, project: str, at: Any = None) -> bool:
+    def invalidate(self, fact_id: int, *, dataset: str, project: str, at: TimeInput | None = None) -> bool:
         """End a live fact's validity at `at` (default now); True. Memory records when it learned
         the end (`Fact.expired_at`). A fact that has ended or was superseded raises `NotLiveError`
         (naming the fact live now in its chain)."""
@@ -201,10 +202,10 @@ class Memory(ItemsBase):
         predicate: str | None = None,
         entity: str | None = None,
         status: str = "live",
-        as_of: Any = None,
+        as_of: TimeInput | None = None,
         limit: int = 100,
         after: int | None = None,
-        known_at: Any = None,
+        known_at: TimeInput | None = None,
     ) -> FactPage:
         """A page of the scope's facts in id order, filtered by subject, predicate, an entity they
         touch, and `status` at `as_of` (default `known_at`, else now): "live", "ended" or "all".
@@ -237,7 +238,7 @@ class Memory(ItemsBase):
         dataset: str,
         project: str,
         thread_id: str | None = None,
-        extractor: Any = None,
+        extractor: ExtractorLike | None = None,
         user: str = "user",
         related: int = 20,
         summarize: bool = False,
@@ -322,13 +323,13 @@ class Memory(ItemsBase):
         """The scope's retention rules: its own (predicate None) first, then by predicate."""
         return self._run(self._retention_op(dataset, project), read_only=True)
 
-    def apply_retention(self, *, at: Any = None) -> RetentionReport:
+    def apply_retention(self, *, at: TimeInput | None = None) -> RetentionReport:
         """Purge, in every scope with retention rules, the facts they have outlived at `at`
         (default: now), in one transaction, as `forget_source` deletes facts (their items go too;
         a fact they had superseded keeps its end). Returns what went."""
         return self._run(self._apply_retention_op(at))
 
-    def sweep_items(self, *, project: str | None = None, at: Any = None) -> int:
+    def sweep_items(self, *, project: str | None = None, at: TimeInput | None = None) -> int:
         """Delete the items (of `project`, else of every project) whose TTL ran out by `at`
         (default: now), each with the facts it leaves no item referring to, its past texts
         included, in one transaction. Returns how many items went."""
@@ -347,9 +348,9 @@ class Memory(ItemsBase):
         rrf_k: int | None = None,
         include: Iterable[str] = (),
         query_embedding: Sequence[float] | None = None,
-        as_of: Any = None,
+        as_of: TimeInput | None = None,
         options: RecallOptions | None = None,
-        known_at: Any = None,
+        known_at: TimeInput | None = None,
         conversation: Sequence[Mapping[str, Any]] | None = None,
         exclude: Iterable[int] = (),
     ) -> RecallResult:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime
-from typing import Any, Literal
+from datetime import date, datetime
+from typing import Any, Literal, TypeAlias
 
 Signal = Literal["vector", "anchor", "keyword", "date", "conversation", "recent"]
 """The ranked lists a recall can fuse. `recent` only appears when there is no query, or when the
@@ -16,6 +16,11 @@ IncludeOption = Literal["raw", "episodes", "synthesis"]
 
 LITERAL = "LITERAL"
 """`object_type` of an object that is a value rather than an entity."""
+
+
+TimeInput: TypeAlias = datetime | date | str
+"""A time as memsoda accepts it: an aware datetime (a naive one is read as UTC), a date (its
+midnight, UTC) or an ISO-8601 string (`2026-08-16`, `2026-08-16T09:30:00Z`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,8 +40,8 @@ class FactInput:
     object_type: str = "OTHER"
     mentions: Sequence[str] = ()
     anchor: str | None = None
-    valid_at: Any = None
-    invalid_at: Any = None
+    valid_at: TimeInput | None = None
+    invalid_at: TimeInput | None = None
     confidence: float = 1.0
     source_quote: str | None = None
     single_valued: bool = False
@@ -55,7 +60,7 @@ class EpisodeInput:
 
     text: str
     thread_id: str | None = None
-    created_at: Any = None
+    created_at: TimeInput | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -247,8 +252,13 @@ class Message:
 
     role: str
     content: str
-    timestamp: Any = None
+    timestamp: TimeInput | None = None
     id: str | None = None
+
+
+USER_ROLES = frozenset({"user", "human"})
+"""The roles of the user's own turns (case folded): what the user said is what a conversation is
+about, for the conversation signal and for the facts `remember` recalls before it asks its model."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from memsoda_core.errors import ConfigurationError, LimitError
+from memsoda_core.errors import ArgumentTypeError, ConfigurationError, LimitError
 from memsoda_core.limits import MAX_K
 
 MAX_OPTION_INT = 2**31 - 1
@@ -107,11 +107,11 @@ class RecallOptions:
                 continue
             if f.type in ("bool", bool):
                 if not isinstance(value, bool):
-                    raise LimitError(f"{f.name} must be True or False, got {value!r}")
+                    raise ArgumentTypeError(f"{f.name} must be True or False, got {value!r}")
                 continue
             wanted = int if f.type in ("int", int) else float  # float and float | None
             if isinstance(value, bool) or not isinstance(value, int if wanted is int else int | float):
-                raise LimitError(f"{f.name} must be {'an int' if wanted is int else 'a number'}, got {value!r}")
+                raise ArgumentTypeError(f"{f.name} must be {'an int' if wanted is int else 'a number'}, got {value!r}")
             if wanted is float and value != value:
                 raise LimitError(f"{f.name} must be a number, got NaN")
             # an integer goes to PostgreSQL (or becomes a float): it must fit an integer column

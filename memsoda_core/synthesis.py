@@ -13,6 +13,7 @@ import asyncio
 from typing import Any, Protocol, runtime_checkable
 
 from memsoda_core.errors import ConfigurationError
+from memsoda_core.model_protocols import ChatModelLike, CompletionModelLike
 
 INSTRUCTIONS = (
     "You are given facts an assistant remembers about a user. Write two or three sentences that "
@@ -87,6 +88,16 @@ class OpenAISynthesizer:
         await self._aclient.close()
 
 
+class SyncSynthesizerLike(Protocol):
+    """An object with only the sync half of `Synthesizer`."""
+
+    def synthesize(self, context: str, query: str | None, /) -> str: ...
+
+
+SynthesizerLike = Synthesizer | SyncSynthesizerLike | ChatModelLike | CompletionModelLike
+"""What `Memory.open(synthesizer=...)` accepts."""
+
+
 class _SyncOnlySynthesizer:
     """An object with only `synthesize`: its async form runs it in a worker thread."""
 
@@ -136,7 +147,7 @@ class _DuckSynthesizer:
         return await asyncio.to_thread(self.synthesize, context, query)
 
 
-def as_synthesizer(model: Any) -> Synthesizer | None:
+def as_synthesizer(model: SynthesizerLike | None) -> Synthesizer | None:
     """Accept a Synthesizer (an object with only `synthesize` gets a threaded `asynthesize`), a
     LangChain chat model or a LlamaIndex LLM; None stays None."""
     if model is None or isinstance(model, Synthesizer):

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from memsoda_core import LimitError, RecallOptions
+from memsoda_core import ArgumentTypeError, RecallOptions
 from memsoda_core.recall.asof import asks_what_held, question_as_of
 from memsoda_core.recall.dates import question_window
 
@@ -81,5 +81,5 @@ def test_a_naive_question_time_is_utc() -> None:
 def test_the_option_is_a_bool() -> None:
     assert RecallOptions().as_of_from_question is True
     assert RecallOptions().with_overrides({"as_of_from_question": False}).as_of_from_question is False
-    with pytest.raises(LimitError, match="as_of_from_question must be True or False"):
+    with pytest.raises(ArgumentTypeError, match="as_of_from_question must be True or False"):
         RecallOptions(as_of_from_question=1)  # type: ignore[arg-type]

@@ -34,6 +34,7 @@ from psycopg.conninfo import make_conninfo
 from psycopg_pool import PoolTimeout
 
 from memsoda_core import (
+    ArgumentTypeError,
     ConfigurationError,
     EmbeddingError,
     LimitError,
@@ -691,12 +692,13 @@ async def test_batch_limits_and_k_floor(memory: Either, scope: dict[str, str]) -
 
 
 @pytest.mark.parametrize("override", [{"facts_in_context": 2.5}, {"facts_in_context": "3"}, {"min_confidence": "0.5"}])
-async def test_wrongly_typed_recall_options_are_a_limit_error(
+async def test_wrongly_typed_recall_options_are_an_argument_type_error(
     memory: Either, scope: dict[str, str], override: dict[str, Any]
 ) -> None:
     await memory.add_facts(FACTS, **scope)
-    with pytest.raises(LimitError):
+    with pytest.raises(ArgumentTypeError) as raised:
         await memory.recall("tea", **scope, **override)
+    assert isinstance(raised.value, TypeError) and isinstance(raised.value, ValidationError)
 
 
 @pytest.mark.parametrize("schema", ["", "x" * 64, "fifty%off", "nul\x00"])

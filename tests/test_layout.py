@@ -50,6 +50,7 @@ CORE_API = {
     "IntervalError",
     "InvalidTextError",
     "ItemInput",
+    "ArgumentTypeError",
     "LimitError",
     "LocalEmbedder",
     "Memory",

@@ -14,13 +14,11 @@ from memsoda_core.learning.extractors import Extractor, as_extractor
 from memsoda_core.learning.messages import WindowMessage, check_messages, window_time
 from memsoda_core.learning.operations import ON_INVALID, CheckedExtraction, check_answer
 from memsoda_core.learning.prompt import ExtractionRequest
-from memsoda_core.models import RecallResult, RememberResult
+from memsoda_core.models import USER_ROLES, RecallResult, RememberResult
 from memsoda_core.text import normalize_name
 from memsoda_core.validation import Scope, ValidEpisode, check_scope, check_text
 
 MAX_RELATED = limits.MAX_K
-
-USER_ROLES = frozenset({"user", "human"})
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,6 +17,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from memsoda_core.errors import ConfigurationError
 from memsoda_core.learning.prompt import ExtractionRequest, chat_messages, load_prompt, render_prompt
 from memsoda_core.learning.schema import SCHEMA_NAME, extraction_schema
+from memsoda_core.model_protocols import CompletionModelLike, StructuredChatModelLike
 
 JSON_ONLY = "\n\nAnswer with one JSON object that follows this JSON Schema, and nothing else:\n"
 
@@ -142,7 +143,11 @@ class LlamaIndexExtractor:
         return await asyncio.to_thread(self.extract, request)
 
 
-def as_extractor(model: Any) -> Extractor | None:
+ExtractorLike = Extractor | StructuredChatModelLike | CompletionModelLike
+"""What `remember(extractor=...)` and `Memory.open(extractor=...)` accept."""
+
+
+def as_extractor(model: ExtractorLike | None) -> Extractor | None:
     """An `Extractor`, a LangChain chat model or a LlamaIndex LLM, as an Extractor; None stays None."""
     if model is None or isinstance(model, Extractor):
         return model

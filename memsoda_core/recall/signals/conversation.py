@@ -16,6 +16,7 @@ from psycopg import sql
 
 from memsoda_core.errors import ValidationError
 from memsoda_core.limits import MAX_QUERY_CHARS
+from memsoda_core.models import USER_ROLES
 from memsoda_core.recall.hits import HitRow
 from memsoda_core.recall.signals.spec import RecallPlan, SignalInputs, SignalSpec
 from memsoda_core.recall.signals.vector import nearest_cte
@@ -61,10 +62,6 @@ SIGNAL = SignalSpec(
 )
 
 
-USER_ROLES = frozenset({"user", "human"})
-"""The roles whose turns the signal embeds: what the user said is what the session is about."""
-
-
 def check_conversation(conversation: Any) -> tuple[tuple[str, str], ...] | None:
     """`recall(conversation=...)`: the prior messages, oldest first, each a mapping with a `role`
     and a `content` string -> (role, content) pairs, or None for no conversation. Anything else
@@ -82,7 +79,7 @@ def check_conversation(conversation: Any) -> tuple[tuple[str, str], ...] | None:
             raise ValidationError(f"conversation[{position}]['role'] must be a non-empty string, got {role!r}")
         if not isinstance(content, str):
             raise ValidationError(f"conversation[{position}]['content'] must be a string, got {type(content).__name__}")
-        turns.append((role.strip().lower(), clean_query(content)))
+        turns.append((role.strip().casefold(), clean_query(content)))
     return tuple(turns)
 
 
