@@ -1,4 +1,4 @@
-"""`python -m bench quality|speed|ingest|index|learning|stream|layout|citus|cli|soak`: the tables of RESULTS.md."""
+"""`python -m bench quality|speed|ingest|index|learning|stream|layout|tenants|citus|cli|soak`: RESULTS.md's tables."""
 
 from __future__ import annotations
 
@@ -97,6 +97,13 @@ def main(argv: list[str] | None = None) -> int:
     layout.add_argument("--seconds", type=float, default=60.0, help="the concurrency run")
     layout.add_argument("--threads", type=int, default=16)
 
+    tenants = commands.add_parser("tenants", help="many large tenants: one store per count, alternating; replicas")
+    tenants.add_argument("--tenants", type=int, default=10_000)
+    tenants.add_argument("--steps", default="10,300,1000", help="large tenants of each store")
+    tenants.add_argument("--calls", type=int, default=200, help="timed calls per case and store")
+    tenants.add_argument("--seconds", type=float, default=30.0, help="the concurrency run")
+    tenants.add_argument("--threads", type=int, default=16)
+
     citus = commands.add_parser("citus", help="one node against a local Citus cluster, same data")
     citus.add_argument("--small", type=int, default=1_000, help="facts of the small tenant")
     citus.add_argument("--large", type=int, default=100_000, help="facts of the large tenant")
@@ -187,6 +194,18 @@ def main(argv: list[str] | None = None) -> int:
                 large_facts=args.large_facts,
                 steps=_ints(args.steps),
                 plain_max=args.plain_max,
+                calls=args.calls,
+                seconds=args.seconds,
+                threads=args.threads,
+            )
+        )
+    elif args.command == "tenants":
+        from bench import many_tenants as bench_tenants
+
+        sys.stdout.write(
+            bench_tenants.run(
+                tenants=args.tenants,
+                steps=_ints(args.steps),
                 calls=args.calls,
                 seconds=args.seconds,
                 threads=args.threads,
