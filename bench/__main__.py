@@ -1,4 +1,4 @@
-"""`python -m bench quality|speed|ingest|index|learning|stream|layout|tenants|citus|cli|soak`: RESULTS.md's tables."""
+"""`python -m bench quality|speed|ingest|index|learning|stream|layout|tenants|replicas|citus|cli|soak`: the results."""
 
 from __future__ import annotations
 
@@ -103,6 +103,10 @@ def main(argv: list[str] | None = None) -> int:
     tenants.add_argument("--calls", type=int, default=200, help="timed calls per case and store")
     tenants.add_argument("--seconds", type=float, default=30.0, help="the concurrency run")
     tenants.add_argument("--threads", type=int, default=16)
+
+    replicas = commands.add_parser("replicas", help="recall throughput of N clients: primary alone, primary + standby")
+    replicas.add_argument("--clients", default="1,4,8")
+    replicas.add_argument("--seconds", type=float, default=5.0, help="per run")
 
     citus = commands.add_parser("citus", help="one node against a local Citus cluster, same data")
     citus.add_argument("--small", type=int, default=1_000, help="facts of the small tenant")
@@ -211,6 +215,10 @@ def main(argv: list[str] | None = None) -> int:
                 threads=args.threads,
             )
         )
+    elif args.command == "replicas":
+        from bench import replicas as bench_replicas
+
+        sys.stdout.write(bench_replicas.run(clients=_ints(args.clients), seconds=args.seconds))
     elif args.command == "learning":
         from bench import learning as bench_learning
 
