@@ -1,4 +1,4 @@
-"""`python -m bench quality|speed|ingest|index|learning|stream|layout|citus|cli|soak`: the tables of RESULTS.md."""
+"""`python -m bench quality|speed|ingest|index|learning|stream|layout|tenants|replicas|citus|cli|soak`: the results."""
 
 from __future__ import annotations
 
@@ -97,6 +97,17 @@ def main(argv: list[str] | None = None) -> int:
     layout.add_argument("--seconds", type=float, default=60.0, help="the concurrency run")
     layout.add_argument("--threads", type=int, default=16)
 
+    tenants = commands.add_parser("tenants", help="many large tenants: one store per count, alternating; replicas")
+    tenants.add_argument("--tenants", type=int, default=10_000)
+    tenants.add_argument("--steps", default="10,300,1000", help="large tenants of each store")
+    tenants.add_argument("--calls", type=int, default=200, help="timed calls per case and store")
+    tenants.add_argument("--seconds", type=float, default=30.0, help="the concurrency run")
+    tenants.add_argument("--threads", type=int, default=16)
+
+    replicas = commands.add_parser("replicas", help="recall throughput of N clients: primary alone, primary + standby")
+    replicas.add_argument("--clients", default="1,4,8")
+    replicas.add_argument("--seconds", type=float, default=5.0, help="per run")
+
     citus = commands.add_parser("citus", help="one node against a local Citus cluster, same data")
     citus.add_argument("--small", type=int, default=1_000, help="facts of the small tenant")
     citus.add_argument("--large", type=int, default=100_000, help="facts of the large tenant")
@@ -192,6 +203,22 @@ def main(argv: list[str] | None = None) -> int:
                 threads=args.threads,
             )
         )
+    elif args.command == "tenants":
+        from bench import many_tenants as bench_tenants
+
+        sys.stdout.write(
+            bench_tenants.run(
+                tenants=args.tenants,
+                steps=_ints(args.steps),
+                calls=args.calls,
+                seconds=args.seconds,
+                threads=args.threads,
+            )
+        )
+    elif args.command == "replicas":
+        from bench import replicas as bench_replicas
+
+        sys.stdout.write(bench_replicas.run(clients=_ints(args.clients), seconds=args.seconds))
     elif args.command == "learning":
         from bench import learning as bench_learning
 

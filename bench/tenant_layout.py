@@ -60,8 +60,18 @@ def _pool_table(conn: psycopg.Connection[Any], pool: np.ndarray) -> None:
             copy.write_row((i, "[" + ",".join(f"{x:.5f}" for x in vector) + "]"))
 
 
-def load(conn: psycopg.Connection[Any], schema: str, first: int, last: int, facts: int, *, offset: int = 0) -> None:
-    """Facts `offset`.. `offset + facts` of tenants `first`..`last` (their entity made with the first)."""
+def load(
+    conn: psycopg.Connection[Any],
+    schema: str,
+    first: int,
+    last: int,
+    facts: int,
+    *,
+    offset: int = 0,
+    partitioned: bool | None = None,
+) -> None:
+    """Facts `offset`.. `offset + facts` of tenants `first`..`last` (their entity made with the first);
+    `partitioned` when the store is (by default, when its schema is named so)."""
     lit: dict[str, sql.Composable] = {
         "first": sql.Literal(first),
         "last": sql.Literal(last),
@@ -117,7 +127,8 @@ def load(conn: psycopg.Connection[Any], schema: str, first: int, last: int, fact
                 **lit,
             )
         )
-    for statement in analyze(schema, partitioned=schema == "partitioned"):  # memsoda's own refresh
+    partitioned = schema == "partitioned" if partitioned is None else partitioned
+    for statement in analyze(schema, partitioned=partitioned):  # memsoda's own refresh
         conn.execute(statement)
 
 
