@@ -96,9 +96,13 @@ def rows_with_vectors(dsn: str, schema: str) -> dict[tuple[str, str, str], list[
     s = sql.Identifier(schema)
     out: dict[tuple[str, str, str], list[float]] = {}
     with psycopg.connect(dsn) as conn:
-        for ds, name, vector in conn.execute(sql.SQL("SELECT dataset, name, embedding::text FROM {}.entities").format(s)):
+        for ds, name, vector in conn.execute(
+            sql.SQL("SELECT dataset, name, embedding::text FROM {}.entities").format(s)
+        ):
             out["entities", ds, name] = json.loads(vector)
-        for ds, text, vector in conn.execute(sql.SQL("SELECT dataset, text, embedding::text FROM {}.episodes").format(s)):
+        for ds, text, vector in conn.execute(
+            sql.SQL("SELECT dataset, text, embedding::text FROM {}.episodes").format(s)
+        ):
             out["episodes", ds, text] = json.loads(vector)
         facts = sql.SQL(
             """SELECT f.dataset, f.subject, f.predicate, f.object, a.name, f.embedding::text FROM {s}.facts f
@@ -410,3 +414,53 @@ def test_the_cli_reembeds_to_the_real_model(pg_dsn: str, embedder: LocalEmbedder
     expected = embedder.embed_documents([text for _, _, text in some])
     for key, vector in zip(some, expected, strict=True):
         np.testing.assert_allclose(stored[key], vector, atol=1e-5)
+
+
+def test_a_writer_running_through_the_switch_loses_nothing(pg_dsn: str, embedder: LocalEmbedder, schema: str) -> None:
+    """A writer on the old model writes throughout; every write that succeeded is in the store
+    with the new model's vector once the switch is done, and the writer's next write after the
+    switch fails (its process must reopen the store with the new model)."""
+    import threading
+
+    from memsoda_core.errors import MemsodaError, StoreError
+
+    with Memory.open(pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD) as seed:
+        fill(seed)
+    written: list[str] = []
+    failure: list[BaseException] = []
+    stop = threading.Event()
+
+    def write() -> None:
+        with Memory.open(pg_dsn, embedder, schema=schema) as writer:
+            for i in range(10_000):
+                if stop.is_set():
+                    return
+                try:
+                    writer.add_facts([{"subject": f"writer {i}", "predicate": "wrote", "object": f"note {i}"}], **SMALL)
+                except MemsodaError as exc:
+                    failure.append(exc)
+                    return
+                written.append(f"note {i}")
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    try:
+        while len(written) < 3:
+            time.sleep(0.01)
+        with Memory.open(pg_dsn, embedder, schema=schema) as memory:
+            report = memory.reembed(NewModel(), batch_size=8)
+        deadline = time.monotonic() + 60
+        while thread.is_alive() and not failure and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    assert report.switched and len(written) >= 3
+    assert failure, "the writer on the old model kept writing after the switch"
+    assert isinstance(failure[0], StoreError) and "expected 64 dimensions" in str(failure[0])
+    stored = rows_with_vectors(pg_dsn, schema)
+    new = NewModel()
+    notes = {text: vector for (table, _, text), vector in stored.items() if table == "facts" and "wrote note" in text}
+    assert len(notes) == len(written)
+    for text, vector in notes.items():
+        np.testing.assert_allclose(vector, new.embed_query(text), atol=1e-6)
