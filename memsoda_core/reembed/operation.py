@@ -36,9 +36,9 @@ DEFAULT_BATCH_SIZE = 256
 
 MAX_BATCH_SIZE = 10_000
 
-SWITCH_ATTEMPTS = 3
-"""A switch that gave up its lock wait (`statements.SWITCH_LOCK_TIMEOUT`) is tried again, after
-another catch-up pass, this many times in all."""
+SWITCH_ATTEMPTS = 5
+"""A switch that gave up a lock wait (`statements.SWITCH_LOCK_TIMEOUT`, `statements.exclusive_statements`)
+is tried again, after another catch-up pass, this many times in all."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,12 +86,20 @@ def check_reembed_args(model: str, dimensions: int, batch_size: int) -> None:
         )
 
 
+def _exclusive(info: StoreInfo) -> Operation[None]:
+    """Lock the vector tables for DDL, all at once, the switch's way (`statements.exclusive_statements`)."""
+    for statement in sql_reembed.exclusive_statements(info.schema):
+        yield from execute(statement)
+
+
 def _add_next(info: StoreInfo, dimensions: int) -> Operation[None]:
+    yield from _exclusive(info)
     for table in sql_reembed.TABLES:
         yield from execute(sql_reembed.add_next_statement(info.schema, table, dimensions))
 
 
 def _drop_next(info: StoreInfo) -> Operation[None]:
+    yield from _exclusive(info)
     for table in sql_reembed.TABLES:
         yield from execute(sql_reembed.drop_next_statement(info.schema, table))
 
@@ -277,7 +285,8 @@ def switch(info: StoreInfo, state: ReembedState, renamed: Sequence[str], batch_s
         caught += len(rows)
         last = rows[-1]
         cursor = Cursor(table=cursor.table, dataset=last.dataset, project=last.project, id=last.id)
-    for statement in sql_reembed.swap_statements(info.schema, list(renamed)):
+    yield from _exclusive(info)
+    for statement in sql_reembed.swap_statements(info.schema, renamed):
         yield from execute(statement)
     yield from execute(ddl.write_meta_statement(info.schema), ("model", state.model))
     yield from execute(ddl.write_meta_statement(info.schema), ("dimensions", str(state.dimensions)))

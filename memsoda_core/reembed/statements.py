@@ -10,10 +10,12 @@ take the old indexes' names, and meta records the new model.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from psycopg import sql
 
+from memsoda_core.store import layout as sql_layout
 from memsoda_core.store.tenant_index import TenantIndex
 from memsoda_core.text import fact_embedding_text
 
@@ -173,11 +175,30 @@ def lock_tables_statement(schema: str) -> sql.Composed:
     return sql.SQL("LOCK TABLE {} IN SHARE MODE").format(tables)
 
 
+def exclusive_statements(schema: str) -> list[sql.Composed]:
+    """The swap's ACCESS EXCLUSIVE locks, all at once, before any DDL: the switch's deadlock check
+    runs first (`store.layout.MOVE_DEADLOCK_TIMEOUT`, or without the privilege a short lock wait),
+    so in a wait cycle with a recall, which locks its tables one by one, the switch is the one that
+    rolls back (and is tried again), never the recall."""
+    tables = sql.SQL(", ").join(sql.Identifier(schema, t) for t in TABLES)
+    return [
+        sql.SQL(
+            """SELECT CASE WHEN has_parameter_privilege('deadlock_timeout', 'SET')
+                           THEN set_config('deadlock_timeout', {deadlock}, true)
+                           ELSE set_config('lock_timeout', {fallback}, true) END"""
+        ).format(
+            deadlock=sql.Literal(sql_layout.MOVE_DEADLOCK_TIMEOUT),
+            fallback=sql.Literal(sql_layout.EXCLUSIVE_LOCK_TIMEOUT),
+        ),
+        sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(tables),
+    ]
+
+
 def lock_timeout_statement() -> sql.Composed:
     return sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(SWITCH_LOCK_TIMEOUT))
 
 
-def swap_statements(schema: str, renamed: list[str]) -> list[sql.Composed]:
+def swap_statements(schema: str, renamed: Sequence[str]) -> list[sql.Composed]:
     """The swap: each table's old column dropped (its indexes with it; the space it held is
     reused as rows are rewritten), the next one renamed to it and made NOT NULL, and each next
     index in `renamed` given its old index's name."""
