@@ -1,4 +1,5 @@
 """`python -m bench quality|speed|ingest|index|learning|stream|layout|tenants|replicas|citus|cli|soak`: the results."""
+"""`python -m bench quality|speed|ingest|index|learning|stream|layout|citus|cli|reembed|soak`: RESULTS.md's tables."""
 
 from __future__ import annotations
 
@@ -127,6 +128,13 @@ def main(argv: list[str] | None = None) -> int:
     profile.add_argument("--personas", type=int, default=None, help="the first N personas only")
     profile.add_argument("--max-questions", type=int, default=None, help="the first N questions of each persona")
     profile.add_argument("--embedder", choices=("local", "hash"), default="local")
+
+    reembed = commands.add_parser("reembed", help="Memory.reembed: throughput against add_facts, recall during it")
+    reembed.add_argument("--scopes", type=int, default=8, help="small scopes")
+    reembed.add_argument("--per-scope", type=int, default=500, help="facts per small scope")
+    reembed.add_argument("--large", type=int, default=2_500, help="facts of the scope with its own partitions")
+    reembed.add_argument("--batch-size", type=int, default=256)
+    reembed.add_argument("--embedder", choices=("local", "hash"), default="local", help="the new model (hash: 256-d)")
 
     commands.add_parser("soak", help="recalls, writers and forget(entity) racing, then the invariant counts")
 
@@ -258,6 +266,16 @@ def main(argv: list[str] | None = None) -> int:
                 memory, max_facts=args.max_facts, max_personas=args.personas, max_questions=args.max_questions
             )
         sys.stdout.write(text)
+    elif args.command == "reembed":
+        from bench import reembed as bench_reembed
+        from bench.hashembed import HashEmbedder
+
+        new = HashEmbedder(256) if args.embedder == "hash" else _embedder("local")
+        sys.stdout.write(
+            bench_reembed.run(
+                new, scopes=args.scopes, per_scope=args.per_scope, large=args.large, batch_size=args.batch_size
+            )
+        )
     elif args.command == "cli":
         from bench import cli_speed as bench_cli
 

@@ -43,6 +43,7 @@ from memsoda_core.ops.opening import open_store
 from memsoda_core.options import RecallOptions
 from memsoda_core.recall.profile import DEFAULT_MAX_FACTS as DEFAULT_PROFILE_FACTS
 from memsoda_core.recall.profile import Profile
+from memsoda_core.reembed.async_api import AsyncReembedMethods
 from memsoda_core.runner.async_runner import AsyncRunner
 from memsoda_core.runner.policy import check_pool_args
 from memsoda_core.runner.steps import Operation
@@ -53,6 +54,7 @@ T = TypeVar("T")
 
 
 class AsyncMemory(ItemsBase):
+class AsyncMemory(AsyncForgettingMethods, AsyncReembedMethods):
     # sync: """Long-term memory of facts in PostgreSQL + pgvector. Open with `Memory.open()`."""
     """Long-term memory of facts for asyncio: `await AsyncMemory.open()`, then `Memory`'s methods."""
 

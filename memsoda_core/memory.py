@@ -42,6 +42,7 @@ from memsoda_core.ops.opening import open_store
 from memsoda_core.options import RecallOptions
 from memsoda_core.recall.profile import DEFAULT_MAX_FACTS as DEFAULT_PROFILE_FACTS
 from memsoda_core.recall.profile import Profile
+from memsoda_core.reembed.sync_api import ReembedMethods
 from memsoda_core.runner.policy import check_pool_args
 from memsoda_core.runner.steps import Operation
 from memsoda_core.runner.sync_runner import Runner
@@ -52,6 +53,7 @@ T = TypeVar("T")
 
 
 class Memory(ItemsBase):
+class Memory(ForgettingMethods, ReembedMethods):
     """Long-term memory of facts in PostgreSQL + pgvector. Open with `Memory.open()`."""
 
     _runner: Runner

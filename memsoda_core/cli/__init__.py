@@ -1,5 +1,5 @@
-"""The `memsoda` command line: demo, recall, add, profile, import/export, stats, maintain, forget, forget-source,
-retention, doctor, server.
+"""The `memsoda` command line: demo, recall, add, profile, import/export, stats, maintain, reembed, forget,
+forget-source, retention, doctor, server.
 
 Global options pick the store: `--dsn` (else `MEMSODA_DSN`, else the embedded server under
 `--home` / `MEMSODA_HOME`), and `--embedder` the model (else `MEMSODA_EMBEDDER`, else the
@@ -15,6 +15,7 @@ store's). Any `MemsodaError` (and any file error) prints one red line and exits 
     profile.py  profile (the standing profile for a system prompt)
     jsonl.py    import, export
     stats.py    stats, maintain
+    reembed.py  reembed (another embedding model, online)
     lifetime.py forget-source, retention
     doctor.py   doctor and its checks
     distribute.py  distribute (a store on a Citus cluster)

@@ -11,7 +11,7 @@ import typer
 from rich.text import Text
 from typer.core import TyperGroup
 
-from memsoda_core.cli import demo, distribute, doctor, facts, jsonl, lifetime, profile, recall, server, stats
+from memsoda_core.cli import demo, distribute, doctor, facts, jsonl, lifetime, profile, recall, reembed, server, stats
 from memsoda_core.cli.common import Settings
 from memsoda_core.cli.output import err, one_line
 from memsoda_core.errors import MemsodaError
@@ -103,6 +103,7 @@ app.command()(facts.invalidate)
 app.command()(facts.supersede)
 app.command()(stats.stats)
 app.command()(stats.maintain)
+app.command()(reembed.reembed)
 app.command()(doctor.doctor)
 app.command()(distribute.distribute)
 

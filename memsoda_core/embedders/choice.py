@@ -215,6 +215,10 @@ def check_space(
     if own is not None and origin is not EXPLICIT:
         fixes.append(f"{origin.setting}{own.text}")
     fixes.append("use another schema (schema=...) or MEMSODA_HOME for the new model")
+    fixes.append(
+        "move the store to the new model: open it with its own model and run `memsoda reembed --embedder SPEC` "
+        "(Memory.reembed(embedder))"
+    )
     raise EmbedderMismatchError(
         f"this store holds {stored.dimensions}-dimensional vectors of {stored.model!r}, but {origin.reason}, "
         f"so the embedder is {model!r} with {dimensions} dimensions; {', or '.join(fixes)}"

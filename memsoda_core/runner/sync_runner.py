@@ -152,7 +152,21 @@ class Runner:
         self.embedder = embedder
         self.synthesizer = synthesizer
         self._cache = EmbeddingCache(cache_size)
+        self._cache_size = cache_size
         self._pool_timeout = pool_timeout
+
+    def with_embedder(self, embedder: Embedder, info: StoreInfo) -> Runner:
+        """A runner on the same pool that embeds with `embedder` into `info`'s vector space, with an
+        empty query cache (a re-embed's runner, and the memory's once the store has switched)."""
+        return type(self)(
+            pool=self.pool,
+            target=self.target,
+            info=info,
+            embedder=embedder,
+            synthesizer=self.synthesizer,
+            cache_size=self._cache_size,
+            pool_timeout=self._pool_timeout,
+        )
 
     @classmethod
     def open(
