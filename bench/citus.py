@@ -56,7 +56,7 @@ class Layout:
     isolate_large: bool = False
 
 
-DEFAULTS = Layout("Citus defaults (32 shards)")
+DEFAULTS = Layout("Citus defaults")
 TUNED = Layout(f"{TUNED_SHARDS} shards, large tenant isolated", shard_count=TUNED_SHARDS, isolate_large=True)
 
 
@@ -114,6 +114,14 @@ def _cluster(dsn: str | None) -> Iterator[str]:
         yield cluster.dsn
 
 
+def _shards(memory: Memory) -> int:
+    with psycopg.connect(memory.dsn) as conn:
+        rows = conn.execute(
+            "SELECT count(*) FROM pg_dist_shard WHERE logicalrelid = to_regclass(%s)", (f"{memory.info.schema}.facts",)
+        ).fetchall()
+    return int(rows[0][0])
+
+
 def _facts(rng: random.Random, n: int) -> list[dict[str, Any]]:
     return [
         {"subject": f"person {rng.randrange(10**6)}", "predicate": "likes", "object": f"thing {rng.randrange(10**6)}"}
@@ -169,7 +177,11 @@ def run(
         cluster = "started here at PostgreSQL's and Citus' defaults" if citus_dsn is None else "given"
         out.append(
             f"Citus: coordinator + 2 workers on this machine ({cluster}); stores: "
-            + "; ".join(f"{layout.label} (distributed: {stores[layout.label].info.distributed})" for layout in layouts)
+            + "; ".join(
+                f"{layout.label} ({_shards(stores[layout.label])} shards, distributed: "
+                f"{stores[layout.label].info.distributed})"
+                for layout in layouts
+            )
             + f". Loading {sum(len(t.facts) for t in tenants):,} facts (COPY, index build, tenant indexes): "
             + ", ".join(f"{label} {seconds:.1f} s" for label, seconds in loads.items())
             + ".\n"
