@@ -116,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     citus.add_argument("--writes", type=int, default=60, help="timed add_facts per tenant and store")
     citus.add_argument("--warmup", type=int, default=15)
     citus.add_argument("--citus-dsn", help="an existing coordinator (default: start one with 2 workers here)")
+    citus.add_argument("--tuned", action="store_true", help="also a store with 8 shards, the large tenant isolated")
     citus.add_argument("--embedder", choices=("local", "hash"), default="hash")
 
     cli = commands.add_parser("cli", help="the command line's wall time: recall beside stats, cold open + recall")
@@ -255,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
                 writes=args.writes,
                 warmup=args.warmup,
                 citus_dsn=args.citus_dsn,
+                tuned=args.tuned,
             )
         )
     elif args.command == "profile":

@@ -1,25 +1,30 @@
 """`python -m bench citus`: one node against a Citus cluster (a coordinator and two workers on this
 machine, `tools/citus.py` `Cluster`), the same data in both: recall and `add_facts` latency of a
-small and a large tenant, the two stores called alternately, ratios side by side.
+small and a large tenant, the stores called alternately, ratios side by side.
 
-Each tenant is its own dataset (the distribution key), loaded with COPY (`synth.load`); on the
-cluster the store is distributed first (8 shards, the large tenant isolated to a shard of its
-own), then loaded, so the rows go straight to the shards. Recall gets precomputed query vectors
-(`query_embedding`), `add_facts` 2 facts with their vectors given: what is timed is memsoda and
-the database, not a model.
+The cluster runs at PostgreSQL's and Citus' defaults (`DEFAULT_NODE_SETTINGS`), and the store is
+distributed as a user does it: made by `Memory.open`, distributed by `memsoda --dsn ... distribute`
+with no options (`citus.shard_count` shards, no tenant isolated), then opened again. With
+`tuned`, a second store on the same cluster is distributed with 8 shards and the large tenant
+isolated on a shard of its own, its rows beside the defaults'. Each tenant is its own dataset
+(the distribution key), loaded with COPY (`synth.load`) after distributing, so the rows go
+straight to the shards. Recall gets precomputed query vectors (`query_embedding`), `add_facts` 2
+facts with their vectors given: what is timed is memsoda and the database, not a model.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import random
+import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import replace
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -35,9 +40,24 @@ from memsoda_core.distributed import distribute
 from memsoda_core.embedders import Embedder
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARDS = 8
-NODE_SHARED_BUFFERS = "'2GB'"
-"""As the embedded one node's (memsoda_core.server), on each node of the cluster started here."""
+TUNED_SHARDS = 8
+DEFAULT_NODE_SETTINGS = {"fsync": "on", "max_connections": "100", "wal_level": "replica"}
+"""Over `tools/citus.py` `NODE_SETTINGS` (a test cluster's): PostgreSQL's defaults back, so each
+node runs as installed but for what Citus needs (preloaded, two-phase commit) and its address."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How one Citus store of the run is distributed."""
+
+    label: str
+    shard_count: int | None = None
+    """None: as `memsoda distribute` with no options, `citus.shard_count`."""
+    isolate_large: bool = False
+
+
+DEFAULTS = Layout("Citus defaults")
+TUNED = Layout(f"{TUNED_SHARDS} shards, large tenant isolated", shard_count=TUNED_SHARDS, isolate_large=True)
 
 
 def _tool() -> ModuleType:
@@ -50,21 +70,38 @@ def _tool() -> ModuleType:
     return module
 
 
+def _distribute_as_a_user(dsn: str, schema: str) -> None:
+    """`memsoda --dsn DSN --schema SCHEMA distribute`, in a process of its own."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run(
+        [sys.executable, "-m", "memsoda_core.cli", "--dsn", dsn, "--schema", schema, "distribute"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    if done.returncode:
+        raise SystemExit(f"memsoda distribute failed: {done.stderr or done.stdout}")
+
+
 @contextmanager
-def citus_memory(embedder: Embedder, dsn: str | None, isolate: str) -> Iterator[Memory]:
-    """A Memory on a distributed store in a fresh schema: of the coordinator `dsn`, or of a
-    cluster started here (stopped and removed afterwards)."""
-    with _cluster(dsn) as coordinator:
-        schema = f"bench_{uuid.uuid4().hex[:10]}"
-        Memory.open(coordinator, embedder, schema=schema).close()
-        distribute(coordinator, schema, shard_count=SHARDS, isolate=[isolate], transfer_mode="block_writes")
-        memory = Memory.open(coordinator, embedder, schema=schema)
-        try:
-            yield memory
-        finally:
-            memory.close()
-            with psycopg.connect(coordinator, autocommit=True) as conn:
-                conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+def citus_memory(embedder: Embedder, coordinator: str, layout: Layout, large: str) -> Iterator[Memory]:
+    """A Memory on a store distributed as `layout` says, in a fresh schema of `coordinator`
+    (dropped afterwards)."""
+    schema = f"bench_{uuid.uuid4().hex[:10]}"
+    Memory.open(coordinator, embedder, schema=schema).close()
+    if layout == DEFAULTS:
+        _distribute_as_a_user(coordinator, schema)
+    else:
+        isolate = [large] if layout.isolate_large else []
+        distribute(coordinator, schema, shard_count=layout.shard_count, isolate=isolate, transfer_mode="block_writes")
+    memory = Memory.open(coordinator, embedder, schema=schema)
+    try:
+        yield memory
+    finally:
+        memory.close()
+        with psycopg.connect(coordinator, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
 
 
 @contextmanager
@@ -73,8 +110,16 @@ def _cluster(dsn: str | None) -> Iterator[str]:
         yield dsn
         return
     root = Path(tempfile.mkdtemp(prefix="memsoda-citus-bench-"))
-    with _tool().Cluster(root, settings={"shared_buffers": NODE_SHARED_BUFFERS}) as cluster:
+    with _tool().Cluster(root, settings=DEFAULT_NODE_SETTINGS) as cluster:
         yield cluster.dsn
+
+
+def _shards(memory: Memory) -> int:
+    with psycopg.connect(memory.dsn) as conn:
+        rows = conn.execute(
+            "SELECT count(*) FROM pg_dist_shard WHERE logicalrelid = to_regclass(%s)", (f"{memory.info.schema}.facts",)
+        ).fetchall()
+    return int(rows[0][0])
 
 
 def _facts(rng: random.Random, n: int) -> list[dict[str, Any]]:
@@ -82,6 +127,11 @@ def _facts(rng: random.Random, n: int) -> list[dict[str, Any]]:
         {"subject": f"person {rng.randrange(10**6)}", "predicate": "likes", "object": f"thing {rng.randrange(10**6)}"}
         for _ in range(n)
     ]
+
+
+def _cell(samples: list[float]) -> tuple[str, float]:
+    p = percentiles(samples)
+    return f"{p['p50']:.2f} / {p['p95']:.2f}", p["p50"]
 
 
 def run(
@@ -93,6 +143,7 @@ def run(
     writes: int = 60,
     warmup: int = 15,
     citus_dsn: str | None = None,
+    tuned: bool = False,
     seed: int = 7,
 ) -> str:
     """The whole comparison; returns markdown."""
@@ -107,70 +158,65 @@ def run(
         for name, size in sizes.items()
     ]
     workload = {t.dataset: synth.queries(t, warmup + recalls, words=words, seed=seed) for t in tenants}
+    layouts = [DEFAULTS, TUNED] if tuned else [DEFAULTS]
     out: list[str] = []
-    with bench_memory(embedder) as one, citus_memory(embedder, citus_dsn, isolate=tenants[1].dataset) as dist:
+    with ExitStack() as stack:
+        one = stack.enter_context(bench_memory(embedder))
+        coordinator = stack.enter_context(_cluster(citus_dsn))
+        stores = {"one node": one}
+        for layout in layouts:
+            stores[layout.label] = stack.enter_context(citus_memory(embedder, coordinator, layout, tenants[1].dataset))
         loads = {}
-        for label, memory in (("one node", one), ("Citus", dist)):
+        for label, memory in stores.items():
             started = time.perf_counter()
             with connect(memory.dsn) as conn:
                 synth.load(conn, memory.info.schema, tenants)
             memory.maintain()
             loads[label] = time.perf_counter() - started
         out.append(f"Run: {environment(one.dsn)}; store embedder {embedder.model} ({dims}-d).\n")
+        cluster = "started here at PostgreSQL's and Citus' defaults" if citus_dsn is None else "given"
         out.append(
-            f"Citus: coordinator + 2 workers on this machine, {SHARDS} shards, {tenants[1].dataset} isolated; "
-            f"distributed: {dist.info.distributed}. Loading {sum(len(t.facts) for t in tenants):,} facts "
-            f"(COPY, index build, tenant indexes): one node {loads['one node']:.1f} s, Citus {loads['Citus']:.1f} s.\n"
+            f"Citus: coordinator + 2 workers on this machine ({cluster}); stores: "
+            + "; ".join(
+                f"{layout.label} ({_shards(stores[layout.label])} shards, distributed: "
+                f"{stores[layout.label].info.distributed})"
+                for layout in layouts
+            )
+            + f". Loading {sum(len(t.facts) for t in tenants):,} facts (COPY, index build, tenant indexes): "
+            + ", ".join(f"{label} {seconds:.1f} s" for label, seconds in loads.items())
+            + ".\n"
         )
         rows = []
         rng = random.Random(seed)
-        for tenant, (name, size) in zip(tenants, sizes.items(), strict=True):
+        for tenant, size in zip(tenants, sizes.values(), strict=True):
             scope = {"dataset": tenant.dataset, "project": tenant.project}
-            recall_ms: dict[str, list[float]] = {"one": [], "dist": []}
-            write_ms: dict[str, list[float]] = {"one": [], "dist": []}
+            recall_ms: dict[str, list[float]] = {label: [] for label in stores}
+            write_ms: dict[str, list[float]] = {label: [] for label in stores}
             for i, query in enumerate(workload[tenant.dataset]):
-                for key, memory in (("one", one), ("dist", dist)):  # alternating, call by call
+                for label, memory in stores.items():  # alternating, call by call
                     started = time.perf_counter()
                     memory.recall(query.text, **scope, query_embedding=query.values)
-                    took = (time.perf_counter() - started) * 1000
                     if i >= warmup:
-                        recall_ms[key].append(took)
+                        recall_ms[label].append((time.perf_counter() - started) * 1000)
             for i in range(warmup + writes):
                 facts = _facts(rng, 2)
                 vectors = np.asarray(synth._unit(np.random.default_rng(i).standard_normal((2, dims))))
-                for key, memory in (("one", one), ("dist", dist)):
+                for label, memory in stores.items():
                     started = time.perf_counter()
                     memory.add_facts(facts, **scope, vectors=vectors)
-                    took = (time.perf_counter() - started) * 1000
                     if i >= warmup:
-                        write_ms[key].append(took)
-            r1, r2 = percentiles(recall_ms["one"]), percentiles(recall_ms["dist"])
-            w1, w2 = percentiles(write_ms["one"]), percentiles(write_ms["dist"])
-            indexed = size >= one.info.tenant_index_min_facts
-            label = (
-                f"{size:,} facts"
-                + (" (own indexes" if indexed else "")
-                + (
-                    ", isolated shard)"
-                    if name == "large" and indexed
-                    else " (isolated shard)"
-                    if name == "large"
-                    else ""
-                )
-            )
-            rows.append(
-                [
-                    label,
-                    f"{r1['p50']:.2f} / {r1['p95']:.2f}",
-                    f"{r2['p50']:.2f} / {r2['p95']:.2f}",
-                    f"{r2['p50'] / r1['p50']:.2f}x",
-                    f"{w1['p50']:.2f} / {w1['p95']:.2f}",
-                    f"{w2['p50']:.2f} / {w2['p95']:.2f}",
-                    f"{w2['p50'] / w1['p50']:.2f}x",
-                ]
-            )
+                        write_ms[label].append((time.perf_counter() - started) * 1000)
+            indexed = " (own indexes)" if size >= one.info.tenant_index_min_facts else ""
+            r1, r1_p50 = _cell(recall_ms["one node"])
+            w1, w1_p50 = _cell(write_ms["one node"])
+            for layout in layouts:
+                r2, r2_p50 = _cell(recall_ms[layout.label])
+                w2, w2_p50 = _cell(write_ms[layout.label])
+                row = [f"{size:,} facts{indexed}", layout.label, r1, r2, f"{r2_p50 / r1_p50:.2f}x", w1, w2]
+                rows.append([*row, f"{w2_p50 / w1_p50:.2f}x"])
         header = [
             "tenant",
+            "Citus store",
             "recall p50 / p95 ms, one node",
             "Citus",
             "ratio p50",
@@ -180,7 +226,7 @@ def run(
         ]
         out.append(
             f"{recalls} recalls and {writes} `add_facts` of 2 facts per tenant after {warmup} warm-up calls each, "
-            "the two stores alternating call by call.\n"
+            "the stores alternating call by call.\n"
         )
         out.append(markdown_table(header, rows))
     return "\n".join(out) + "\n"

@@ -143,9 +143,10 @@ def recall(
     timings["fuse"] = _ms(mark)
     mark = time.perf_counter()
     fact_ids = BigintArray(k.fact_id for k in kept)
-    # a plan kept over the partitioned tables would hold every partition: a large scope's names it
-    named = scope if info.partitioned and not plan.default_partitions else None
-    kept_read = Planning.FRESH if info.distributed else Planning.GENERIC if named else Planning.CACHED
+    # a plan kept over the partitioned tables would hold every partition, and Citus keeps a routed
+    # plan only with the tenant as a literal: the scope's names it
+    named = scope if info.distributed or (info.partitioned and not plan.default_partitions) else None
+    kept_read = Planning.GENERIC if named and not info.distributed else Planning.CACHED
     read = facts_statement(info.schema, default_partitions=plan.default_partitions, named=named)
     fact_rows = yield from execute(read, {**params, "fact_ids": fact_ids}, kept_read)
     if plan.default_partitions and len(fact_rows) < len(fact_ids):  # moved meanwhile: read them where they are

@@ -78,13 +78,17 @@ def recall_statement_choice(
     shared statements on a kept plan, under the tenant-index threshold (searched exactly, so one
     plan fits every such scope); `(scope, GENERIC)`, the scope's own statements naming it where its
     partial indexes must match, on their generic plans, from it on (PostgreSQL would otherwise keep
-    planning them afresh). On a `distributed` store every statement is planned afresh (`FRESH`):
-    Citus cannot plan the generic form of a multi-CTE statement. A `placed` scope (its dataset
-    has partitions of its own) runs its own statements at any size: its rows are not where the
-    shared statements of a partitioned store read (`store.layout`)."""
-    indexed = scope if scope_facts >= tenant_index_min_facts or placed else None
+    planning them afresh). On a `distributed` store every scope runs its own statements, prepared
+    (`CACHED`): Citus keeps a plan routed to one shard only when the tenant is a literal in it (a
+    bound one fails to plan generically), and planning a routed statement afresh on the coordinator
+    cost more than running it (bench/RESULTS.md, "Citus at its defaults"). Not `GENERIC`: its
+    setting around the statement makes one implicit transaction, which Citus opens on the worker
+    with two more round trips. A `placed`
+    scope (its dataset has partitions of its own) runs its own statements at any size: its rows are
+    not where the shared statements of a partitioned store read (`store.layout`)."""
     if distributed:
-        return indexed, Planning.FRESH
+        return scope, Planning.CACHED
+    indexed = scope if scope_facts >= tenant_index_min_facts or placed else None
     return indexed, Planning.GENERIC if indexed is not None else Planning.CACHED
 
 

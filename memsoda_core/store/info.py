@@ -18,8 +18,8 @@ class StoreInfo:
     tenant_index_min_facts: int = sql_tenant_index.DEFAULT_MIN_FACTS
     """A scope gets its own HNSW and GIN indexes from this many facts (see `store.tenant_index`)."""
     distributed: bool = False
-    """The facts table is distributed by Citus (`memsoda distribute`): recall's statements are then
-    planned at every run, as Citus cannot plan their generic (parameterized) forms."""
+    """The facts table is distributed by Citus (`memsoda distribute`): every scope's recall then runs
+    statements of its own, the tenant a literal, so Citus keeps their plans routed to its shard."""
     partitioned: bool = False
     """The tenant tables are partitioned, a large tenant in partitions of its own (`store.layout`);
     otherwise (under Citus) a large tenant has partial indexes (`store.tenant_index`)."""

@@ -19,9 +19,11 @@ pytestmark = pytest.mark.citus
 
 def test_citus_bench_smoke(cluster: Any, pg_dsn: str, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
     monkeypatch.setenv("MEMSODA_DSN", pg_dsn)  # the one node: the session's server
-    args = ["citus", "--small", "60", "--large", "150", "--recalls", "3", "--writes", "2", "--warmup", "1"]
+    args = ["citus", "--small", "60", "--large", "150", "--recalls", "3", "--writes", "2", "--warmup", "1", "--tuned"]
     assert main([*args, "--citus-dsn", cluster.dsn]) == 0
     out = capsys.readouterr().out
-    assert "distributed: True" in out
-    assert "| 60 facts |" in out and "| 150 facts (isolated shard) |" in out
-    assert out.count("x |") >= 4  # the two ratios of each tenant
+    assert "Citus defaults (32 shards, distributed: True)" in out and "8 shards, large tenant isolated (" in out
+    for tenant in ("60 facts", "150 facts"):
+        assert f"| {tenant} | Citus defaults |" in out
+        assert f"| {tenant} | 8 shards, large tenant isolated |" in out
+    assert out.count("x |") >= 8  # the two ratios of each tenant and store

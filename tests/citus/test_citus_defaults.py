@@ -1,0 +1,117 @@
+"""A store distributed at the cluster's defaults (`citus.shard_count`, no tenant isolated), as
+`memsoda distribute` with no options leaves it: recall's statements, each naming its scope, are
+router plans, and so are the plans the coordinator keeps for them (prepared), which stay right
+after the tenant moves to a shard of its own."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from pgvector.psycopg import register_vector
+
+from memsoda_core import LocalEmbedder, Memory
+from memsoda_core.distributed import distribute
+from memsoda_core.runner.policy import PREPARE_ONLY_WHEN_ASKED
+from tests.citus.test_citus import FACTS, check_routing, new_scope, plans, statements_sent
+
+pytestmark = pytest.mark.citus
+
+SCHEMA = "at_defaults"
+
+
+@pytest.fixture(scope="module")
+def default_store(cluster: Any, embedder: LocalEmbedder) -> str:
+    """The store in `SCHEMA`, made by `Memory.open`, distributed with no options."""
+    Memory.open(cluster.dsn, embedder, schema=SCHEMA).close()
+    distribute(cluster.dsn, SCHEMA)
+    return SCHEMA
+
+
+@pytest.fixture
+def memory(cluster: Any, default_store: str, embedder: LocalEmbedder) -> Iterator[Memory]:
+    with Memory.open(cluster.dsn, embedder, schema=default_store) as opened:
+        yield opened
+
+
+def _recall_statements(memory: Memory, scope: dict[str, str]) -> list[tuple[str, Any]]:
+    """The statements (text, parameters) of two recalls of `scope`: with a query and without."""
+    with statements_sent() as sent:
+        assert memory.recall("where does Maya work?", **scope).facts
+        assert memory.recall(None, **scope).facts
+    texts = [(q if isinstance(q, str) else q.as_string(None), params) for q, params in sent]
+    return [(text, params) for text, params in texts if not re.match(r"\s*(SET|RESET|SELECT 1\b)", text)]
+
+
+def test_the_cluster_default_shard_count(cluster: Any, default_store: str) -> None:
+    with psycopg.connect(cluster.dsn) as conn:
+        ((default,),) = conn.execute("SELECT current_setting('citus.shard_count')::int").fetchall()
+        ((shards,),) = conn.execute(
+            "SELECT count(*) FROM pg_dist_shard WHERE logicalrelid = %s::regclass", (f"{default_store}.facts",)
+        ).fetchall()
+    assert shards == default == 32
+
+
+def test_recall_statements_name_the_scope_and_are_routed(memory: Memory, cluster: Any) -> None:
+    scope = new_scope()
+    memory.add_facts(FACTS, **scope)
+    statements = _recall_statements(memory, scope)
+    hits = [text for text, _ in statements if text.lstrip().startswith("WITH")]
+    assert hits and all(f"'{scope['dataset']}'" in text for text in hits)  # the tenant as a literal
+    with statements_sent() as sent:
+        memory.recall("where does Maya work?", **scope)
+        memory.recall(None, **scope)
+    kinds = plans(cluster, sent)
+    check_routing(kinds, lambda text: False)  # every one a router plan, none on all 32 shards
+
+
+def test_kept_plans_of_recall_statements_are_routed(memory: Memory, cluster: Any) -> None:
+    """The plans PostgreSQL keeps for prepared statements (generic, planned without the values):
+    Citus raises for any that would run on more than one shard (`multi_task_query_log_level`),
+    and uses the kept plan (`generic_plans`) rather than planning again."""
+    scope = new_scope()
+    memory.add_facts(FACTS, **scope)
+    statements = _recall_statements(memory, scope)
+    with psycopg.connect(cluster.dsn, autocommit=True, prepare_threshold=PREPARE_ONLY_WHEN_ASKED) as conn:
+        register_vector(conn)
+        conn.execute("SET citus.multi_task_query_log_level = 'error'")
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        for text, params in statements:
+            for _ in range(2):
+                conn.execute(text, params, prepare=True).fetchall()
+        kept = conn.execute("SELECT statement, generic_plans FROM pg_prepared_statements").fetchall()
+    assert len(kept) == len({text for text, _ in statements})
+    assert all(generic >= 2 for _, generic in kept)
+
+
+def test_a_shared_statement_with_a_bound_tenant_has_no_kept_plan(memory: Memory, cluster: Any) -> None:
+    """Why each scope names itself: the same statement with the tenant bound cannot be planned
+    generically by Citus, so it would be planned at every run."""
+    scope = new_scope()
+    memory.add_facts(FACTS, **scope)
+    text, params = next((t, p) for t, p in _recall_statements(memory, scope) if t.lstrip().startswith("WITH"))
+    bound = text.replace(f"'{scope['dataset']}'", "%(dataset)s").replace(f"'{scope['project']}'", "%(project)s")
+    with psycopg.connect(cluster.dsn, autocommit=True, prepare_threshold=PREPARE_ONLY_WHEN_ASKED) as conn:
+        register_vector(conn)
+        assert conn.execute(bound, params).fetchall()  # planned with its values: fine
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        with pytest.raises(psycopg.errors.FeatureNotSupported, match="could not create distributed plan"):
+            conn.execute(bound, params, prepare=True)
+
+
+def test_kept_plans_stay_right_when_the_tenant_moves(memory: Memory, cluster: Any) -> None:
+    """A Memory whose connections hold plans routed to a tenant's shard recalls the same facts
+    after `distribute --isolate` moved the tenant to a new shard (Citus drops the kept plans)."""
+    scope = new_scope()
+    memory.add_facts(FACTS, **scope)
+
+    def recalled() -> list[list[int]]:
+        return [[s.fact.id for s in memory.recall(query, **scope).facts] for query in ("Maya", None) * 4]
+
+    before = recalled()
+    (moved,) = distribute(cluster.dsn, SCHEMA, isolate=[scope["dataset"]], transfer_mode="block_writes").isolated
+    assert moved[0] == scope["dataset"]
+    assert recalled() == before
