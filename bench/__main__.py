@@ -1,5 +1,4 @@
-"""`python -m bench quality|speed|ingest|index|learning|stream|layout|tenants|replicas|citus|cli|soak`: the results."""
-"""`python -m bench quality|speed|ingest|index|learning|stream|layout|citus|cli|reembed|soak`: RESULTS.md's tables."""
+"""`python -m bench quality|speed|ingest|layout|tenants|replicas|citus|reembed|...`: the results."""
 
 from __future__ import annotations
 

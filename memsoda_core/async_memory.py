@@ -53,8 +53,7 @@ from memsoda_core.synthesis import SynthesizerLike, as_synthesizer
 T = TypeVar("T")
 
 
-class AsyncMemory(ItemsBase):
-class AsyncMemory(AsyncForgettingMethods, AsyncReembedMethods):
+class AsyncMemory(ItemsBase, AsyncReembedMethods):
     # sync: """Long-term memory of facts in PostgreSQL + pgvector. Open with `Memory.open()`."""
     """Long-term memory of facts for asyncio: `await AsyncMemory.open()`, then `Memory`'s methods."""
 

@@ -52,8 +52,7 @@ from memsoda_core.synthesis import SynthesizerLike, as_synthesizer
 T = TypeVar("T")
 
 
-class Memory(ItemsBase):
-class Memory(ForgettingMethods, ReembedMethods):
+class Memory(ItemsBase, ReembedMethods):
     """Long-term memory of facts in PostgreSQL + pgvector. Open with `Memory.open()`."""
 
     _runner: Runner

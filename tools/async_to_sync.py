@@ -23,7 +23,6 @@ PAIRS = (
     ("memsoda_core/runner/async_pool.py", "memsoda_core/runner/sync_pool.py"),
     ("memsoda_core/runner/async_runner.py", "memsoda_core/runner/sync_runner.py"),
     ("memsoda_core/async_memory.py", "memsoda_core/memory.py"),
-    ("memsoda_core/async_forgetting.py", "memsoda_core/sync_forgetting.py"),
     ("memsoda_core/reembed/async_api.py", "memsoda_core/reembed/sync_api.py"),
 )
 
@@ -49,7 +48,6 @@ RENAMES = (
     (r"\bAsyncMemory\b", "Memory"),
     (r"\basync_memory\b", "memory"),
     (r"\bAsyncForgettingMethods\b", "ForgettingMethods"),
-    (r"\basync_forgetting\b", "sync_forgetting"),
     (r"\bAsyncReembedMethods\b", "ReembedMethods"),
     (r"\basync_api\b", "sync_api"),
     (r"\b__aenter__\b", "__enter__"),
