@@ -34,6 +34,17 @@ class SessionState:
     meta: bool
 
 
+def check_index_dimensions(model: str, dimensions: int) -> None:
+    """A vector space the store's HNSW indexes can hold (pgvector: `limits.MAX_DIMENSIONS`), else
+    ConfigurationError: for a new store and for the target of a re-embed."""
+    if not 1 <= dimensions <= limits.MAX_DIMENSIONS:
+        raise ConfigurationError(
+            f"the embedder {model!r} gives {dimensions} dimensions, and pgvector's HNSW index holds at most "
+            f"{limits.MAX_DIMENSIONS}: ask it for fewer (OpenAI's text-embedding-3 models take dimensions=, "
+            "e.g. OpenAIEmbedder(..., dimensions=1536)) or use another model"
+        )
+
+
 def read_session_state(schema: str) -> Operation[SessionState]:
     """The session's read-only flag, pgvector's presence and the store's meta table: reads only."""
     rows = yield from execute_as(SessionState, ddl.session_state_statement(), {"schema": schema})
@@ -109,12 +120,8 @@ def open_store(
     state = yield from read_session_state(schema)
     read_only = read_only or state.read_only
     meta = (yield from read_meta(schema)) if state.meta else {}
-    if "dimensions" not in meta and dimensions > limits.MAX_DIMENSIONS:
-        raise ConfigurationError(
-            f"the embedder {model!r} gives {dimensions} dimensions, and pgvector's HNSW index holds at most "
-            f"{limits.MAX_DIMENSIONS}: ask it for fewer (OpenAI's text-embedding-3 models take dimensions=, "
-            "e.g. OpenAIEmbedder(..., dimensions=1536)) or use another model"
-        )
+    if "dimensions" not in meta:
+        check_index_dimensions(model, dimensions)
     writes = needed_writes(state, meta, tenant_index_min_facts, layout)
     if writes and read_only:
         refuse_read_only_open(schema, writes, asked=not state.read_only)

@@ -14,11 +14,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import groupby
 
-from memsoda_core import limits
 from memsoda_core.embedders.protocol import Vector
 from memsoda_core.errors import ConfigurationError, StoreBusyError
 from memsoda_core.ops.ddl import index_ddl
-from memsoda_core.ops.opening import read_meta
+from memsoda_core.ops.opening import check_index_dimensions, read_meta
 from memsoda_core.reembed import statements as sql_reembed
 from memsoda_core.reembed.statements import Cursor, PendingRow
 from memsoda_core.runner.steps import Operation, embed_documents, execute, execute_as
@@ -79,11 +78,7 @@ class ReembedReport:
 def check_reembed_args(model: str, dimensions: int, batch_size: int) -> None:
     if not 1 <= batch_size <= MAX_BATCH_SIZE:
         raise ConfigurationError(f"batch_size must be between 1 and {MAX_BATCH_SIZE}, got {batch_size}")
-    if not 1 <= dimensions <= limits.MAX_DIMENSIONS:
-        raise ConfigurationError(
-            f"the embedder {model!r} gives {dimensions} dimensions, and pgvector's HNSW index holds at most "
-            f"{limits.MAX_DIMENSIONS}: ask it for fewer or use another model"
-        )
+    check_index_dimensions(model, dimensions)
 
 
 def _exclusive(info: StoreInfo) -> Operation[None]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from psycopg import sql
 
 from memsoda_core.store import layout as sql_layout
+from memsoda_core.store.template import schema_sql
 from memsoda_core.store.tenant_index import TenantIndex
 from memsoda_core.text import fact_embedding_text
 
@@ -39,10 +40,6 @@ EPISODE_INDEX = TenantIndex("episodes_embedding_hnsw", "episodes", "hnsw", f"{CO
 SWITCH_LOCK_TIMEOUT = "5s"
 """How long the switch waits for the writers in flight (and then the readers) before it gives up,
 rolled back whole; the re-embed tries it again (`operation.SWITCH_ATTEMPTS`)."""
-
-
-def _q(template: str, schema: str, **parts: sql.Composable) -> sql.Composed:
-    return sql.SQL(template).format(s=sql.Identifier(schema), **parts)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,7 +74,7 @@ class PendingRow:
 
 def add_next_statement(schema: str, table: str, dimensions: int) -> sql.Composed:
     """The next vector column of `table` (on a partitioned table, of every partition)."""
-    return _q(
+    return schema_sql(
         "ALTER TABLE {s}.{t} ADD COLUMN IF NOT EXISTS {n} vector({d})",
         schema,
         t=sql.Identifier(table),
@@ -88,7 +85,9 @@ def add_next_statement(schema: str, table: str, dimensions: int) -> sql.Composed
 
 def drop_next_statement(schema: str, table: str) -> sql.Composed:
     """Drop `table`'s next column (an abandoned re-embed), its indexes with it."""
-    return _q("ALTER TABLE {s}.{t} DROP COLUMN IF EXISTS {n}", schema, t=sql.Identifier(table), n=sql.Identifier(NEXT))
+    return schema_sql(
+        "ALTER TABLE {s}.{t} DROP COLUMN IF EXISTS {n}", schema, t=sql.Identifier(table), n=sql.Identifier(NEXT)
+    )
 
 
 _TEXTS = {
@@ -103,7 +102,7 @@ _TEXTS = {
 def pending_statement(schema: str, table: str) -> sql.Composed:
     """`PendingRow`s of `table` still to do after the key (%(dataset)s, %(project)s, %(id)s), in
     key order, at most %(limit)s: a walk of the primary key that never reads a row twice."""
-    return _q(
+    return schema_sql(
         _TEXTS[table]
         + """ WHERE (r.dataset, r.project, r.id) > (%(dataset)s, %(project)s, %(id)s) AND r.{n} IS NULL
               ORDER BY r.dataset, r.project, r.id
@@ -116,7 +115,9 @@ def pending_statement(schema: str, table: str) -> sql.Composed:
 def count_pending_statement(schema: str) -> sql.Composed:
     """How many rows of every table are still to do (one number)."""
     counts = sql.SQL(" + ").join(
-        _q("(SELECT count(*) FROM {s}.{t} WHERE {n} IS NULL)", schema, t=sql.Identifier(t), n=sql.Identifier(NEXT))
+        schema_sql(
+            "(SELECT count(*) FROM {s}.{t} WHERE {n} IS NULL)", schema, t=sql.Identifier(t), n=sql.Identifier(NEXT)
+        )
         for t in TABLES
     )
     return sql.SQL("SELECT {} AS pending").format(counts)
@@ -126,7 +127,7 @@ def fill_statement(schema: str, table: str) -> sql.Composed:
     """Set the next vectors of one dataset's rows, %(dataset)s with (%(projects)s, %(ids)s) ->
     %(embeddings)s, where still NULL: one dataset per statement, the form Citus routes to one
     shard."""
-    return _q(
+    return schema_sql(
         """UPDATE {s}.{t} r SET {n} = u.embedding
            FROM unnest(%(projects)b::text[], %(ids)b::bigint[], %(embeddings)b::vector[]) AS u(project, id, embedding)
            WHERE r.dataset = %(dataset)s AND r.project = u.project AND r.id = u.id AND r.{n} IS NULL""",
@@ -139,7 +140,7 @@ def fill_statement(schema: str, table: str) -> sql.Composed:
 def state_statement(schema: str, *, lock: bool = False) -> sql.Composed:
     """The state row's value (`STATE_KEY`), locked until the transaction ends with `lock`: every
     batch takes it, so two re-embeds of one store take turns and each sees the other's target."""
-    return _q(
+    return schema_sql(
         "SELECT value FROM {s}.meta WHERE key = {k}{lock}",
         schema,
         k=sql.Literal(STATE_KEY),
@@ -148,7 +149,7 @@ def state_statement(schema: str, *, lock: bool = False) -> sql.Composed:
 
 
 def delete_state_statement(schema: str) -> sql.Composed:
-    return _q("DELETE FROM {s}.meta WHERE key = {k}", schema, k=sql.Literal(STATE_KEY))
+    return schema_sql("DELETE FROM {s}.meta WHERE key = {k}", schema, k=sql.Literal(STATE_KEY))
 
 
 def next_index(index: TenantIndex) -> TenantIndex:
@@ -205,12 +206,12 @@ def swap_statements(schema: str, renamed: Sequence[str]) -> list[sql.Composed]:
     out: list[sql.Composed] = []
     for table in TABLES:
         t, old, new = sql.Identifier(table), sql.Identifier(COLUMN), sql.Identifier(NEXT)
-        out.append(_q("ALTER TABLE {s}.{t} DROP COLUMN {old}", schema, t=t, old=old))
-        out.append(_q("ALTER TABLE {s}.{t} RENAME COLUMN {new} TO {old}", schema, t=t, new=new, old=old))
-        out.append(_q("ALTER TABLE {s}.{t} ALTER COLUMN {old} SET NOT NULL", schema, t=t, old=old))
+        out.append(schema_sql("ALTER TABLE {s}.{t} DROP COLUMN {old}", schema, t=t, old=old))
+        out.append(schema_sql("ALTER TABLE {s}.{t} RENAME COLUMN {new} TO {old}", schema, t=t, new=new, old=old))
+        out.append(schema_sql("ALTER TABLE {s}.{t} ALTER COLUMN {old} SET NOT NULL", schema, t=t, old=old))
     for name in renamed:
         out.append(
-            _q(
+            schema_sql(
                 "ALTER INDEX {s}.{n} RENAME TO {old}",
                 schema,
                 n=sql.Identifier(name),

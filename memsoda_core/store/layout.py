@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from psycopg import sql
 
 from memsoda_core.store.schema import ENTITY_FILLFACTOR
+from memsoda_core.store.template import schema_sql
 from memsoda_core.store.tenant_index import TenantIndex, tenant_key
 from memsoda_core.validation import Scope
 
@@ -97,10 +98,6 @@ MOVE_ATTEMPTS = 3
 write into the tenant."""
 
 
-def _q(template: str, schema: str, **parts: sql.Composable) -> sql.Composed:
-    return sql.SQL(template).format(s=sql.Identifier(schema), **parts)
-
-
 def _renamed(table: str) -> list[tuple[str, str]]:
     """(index name on the plain table, its name on the DEFAULT partition) of `table`'s indexes."""
     keys = ("pkey", "dataset_project_name_key") if table == "entities" else ("pkey",)
@@ -153,11 +150,11 @@ def leaf_indexes(scope: Scope) -> tuple[TenantIndex, ...]:
 
 
 def analyze_leaf(schema: str, table: str, scope: Scope) -> sql.Composed:
-    return _q("ANALYZE {s}.{t}", schema, t=sql.Identifier(tenant_tables(table, scope).leaf))
+    return schema_sql("ANALYZE {s}.{t}", schema, t=sql.Identifier(tenant_tables(table, scope).leaf))
 
 
 def create_leaf_index(schema: str, index: TenantIndex) -> sql.Composed:
-    return _q(
+    return schema_sql(
         "CREATE INDEX CONCURRENTLY IF NOT EXISTS {n} ON {s}.{t} USING {m} ({c})",
         schema,
         n=sql.Identifier(index.name),
@@ -177,13 +174,15 @@ def partition_statements(schema: str) -> list[sql.Composed]:
     out: list[sql.Composed] = []
     for table in PARTITIONED:
         t, old = sql.Identifier(table), sql.Identifier(shared(table))
-        out.append(_q("ALTER TABLE {s}.{t} RENAME TO {old}", schema, t=t, old=old))
+        out.append(schema_sql("ALTER TABLE {s}.{t} RENAME TO {old}", schema, t=t, old=old))
         for was, now in _renamed(table):
             out.append(
-                _q("ALTER INDEX {s}.{was} RENAME TO {now}", schema, was=sql.Identifier(was), now=sql.Identifier(now))
+                schema_sql(
+                    "ALTER INDEX {s}.{was} RENAME TO {now}", schema, was=sql.Identifier(was), now=sql.Identifier(now)
+                )
             )
         out.append(
-            _q(
+            schema_sql(
                 "CREATE TABLE {s}.{t} (LIKE {s}.{old} INCLUDING DEFAULTS INCLUDING GENERATED INCLUDING CONSTRAINTS"
                 " INCLUDING IDENTITY) PARTITION BY LIST (dataset)",
                 schema,
@@ -193,7 +192,7 @@ def partition_statements(schema: str) -> list[sql.Composed]:
         )
         if table in IDENTITY:
             out.append(
-                _q(
+                schema_sql(
                     """SELECT setval(pg_get_serial_sequence({new}, 'id'),
                                      greatest(coalesce(pg_sequence_last_value(
                                                   pg_get_serial_sequence({was}, 'id')::regclass), 0),
@@ -204,27 +203,27 @@ def partition_statements(schema: str) -> list[sql.Composed]:
                     old=old,
                 )
             )
-            out.append(_q("ALTER TABLE {s}.{old} ALTER COLUMN id DROP IDENTITY", schema, old=old))
+            out.append(schema_sql("ALTER TABLE {s}.{old} ALTER COLUMN id DROP IDENTITY", schema, old=old))
         for key in KEYS[table]:
-            out.append(_q("ALTER TABLE {s}.{t} ADD " + key, schema, t=t))
+            out.append(schema_sql("ALTER TABLE {s}.{t} ADD " + key, schema, t=t))
         for name, (owner, definition) in INDEXES.items():
             if owner == table:
                 # on the attach below, the DEFAULT partition's equal index becomes its partition (no build)
-                out.append(_q("CREATE INDEX {n} ON {s}.{t} " + definition, schema, n=sql.Identifier(name), t=t))
-        out.append(_q("ALTER TABLE {s}.{t} ATTACH PARTITION {s}.{old} DEFAULT", schema, t=t, old=old))
+                out.append(schema_sql("CREATE INDEX {n} ON {s}.{t} " + definition, schema, n=sql.Identifier(name), t=t))
+        out.append(schema_sql("ALTER TABLE {s}.{t} ATTACH PARTITION {s}.{old} DEFAULT", schema, t=t, old=old))
     return out
 
 
 def unpartition_statements(schema: str) -> list[sql.Composed]:
     """`partition_statements` undone, for a store no tenant has moved out of (`distributed.py`:
     Citus distributes plain tables): the DEFAULT partitions become the tables again."""
-    out = [_q("CREATE TEMP TABLE memsoda_ids (name text PRIMARY KEY, last bigint) ON COMMIT DROP", schema)]
+    out = [schema_sql("CREATE TEMP TABLE memsoda_ids (name text PRIMARY KEY, last bigint) ON COMMIT DROP", schema)]
     for table in reversed(PARTITIONED):
         t, old = sql.Identifier(table), sql.Identifier(shared(table))
-        out.append(_q("ALTER TABLE {s}.{t} DETACH PARTITION {s}.{old}", schema, t=t, old=old))
+        out.append(schema_sql("ALTER TABLE {s}.{t} DETACH PARTITION {s}.{old}", schema, t=t, old=old))
         if table in IDENTITY:
             out.append(
-                _q(
+                schema_sql(
                     "INSERT INTO memsoda_ids"
                     " SELECT {n}, pg_sequence_last_value(pg_get_serial_sequence({p}, 'id')::regclass)",
                     schema,
@@ -232,18 +231,22 @@ def unpartition_statements(schema: str) -> list[sql.Composed]:
                     p=sql.Literal(sql.Identifier(schema, table).as_string(None)),
                 )
             )
-        out.append(_q("DROP TABLE {s}.{t}", schema, t=t))
-        out.append(_q("ALTER TABLE {s}.{old} RENAME TO {t}", schema, t=t, old=old))
+        out.append(schema_sql("DROP TABLE {s}.{t}", schema, t=t))
+        out.append(schema_sql("ALTER TABLE {s}.{old} RENAME TO {t}", schema, t=t, old=old))
         for now, was in _renamed(table):
             out.append(
-                _q("ALTER INDEX {s}.{was} RENAME TO {now}", schema, was=sql.Identifier(was), now=sql.Identifier(now))
+                schema_sql(
+                    "ALTER INDEX {s}.{was} RENAME TO {now}", schema, was=sql.Identifier(was), now=sql.Identifier(now)
+                )
             )
         if table in IDENTITY:
             out.append(
-                _q(f"ALTER TABLE {{s}}.{{t}} ALTER COLUMN id ADD GENERATED {IDENTITY[table]} AS IDENTITY", schema, t=t)
+                schema_sql(
+                    f"ALTER TABLE {{s}}.{{t}} ALTER COLUMN id ADD GENERATED {IDENTITY[table]} AS IDENTITY", schema, t=t
+                )
             )
             out.append(
-                _q(
+                schema_sql(
                     """SELECT setval(pg_get_serial_sequence({p}, 'id'),
                                      greatest((SELECT coalesce(max(last), 0) FROM memsoda_ids WHERE name = {n}),
                                               (SELECT coalesce(max(id), 0) FROM {s}.{t}), 1))""",
@@ -261,7 +264,7 @@ def unpartition_statements(schema: str) -> list[sql.Composed]:
 
 def columns_statement(schema: str) -> sql.Composed:
     """(table, its stored columns in order: generated ones are computed again) of `PARTITIONED`."""
-    return _q(
+    return schema_sql(
         """SELECT t.name AS "table", array_agg(a.attname::text ORDER BY a.attnum) AS columns
            FROM unnest(%(tables)s::text[]) AS t(name)
            JOIN pg_attribute a ON a.attrelid = format('%%I.%%I', %(schema)s::text, t.name)::regclass
@@ -319,7 +322,7 @@ def move_statements(
             """SELECT set_config('session_replication_role', 'replica', true)
                WHERE has_parameter_privilege('session_replication_role', 'SET')"""
         ).format(),
-        _q(
+        schema_sql(
             "LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE",
             schema,
             tables=sql.SQL(", ").join(sql.Identifier(schema, source) for source in sources),
@@ -331,13 +334,15 @@ def move_statements(
         t, parent, leaf, rest = (sql.Identifier(n) for n in (table, names.dataset, names.leaf, names.rest))
         room = sql.SQL(STORAGE.get(table, ""))
         if dataset_placed:
-            out.append(_q("CREATE TABLE {s}.{leaf} " + like + "{room}", schema, leaf=leaf, t=t, room=room))
+            out.append(schema_sql("CREATE TABLE {s}.{leaf} " + like + "{room}", schema, leaf=leaf, t=t, room=room))
         else:
             out.append(
-                _q("CREATE TABLE {s}.{parent} " + like + " PARTITION BY LIST (project)", schema, parent=parent, t=t)
+                schema_sql(
+                    "CREATE TABLE {s}.{parent} " + like + " PARTITION BY LIST (project)", schema, parent=parent, t=t
+                )
             )
             out.append(
-                _q(
+                schema_sql(
                     "CREATE TABLE {s}.{leaf} PARTITION OF {s}.{parent} FOR VALUES IN ({p}){room}",
                     schema,
                     leaf=leaf,
@@ -347,7 +352,7 @@ def move_statements(
                 )
             )
             out.append(
-                _q(
+                schema_sql(
                     "CREATE TABLE {s}.{rest} PARTITION OF {s}.{parent} DEFAULT{room}",
                     schema,
                     rest=rest,
@@ -363,7 +368,7 @@ def move_statements(
         cols = sql.SQL(", ").join(map(sql.Identifier, columns[table]))
         which = sql.SQL("dataset = {d} AND project = {p}" if dataset_placed else "dataset = {d}").format(d=d, p=p)
         ctes.append(
-            _q(
+            schema_sql(
                 "gone{n} AS (DELETE FROM {s}.{source} WHERE {which} RETURNING {cols}),"
                 " kept{n} AS (INSERT INTO {s}.{target} ({cols}) SELECT {cols} FROM gone{n} RETURNING 1)",
                 schema,
@@ -381,7 +386,7 @@ def move_statements(
     for table, names in tables.items():
         if dataset_placed:
             out.append(
-                _q(
+                schema_sql(
                     "ALTER TABLE {s}.{parent} ATTACH PARTITION {s}.{leaf} FOR VALUES IN ({p})",
                     schema,
                     parent=sql.Identifier(names.dataset),
@@ -391,7 +396,7 @@ def move_statements(
             )
         else:
             out.append(
-                _q(
+                schema_sql(
                     "ALTER TABLE {s}.{t} ATTACH PARTITION {s}.{parent} FOR VALUES IN ({d})",
                     schema,
                     t=sql.Identifier(table),
@@ -405,7 +410,7 @@ def move_statements(
             pairs.append((tables[table].rest, tables[referenced].rest))
         for child, target in pairs:
             out.append(
-                _q(
+                schema_sql(
                     "ALTER TABLE {s}.{child} ADD FOREIGN KEY (dataset, project, {c})"
                     " REFERENCES {s}.{target} (dataset, project, id)" + on_delete,
                     schema,
@@ -414,5 +419,5 @@ def move_statements(
                     c=sql.Identifier(column),
                 )
             )
-    out.append(_q("INSERT INTO {s}.tenant_partitions (dataset, project) VALUES ({d}, {p})", schema, d=d, p=p))
+    out.append(schema_sql("INSERT INTO {s}.tenant_partitions (dataset, project) VALUES ({d}, {p})", schema, d=d, p=p))
     return out

@@ -8,18 +8,15 @@ from dataclasses import dataclass
 from psycopg import sql
 
 from memsoda_core.store.layout import leaf_indexes
+from memsoda_core.store.template import schema_sql
 from memsoda_core.store.tenant_index import tenant_indexes, tenant_predicate
 from memsoda_core.validation import Scope
-
-
-def _q(template: str, schema: str, **parts: sql.Composable) -> sql.Composed:
-    return sql.SQL(template).format(s=sql.Identifier(schema), **parts)
 
 
 def scope_size_statement(schema: str) -> sql.Composed:
     """The fact count of scope %(dataset)s / %(project)s and whether its dataset has partitions of
     its own, so that its rows are not in the DEFAULT partitions (no row for a scope never written)."""
-    return _q(
+    return schema_sql(
         """SELECT sc.fact_count, EXISTS (SELECT 1 FROM {s}.tenant_partitions tp WHERE tp.dataset = sc.dataset)
            FROM {s}.scopes sc WHERE {tenant}""",
         schema,
@@ -47,7 +44,7 @@ class Placement:
 def placement_statement(schema: str) -> sql.Composed:
     """The `Placement` of scope %(dataset)s / %(project)s; the index lists (%(leaf)s, %(legacy)s:
     names) only when it holds %(min_facts)s facts or has moved. No row for a scope never written."""
-    return _q(
+    return schema_sql(
         """SELECT sc.fact_count AS facts, m.moved, m.placed,
                   CASE WHEN m.moved OR sc.fact_count >= %(min_facts)s THEN
                        ARRAY(SELECT n FROM unnest(%(leaf)s::text[]) n WHERE NOT EXISTS (
@@ -87,4 +84,4 @@ def placement_params(schema: str, scope: Scope, min_facts: int) -> dict[str, obj
 
 def moved_scopes_statement(schema: str) -> sql.Composed:
     """Every scope with leaves of its own."""
-    return _q("SELECT dataset, project FROM {s}.tenant_partitions ORDER BY dataset, project", schema)
+    return schema_sql("SELECT dataset, project FROM {s}.tenant_partitions ORDER BY dataset, project", schema)
