@@ -1,8 +1,9 @@
 # Generated from memsoda_core/async_memory.py by tools/async_to_sync.py: do not edit, edit the source and run it.
 """`Memory`: long-term memory of facts in PostgreSQL + pgvector, for synchronous code.
 
-The public API over the runner: each method checks its arguments, builds its operation
-(`memory_base`) and has the runner perform it. `Memory` is generated from this module by
+The public API over the runner: each method checks its arguments, builds its operation (a
+builder beside its capability: `recall.calls`, `items.calls`, `forgetting.calls`, `ops.calls`,
+reading the memory's `MemoryContext`) and has the runner perform it. `Memory` is generated from this module by
 `tools/async_to_sync.py`.
 """
 
@@ -20,12 +21,14 @@ import numpy as np
 from memsoda_core.embedders import Embedder
 from memsoda_core.errors import MemsodaError
 from memsoda_core.files import open_sink, progress_callback, read_jsonl
+from memsoda_core.forgetting import calls as forgetting_calls
 from memsoda_core.forgetting.rules import ForgetReport, RetentionReport, RetentionRule
-from memsoda_core.items.calls import ItemsBase
+from memsoda_core.items import calls as items_calls
 from memsoda_core.items.values import ItemInput, StoredItem
-from memsoda_core.learning.call import extraction_failed
+from memsoda_core.learning.applying import fact_sources
+from memsoda_core.learning.call import RememberCall, extraction_failed
 from memsoda_core.learning.extractors import ExtractorLike, as_extractor
-from memsoda_core.memory_base import check_import_args, check_read_only, close_built, open_args
+from memsoda_core.memory_context import MemoryContext
 from memsoda_core.models import (
     EpisodeInput,
     Fact,
@@ -38,24 +41,36 @@ from memsoda_core.models import (
     RememberResult,
     TimeInput,
 )
+from memsoda_core.ops import calls as fact_calls
+from memsoda_core.ops.open_settings import check_read_only, close_built, open_settings
 from memsoda_core.ops.opening import open_store
-from memsoda_core.options import RecallOptions
+from memsoda_core.ops.transfer import parse_jsonl
+from memsoda_core.options import DEFAULT_OPTIONS, RecallOptions
+from memsoda_core.recall import calls as recall_calls
 from memsoda_core.recall.profile import DEFAULT_MAX_FACTS as DEFAULT_PROFILE_FACTS
 from memsoda_core.recall.profile import Profile
 from memsoda_core.reembed.sync_api import ReembedMethods
 from memsoda_core.runner.policy import check_pool_args
 from memsoda_core.runner.steps import Operation
 from memsoda_core.runner.sync_runner import Runner
-from memsoda_core.runner.target import release_target
+from memsoda_core.runner.target import Target, release_target
+from memsoda_core.store.info import StoreInfo
 from memsoda_core.synthesis import SynthesizerLike, as_synthesizer
+from memsoda_core.validation import check_scope
 
 T = TypeVar("T")
 
 
-class Memory(ItemsBase, ReembedMethods):
+class Memory(ReembedMethods):
     """Long-term memory of facts in PostgreSQL + pgvector. Open with `Memory.open()`."""
 
     _runner: Runner
+    _context: MemoryContext
+    """What the operation builders read; replaced when the store's info changes, so a builder
+    reads it when it builds (`self._run(lambda: ...)` for a write that may be rerun)."""
+    _embedder: Embedder
+    _target: Target
+    _built_embedder = False
 
     @classmethod
     def open(
@@ -90,12 +105,13 @@ class Memory(ItemsBase, ReembedMethods):
         chosen_synthesizer = as_synthesizer(synthesizer)
         chosen_extractor = as_extractor(extractor)
         settings = (schema, text_search_config, tenant_index_min_facts, layout)
-        target, args = open_args(embedder, dsn, home, *settings)
+        opening = open_settings(embedder, dsn, home, *settings)
+        target = opening.target
         try:
             runner = Runner.open(
                 target,
-                open_store(**args["op"], read_only=check_read_only(read_only)),
-                embedder=args["embedder"],
+                open_store(**opening.store, read_only=check_read_only(read_only)),
+                embedder=opening.embedder,
                 synthesizer=chosen_synthesizer,
                 cache_size=cache_size,
                 pool_size=pool_size,
@@ -106,15 +122,45 @@ class Memory(ItemsBase, ReembedMethods):
             raise
         self = cls()
         self._runner, self._built_embedder = runner, embedder is None
-        self._setup(
+        self._embedder, self._target = runner.embedder, target
+        self._context = MemoryContext(
             info=runner.info,
-            embedder=runner.embedder,
-            options=options,
+            options=options or DEFAULT_OPTIONS,
             synthesizer=chosen_synthesizer,
             extractor=chosen_extractor,
-            target=target,
         )
         return self
+
+    @property
+    def options(self) -> RecallOptions:
+        """Default recall options of this memory (frozen; pass `options=` to recall for variants)."""
+        return self._context.options
+
+    @property
+    def embedder(self) -> Embedder:
+        return self._embedder
+
+    @property
+    def dsn(self) -> str:
+        """The connection string in use (the embedded server's socket URI when embedded)."""
+        return self._target.dsn
+
+    @property
+    def info(self) -> StoreInfo:
+        """Schema name, embedding model and dimension of the open store."""
+        return self._context.info
+
+    @property
+    def read_only(self) -> bool:
+        """Open for reads only: `open(read_only=True)`, or detected on a read-only session (a hot
+        standby, a read replica, a `default_transaction_read_only` role). An up-to-date store opens
+        so without writing; recall, get/list/history, sources, stats, items' get and search and
+        export are served, and every write raises `ReadOnlyStoreError` before anything is sent."""
+        return self._context.info.read_only
+
+    def _check_writable(self, what: str) -> None:
+        """Refuse a write before anything is sent when the store is open read-only."""
+        self._context.check_writable(what)
 
     def close(self) -> None:
         """Close the pool (and an embedder `open` built); stop the embedded server if this was its last user."""
@@ -164,19 +210,19 @@ class Memory(ItemsBase, ReembedMethods):
         A fact without valid_at has no known start: it is true for as long as memory knows (live
         at any `as_of` before its end). A new single-valued value without one starts when memory
         learns it, and the value it replaces ends then."""
-        return self._run(lambda: self._add_facts_op(facts, dataset, project, vectors))
+        return self._run(lambda: fact_calls.add_facts_op(self._context, facts, dataset, project, vectors))
 
     def invalidate(self, fact_id: int, *, dataset: str, project: str, at: TimeInput | None = None) -> bool:
         """End a live fact's validity at `at` (default now); True. Memory records when it learned
         the end (`Fact.expired_at`). A fact that has ended or was superseded raises `NotLiveError`
         (naming the fact live now in its chain)."""
-        return self._run(lambda: self._invalidate_op(fact_id, dataset, project, at))
+        return self._run(lambda: fact_calls.invalidate_op(self._context, fact_id, dataset, project, at))
 
     def supersede(self, fact_id: int, new_fact: FactInput | Mapping[str, Any], *, dataset: str, project: str) -> int:
         """Store `new_fact` and end the live fact `fact_id` at its valid_at (none: now, when memory
         learns it), superseded by it, atomically; returns the new id. `NotLiveError` if `fact_id`
         has ended or was superseded (it names the fact live now in its chain)."""
-        return self._run(lambda: self._supersede_op(fact_id, new_fact, dataset, project))
+        return self._run(lambda: fact_calls.supersede_op(self._context, fact_id, new_fact, dataset, project))
 
     def set_single_valued(
         self, predicates: Sequence[str], *, dataset: str, project: str, single_valued: bool = True
@@ -184,15 +230,17 @@ class Memory(ItemsBase, ReembedMethods):
         """Declare relations with these predicates (case folded) to hold one value at a time in the
         scope (`single_valued=False` undoes it), for the writes that follow: a new value ends the
         live one. Returns the scope's single-valued predicates."""
-        return self._run(lambda: self._set_single_valued_op(predicates, dataset, project, single_valued))
+        return self._run(
+            lambda: fact_calls.set_single_valued_op(self._context, predicates, dataset, project, single_valued)
+        )
 
     def single_valued(self, *, dataset: str, project: str) -> list[str]:
         """The scope's single-valued predicates."""
-        return self._run(self._single_valued_op(dataset, project), read_only=True)
+        return self._run(fact_calls.single_valued_op(self._context, dataset, project), read_only=True)
 
     def get_fact(self, fact_id: int, *, dataset: str, project: str) -> Fact:
         """Fact `fact_id` of the scope (live or not); `NotFoundError` if there is none."""
-        return self._run(self._get_fact_op(fact_id, dataset, project), read_only=True)
+        return self._run(fact_calls.get_fact_op(self._context, fact_id, dataset, project), read_only=True)
 
     def list_facts(
         self,
@@ -213,7 +261,8 @@ class Memory(ItemsBase, ReembedMethods):
         `known_at` (transaction time): only the facts memory knew then, each as it knew it (an end
         recorded later is left out). Pass the page's `next_after` as `after` for the next page
         (keyset paging)."""
-        op = self._list_facts_op(
+        op = fact_calls.list_facts_op(
+            self._context,
             dataset,
             project,
             as_of,
@@ -230,7 +279,7 @@ class Memory(ItemsBase, ReembedMethods):
     def history(self, fact_id: int, *, dataset: str, project: str) -> list[Fact]:
         """The supersede chain of `fact_id` (the facts it replaced and those that replaced it),
         oldest first."""
-        return self._run(self._history_op(fact_id, dataset, project), read_only=True)
+        return self._run(fact_calls.history_op(self._context, fact_id, dataset, project), read_only=True)
 
     def remember(
         self,
@@ -251,9 +300,14 @@ class Memory(ItemsBase, ReembedMethods):
         fact validation of `add_facts`); those that pass are written in one transaction by the
         write rules, with their `sources`; the others are `rejected` (`on_invalid="skip"`) or
         raise `ExtractionError` (`"raise"`), as does a model error: then nothing is written."""
-        settings = {"thread_id": thread_id, "extractor": extractor, "user": user, "related": related}
-        call = self._remember_call(messages, dataset, project, summarize=summarize, on_invalid=on_invalid, **settings)
-        found = self._run(self._related_op(call), read_only=True)
+        self._check_writable("remember")  # before the model is called
+        settings = {"thread_id": thread_id, "user": user, "related": related, "summarize": summarize}
+        chosen = extractor if extractor is not None else self._context.extractor
+        now = self._context.now()
+        call = RememberCall.check(
+            messages, dataset=dataset, project=project, extractor=chosen, on_invalid=on_invalid, now=now, **settings
+        )
+        found = self._run(recall_calls.related_op(self._context, call), read_only=True)
         request = call.request(found)
         try:
             raw = call.extractor.extract(request)
@@ -262,24 +316,24 @@ class Memory(ItemsBase, ReembedMethods):
         except Exception as exc:
             raise extraction_failed(call.extractor, exc) from exc
         checked = call.answer(raw, request)
-        applied = self._run(lambda: self._apply_extraction_op(call, checked))
+        applied = self._run(lambda: self._context.scope_sizes.resizing(call.scope, call.apply(self.info, checked)))
         return call.result(request, checked, applied)
 
     def sources(self, fact_id: int, *, dataset: str, project: str) -> list[FactSource]:
         """The messages fact `fact_id` was learned from by `remember` (thread and message ids),
         oldest first; empty for a fact written otherwise."""
-        return self._run(self._sources_op(fact_id, dataset, project), read_only=True)
+        return self._run(fact_sources(self.info, check_scope(dataset, project), fact_id), read_only=True)
 
     def add_episodes(
         self, episodes: Sequence[EpisodeInput | Mapping[str, Any]], *, dataset: str, project: str
     ) -> list[int]:
         """Store cross-thread episode summaries; returns their ids."""
-        return self._run(lambda: self._add_episodes_op(episodes, dataset, project))
+        return self._run(lambda: fact_calls.add_episodes_op(self._context, episodes, dataset, project))
 
     def forget(self, *, dataset: str, project: str, entity: str | None = None) -> int:
         """Delete an entity and every fact touching it, or the whole dataset/project when
         `entity` is None. Returns the number of facts deleted."""
-        return self._run(lambda: self._forget_op(dataset, project, entity))
+        return self._run(lambda: forgetting_calls.forget_op(self._context, dataset, project, entity))
 
     def forget_source(
         self,
@@ -294,7 +348,7 @@ class Memory(ItemsBase, ReembedMethods):
         deleted (with the items that refer to it); a fact also learned elsewhere stays and keeps
         its other sources. Forgetting a whole thread deletes its episodes too. A fact that a
         deleted one had superseded keeps its end as history. Returns what went."""
-        return self._run(self._forget_source_op(dataset, project, thread_id, message_ids))
+        return self._run(forgetting_calls.forget_source_op(self._context, dataset, project, thread_id, message_ids))
 
     def maintain(self, *, retention: bool = True) -> list[str]:
         """Purge the facts the scopes' retention rules have outlived (`apply_retention`; not with
@@ -302,7 +356,7 @@ class Memory(ItemsBase, ReembedMethods):
         dataset/project at or above `tenant_index_min_facts` facts that lacks them (writes through
         memsoda do this on their own; call it after loading rows with COPY). Returns the names of
         the indexes built."""
-        return self._run(self._maintain_op(retention))
+        return self._run(forgetting_calls.maintain_op(self._context, retention))
 
     def set_retention(
         self,
@@ -318,23 +372,23 @@ class Memory(ItemsBase, ReembedMethods):
         "ended" purges the facts that ended more than `max_age` ago (counted from the later of the
         end and when memory learned of it); "all" purges every fact memory learned more than
         `max_age` ago, live or not. `maintain` / `apply_retention` purge. Returns the scope's rules."""
-        return self._run(self._set_retention_op(dataset, project, max_age, purge, predicate))
+        return self._run(forgetting_calls.set_retention_op(self._context, dataset, project, max_age, purge, predicate))
 
     def retention(self, *, dataset: str, project: str) -> list[RetentionRule]:
         """The scope's retention rules: its own (predicate None) first, then by predicate."""
-        return self._run(self._retention_op(dataset, project), read_only=True)
+        return self._run(forgetting_calls.retention_op(self._context, dataset, project), read_only=True)
 
     def apply_retention(self, *, at: TimeInput | None = None) -> RetentionReport:
         """Purge, in every scope with retention rules, the facts they have outlived at `at`
         (default: now), in one transaction, as `forget_source` deletes facts (their items go too;
         a fact they had superseded keeps its end). Returns what went."""
-        return self._run(self._apply_retention_op(at))
+        return self._run(forgetting_calls.apply_retention_op(self._context, at))
 
     def sweep_items(self, *, project: str | None = None, at: TimeInput | None = None) -> int:
         """Delete the items (of `project`, else of every project) whose TTL ran out by `at`
         (default: now), each with the facts it leaves no item referring to, its past texts
         included, in one transaction. Returns how many items went."""
-        return self._run(self._sweep_items_op(project, at))
+        return self._run(items_calls.sweep_items_op(self._context, project, at))
 
     def recall(
         self,
@@ -367,7 +421,8 @@ class Memory(ItemsBase, ReembedMethods):
         not to keep, such as a profile's already in the prompt (`Profile.fact_ids`); the next
         facts take their places."""
         return self._run(
-            self._recall_op(
+            recall_calls.recall_op(
+                self._context,
                 query,
                 dataset=dataset,
                 project=project,
@@ -404,16 +459,16 @@ class Memory(ItemsBase, ReembedMethods):
         byte-identical from call to call until one of those facts changes, so a prompt cache stays
         warm; pass `fact_ids` to `recall(exclude=...)` so the recall does not repeat them.
         `min_confidence` defaults to the memory's options'."""
-        op = self._profile_op(dataset, project, subject, max_facts, min_confidence)
+        op = recall_calls.profile_op(self._context, dataset, project, subject, max_facts, min_confidence)
         return self._run(op, read_only=True)
 
     def stats(self, *, dataset: str | None = None, project: str | None = None) -> list[dict[str, Any]]:
         """Per scope: facts, live facts, entities, episodes."""
-        return self._run(self._stats_op(dataset, project), read_only=True)
+        return self._run(fact_calls.stats_op(self._context, dataset, project), read_only=True)
 
     def export_jsonl(self, target: str | os.PathLike[str] | TextIO, *, dataset: str, project: str) -> int:
         """Write the scope's facts and episodes as JSON lines; returns the number of lines."""
-        op = self._export_op(dataset, project)
+        op = fact_calls.export_op(self._context, dataset, project)
         with open_sink(target) as sink:
             return self._runner.run(op, sink=sink.writelines)
 
@@ -436,14 +491,18 @@ class Memory(ItemsBase, ReembedMethods):
         it once after the rows (several times faster than maintaining it row by row, but the
         scope's vector search is exact, so slower, until it is back); `False` keeps it; `None`
         (default) rebuilds when the import brings at least 1/4 as many facts as the scope holds."""
-        check_import_args(on_error, batch_size, rebuild_index)
-        parsed = self._parse_import(read_jsonl(source), dataset, project, on_error)
+        fact_calls.check_import_args(on_error, batch_size, rebuild_index)
+        lines = read_jsonl(source)
+        self._check_writable("import_jsonl")
+        scope = check_scope(dataset, project)
+        parsed = parse_jsonl(lines, now=self._context.now(), on_error=on_error)
+        op = fact_calls.import_op(self._context, scope, parsed, batch_size, rebuild_index)
         with progress_callback(parsed.total, progress) as advance:
             try:
-                counts = self._runner.run(self._import_op(parsed, batch_size, rebuild_index), advance=advance)
+                counts = self._runner.run(op, advance=advance)
             except Exception:
                 with suppress(MemsodaError):  # best effort; the next write or open retries it
-                    self._run(self._restore_indexes_op(parsed))
+                    self._run(fact_calls.restore_indexes_op(self._context, scope))
                 raise
         return parsed.report(counts)
 
@@ -456,14 +515,14 @@ class Memory(ItemsBase, ReembedMethods):
         gets a fact "user noted <text>" that recall finds; replacing or deleting the item ends the
         fact (superseded by the new text's) once no item refers to it. Returns the fact id (or None)
         of each distinct (namespace, key), in the order of their last writes."""
-        return self._run(lambda: self._put_items_op(items, dataset, project))
+        return self._run(lambda: items_calls.put_items_op(self._context, items, dataset, project))
 
     def get_item(
         self, namespace: Sequence[str], key: str, *, dataset: str, project: str, refresh_ttl: bool = False
     ) -> StoredItem | None:
         """The item at (`namespace`, `key`) of the scope, or None. `refresh_ttl`: an item with a
         TTL expires that long from now again."""
-        op = self._get_item_op(namespace, key, dataset, project, refresh_ttl)
+        op = items_calls.get_item_op(self._context, namespace, key, dataset, project, refresh_ttl)
         return self._run(op, read_only=not refresh_ttl)
 
     def search_items(
@@ -484,7 +543,9 @@ class Memory(ItemsBase, ReembedMethods):
         No query: most recently updated first. A query: recall in each scope, items ranked by the
         fused score of their facts (`StoredItem.score`); limit + offset at most `limits.MAX_K`.
         `refresh_ttl`: the items found that have a TTL expire that long from now again."""
-        op = self._search_items_op(namespace_prefix, project, dataset, query, filter, limit, offset, refresh_ttl)
+        op = items_calls.search_items_op(
+            self._context, namespace_prefix, project, dataset, query, filter, limit, offset, refresh_ttl
+        )
         return self._run(op, read_only=not refresh_ttl)
 
     def list_item_namespaces(
@@ -500,5 +561,5 @@ class Memory(ItemsBase, ReembedMethods):
         """Distinct namespaces of items matching every ("prefix" | "suffix", labels) pattern of
         `match` ("*" is any one label), cut to `max_depth` labels, sorted label by label; in the
         scope, or in every dataset of `project` when `dataset` is None."""
-        op = self._list_item_namespaces_op(match, max_depth, limit, offset, project, dataset)
+        op = items_calls.list_item_namespaces_op(self._context, match, max_depth, limit, offset, project, dataset)
         return self._run(op, read_only=True)

@@ -7,7 +7,7 @@ import reprlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, date, datetime, time
-from typing import Any
+from typing import Any, NamedTuple
 
 from memsoda_core import limits
 from memsoda_core.errors import (
@@ -193,6 +193,21 @@ def parse_time(value: Any, field: str, *, default: datetime | None = None) -> da
         return parsed.astimezone(UTC)
     except OverflowError:
         raise DateError(f"{field}={display(value)} is outside the dates PostgreSQL and Python can hold") from None
+
+
+class ReadTimes(NamedTuple):
+    """The times of a read, each None when not given: valid time and transaction time."""
+
+    as_of: datetime | None
+    known_at: datetime | None
+
+
+def check_times(as_of: Any, known_at: Any) -> ReadTimes:
+    """A read's `as_of` and `known_at`, parsed; `as_of` defaults to `known_at` ("what memory held
+    true at T, as it knew it then")."""
+    known = parse_time(known_at, "known_at")
+    when = parse_time(as_of, "as_of")
+    return ReadTimes(as_of=when if when is not None else known, known_at=known)
 
 
 def _check_type(value: Any, field: str) -> str:

@@ -171,7 +171,7 @@ def memory_tools(
     `extractor` (or the one `memory` was opened with) lets `save_memory` take a sentence. Sync and
     async calls both work with a `Memory`; an `AsyncMemory` serves async calls only."""
     memory.options.with_overrides({"facts_in_context": k})  # raises LimitError for a bad k
-    chosen = extractor if extractor is not None else getattr(memory, "_extractor", None)
+    chosen = extractor if extractor is not None else memory._context.extractor
     plans = _Plans(RunScope(project, dataset, dataset_from), k, chosen)
     by_name: dict[str, Callable[..., _Call]] = {
         RECALL: plans.recall,

@@ -89,7 +89,7 @@ class MemsodaMemoryBlock(BaseMemoryBlock[str]):
 
     async def _aput(self, messages: list[ChatMessage]) -> None:
         """Learn from flushed messages through `remember` (one window, one transaction)."""
-        extractor = self.extractor if self.extractor is not None else getattr(self.memory, "_extractor", None)
+        extractor = self.extractor if self.extractor is not None else self.memory._context.extractor
         if extractor is None:
             if not self._said_no_extractor:
                 self._said_no_extractor = True

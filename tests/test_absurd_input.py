@@ -235,10 +235,10 @@ def _json_text(value: Any) -> str:
 def test_any_value_in_an_import_line_is_imported_or_skipped_with_its_line(field: str, value: Any, depth: int) -> None:
     value = nested(depth, value)
     line = GOOD[:-1] + f', "{field}": {_json_text(value)}' + "}"
-    facts, episodes, errors = parse_jsonl([GOOD, line], now=NOW, on_error="skip")
-    assert len(facts) + len(episodes) + len(errors) == 2
-    assert [number for number, _ in errors] in ([], [2])
-    if errors:
+    parsed = parse_jsonl([GOOD, line], now=NOW, on_error="skip")
+    assert parsed.total + len(parsed.errors) == 2
+    assert [number for number, _ in parsed.errors] in ([], [2])
+    if parsed.errors:
         with pytest.raises(ImportFormatError, match="line 2"):
             parse_jsonl([GOOD, line], now=NOW, on_error="raise")
 

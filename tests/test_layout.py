@@ -1,4 +1,4 @@
-"""The package's shape: the public API pinned, generated code fresh, no oversized modules. No database."""
+"""The package's shape: the public API pinned, generated code fresh, every sub-package installed. No database."""
 
 from __future__ import annotations
 

@@ -542,7 +542,7 @@ def test_an_indexed_scope_with_any_name_recalls_through_its_own_statements(
     scope = Scope(dataset="d", project=project)
     assert tenant_indexes(scope)[0].name in _index_names(memory)
     own = memory.recall("Person1 visited Town3", dataset="d", project=project)
-    memory._scope_sizes.put(scope, 0)  # as if small: the shared statements, with the names bound
+    memory._context.scope_sizes.put(scope, 0)  # as if small: the shared statements, with the names bound
     shared = memory.recall("Person1 visited Town3", dataset="d", project=project)
     assert own.facts and "vector" in own.facts[0].ranks and "keyword" in own.facts[0].ranks
     assert [s.fact.text for s in own.facts] == [s.fact.text for s in shared.facts]
@@ -555,7 +555,7 @@ def test_shared_and_own_statements_return_the_same_recall(small_threshold: Memor
     memory.add_facts(facts, dataset="d", project="same")
     queries = ["Person1 visited a town", "Town3", "who went where", None]
     shared = [memory.recall(q, dataset="d", project="same") for q in queries * 3]
-    memory._scope_sizes.put(Scope(dataset="d", project="same"), 10**9)  # as if indexed: its own statements
+    memory._context.scope_sizes.put(Scope(dataset="d", project="same"), 10**9)  # as if indexed: its own statements
     own = [memory.recall(q, dataset="d", project="same") for q in queries * 3]
     assert [r.context for r in shared] == [r.context for r in own]
     assert [[(s.fact.id, s.ranks) for s in r.facts] for r in shared] == [

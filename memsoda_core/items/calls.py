@@ -1,5 +1,5 @@
-"""What `Memory` and `AsyncMemory` share for items (`memsoda_core.items.values`): their operation builders,
-arguments checked eagerly as in `memory_base`."""
+"""The item operation builders of a memory (`memsoda_core.items.values`); arguments are checked
+here, eagerly, so bad input raises at the call."""
 
 from __future__ import annotations
 
@@ -21,83 +21,86 @@ from memsoda_core.items.values import (
     parse_match,
 )
 from memsoda_core.limits import MAX_K
-from memsoda_core.memory_base import MemoryBase
+from memsoda_core.memory_context import MemoryContext
 from memsoda_core.models import RecallResult
+from memsoda_core.recall.calls import top_facts_op
 from memsoda_core.runner.steps import Operation
 from memsoda_core.validation import Scope, check_query, check_scope, parse_time
 
 
-class ItemsBase(MemoryBase):
-    """MemoryBase with the item operation builders."""
+def put_items_op(
+    context: MemoryContext, items: Sequence[ItemInput | Mapping[str, Any]], dataset: str, project: str
+) -> Operation[list[int | None]]:
+    scope = check_scope(dataset, project)
+    return context.scope_sizes.resizing(scope, items_ops.put_items(context.info, scope, items, now=context.now()))
 
-    def _put_items_op(
-        self, items: Sequence[ItemInput | Mapping[str, Any]], dataset: str, project: str
-    ) -> Operation[list[int | None]]:
-        scope = check_scope(dataset, project)
-        return self._resizing(scope, items_ops.put_items(self._info, scope, items, now=self._now()))
 
-    def _get_item_op(
-        self, namespace: Sequence[str], key: str, dataset: str, project: str, refresh_ttl: Any = False
-    ) -> Operation[StoredItem | None]:
-        scope, at = check_scope(dataset, project), self._now() if _check_refresh(refresh_ttl) else None
-        return items_ops.get_item(self._info, scope, check_namespace(namespace), check_key(key), refresh_at=at)
+def get_item_op(
+    context: MemoryContext, namespace: Sequence[str], key: str, dataset: str, project: str, refresh_ttl: Any = False
+) -> Operation[StoredItem | None]:
+    scope, at = check_scope(dataset, project), context.now() if _check_refresh(refresh_ttl) else None
+    return items_ops.get_item(context.info, scope, check_namespace(namespace), check_key(key), refresh_at=at)
 
-    def _search_items_op(
-        self,
-        namespace_prefix: Sequence[str],
-        project: str,
-        dataset: str | None,
-        query: str | None,
-        filter: Mapping[str, Any] | None,
-        limit: int,
-        offset: int,
-        refresh_ttl: Any = False,
-    ) -> Operation[list[StoredItem]]:
-        refresh = _check_refresh(refresh_ttl)
-        (dataset, project), prefix = check_item_scope(dataset, project), check_namespace(namespace_prefix, empty=True)
-        text, conditions = check_query(query), parse_filter(filter)
-        check_page(limit, offset, most=MAX_LIST_LIMIT if text is None else MAX_K)
 
-        def recall_in(where: Scope, keep: int) -> Operation[RecallResult]:
-            return self._top_facts_op(where, text, keep)
+def search_items_op(
+    context: MemoryContext,
+    namespace_prefix: Sequence[str],
+    project: str,
+    dataset: str | None,
+    query: str | None,
+    filter: Mapping[str, Any] | None,
+    limit: int,
+    offset: int,
+    refresh_ttl: Any = False,
+) -> Operation[list[StoredItem]]:
+    refresh = _check_refresh(refresh_ttl)
+    (dataset, project), prefix = check_item_scope(dataset, project), check_namespace(namespace_prefix, empty=True)
+    text, conditions = check_query(query), parse_filter(filter)
+    check_page(limit, offset, most=MAX_LIST_LIMIT if text is None else MAX_K)
 
-        found = items_ops.search_items(
-            self._info,
-            project,
-            dataset,
-            prefix,
-            query=text,
-            conditions=conditions,
-            limit=limit,
-            offset=offset,
-            recall_in=recall_in,
-        )
-        return self._refreshing(found) if refresh else found
+    def recall_in(where: Scope, keep: int) -> Operation[RecallResult]:
+        return top_facts_op(context, where, text, keep)
 
-    def _refreshing(self, op: Operation[list[StoredItem]]) -> Operation[list[StoredItem]]:
-        """`op`'s items, their TTLs counted again from now."""
-        found = yield from op
-        return (yield from items_ops.refresh_items(self._info, found, self._now()))
+    found = items_ops.search_items(
+        context.info,
+        project,
+        dataset,
+        prefix,
+        query=text,
+        conditions=conditions,
+        limit=limit,
+        offset=offset,
+        recall_in=recall_in,
+    )
+    return _refreshing(context, found) if refresh else found
 
-    def _sweep_items_op(self, project: str | None, at: Any) -> Operation[int]:
-        if project is not None:
-            check_scope("-", project)
-        return items_ops.sweep_items(self._info, project, parse_time(at, "at"))
 
-    def _list_item_namespaces_op(
-        self,
-        match: Sequence[tuple[str, Sequence[str]]],
-        max_depth: int | None,
-        limit: int,
-        offset: int,
-        project: str,
-        dataset: str | None,
-    ) -> Operation[list[tuple[str, ...]]]:
-        (dataset, project), patterns = check_item_scope(dataset, project), parse_match(match)
-        check_page(limit, offset, most=MAX_LIST_LIMIT)
-        return items_ops.list_item_namespaces(
-            self._info, project, dataset, patterns, max_depth=check_max_depth(max_depth), limit=limit, offset=offset
-        )
+def _refreshing(context: MemoryContext, op: Operation[list[StoredItem]]) -> Operation[list[StoredItem]]:
+    """`op`'s items, their TTLs counted again from now."""
+    found = yield from op
+    return (yield from items_ops.refresh_items(context.info, found, context.now()))
+
+
+def sweep_items_op(context: MemoryContext, project: str | None, at: Any) -> Operation[int]:
+    if project is not None:
+        check_scope("-", project)
+    return items_ops.sweep_items(context.info, project, parse_time(at, "at"))
+
+
+def list_item_namespaces_op(
+    context: MemoryContext,
+    match: Sequence[tuple[str, Sequence[str]]],
+    max_depth: int | None,
+    limit: int,
+    offset: int,
+    project: str,
+    dataset: str | None,
+) -> Operation[list[tuple[str, ...]]]:
+    (dataset, project), patterns = check_item_scope(dataset, project), parse_match(match)
+    check_page(limit, offset, most=MAX_LIST_LIMIT)
+    return items_ops.list_item_namespaces(
+        context.info, project, dataset, patterns, max_depth=check_max_depth(max_depth), limit=limit, offset=offset
+    )
 
 
 def _check_refresh(refresh_ttl: Any) -> bool:

@@ -9,12 +9,14 @@ from typing import Any
 
 from memsoda_core import limits
 from memsoda_core.errors import ConfigurationError, ExtractionError, LimitError, ValidationError
-from memsoda_core.learning.applying import Applied
+from memsoda_core.learning.applying import Applied, apply_extraction
 from memsoda_core.learning.extractors import Extractor, as_extractor
 from memsoda_core.learning.messages import WindowMessage, check_messages, window_time
 from memsoda_core.learning.operations import ON_INVALID, CheckedExtraction, check_answer
 from memsoda_core.learning.prompt import ExtractionRequest
 from memsoda_core.models import USER_ROLES, RecallResult, RememberResult
+from memsoda_core.runner.steps import Operation
+from memsoda_core.store.info import StoreInfo
 from memsoda_core.text import normalize_name
 from memsoda_core.validation import Scope, ValidEpisode, check_scope, check_text
 
@@ -98,6 +100,10 @@ class RememberCall:
             return None
         text = check_text(checked.summary, "summary", limits.MAX_EPISODE_CHARS)
         return ValidEpisode(text=text, thread_id=self.thread_id, created_at=self.now)
+
+    def apply(self, info: StoreInfo, checked: CheckedExtraction) -> Operation[Applied]:
+        """The write of `checked`: one transaction, with its sources and the window's episode."""
+        return apply_extraction(info, self.scope, checked, thread_id=self.thread_id, episode=self.episode(checked))
 
     @staticmethod
     def result(request: ExtractionRequest, checked: CheckedExtraction, applied: Applied) -> RememberResult:

@@ -14,6 +14,7 @@ from memsoda_core.errors import (
     ImportFormatError,
     ValidationError,
 )
+from memsoda_core.models import ImportReport
 from memsoda_core.ops.editing import write_episodes
 from memsoda_core.ops.maintenance import ensure_tenant_indexes, set_aside_fact_index
 from memsoda_core.ops.writing import CountDeltas, bump_counts, insert_fact_rows, lock_facts
@@ -148,9 +149,33 @@ def _times_seen(record: Mapping[str, Any], line: int) -> int:
         raise ImportFormatError(str(exc), line=line) from None
 
 
-def parse_jsonl(
-    lines: Iterable[str], *, now: datetime, on_error: str
-) -> tuple[list[ValidFact], list[ImportedEpisode], list[tuple[int, str]]]:
+@dataclass(frozen=True, kw_only=True)
+class ParsedImport:
+    """A validated JSONL file, ready to write: its facts and episodes, and the (line number,
+    message) of each line skipped."""
+
+    facts: list[ValidFact]
+    episodes: list[ImportedEpisode]
+    errors: list[tuple[int, str]]
+
+    @property
+    def total(self) -> int:
+        return len(self.facts) + len(self.episodes)
+
+    def report(self, counts: ImportCounts) -> ImportReport:
+        return ImportReport(
+            facts=len(self.facts),
+            episodes=len(self.episodes),
+            skipped=len(self.errors),
+            errors=tuple(self.errors),
+            facts_new=counts.facts_new,
+            facts_merged=counts.facts_merged,
+            episodes_new=counts.episodes_new,
+            episodes_present=counts.episodes_present,
+        )
+
+
+def parse_jsonl(lines: Iterable[str], *, now: datetime, on_error: str) -> ParsedImport:
     """Validate every line first. `on_error="raise"` raises ImportFormatError at the first bad
     line (nothing is written); `"skip"` collects (line number, message) and goes on."""
     facts: list[ValidFact] = []
@@ -188,7 +213,7 @@ def parse_jsonl(
             if on_error == "raise":
                 raise
             errors.append((number, str(exc)))
-    return facts, episodes, errors
+    return ParsedImport(facts=facts, episodes=episodes, errors=errors)
 
 
 def import_records(

@@ -18,8 +18,9 @@ from dataclasses import replace
 from memsoda_core.embedders import Embedder
 from memsoda_core.errors import StoreBusyError
 from memsoda_core.files import progress_callback
-from memsoda_core.memory_base import MemoryBase, aclose_built
+from memsoda_core.memory_context import MemoryContext
 from memsoda_core.ops.maintenance import ensure_all_tenant_indexes
+from memsoda_core.ops.open_settings import aclose_built
 from memsoda_core.reembed import operation as reembed_ops
 from memsoda_core.reembed.operation import DEFAULT_BATCH_SIZE, ReembedReport, ReembedState
 from memsoda_core.reembed.statements import Cursor
@@ -27,10 +28,13 @@ from memsoda_core.runner.async_runner import AsyncRunner
 from memsoda_core.runner.embedding import check_embedder
 
 
-class AsyncReembedMethods(MemoryBase):
-    """`AsyncMemory.reembed` (it supplies `_runner`)."""
+class AsyncReembedMethods:
+    """`AsyncMemory.reembed` (it supplies these attributes)."""
 
     _runner: AsyncRunner
+    _context: MemoryContext
+    _embedder: Embedder
+    _built_embedder: bool
 
     async def reembed(
         self, embedder: Embedder, *, batch_size: int = DEFAULT_BATCH_SIZE, progress: bool = False
@@ -47,11 +51,11 @@ class AsyncReembedMethods(MemoryBase):
         Raises EmbeddingError when the new embedder fails or returns bad vectors (the store stays
         on its model; run it again to resume), ConfigurationError for a bad `batch_size` or
         dimension. `progress` shows a bar on stderr."""
-        self._check_writable("reembed")
+        self._context.check_writable("reembed")
         chosen = check_embedder(embedder)
         model, dimensions = str(chosen.model), int(chosen.dimensions)
         reembed_ops.check_reembed_args(model, dimensions, batch_size)
-        info = self._info
+        info = self._context.info
         runner = self._runner.with_embedder(chosen, replace(info, model=model, dimensions=dimensions))
         state, resumed = await runner.run(lambda: reembed_ops.start(info, model, dimensions))
         if state is None:
@@ -70,7 +74,7 @@ class AsyncReembedMethods(MemoryBase):
                     if attempt == reembed_ops.SWITCH_ATTEMPTS:
                         raise
         await self._switched_to(chosen, runner)
-        built = await self._runner.run(ensure_all_tenant_indexes(self._info))
+        built = await self._runner.run(ensure_all_tenant_indexes(self._context.info))
         return ReembedReport(
             model=model,
             dimensions=dimensions,
@@ -84,8 +88,8 @@ class AsyncReembedMethods(MemoryBase):
     async def abandon_reembed(self) -> bool:
         """Drop a re-embed in progress (its new vectors, columns and indexes); the store stays on
         its model. False when none was in progress."""
-        self._check_writable("abandon_reembed")
-        return await self._runner.run(lambda: reembed_ops.abandon(self._info))
+        self._context.check_writable("abandon_reembed")
+        return await self._runner.run(lambda: reembed_ops.abandon(self._context.info))
 
     async def _reembed_pass(
         self,
@@ -100,10 +104,12 @@ class AsyncReembedMethods(MemoryBase):
         """Re-embed, batch by batch from `cursor`, every row still to do; returns how many."""
         done = 0
         while True:
-            cursor, rows = await runner.run(reembed_ops.read_pending(self._info, cursor, batch_size), read_only=True)
+            cursor, rows = await runner.run(
+                reembed_ops.read_pending(self._context.info, cursor, batch_size), read_only=True
+            )
             if not rows:
                 return done
-            cursor = await runner.run(reembed_ops.write_batch(self._info, state, cursor, rows, persist=persist))
+            cursor = await runner.run(reembed_ops.write_batch(self._context.info, state, cursor, rows, persist=persist))
             done += len(rows)
             if advance is not None:
                 advance(len(rows))
@@ -111,7 +117,8 @@ class AsyncReembedMethods(MemoryBase):
     async def _switched_to(self, embedder: Embedder, runner: AsyncRunner) -> None:
         """From the switch on, this memory embeds with the new embedder into the new space."""
         old, built = self._runner.embedder, self._built_embedder
-        self._info = replace(self._info, model=runner.info.model, dimensions=runner.info.dimensions)
-        self._runner = self._runner.with_embedder(embedder, self._info)
+        info = replace(self._context.info, model=runner.info.model, dimensions=runner.info.dimensions)
+        self._context = replace(self._context, info=info)
+        self._runner = self._runner.with_embedder(embedder, info)
         self._embedder, self._built_embedder = embedder, False
         await aclose_built(old if built else None)

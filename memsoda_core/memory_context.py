@@ -1,0 +1,41 @@
+"""`MemoryContext`: what every operation builder reads of an open memory, as one value."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from memsoda_core.errors import ReadOnlyStoreError
+from memsoda_core.learning.extractors import Extractor
+from memsoda_core.options import DEFAULT_OPTIONS, RecallOptions
+from memsoda_core.recall.planning import ScopeSizes
+from memsoda_core.store.info import StoreInfo
+from memsoda_core.synthesis import Synthesizer
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryContext:
+    """The open store's info, the default recall options, the scope-size cache, the models.
+
+    A memory replaces its context when the store's info changes (a reembed's switch), keeping the
+    same `scope_sizes`; builders read it when they build, so an operation built later sees the new one.
+    """
+
+    info: StoreInfo
+    options: RecallOptions = DEFAULT_OPTIONS
+    scope_sizes: ScopeSizes = field(default_factory=ScopeSizes)
+    synthesizer: Synthesizer | None = None
+    extractor: Extractor | None = None
+
+    @staticmethod
+    def now() -> datetime:
+        return datetime.now(UTC)
+
+    def check_writable(self, what: str) -> None:
+        """Refuse a write before anything is sent when the store is open read-only."""
+        if self.info.read_only:
+            raise ReadOnlyStoreError(
+                f"{what} writes, and this store is open read-only (read_only=True, or a read-only "
+                "session: a hot standby, a read replica, a read-only role); write through a memory "
+                "opened read-write on the primary"
+            )

@@ -1,0 +1,128 @@
+"""The recall operation builders of a memory: `recall`, `profile`, and the recalls that `remember`
+and an item search make. Arguments are checked here, eagerly, so bad input raises at the call."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from memsoda_core.embedders import check_vectors
+from memsoda_core.errors import ConfigurationError, EmbeddingError, LimitError, ValidationError
+from memsoda_core.learning.call import RememberCall
+from memsoda_core.memory_context import MemoryContext
+from memsoda_core.models import IncludeOption, RecallResult
+from memsoda_core.options import RecallOptions
+from memsoda_core.recall.operation import recall as recall_operation
+from memsoda_core.recall.profile import MAX_FACTS as MAX_PROFILE_FACTS
+from memsoda_core.recall.profile import Profile
+from memsoda_core.recall.profile import profile as standing_profile
+from memsoda_core.recall.signals.conversation import check_conversation
+from memsoda_core.runner.steps import Operation
+from memsoda_core.validation import Scope, check_entity_name, check_query, check_scope, check_times
+
+INCLUDE_OPTIONS: frozenset[str] = frozenset({"raw", "episodes", "synthesis"})
+
+
+def recall_op(
+    context: MemoryContext,
+    query: str | None,
+    *,
+    dataset: str,
+    project: str,
+    include: Iterable[str],
+    query_embedding: Sequence[float] | None,
+    as_of: Any,
+    options: RecallOptions | None,
+    overrides: dict[str, Any],
+    known_at: Any = None,
+    conversation: Any = None,
+    exclude: Any = (),
+) -> Operation[RecallResult]:
+    scope = check_scope(dataset, project)
+    text = check_query(query)
+    turns = check_conversation(conversation)
+    excluded = check_fact_ids(exclude, "exclude")
+    chosen = (options or context.options).with_overrides({k: v for k, v in overrides.items() if v is not None})
+    if isinstance(include, str):
+        include = (include,)
+    wanted = frozenset(include)
+    unknown = sorted(wanted - INCLUDE_OPTIONS)
+    if unknown:
+        raise ValidationError(f"unknown include option(s) {unknown}; use any of {sorted(INCLUDE_OPTIONS)}")
+    if "synthesis" in wanted and context.synthesizer is None:
+        raise ConfigurationError("include=['synthesis'] needs Memory.open(synthesizer=...)")
+    vector = None
+    if query_embedding is not None:
+        try:
+            vector = check_vectors([query_embedding], count=1, dimensions=context.info.dimensions)[0]
+        except EmbeddingError as exc:
+            raise ValidationError(f"query_embedding is not usable: {exc}") from None
+    times = check_times(as_of, known_at)
+    typed: frozenset[IncludeOption] = wanted  # type: ignore[assignment]
+    return recall_operation(
+        context.info,
+        scope,
+        text,
+        options=chosen,
+        include=typed,
+        query_embedding=vector,
+        as_of=times.as_of,
+        now=context.now(),
+        scope_sizes=context.scope_sizes,
+        known_at=times.known_at,
+        conversation=turns,
+        exclude=excluded,
+    )
+
+
+def top_facts_op(context: MemoryContext, scope: Scope, query: str | None, keep: int) -> Operation[RecallResult]:
+    """A recall with the memory's options but `keep` facts kept: what `remember` shows its
+    extractor and what an item search maps back to items."""
+    return recall_op(
+        context,
+        query,
+        dataset=scope.dataset,
+        project=scope.project,
+        include=(),
+        query_embedding=None,
+        as_of=None,
+        options=None,
+        overrides={"facts_in_context": keep},
+    )
+
+
+def related_op(context: MemoryContext, call: RememberCall) -> Operation[RecallResult]:
+    """The live facts recall finds for a `remember` window (none when `related` is 0)."""
+    if not call.related:
+        return _nothing_related()
+    return top_facts_op(context, call.scope, call.query(), call.related)
+
+
+def _nothing_related() -> Operation[RecallResult]:
+    return RecallResult(context="", facts=(), entities=())
+    yield  # an operation with no requests
+
+
+def profile_op(
+    context: MemoryContext, dataset: str, project: str, subject: Any, max_facts: Any, min_confidence: Any
+) -> Operation[Profile]:
+    scope = check_scope(dataset, project)
+    name = check_entity_name(subject)
+    if isinstance(max_facts, bool) or not isinstance(max_facts, int) or not 1 <= max_facts <= MAX_PROFILE_FACTS:
+        raise LimitError(f"max_facts must be an int between 1 and {MAX_PROFILE_FACTS}, got {max_facts!r}")
+    floor = context.options.min_confidence if min_confidence is None else min_confidence
+    if isinstance(floor, bool) or not isinstance(floor, int | float) or not 0.0 <= floor <= 1.0:
+        raise ValidationError(f"min_confidence must be a number between 0 and 1, got {min_confidence!r}")
+    return standing_profile(
+        context.info, scope, subject=name, max_facts=max_facts, min_confidence=float(floor), at=context.now()
+    )
+
+
+def check_fact_ids(ids: Any, name: str) -> frozenset[int]:
+    """A collection of fact ids (ints), as a frozenset."""
+    if isinstance(ids, str | bytes) or not isinstance(ids, Iterable):
+        raise ValidationError(f"{name} must be a collection of fact ids (ints), got {type(ids).__name__}")
+    checked = list(ids)
+    if any(isinstance(i, bool) or not isinstance(i, int) for i in checked):
+        raise ValidationError(f"{name} must hold fact ids (ints) only")
+    return frozenset(checked)
