@@ -89,7 +89,7 @@ async def _execute(cursor: psycopg.AsyncCursor[Any], request: Execute) -> None:
     prepare = request.planning is not Planning.FRESH
     statement = request.statement
     if isinstance(statement, Compiled):
-        await cursor.execute(statement.query, statement.bind(request.params or {}), prepare=prepare)
+        await cursor.execute(statement.query, statement.bind(request.params), prepare=prepare)
     else:
         await cursor.execute(statement, request.params, prepare=prepare)
 

@@ -33,9 +33,12 @@ class Compiled:
     names: tuple[str, ...]
     binary: tuple[bool, ...]
 
-    def bind(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
+    def bind(self, params: Mapping[str, Any] | tuple[Any, ...] | None) -> tuple[Any, ...]:
         """The values of `params` in placeholder order. A plain list at a binary placeholder goes as
         a `BinaryList`: a raw cursor chooses each value's format by its type alone."""
+        if isinstance(params, tuple):
+            raise TypeError("a compiled statement takes its parameters by name")
+        params = params or {}
         try:
             values = [params[name] for name in self.names]
         except KeyError:

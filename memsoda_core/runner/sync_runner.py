@@ -74,7 +74,7 @@ Advance = Callable[[int], None]
 """What `Progress` calls (an import's progress bar)."""
 
 
-def _cursor(conn: Connection, request: Execute) -> psycopg.AsyncCursor[Any]:
+def _cursor(conn: Connection, request: Execute) -> psycopg.Cursor[Any]:
     """A raw cursor for a compiled statement (sent as it is), else psycopg's own (which reads the
     text for `%(name)s` placeholders)."""
     if isinstance(request.statement, Compiled):
@@ -82,11 +82,11 @@ def _cursor(conn: Connection, request: Execute) -> psycopg.AsyncCursor[Any]:
     return conn.cursor(row_factory=request.row_factory)
 
 
-def _execute(cursor: psycopg.AsyncCursor[Any], request: Execute) -> None:
+def _execute(cursor: psycopg.Cursor[Any], request: Execute) -> None:
     prepare = request.planning is not Planning.FRESH
     statement = request.statement
     if isinstance(statement, Compiled):
-        cursor.execute(statement.query, statement.bind(request.params or {}), prepare=prepare)
+        cursor.execute(statement.query, statement.bind(request.params), prepare=prepare)
     else:
         cursor.execute(statement, request.params, prepare=prepare)
 
