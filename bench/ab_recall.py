@@ -57,7 +57,9 @@ def main() -> None:
     words = synth.vocabulary(3000, random.Random(7))
     with bench_memory(embedder) as memory, tempfile.TemporaryDirectory() as tmp:
         tenants = [
-            synth.generate(synth.Tenant(f"other{i:03d}", args.other_facts), dims=dims, words=words, seed=i)
+            synth.generate(
+                synth.Tenant(project=f"other{i:03d}", facts=args.other_facts), dims=dims, words=words, seed=i
+            )
             for i in range(args.small)
         ]
         measured = synth.generate(synth.Tenant(project="measured", facts=args.facts), dims=dims, words=words, seed=99)
