@@ -117,22 +117,29 @@ def facts_statement(schema: str, *, default_partitions: bool = False, named: Sco
     )
 
 
-def episodes_statement(schema: str) -> sql.Composed:
+@lru_cache(maxsize=64)
+def episodes_statement(schema: str) -> Compiled:
     """Nearest episode summaries of the scope (one vector search)."""
-    return sql.SQL(
-        """SELECT id, thread_id, text, created_at, 1 - (embedding <=> %(qvec)s) AS similarity
+    return rendered(
+        sql.SQL(
+            """SELECT id, thread_id, text, created_at, 1 - (embedding <=> %(qvec)s) AS similarity
            FROM {s}.episodes
            WHERE dataset = %(dataset)s AND project = %(project)s AND created_at <= %(at)s
            ORDER BY embedding <=> %(qvec)s, id DESC
            LIMIT %(episodes_k)s"""
-    ).format(s=sql.Identifier(schema))
+        ).format(s=sql.Identifier(schema))
+    )
 
 
-def recent_episodes_statement(schema: str) -> sql.Composed:
-    return sql.SQL(
-        """SELECT id, thread_id, text, created_at, NULL::float8 AS similarity
+@lru_cache(maxsize=64)
+def recent_episodes_statement(schema: str) -> Compiled:
+    """The scope's latest episode summaries (a recall without a vector)."""
+    return rendered(
+        sql.SQL(
+            """SELECT id, thread_id, text, created_at, NULL::float8 AS similarity
            FROM {s}.episodes
            WHERE dataset = %(dataset)s AND project = %(project)s AND created_at <= %(at)s
            ORDER BY created_at DESC, id DESC
            LIMIT %(episodes_k)s"""
-    ).format(s=sql.Identifier(schema))
+        ).format(s=sql.Identifier(schema))
+    )
