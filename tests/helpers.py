@@ -4,29 +4,21 @@ fail on purpose."""
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
 from memsoda_core import LocalEmbedder
+from memsoda_core.runner.compiled import Compiled
 
 
-def generic_plan(conn: psycopg.Connection[Any], statement: sql.SQL) -> dict[str, Any]:
-    """PostgreSQL's generic plan of a rendered recall statement (its placeholders made $n), as
-    recall runs an indexed scope's statements, and as a shared statement's plan may end up."""
-    names: list[str] = []
-
-    def number(match: re.Match[str]) -> str:
-        if match.group(1) not in names:
-            names.append(match.group(1))
-        return f"${names.index(match.group(1)) + 1}"
-
-    text = re.sub(r"%\((\w+)\)[sb]", number, statement.as_string(None)).replace("%%", "%")
-    ((explained,),) = conn.execute(sql.SQL("EXPLAIN (GENERIC_PLAN, FORMAT JSON) {}").format(sql.SQL(text))).fetchall()
+def generic_plan(conn: psycopg.Connection[Any], statement: Compiled) -> dict[str, Any]:
+    """PostgreSQL's generic plan of a compiled recall statement (its `$n` text), as recall runs an
+    indexed scope's statements, and as a shared statement's plan may end up."""
+    explain = b"EXPLAIN (GENERIC_PLAN, FORMAT JSON) " + statement.query  # no values: its $n stay unknown
+    ((explained,),) = psycopg.RawCursor(conn).execute(explain).fetchall()
     return dict(explained[0]["Plan"])
 
 
@@ -142,3 +134,11 @@ ADAPTER_FACTS: list[dict[str, Any]] = [
 ]
 """The small memory both adapter test modules recall from."""
 ADAPTER_QUERY = "what car does the user drive?"
+
+
+def run_compiled(
+    conn: psycopg.Connection[Any], statement: Compiled, params: dict[str, Any], *, before: bytes = b""
+) -> list[Any]:
+    """The rows of a compiled statement run as the runner runs it (a raw cursor), `before` put in
+    front of its text (an EXPLAIN)."""
+    return psycopg.RawCursor(conn).execute(before + statement.query, statement.bind(params)).fetchall()

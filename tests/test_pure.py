@@ -9,9 +9,11 @@ import unicodedata
 from dataclasses import replace
 from datetime import UTC, datetime
 
+import psycopg
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from psycopg import sql
 
 from memsoda_core import Fact, RecallOptions, ScoredFact, SignalHit
 from memsoda_core.errors import ConfigurationError, LimitError
@@ -24,10 +26,10 @@ from memsoda_core.recall.render import anchor_entities, group_by_anchor, render
 from memsoda_core.recall.result import fuse_hits, plan_for
 from memsoda_core.recall.signals import SIGNAL_NAMES
 from memsoda_core.recall.statements import (
-    PARSE_CACHE_BYTES,
     RecallPlan,
     hits_statement,
     planned_signals,
+    recall_groups,
     recall_statements,
 )
 from memsoda_core.text import (
@@ -331,23 +333,68 @@ def test_statistics_are_refreshed_when_the_facts_table_doubles() -> None:
     assert statistics_stale(100, 200)
 
 
-def test_rendered_recall_statements_fit_psycopgs_parse_cache() -> None:
+def _every_recall_plan() -> set[RecallPlan]:
     plans = {
         plan_for(query, embedding, replace(DEFAULT_OPTIONS, anchor_hops=hops))
         for query, embedding, hops in itertools.product(("q", None), (True, False), (1, 2))
     }
     plans.add(plan_for("q", True, replace(DEFAULT_OPTIONS, recent_candidates=50)))  # the recency list beside a query
     assert len(plans) == 8  # every statement a recall can run
-    for plan in plans:
-        named = Scope(dataset="d" * 12, project="p" * 12)  # an indexed scope's own statements
+    return plans
+
+
+def test_compiled_recall_statements_are_what_psycopg_would_send() -> None:
+    """Compiling (`runner.compiled`) gives the text and parameter order psycopg's own reading of
+    `%(name)s` gives, read once instead of at every run."""
+    from psycopg._queries import PostgresQuery
+    from psycopg.adapt import Transformer
+
+    for plan in _every_recall_plan():
+        for group, statement in zip(recall_groups(plan), recall_statements("memsoda", plan), strict=True):
+            composed = hits_statement("memsoda", plan, group)
+            query = PostgresQuery(Transformer())
+            query.convert(composed, dict.fromkeys(statement.names))
+            assert statement.query == query.query
+            assert statement.names == tuple(query._order or ())
+
+
+def test_recall_statements_take_names_of_any_length_quoted_as_they_are() -> None:
+    """No byte budget: a 63-character schema and 200-character scope names (the limits), with a
+    `%` (psycopg's placeholder sign) and a quote, reach the text unchanged, and only the statement's
+    own placeholders become `$n`."""
+    schema = "s%" * 31 + "s"
+    named = Scope(dataset="d%(x)s" * 33 + "dd", project="p'" * 100)
+    assert (len(schema), len(named.dataset), len(named.project)) == (63, 200, 200)
+    for plan in _every_recall_plan():
         for scope in (None, named):
-            for statement in recall_statements("schema_of_20_chars__", plan, scope):
-                text = statement.as_string(None)
-                assert len(text.encode()) <= PARSE_CACHE_BYTES, plan
-                assert "  " not in text.replace("' | '", "").replace("' & '", "")
-                assert scope or "%(project)s" in text  # shared statements: the scope is bound
-        own = " ".join(statement.as_string(None) for statement in recall_statements("s", plan, named))
-        assert "'" + "p" * 12 + "'" in own  # named in every tenant predicate
+            for statement in recall_statements(schema, plan, scope):
+                text = statement.as_string()
+                assert f'"{schema}".facts' in text
+                numbers = {int(n) for n in re.findall(r"\$(\d+)", text)}
+                assert numbers == set(range(1, len(statement.names) + 1)), plan
+                assert scope or "$" in text.split("dataset = ")[1][:3]  # shared statements: the scope is bound
+        own = " ".join(statement.as_string() for statement in recall_statements(schema, plan, named))
+        assert "'" + named.project.replace("'", "''") + "'" in own  # named in every tenant predicate
+        assert "'" + named.dataset + "'" in own
+        assert "dataset" not in {name for st in recall_statements(schema, plan, named) for name in st.names}
+
+
+def test_compiling_reads_placeholders_in_sql_text_only() -> None:
+    from memsoda_core.runner.compiled import compiled
+
+    statement = sql.SQL("SELECT {l}, %(a)s, '%%', %(b)b, %(a)s FROM {t}").format(
+        l=sql.Literal("50%(a)s"), t=sql.Identifier("we%ird")
+    )
+    done = compiled(statement)
+    assert done.query == b"""SELECT '50%(a)s', $1, '%', $2, $1 FROM "we%ird\""""
+    assert (done.names, done.binary) == (("a", "b"), (False, True))
+    assert done.bind({"a": 1, "b": [2], "c": 3}) == (1, [2])
+    assert type(done.bind({"a": 1, "b": [2]})[1]).__name__ == "BinaryList"  # a plain list goes binary, as %b asks
+    with pytest.raises(psycopg.ProgrammingError, match="missing: b"):
+        done.bind({"a": 1})
+    for wrong in ("SELECT %s", "SELECT %(a)t", "SELECT %(a)s, %(a)b", "SELECT 5 % 2"):
+        with pytest.raises(ValueError):
+            compiled(sql.SQL(wrong))
 
 
 def test_scope_sizes_expire_forget_and_stay_bounded() -> None:

@@ -179,10 +179,9 @@ def test_parameters_are_named_like_the_options_they_come_from() -> None:
     derived |= {"window_start", "window_end", "window_words"}  # the date signal's, from the query
     assert set(params) - derived <= fields
     assert params["anchor_vector_top_k"] == options.anchor_vector_top_k
-    text = " ".join(_text(s) for plan in PLANS for s in statements.recall_statements("memsoda", plan))
-    for old in ("near_k", "near_min", "vector_limit", "anchor_limit", "keyword_limit", "common_share"):
-        assert f"%({old})" not in text
-    used = {name for name in params if f"%({name})" in text}
+    taken = {name for plan in PLANS for s in statements.recall_statements("memsoda", plan) for name in s.names}
+    assert not taken & {"near_k", "near_min", "vector_limit", "anchor_limit", "keyword_limit", "common_share"}
+    used = set(params) & taken
     assert used == set(params) - {"episodes_k"}  # every value a statement takes, and only those
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 from conftest import open_memory
-from helpers import CountingEmbedder, generic_plan, plan_nodes
+from helpers import CountingEmbedder, generic_plan, plan_nodes, run_compiled
 from psycopg import sql
 from typer.testing import CliRunner
 
@@ -278,8 +278,8 @@ def test_the_vector_list_is_full_through_a_tenant_index_despite_filtered_rows(sm
     with memory._runner.pool.connection() as conn:  # memsoda's session settings (iterative scans)
         conn.execute("SET enable_seqscan = off")  # 60 rows: make the choice the one at scale
         conn.execute("SET hnsw.ef_search = 10")  # one plain HNSW pass would yield 10 rows, ~3 of them live
-        plan = "\n".join(r[0] for r in conn.execute(sql.SQL("EXPLAIN ") + vector_statement, params).fetchall())
-        rows = conn.execute(vector_statement, params).fetchall()
+        plan = "\n".join(r[0] for r in run_compiled(conn, vector_statement, params, before=b"EXPLAIN "))
+        rows = run_compiled(conn, vector_statement, params)
     assert tenant_indexes(scope)[0].name in plan
     vector_ids = [row[1] for row in rows if row[0] == "vector"]
     assert len(vector_ids) == 15  # 20 of the 60 facts are live and above the floor; the list asked for 15
@@ -337,10 +337,8 @@ def test_the_half_rule_tsquery_is_built_once_per_recall(small_threshold: Memory,
     with memory._runner.pool.connection() as conn:
         if indexed:
             conn.execute("SET plan_cache_mode = force_generic_plan")
-        ((explained,),) = conn.execute(
-            sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) ") + vector_and_keyword, params
-        ).fetchall()
-        rows = conn.execute(vector_and_keyword, params).fetchall()
+        ((explained,),) = run_compiled(conn, vector_and_keyword, params, before=b"EXPLAIN (ANALYZE, FORMAT JSON) ")
+        rows = run_compiled(conn, vector_and_keyword, params)
         conn.execute("RESET plan_cache_mode")
     # the keyword rule's tsquery is built by the keyword_any CTE (issue 20; before, generate_series)
     builders = [node for node in plan_nodes(explained[0]["Plan"]) if node.get("Subplan Name") == "CTE keyword_any"]
@@ -546,6 +544,30 @@ def test_an_indexed_scope_with_any_name_recalls_through_its_own_statements(
     shared = memory.recall("Person1 visited Town3", dataset="d", project=project)
     assert own.facts and "vector" in own.facts[0].ranks and "keyword" in own.facts[0].ranks
     assert [s.fact.text for s in own.facts] == [s.fact.text for s in shared.facts]
+
+
+def test_the_longest_names_recall_through_own_and_shared_statements(pg_dsn: str, embedder: Any) -> None:
+    """No statement has a length budget: a 63-character schema and an indexed scope with
+    200-character names (the limits), which its own statements carry as literals, recall the same
+    facts through its own statements and through the shared ones."""
+    schema = "s" * 63  # (`%` is refused in a schema name: the write statements are read by psycopg)
+    scope = Scope(dataset="d%(project)s" * 16 + "d" * 8, project="p'" * 100)
+    assert (len(schema), len(scope.dataset), len(scope.project)) == (63, 200, 200)
+    names = {"dataset": scope.dataset, "project": scope.project}
+    with (
+        dropped_after(pg_dsn, schema),
+        Memory.open(pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD, layout="plain") as memory,
+    ):
+        memory.add_facts(_facts(THRESHOLD + 2), **names)
+        assert tenant_indexes(scope)[0].name in _index_names(memory)
+        own = memory.recall("Person1 visited Town3", **names)
+        memory._scope_sizes.put(scope, 0)  # as if small: the shared statements, with the names bound
+        shared = memory.recall("Person1 visited Town3", **names)
+        with memory._runner.pool.connection() as conn:
+            kept = [str(text) for (text,) in conn.execute("SELECT statement FROM pg_prepared_statements")]
+    assert own.facts and "vector" in own.facts[0].ranks and "keyword" in own.facts[0].ranks
+    assert [s.fact.text for s in own.facts] == [s.fact.text for s in shared.facts]
+    assert any("'" + scope.project.replace("'", "''") + "'" in text for text in kept)  # its own statements ran
 
 
 def test_shared_and_own_statements_return_the_same_recall(small_threshold: Memory) -> None:

@@ -16,6 +16,7 @@ from helpers import generic_plan, plan_nodes
 from psycopg import sql
 
 from memsoda_core import ConfigurationError, Memory
+from memsoda_core.runner.compiled import Compiled
 from memsoda_core.store import layout as sql_layout
 from memsoda_core.store.tenant_index import tenant_indexes
 from memsoda_core.validation import Scope
@@ -381,7 +382,7 @@ def test_readers_and_writers_of_other_tenants_never_fail_while_tenants_move(
         assert {d for d, _ in _moved(conn, schema)} == {f"growing-{n}" for n in range(4)}
 
 
-def _generic_plan_relations(conn: psycopg.Connection[Any], statement: sql.SQL) -> set[str]:
+def _generic_plan_relations(conn: psycopg.Connection[Any], statement: Compiled) -> set[str]:
     """The relations in PostgreSQL's generic plan of a rendered recall statement (as recall keeps it)."""
     return {str(node["Relation Name"]) for node in plan_nodes(generic_plan(conn, statement)) if "Relation Name" in node}
 

@@ -41,6 +41,8 @@ RENAMES = (
     (r"\bpush_async_callback\b", "callback"),
     (r"\bAsyncConnectionPool\b", "ConnectionPool"),
     (r"\bAsyncConnection\b", "Connection"),
+    (r"\bAsyncRawCursor\b", "RawCursor"),
+    (r"\bAsyncCursor\b", "Cursor"),
     (r"\bregister_vector_async\b", "register_vector"),
     (r"\bAsyncRunner\b", "Runner"),
     (r"\basync_runner\b", "sync_runner"),

@@ -18,7 +18,7 @@ def where(alias: str, *, live: bool = True, named: Scope | None = None, known: b
     `live`, also valid at %(at)s and above the confidence floor. With `known`, live as memory
     knew it at %(known_at)s (transaction time): learned by then (`created_at`), and an end it
     recorded after then (`expired_at`) does not count. Without it the text is the plain valid-time
-    test, so the default recall statements stay as short as they were (`statements.PARSE_CACHE_BYTES`)."""
+    test: the default recall statements carry nothing of a feature they do not use."""
     a = table_alias(alias)
     scope = tenant_predicate(alias) if named is None else scope_predicate(named, alias)
     if not live:

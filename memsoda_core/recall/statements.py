@@ -9,7 +9,6 @@ recency, then id, so the same data and query always give the same lists. Every v
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from functools import lru_cache
 
@@ -18,24 +17,23 @@ from psycopg import sql
 from memsoda_core.recall.fragments import fragment as _fragment
 from memsoda_core.recall.hits import DETAIL_TYPES
 from memsoda_core.recall.signals import REGISTRY, RecallPlan, SignalSpec, by_name, planned_signals, statement_groups
+from memsoda_core.runner.compiled import Compiled, compiled
 from memsoda_core.store.fact_columns import fact_columns
 from memsoda_core.validation import Scope
 
-_COMMON = (  # float8: an unknown start (-infinity) is -inf, where an int8 cast would fail
-    "{signal} AS signal, fact_id, rank, (extract(epoch FROM valid_at)*1e6)::float8 AS valid_at_us",
-    "{signal}, fact_id, rank, (extract(epoch FROM valid_at)*1e6)::float8",
-)
+_COMMON = "{signal} AS signal, fact_id, rank, (extract(epoch FROM valid_at)*1e6)::float8 AS valid_at_us"
+"""The columns of every hit row (float8: an unknown start, -infinity, is -inf, where an int8 cast
+would fail)."""
 
 
-def _hit_select(spec: SignalSpec, columns: Sequence[str], *, named: bool) -> sql.Composed:
+def _hit_select(spec: SignalSpec, columns: Sequence[str]) -> sql.Composed:
     """The hit rows of `spec`: the common columns, then `columns` (its own expression, else a NULL
-    of the column's type). Only the first SELECT of a UNION names its columns: PostgreSQL takes the
-    names from it, and unnamed the statement stays within psycopg's parse cache."""
+    of the column's type), each named (PostgreSQL takes a union's names from its first SELECT)."""
     own = dict(spec.details)
-    values: list[sql.Composable] = [sql.SQL(_COMMON[0 if named else 1]).format(signal=sql.Literal(spec.name))]
+    values: list[sql.Composable] = [sql.SQL(_COMMON).format(signal=sql.Literal(spec.name))]
     for column in columns:
         value = own.get(column, f"NULL::{DETAIL_TYPES[column]}")
-        values.append(sql.SQL(f"{value} AS {column}" if named and value != column else value))
+        values.append(sql.SQL(value if value == column else f"{value} AS {column}"))
     return sql.SQL("SELECT {values} FROM {hits}").format(values=sql.SQL(", ").join(values), hits=sql.SQL(spec.hits))
 
 
@@ -57,9 +55,7 @@ def hits_statement(
     for spec in specs:
         ctes += spec.ctes(schema, plan, indexed)
     columns = list(dict.fromkeys(column for spec in specs for column, _ in spec.details))
-    hits = sql.SQL(" UNION ALL ").join(
-        _hit_select(spec, columns, named=position == 0) for position, spec in enumerate(specs)
-    )
+    hits = sql.SQL(" UNION ALL ").join(_hit_select(spec, columns) for spec in specs)
     return sql.Composed([sql.SQL("WITH"), sql.SQL(",").join(ctes), sql.SQL(" "), hits])
 
 
@@ -69,36 +65,15 @@ connections: the anchor signal costs about as much as the other two together, so
 about the same time (bench/RESULTS.md, "Concurrent recall statements")."""
 
 
-PARSE_CACHE_BYTES = 4096
-"""psycopg caches the parsing of a statement's placeholders only up to this length
-(`psycopg._queries.MAX_CACHED_STATEMENT_LENGTH`); a longer statement is parsed again on every call
-(bench/RESULTS.md, "Parse cache"). Rendered recall statements stay under it for schema names of up
-to 20 characters, and an indexed scope's own statements, which name it in every tenant predicate,
-for dataset and project names of up to 12 characters each (a test checks; with the default schema
-"memsoda", about 20). Longer names still work, a little slower."""
-
-
-_QUOTED_OR_INDENT = re.compile(r"""("(?:[^"]|"")*"|'(?:[^']|'')*')|[ \t]*\n[ \t]*""")
-
-
-def _render_token(match: re.Match[str]) -> str:
-    quoted = match.group(1)
-    return "\n" if quoted is None else quoted.replace("%", "%%")
-
-
-def rendered(statement: sql.Composed) -> sql.SQL:
-    """`statement` as plain SQL text, indentation dropped: composed once, not at every execution,
-    and short enough for psycopg's parse cache. Lines are kept, so no token ever merges. Quoted
-    names and literals (a schema, an indexed scope's names) are kept as they are, except that `%`
-    is doubled: psycopg reads the text for placeholders, quotes included. So the text must be run
-    with parameters (every recall statement is)."""
-    return sql.SQL(_QUOTED_OR_INDENT.sub(_render_token, statement.as_string(None)))
+def rendered(statement: sql.Composed) -> Compiled:
+    """`statement` compiled once (`runner.compiled`): the text PostgreSQL reads, run as it is."""
+    return compiled(statement)
 
 
 @lru_cache(maxsize=1024)
 def recall_statements(
     schema: str, plan: RecallPlan, indexed: Scope | None = None, registry: tuple[SignalSpec, ...] = REGISTRY
-) -> tuple[sql.SQL, ...]:
+) -> tuple[Compiled, ...]:
     """The statements of a recall (one per statement number of the signals `plan` runs), independent
     of each other, rendered. Memoized: a store asks for the same few (schema, plan) pairs every time.
 
@@ -123,7 +98,7 @@ def recall_groups(plan: RecallPlan, registry: tuple[SignalSpec, ...] = REGISTRY)
 
 
 @lru_cache(maxsize=1024)
-def facts_statement(schema: str, *, default_partitions: bool = False, named: Scope | None = None) -> sql.SQL:
+def facts_statement(schema: str, *, default_partitions: bool = False, named: Scope | None = None) -> Compiled:
     """The columns of the facts fusion kept (%(fact_ids)s), in the scope: read from the DEFAULT
     partitions by name with `default_partitions` (see `store.layout.table_refs`); with `named`, the
     scope's names as literals, so that the plan kept for a large scope of a partitioned store
@@ -142,22 +117,29 @@ def facts_statement(schema: str, *, default_partitions: bool = False, named: Sco
     )
 
 
-def episodes_statement(schema: str) -> sql.Composed:
+@lru_cache(maxsize=64)
+def episodes_statement(schema: str) -> Compiled:
     """Nearest episode summaries of the scope (one vector search)."""
-    return sql.SQL(
-        """SELECT id, thread_id, text, created_at, 1 - (embedding <=> %(qvec)s) AS similarity
+    return rendered(
+        sql.SQL(
+            """SELECT id, thread_id, text, created_at, 1 - (embedding <=> %(qvec)s) AS similarity
            FROM {s}.episodes
            WHERE dataset = %(dataset)s AND project = %(project)s AND created_at <= %(at)s
            ORDER BY embedding <=> %(qvec)s, id DESC
            LIMIT %(episodes_k)s"""
-    ).format(s=sql.Identifier(schema))
+        ).format(s=sql.Identifier(schema))
+    )
 
 
-def recent_episodes_statement(schema: str) -> sql.Composed:
-    return sql.SQL(
-        """SELECT id, thread_id, text, created_at, NULL::float8 AS similarity
+@lru_cache(maxsize=64)
+def recent_episodes_statement(schema: str) -> Compiled:
+    """The scope's latest episode summaries (a recall without a vector)."""
+    return rendered(
+        sql.SQL(
+            """SELECT id, thread_id, text, created_at, NULL::float8 AS similarity
            FROM {s}.episodes
            WHERE dataset = %(dataset)s AND project = %(project)s AND created_at <= %(at)s
            ORDER BY created_at DESC, id DESC
            LIMIT %(episodes_k)s"""
-    ).format(s=sql.Identifier(schema))
+        ).format(s=sql.Identifier(schema))
+    )

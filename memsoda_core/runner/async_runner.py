@@ -22,6 +22,7 @@ from psycopg_pool import PoolTimeout
 from memsoda_core.embedders import Embedder, check_vectors
 from memsoda_core.errors import MemsodaError
 from memsoda_core.runner.async_pool import Pool, check, configure, filled, probe
+from memsoda_core.runner.compiled import Compiled
 
 # sync: from memsoda_core.runner.embedding import EmbeddingCache, call_with_timeout, embedding_failure
 from memsoda_core.runner.embedding import EmbeddingCache, embedding_failure
@@ -76,11 +77,28 @@ Advance = Callable[[int], None]
 """What `Progress` calls (an import's progress bar)."""
 
 
+def _cursor(conn: Connection, request: Execute) -> psycopg.AsyncCursor[Any]:
+    """A raw cursor for a compiled statement (sent as it is), else psycopg's own (which reads the
+    text for `%(name)s` placeholders)."""
+    if isinstance(request.statement, Compiled):
+        return psycopg.AsyncRawCursor(conn, row_factory=request.row_factory)
+    return conn.cursor(row_factory=request.row_factory)
+
+
+async def _execute(cursor: psycopg.AsyncCursor[Any], request: Execute) -> None:
+    prepare = request.planning is not Planning.FRESH
+    statement = request.statement
+    if isinstance(statement, Compiled):
+        await cursor.execute(statement.query, statement.bind(request.params), prepare=prepare)
+    else:
+        await cursor.execute(statement, request.params, prepare=prepare)
+
+
 async def _fetch(conn: Connection, request: Execute) -> list[Any]:
     if request.planning is Planning.GENERIC and PIPELINE_SUPPORTED:
         return (await _fetch_at_once([conn], [request]))[0]
-    async with conn.cursor(row_factory=request.row_factory) as cursor:
-        await cursor.execute(request.statement, request.params, prepare=request.planning is not Planning.FRESH)
+    async with _cursor(conn, request) as cursor:
+        await _execute(cursor, request)
         return await cursor.fetchall() if cursor.rownumber is not None else []
 
 
@@ -88,7 +106,7 @@ async def _fetch_at_once(conns: Sequence[Connection], requests: Sequence[Execute
     """Each request on its own connection, every one sent before any reply is awaited (one pipeline
     per connection, so one thread or task runs them at once); a GENERIC request between its setting
     and the reset (see `policy.END_GENERIC_PLAN` for how the setting never outlives the statement)."""
-    cursors = [conn.cursor(row_factory=request.row_factory) for conn, request in zip(conns, requests, strict=True)]
+    cursors = [_cursor(conn, request) for conn, request in zip(conns, requests, strict=True)]
     async with AsyncExitStack() as pipelines:
         for conn, cursor, request in zip(conns, cursors, requests, strict=True):
             await pipelines.enter_async_context(conn.pipeline())
@@ -96,7 +114,7 @@ async def _fetch_at_once(conns: Sequence[Connection], requests: Sequence[Execute
             if request.planning is Planning.GENERIC:
                 GENERIC_PLAN_PENDING.add(conn)
                 await conn.execute(FORCE_GENERIC_PLAN)
-            await cursor.execute(request.statement, request.params, prepare=request.planning is not Planning.FRESH)
+            await _execute(cursor, request)
             if request.planning is Planning.GENERIC:
                 await conn.execute(END_GENERIC_PLAN)
     for conn in conns:

@@ -19,12 +19,16 @@ from psycopg import sql
 from psycopg.rows import RowFactory, class_row, tuple_row
 
 from memsoda_core.embedders.protocol import Vector
+from memsoda_core.runner.compiled import Compiled
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 Row = tuple[Any, ...]
 Params = Mapping[str, Any] | tuple[Any, ...] | None
+Statement = sql.Composed | sql.SQL | Compiled
+"""A statement to run: compiled once (`runner.compiled`: named parameters, given as a mapping or
+None), or composed (read by psycopg at every run)."""
 
 
 class Planning(Enum):
@@ -46,7 +50,7 @@ class Execute:
     """Run one statement inside the operation's transaction. Reply: its rows, as `row_factory`
     makes them (psycopg's row factories: tuples by default, `class_row` for named rows)."""
 
-    statement: sql.Composed | sql.SQL
+    statement: Statement
     params: Params = None
     planning: Planning = Planning.FRESH
     row_factory: RowFactory[Any] = tuple_row
@@ -88,7 +92,7 @@ class ReadAside:
     operation's own connection is taken (so none is held while a model embeds next). Reply: its
     rows, or None if it failed; the operation must not depend on it for correctness."""
 
-    statement: sql.Composed | sql.SQL
+    statement: Statement
     params: Params = None
 
 
@@ -149,16 +153,14 @@ Operation = Generator[Request, Any, T]
 # --- typed requests: `rows = yield from execute(...)` ------------------------------------------------
 
 
-def execute(
-    statement: sql.Composed | sql.SQL, params: Params = None, planning: Planning = Planning.FRESH
-) -> Operation[list[Row]]:
+def execute(statement: Statement, params: Params = None, planning: Planning = Planning.FRESH) -> Operation[list[Row]]:
     """Run a statement in the operation's transaction; its rows as tuples."""
     rows: list[Row] = yield Execute(statement, params, planning)
     return rows
 
 
 def execute_as(
-    shape: type[R], statement: sql.Composed | sql.SQL, params: Params = None, planning: Planning = Planning.FRESH
+    shape: type[R], statement: Statement, params: Params = None, planning: Planning = Planning.FRESH
 ) -> Operation[list[R]]:
     """Run a statement in the operation's transaction; each row built as `shape(**columns)`, so
     the statement's column names, not their order, are the contract (psycopg's `class_row`)."""
@@ -185,7 +187,7 @@ def own_transaction(statements: Sequence[sql.Composed]) -> Operation[list[Row] |
     return rows
 
 
-def read_aside(statement: sql.Composed | sql.SQL, params: Params = None) -> Operation[list[Row] | None]:
+def read_aside(statement: Statement, params: Params = None) -> Operation[list[Row] | None]:
     """A best-effort read on a borrowed connection; None if it failed."""
     rows: list[Row] | None = yield ReadAside(statement, params)
     return rows

@@ -20,6 +20,7 @@ from psycopg_pool import PoolTimeout
 
 from memsoda_core.embedders import Embedder, check_vectors
 from memsoda_core.errors import MemsodaError
+from memsoda_core.runner.compiled import Compiled
 from memsoda_core.runner.embedding import EmbeddingCache, call_with_timeout, embedding_failure
 from memsoda_core.runner.policy import (
     CANCEL_TIMEOUT_S,
@@ -73,11 +74,28 @@ Advance = Callable[[int], None]
 """What `Progress` calls (an import's progress bar)."""
 
 
+def _cursor(conn: Connection, request: Execute) -> psycopg.Cursor[Any]:
+    """A raw cursor for a compiled statement (sent as it is), else psycopg's own (which reads the
+    text for `%(name)s` placeholders)."""
+    if isinstance(request.statement, Compiled):
+        return psycopg.RawCursor(conn, row_factory=request.row_factory)
+    return conn.cursor(row_factory=request.row_factory)
+
+
+def _execute(cursor: psycopg.Cursor[Any], request: Execute) -> None:
+    prepare = request.planning is not Planning.FRESH
+    statement = request.statement
+    if isinstance(statement, Compiled):
+        cursor.execute(statement.query, statement.bind(request.params), prepare=prepare)
+    else:
+        cursor.execute(statement, request.params, prepare=prepare)
+
+
 def _fetch(conn: Connection, request: Execute) -> list[Any]:
     if request.planning is Planning.GENERIC and PIPELINE_SUPPORTED:
         return (_fetch_at_once([conn], [request]))[0]
-    with conn.cursor(row_factory=request.row_factory) as cursor:
-        cursor.execute(request.statement, request.params, prepare=request.planning is not Planning.FRESH)
+    with _cursor(conn, request) as cursor:
+        _execute(cursor, request)
         return cursor.fetchall() if cursor.rownumber is not None else []
 
 
@@ -85,7 +103,7 @@ def _fetch_at_once(conns: Sequence[Connection], requests: Sequence[Execute]) -> 
     """Each request on its own connection, every one sent before any reply is awaited (one pipeline
     per connection, so one thread or task runs them at once); a GENERIC request between its setting
     and the reset (see `policy.END_GENERIC_PLAN` for how the setting never outlives the statement)."""
-    cursors = [conn.cursor(row_factory=request.row_factory) for conn, request in zip(conns, requests, strict=True)]
+    cursors = [_cursor(conn, request) for conn, request in zip(conns, requests, strict=True)]
     with ExitStack() as pipelines:
         for conn, cursor, request in zip(conns, cursors, requests, strict=True):
             pipelines.enter_context(conn.pipeline())
@@ -93,7 +111,7 @@ def _fetch_at_once(conns: Sequence[Connection], requests: Sequence[Execute]) -> 
             if request.planning is Planning.GENERIC:
                 GENERIC_PLAN_PENDING.add(conn)
                 conn.execute(FORCE_GENERIC_PLAN)
-            cursor.execute(request.statement, request.params, prepare=request.planning is not Planning.FRESH)
+            _execute(cursor, request)
             if request.planning is Planning.GENERIC:
                 conn.execute(END_GENERIC_PLAN)
     for conn in conns:

@@ -114,8 +114,7 @@ def table_refs(schema: str, *, default_partitions: bool = False) -> dict[str, sq
     """{facts}, {entities}, {fact_entities} for a read's template: the partitioned tables, or with
     `default_partitions` their DEFAULT partitions by name (a small scope's reads: a kept plan over
     a partitioned table would lock every partition at each run). memsoda's own plain table names,
-    unquoted as they always were, so recall's statements stay within psycopg's parse cache
-    (`recall.statements.PARSE_CACHE_BYTES`)."""
+    unquoted as they always were."""
     return {
         name: sql.SQL("{}.{}").format(sql.Identifier(schema), sql.SQL(shared(name) if default_partitions else name))
         for name in ("facts", "entities", "fact_entities")

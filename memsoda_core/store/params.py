@@ -8,6 +8,8 @@ every element in Python."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from psycopg import adapters
 from psycopg.postgres import types
 from psycopg.types.array import ListBinaryDumper
@@ -33,3 +35,11 @@ class _BigintArrayDumper(ListBinaryDumper):
 
 adapters.register_dumper(TextArray, _TextArrayDumper)
 adapters.register_dumper(BigintArray, _BigintArrayDumper)
+
+
+class BinaryList(list[Any]):
+    """A list sent as a binary array of its elements' type: what `%(name)b` asks for, for a raw
+    cursor (`runner.compiled`), which picks each value's format by its type."""
+
+
+adapters.register_dumper(BinaryList, ListBinaryDumper)

@@ -124,8 +124,7 @@ _PLAIN_ALIAS = re.compile(r"[a-z_][a-z0-9_]*")
 
 def table_alias(alias: str) -> sql.SQL:
     """A table alias of memsoda's own SQL, written without quotes: it is always a plain lowercase
-    word (checked here), and unquoted it keeps recall's statements under psycopg's parse cache
-    size (`recall.statements.PARSE_CACHE_BYTES`)."""
+    word (checked here), so quoting would only change the statements' text."""
     if not _PLAIN_ALIAS.fullmatch(alias):
         raise ValueError(f"not a plain table alias: {alias!r}")
     return sql.SQL(alias)

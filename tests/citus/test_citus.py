@@ -142,7 +142,7 @@ def statements_sent() -> Iterator[list[tuple[str, Any]]]:
     original = psycopg.Cursor.execute
 
     def record(self: psycopg.Cursor[Any], query: Any, params: Any = None, **kwargs: Any) -> Any:
-        sent.append((query, params))
+        sent.append((query.decode() if isinstance(query, bytes) else query, params))  # bytes: compiled
         return original(self, query, params, **kwargs)
 
     psycopg.Cursor.execute = record  # type: ignore[method-assign]
@@ -155,7 +155,8 @@ def statements_sent() -> Iterator[list[tuple[str, Any]]]:
 def plan_kind(conn: psycopg.Connection[Any], text: str, params: Any) -> str:
     """'router' (one task on one shard), 'one shard, N steps', 'fan-out: N tasks', 'coordinator only'."""
     try:
-        plan = "\n".join(row[0] for row in conn.execute("EXPLAIN " + text, params).fetchall())  # type: ignore[call-overload]
+        cursor = psycopg.RawCursor(conn) if isinstance(params, tuple) else conn.cursor()  # tuple: compiled, $n
+        plan = "\n".join(row[0] for row in cursor.execute("EXPLAIN " + text, params).fetchall())  # type: ignore[arg-type]
         if "Could not get remote plan" in plan:
             # Citus cannot EXPLAIN a multi-row VALUES insert's bound parameters on the worker (running
             # it binds them on the coordinator first): the same statement with its values inlined
@@ -267,7 +268,7 @@ def test_a_worker_stopped_mid_write_leaves_nothing_and_the_memory_recovers(citus
 
     def stop_after_facts(self: psycopg.Cursor[Any], query: Any, params: Any = None, **kwargs: Any) -> Any:
         result = original(self, query, params, **kwargs)
-        text = query if isinstance(query, str) else query.as_string(self.connection)
+        text = query.decode() if isinstance(query, bytes) else query.as_string(self.connection)
         if not stopped and 'INSERT INTO "memsoda".facts ' in text:
             cluster.stop_node(node)  # the facts are sent, not committed: the worker dies in between
             stopped.append(True)

@@ -93,13 +93,16 @@ def test_a_shared_statement_with_a_bound_tenant_has_no_kept_plan(memory: Memory,
     scope = new_scope()
     memory.add_facts(FACTS, **scope)
     text, params = next((t, p) for t, p in _recall_statements(memory, scope) if t.lstrip().startswith("WITH"))
-    bound = text.replace(f"'{scope['dataset']}'", "%(dataset)s").replace(f"'{scope['project']}'", "%(project)s")
+    values = [*params, scope["dataset"], scope["project"]]  # a compiled statement's: by $n
+    bound = text.replace(f"'{scope['dataset']}'", f"${len(values) - 1}").replace(
+        f"'{scope['project']}'", f"${len(values)}"
+    )
     with psycopg.connect(cluster.dsn, autocommit=True, prepare_threshold=PREPARE_ONLY_WHEN_ASKED) as conn:
         register_vector(conn)
-        assert conn.execute(bound, params).fetchall()  # planned with its values: fine
+        assert psycopg.RawCursor(conn).execute(bound, values).fetchall()  # planned with its values: fine
         conn.execute("SET plan_cache_mode = force_generic_plan")
         with pytest.raises(psycopg.errors.FeatureNotSupported, match="could not create distributed plan"):
-            conn.execute(bound, params, prepare=True)
+            psycopg.RawCursor(conn).execute(bound, values, prepare=True)
 
 
 def test_kept_plans_stay_right_when_the_tenant_moves(memory: Memory, cluster: Any) -> None:

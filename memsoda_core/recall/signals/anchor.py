@@ -27,22 +27,33 @@ def near_cte(schema: str, indexed: Scope | None = None, *, default_partitions: b
     the drop to the next, sp the pool's spread, m its size, at least `NEAR_MIN_POOL`); near are the
     entities ranked up to the last r <= `top_k` whose drop d exceeds `anchor_vector_gap` * sp. The
     cut is the same for any s' = a + b*s (b > 0), so no embedder's scale moves it. One index scan
-    reads the pool; the rest is window arithmetic over its rows. (Terse SQL: the statement stays
-    within the parse cache, `statements.PARSE_CACHE_BYTES`.)"""
+    reads the pool; the rest is window arithmetic over its rows."""
     return fragment(
         """
     near AS (
-        SELECT *
-        FROM(SELECT *,max(r)FILTER(WHERE r<=%(anchor_vector_top_k)s AND(d>%(near_gap)s*sp AND m>={min_pool}
-                                  OR s>=%(anchor_vector_min)s))OVER()cut
-             FROM(SELECT *,rank()OVER w r,s-lead(s)OVER w d,max(s)OVER()-min(s)OVER()sp,count(*)OVER()m
-                  FROM(SELECT id,name,fact_count,1-(embedding<=>%(qvec)s)s
-                       FROM {entities} e
-                       WHERE {index_scope_e}
-                       ORDER BY embedding<=>%(qvec)s
-                       LIMIT %(near_pool)s)c
-                  WINDOW w AS(ORDER BY s DESC,id))p)n
-        WHERE r<=cut AND fact_count<(SELECT n FROM hub_floor))""",
+        SELECT n.id, n.name, n.s
+        FROM (
+            SELECT p.id, p.name, p.fact_count, p.s, p.r,
+                   max(p.r) FILTER (WHERE p.r <= %(anchor_vector_top_k)s
+                                      AND (p.d > %(near_gap)s * p.sp AND p.m >= {min_pool}
+                                           OR p.s >= %(anchor_vector_min)s)) OVER () AS cut
+            FROM (
+                SELECT c.id, c.name, c.fact_count, c.s,
+                       rank() OVER w AS r,
+                       c.s - lead(c.s) OVER w AS d,
+                       max(c.s) OVER () - min(c.s) OVER () AS sp,
+                       count(*) OVER () AS m
+                FROM (
+                    SELECT e.id, e.name, e.fact_count, 1 - (e.embedding <=> %(qvec)s) AS s
+                    FROM {entities} e
+                    WHERE {index_scope_e}
+                    ORDER BY e.embedding <=> %(qvec)s
+                    LIMIT %(near_pool)s
+                ) AS c
+                WINDOW w AS (ORDER BY c.s DESC, c.id)
+            ) AS p
+        ) AS n
+        WHERE n.r <= n.cut AND n.fact_count < (SELECT hub_floor.n FROM hub_floor))""",
         schema,
         indexed=indexed,
         default_partitions=default_partitions,
@@ -50,53 +61,78 @@ def near_cte(schema: str, indexed: Scope | None = None, *, default_partitions: b
     )
 
 
-# `SELECT *` where a list would name every column: the statement must stay within psycopg's parse
-# cache (`statements.PARSE_CACHE_BYTES`). The lookups' subqueries `f` add distance and valid_at;
-# hop2's two typed NULLs stand for hop1's via_named and via_similarity, so the union is `SELECT 2, *`.
+# Both hops' rows have the same columns, so that `anchor_hits` ranks them as one list; hop 2 has no
+# anchor of its own, so its via_named and via_similarity are NULL.
 _HOP2 = """
     bridges AS (
-        SELECT DISTINCT fe.entity_id,b.name,b.fact_count
+        SELECT DISTINCT fe.entity_id, b.name, b.fact_count
         FROM hop1 h
-        JOIN {fact_entities} fe ON {scope_fe} AND fe.fact_id=h.fact_id
-        JOIN {entities} b ON {scope_b} AND b.id=fe.entity_id
-        WHERE(SELECT count(*)FROM hop1)<%(anchor_candidates)s
-          AND fe.entity_id NOT IN(SELECT id FROM anchors)
-          AND b.fact_count<(SELECT n FROM hub_floor)
-          AND b.fact_count<=%(bridge_max_facts)s AND {real}),
+        JOIN {fact_entities} fe ON {scope_fe} AND fe.fact_id = h.fact_id
+        JOIN {entities} b ON {scope_b} AND b.id = fe.entity_id
+        WHERE (SELECT count(*) FROM hop1) < %(anchor_candidates)s
+          AND fe.entity_id NOT IN (SELECT id FROM anchors)
+          AND b.fact_count < (SELECT n FROM hub_floor)
+          AND b.fact_count <= %(bridge_max_facts)s AND {real}),
     hop2 AS (
-        SELECT *
-        FROM(SELECT fe.fact_id,sum(1.0/greatest(b.fact_count,1))matches,min(b.name)via,
-                     NULL::bool,NULL::float8
-              FROM bridges b
-              JOIN {fact_entities} fe ON {scope_fe} AND fe.entity_id=b.entity_id
-              WHERE fe.fact_id NOT IN(SELECT fact_id FROM hop1)
-              GROUP BY fe.fact_id)t
-        CROSS JOIN LATERAL(SELECT {distance} distance,f.valid_at FROM {facts} f
-                            WHERE {where_f} AND f.id=t.fact_id OFFSET 0)f),"""
+        SELECT t.fact_id, t.matches, t.via, t.via_named, t.via_similarity, f.distance, f.valid_at
+        FROM (
+            SELECT fe.fact_id, sum(1.0 / greatest(b.fact_count, 1)) AS matches, min(b.name) AS via,
+                   NULL::bool AS via_named, NULL::float8 AS via_similarity
+            FROM bridges b
+            JOIN {fact_entities} fe ON {scope_fe} AND fe.entity_id = b.entity_id
+            WHERE fe.fact_id NOT IN (SELECT fact_id FROM hop1)
+            GROUP BY fe.fact_id
+        ) AS t
+        CROSS JOIN LATERAL (
+            SELECT {distance} AS distance, f.valid_at
+            FROM {facts} f
+            WHERE {where_f} AND f.id = t.fact_id
+            OFFSET 0
+        ) AS f),"""
+
+_HIT_COLUMNS = "fact_id, matches, via, via_named, via_similarity, distance, valid_at"
+"""The columns of each hop's rows, in the order `anchor_hits` unites them."""
 
 _ANCHOR = """
     anchors AS (
-        SELECT id,min(name) AS name,bool_or(named)named,max(similarity)similarity
-        FROM(SELECT id,name,true named,NULL::float8 similarity FROM named WHERE NOT is_hub AND {name_like}
-              {near_union})a
-        GROUP BY id
+        SELECT a.id, min(a.name) AS name, bool_or(a.named) AS named, max(a.similarity) AS similarity
+        FROM (
+            SELECT id, name, true AS named, NULL::float8 AS similarity
+            FROM named
+            WHERE NOT is_hub AND {name_like}
+            {near_union}
+        ) AS a
+        GROUP BY a.id
         HAVING {real_anchor}),
     hop1 AS (
-        SELECT *
-        FROM(SELECT fe.fact_id,count(*)::numeric matches,min(a.name)via,
-                     bool_or(a.named)via_named,max(a.similarity)via_similarity
-              FROM anchors a
-              CROSS JOIN LATERAL(SELECT fe.fact_id FROM {fact_entities} fe
-                                  WHERE {scope_fe} AND fe.entity_id=a.id
-                                  ORDER BY fe.fact_id DESC
-                                  LIMIT %(anchor_max_facts)s)fe
-              GROUP BY fe.fact_id)t
-        CROSS JOIN LATERAL(SELECT {distance} distance,f.valid_at FROM {facts} f
-                            WHERE {where_f} AND f.id=t.fact_id OFFSET 0)f),{hop2}
+        SELECT t.fact_id, t.matches, t.via, t.via_named, t.via_similarity, f.distance, f.valid_at
+        FROM (
+            SELECT fe.fact_id, count(*)::numeric AS matches, min(a.name) AS via,
+                   bool_or(a.named) AS via_named, max(a.similarity) AS via_similarity
+            FROM anchors a
+            CROSS JOIN LATERAL (
+                SELECT fe.fact_id
+                FROM {fact_entities} fe
+                WHERE {scope_fe} AND fe.entity_id = a.id
+                ORDER BY fe.fact_id DESC
+                LIMIT %(anchor_max_facts)s
+            ) AS fe
+            GROUP BY fe.fact_id
+        ) AS t
+        CROSS JOIN LATERAL (
+            SELECT {distance} AS distance, f.valid_at
+            FROM {facts} f
+            WHERE {where_f} AND f.id = t.fact_id
+            OFFSET 0
+        ) AS f),{hop2}
     anchor_hits AS (
-        SELECT *,row_number()OVER(ORDER BY hop,matches DESC,distance NULLS LAST,
-                                     valid_at DESC,fact_id DESC) AS rank
-        FROM(SELECT 1 hop,* FROM hop1 {hop2_union})x
+        SELECT x.hop, x.fact_id, x.matches, x.via, x.via_named, x.via_similarity, x.distance, x.valid_at,
+               row_number() OVER (ORDER BY x.hop, x.matches DESC, x.distance NULLS LAST,
+                                           x.valid_at DESC, x.fact_id DESC) AS rank
+        FROM (
+            SELECT 1 AS hop, {hit_columns} FROM hop1
+            {hop2_union}
+        ) AS x
         ORDER BY rank
         LIMIT %(anchor_candidates)s)"""
 
@@ -124,8 +160,9 @@ def anchor_ctes(schema: str, plan: RecallPlan, indexed: Scope | None = None) -> 
     172,823 of its links (28-48 ms, a tenth of the recalls; 4-6 ms with the fence), and on a store
     of many small scopes the facts were read by a scan of the scope."""
     distance = sql.SQL("f.embedding <=> %(qvec)s" if plan.embedding else "NULL::float8")
-    near_union = sql.SQL("UNION ALL SELECT id,name,false,s FROM near" if plan.embedding else "")
+    near_union = sql.SQL("UNION ALL SELECT id, name, false, s FROM near" if plan.embedding else "")
     two_hops = plan.hops >= 2
+    columns = sql.SQL(_HIT_COLUMNS)
     part = partial(
         fragment, indexed=indexed, known=plan.known, default_partitions=plan.default_partitions, distance=distance
     )
@@ -135,7 +172,8 @@ def anchor_ctes(schema: str, plan: RecallPlan, indexed: Scope | None = None) -> 
         schema,
         near_union=near_union,
         hop2=hop2 if two_hops else sql.SQL(""),
-        hop2_union=sql.SQL("UNION ALL SELECT 2,* FROM hop2" if two_hops else ""),
+        hop2_union=sql.SQL("UNION ALL SELECT 2, {c} FROM hop2").format(c=columns) if two_hops else sql.SQL(""),
+        hit_columns=columns,
         real_anchor=sql.SQL(real_name("min(name)")),
         name_like=name_like(schema, indexed),
     )

@@ -21,8 +21,8 @@ def real_name(column: str) -> str:
     than an apostrophe ("c++", "node.js", "50%", "_"). Stopwords ("the"), contraction pieces ("i'm",
     "don't") and one-letter tokens are neither: as anchors or bridges they matched a query's filler
     words and linked facts sharing nothing else. (tsconfig is bound untyped: PostgreSQL reads it as
-    the regconfig `to_tsvector` takes, and the anchor statement stays within the parse cache.)"""
-    return f"(to_tsvector(%(tsconfig)s,{column})::text~'''\\w\\w' OR {column}~'[^\\w\\s''’]|_')"
+    the regconfig `to_tsvector` takes.)"""
+    return f"(to_tsvector(%(tsconfig)s, {column})::text ~ '''\\w\\w' OR {column} ~ '[^\\w\\s''’]|_')"
 
 
 def name_like(schema: str, indexed: Scope | None = None) -> sql.Composed:
@@ -32,8 +32,8 @@ def name_like(schema: str, indexed: Scope | None = None) -> sql.Composed:
     on the facts holding the whole name, loose where other names share its words ("Anna Smith",
     "Eva Smith")."""
     return fragment(
-        "(name~' ' OR fact_count>=%(anchor_name_share)s*coalesce((SELECT min(l.facts)FROM {s}.lexemes l"
-        " WHERE {scope_l} AND l.lexeme=ANY(tsvector_to_array(to_tsvector(%(tsconfig)s,name)))),0))",
+        "(name ~ ' ' OR fact_count >= %(anchor_name_share)s * coalesce((SELECT min(l.facts) FROM {s}.lexemes l"
+        " WHERE {scope_l} AND l.lexeme = ANY(tsvector_to_array(to_tsvector(%(tsconfig)s, name)))), 0))",
         schema,
         indexed=indexed,
     )
