@@ -11,14 +11,15 @@ import pytest
 from memsoda_core import ops
 from memsoda_core.errors import EmbeddingError, IntervalError, NotLiveError, StoreError, ValidationError
 from memsoda_core.ops.maintenance import ensure_tenant_indexes
-from memsoda_core.ops.reconciling import plan_batch
 from memsoda_core.runner.steps import EmbedDocuments, Emit, Execute, OutsideTransaction, Progress, ReadAside
 from memsoda_core.store import lexemes as sql_lexemes
-from memsoda_core.store import reconcile as sql_reconcile
 from memsoda_core.store import statements as sql_store
 from memsoda_core.store import tenant_index as sql_tenant_index
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import Scope, validate_facts
+from memsoda_core.writing import reconcile_statements as sql_reconcile
+from memsoda_core.writing import statements as sql_write
+from memsoda_core.writing.decisions import plan_batch
 from tests.scripted import Script, drive, params_of
 
 INFO = StoreInfo(schema="memsoda", model="scripted", dimensions=4, text_search_config="english")
@@ -46,19 +47,19 @@ def write_script(known: dict[str, int]) -> Script:
             created.setdefault(name, 100 + len(created))
         return [(name, created[name]) for name in wanted]
 
-    def insert_facts(request: object) -> list[sql_store.InsertedFact]:
+    def insert_facts(request: object) -> list[sql_write.InsertedFact]:
         count = len(params_of(request)["subjects"])  # type: ignore[arg-type]
-        return [sql_store.InsertedFact(id=10 + i, lexemes=["user"]) for i in range(count)]
+        return [sql_write.InsertedFact(id=10 + i, lexemes=["user"]) for i in range(count)]
 
     script = Script(dimensions=INFO.dimensions)
     script.on(sql_reconcile.lock_relations(INFO.schema), [sql_reconcile.Locked(locks=1, learned_at=NOW)])
     script.on(sql_reconcile.met_facts(INFO.schema), nothing_met)
     known_rows = sorted(known.items())
-    script.on(sql_store.known_entities(INFO.schema), known_rows)
-    script.on(sql_store.known_entities(INFO.schema, lock=True), known_rows)
-    script.on(sql_store.insert_entities(INFO.schema), insert_entities)
-    script.on(sql_store.insert_facts(INFO.schema), insert_facts)
-    script.on(sql_store.facts_pages(), [sql_store.TablePages(analyzed=100, current=100)])
+    script.on(sql_write.known_entities(INFO.schema), known_rows)
+    script.on(sql_write.known_entities(INFO.schema, lock=True), known_rows)
+    script.on(sql_write.insert_entities(INFO.schema), insert_entities)
+    script.on(sql_write.insert_facts(INFO.schema), insert_facts)
+    script.on(sql_write.facts_pages(), [sql_write.TablePages(analyzed=100, current=100)])
     return script
 
 
@@ -72,7 +73,7 @@ def test_a_write_embeds_before_it_takes_a_connection_and_only_names_the_scope_la
     texts = requests[embed].texts  # type: ignore[union-attr]
     assert texts[2:] == ("amsterdam", "tesla")  # the facts' texts, then only the new names
     assert len(texts) == 4
-    inserted = [r for r in requests if isinstance(r, Execute) and r.statement == sql_store.insert_entities(INFO.schema)]
+    inserted = [r for r in requests if isinstance(r, Execute) and r.statement == sql_write.insert_entities(INFO.schema)]
     assert [params_of(r)["names"] for r in inserted] == [["amsterdam", "tesla"]]
     assert conversation.result == [10, 11]
 
@@ -82,10 +83,10 @@ def test_a_write_counts_its_rows_last_in_a_fixed_order() -> None:
     one scope wait for each other only from there to their commits, and never deadlock."""
     conversation = drive(ops.add_facts(INFO, SCOPE, FACTS), write_script({}))
     order = [
-        conversation.index(Execute, sql_store.insert_facts(INFO.schema)),
-        conversation.index(Execute, sql_store.bump_entities(INFO.schema)),
+        conversation.index(Execute, sql_write.insert_facts(INFO.schema)),
+        conversation.index(Execute, sql_write.bump_entities(INFO.schema)),
         conversation.index(Execute, sql_lexemes.count_lexemes(INFO.schema)),
-        conversation.index(Execute, sql_store.bump_scope(INFO.schema)),
+        conversation.index(Execute, sql_write.bump_scope(INFO.schema)),
     ]
     assert -1 not in order and order == sorted(order)
     bump = conversation.requests[order[1]]
@@ -124,16 +125,16 @@ def test_an_entity_another_writer_created_meanwhile_is_found_in_a_second_round()
             return [(name, 100 + i) for i, name in enumerate(wanted) if name != "tesla"]
         return [(name, 200 + i) for i, name in enumerate(wanted)]
 
-    script.rules = [rule for rule in script.rules if rule[0] != sql_store.insert_entities(INFO.schema)]
-    script.on(sql_store.insert_entities(INFO.schema), racing)
+    script.rules = [rule for rule in script.rules if rule[0] != sql_write.insert_entities(INFO.schema)]
+    script.on(sql_write.insert_entities(INFO.schema), racing)
     drive(ops.add_facts(INFO, SCOPE, FACTS), script)
     assert rounds == [["amsterdam", "tesla", "user"], ["tesla"]]
 
 
 def test_entities_that_never_settle_are_a_store_error() -> None:
     script = write_script({})
-    script.rules = [rule for rule in script.rules if rule[0] != sql_store.insert_entities(INFO.schema)]
-    script.on(sql_store.insert_entities(INFO.schema), [])
+    script.rules = [rule for rule in script.rules if rule[0] != sql_write.insert_entities(INFO.schema)]
+    script.on(sql_write.insert_entities(INFO.schema), [])
     with pytest.raises(StoreError, match="try the write again"):
         drive(ops.add_facts(INFO, SCOPE, FACTS), script)
 
@@ -218,7 +219,7 @@ def test_an_import_reports_progress_per_batch_and_bumps_counts_once() -> None:
     )
     assert [r.done for r in conversation.requests if isinstance(r, Progress)] == [2, 2, 2]
     bumps = [
-        r for r in conversation.requests if isinstance(r, Execute) and r.statement == sql_store.bump_scope(INFO.schema)
+        r for r in conversation.requests if isinstance(r, Execute) and r.statement == sql_write.bump_scope(INFO.schema)
     ]
     assert [params_of(r)["delta"] for r in bumps] == [6]
     assert not any(isinstance(r, ReadAside) for r in conversation.requests)  # inside the import's transaction
@@ -242,8 +243,8 @@ def test_a_write_locks_its_relations_before_it_reads_them_and_after_it_embeds() 
         conversation.index(EmbedDocuments),
         conversation.index(Execute, sql_reconcile.lock_relations(INFO.schema)),
         conversation.index(Execute, sql_reconcile.met_facts(INFO.schema)),
-        conversation.index(Execute, sql_store.insert_entities(INFO.schema)),
-        conversation.index(Execute, sql_store.insert_facts(INFO.schema)),
+        conversation.index(Execute, sql_write.insert_entities(INFO.schema)),
+        conversation.index(Execute, sql_write.insert_facts(INFO.schema)),
     ]
     assert -1 not in order and order == sorted(order)
     first_execute = conversation.index(Execute)
@@ -256,8 +257,8 @@ def test_a_duplicate_write_inserts_nothing_and_merges_into_the_live_fact() -> No
     script.rules.insert(0, (sql_reconcile.met_facts(INFO.schema), lambda _request: rows))
     conversation = drive(ops.add_facts(INFO, SCOPE, FACTS[:1]), script)
     assert conversation.result == [7]
-    assert conversation.index(Execute, sql_store.insert_facts(INFO.schema)) == -1
-    assert conversation.index(Execute, sql_store.bump_scope(INFO.schema)) == -1  # no count changes
+    assert conversation.index(Execute, sql_write.insert_facts(INFO.schema)) == -1
+    assert conversation.index(Execute, sql_write.bump_scope(INFO.schema)) == -1  # no count changes
     (merge,) = [
         r
         for r in conversation.requests

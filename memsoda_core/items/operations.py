@@ -2,7 +2,7 @@
 says what an item is).
 
 A write of items is one transaction. Their facts go through the reconciling write path
-(`ops.writing.write_facts`: one embedding call, the facts' relation locks), which also locks the
+(`writing.operation.write_facts`: one embedding call, the facts' relation locks), which also locks the
 relations of the facts the items refer to now; then each item's own advisory lock is taken, the
 facts they refer to are read again under it, the items are stored or deleted, and each fact no item
 refers to any more is ended: superseded by its item's new fact, or just ended when the item went
@@ -38,13 +38,13 @@ from memsoda_core.items.values import (
 from memsoda_core.limits import MAX_K
 from memsoda_core.models import RecallResult
 from memsoda_core.ops.maintenance import ensure_tenant_indexes
-from memsoda_core.ops.routing import insert_rows
-from memsoda_core.ops.writing import lock_facts, write_facts
 from memsoda_core.runner.steps import Operation, execute, execute_as, read_aside
-from memsoda_core.store import reconcile as sql_reconcile
-from memsoda_core.store import routed as sql_routed
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import Scope
+from memsoda_core.writing import inserts as sql_routed
+from memsoda_core.writing import reconcile_statements as sql_reconcile
+from memsoda_core.writing.insert_rows import insert_rows
+from memsoda_core.writing.operation import lock_facts, write_facts
 
 RecallIn = Callable[[Scope, int], Operation[RecallResult]]
 """Recall of the search's query in a scope, keeping that many facts (built by the memory, which

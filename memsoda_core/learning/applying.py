@@ -1,5 +1,5 @@
 """Applying a checked extraction (`remember`): its facts, supersedes and ends in one transaction
-through the write rules of `ops.reconciling`, with the messages they came from (operations)."""
+through the write rules of `writing.decisions`, with the messages they came from (operations)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ from memsoda_core.learning.operations import Checked, CheckedExtraction
 from memsoda_core.models import FactSource
 from memsoda_core.ops.editing import check_live, write_episodes
 from memsoda_core.ops.maintenance import ensure_tenant_indexes
-from memsoda_core.ops.routing import insert_rows
-from memsoda_core.ops.writing import lock_facts, write_facts
 from memsoda_core.runner.steps import Operation, embed_documents, execute, execute_as, read_aside
-from memsoda_core.store import reconcile as sql_reconcile
-from memsoda_core.store import routed as sql_routed
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import Scope, ValidEpisode
+from memsoda_core.writing import inserts as sql_routed
+from memsoda_core.writing import reconcile_statements as sql_reconcile
+from memsoda_core.writing.insert_rows import insert_rows
+from memsoda_core.writing.operation import lock_facts, write_facts
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,6 +1,6 @@
 """A write statement in the form the store routes best (operations): the one-node form
 (`INSERT ... SELECT FROM unnest(arrays)`, one statement for any batch) or, on a distributed store,
-the VALUES form Citus routes to the tenant's shard (`store.routed`), in chunks of
+the VALUES form Citus routes to the tenant's shard (`writing.inserts`), in chunks of
 `ROWS_PER_STATEMENT` rows."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from psycopg import sql
 
 from memsoda_core.runner.steps import Operation, Row, execute, execute_as
 from memsoda_core.store.info import StoreInfo
-from memsoda_core.store.routed import ROWS_PER_STATEMENT, ValuesInsert, row_params
+from memsoda_core.writing.inserts import ROWS_PER_STATEMENT, ValuesInsert, row_params
 
 R = TypeVar("R")
 

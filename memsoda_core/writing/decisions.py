@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from memsoda_core.errors import IntervalError
-from memsoda_core.store.reconcile import Met
 from memsoda_core.validation import ValidFact
+from memsoda_core.writing.reconcile_statements import Met
 
 Ref = tuple[str, int]
 """("old", a stored fact's id) or ("new", an index into `Plan.inserts`)."""
@@ -38,7 +38,7 @@ Ref = tuple[str, int]
 
 @dataclass
 class Merge:
-    """What equal writes fold into a stored fact (`store.reconcile.merge_facts`)."""
+    """What equal writes fold into a stored fact (`writing.reconcile_statements.merge_facts`)."""
 
     confidence: float
     valid_at: datetime | None
