@@ -12,10 +12,9 @@ import numpy as np
 
 from memsoda_core.errors import StoreError
 from memsoda_core.runner.steps import Operation, execute
-from memsoda_core.store import lexemes as sql_lexemes
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import Scope, ValidFact
-from memsoda_core.writing import inserts as sql_routed
+from memsoda_core.writing import inserts
 from memsoda_core.writing import statements as sql_write
 from memsoda_core.writing.insert_rows import insert_rows
 
@@ -25,7 +24,7 @@ UNTYPED = "OTHER"
 
 def keep_specific_type(types: dict[str, str], name: str, kind: str) -> None:
     """Record `kind` as `name`'s type unless it has a specific one already: a specific type wins
-    over OTHER, and the first one seen is kept (`sql_write.bump_entities` keeps the stored one so)."""
+    over OTHER, and the first one seen is kept (`inserts.BUMP_ENTITIES` keeps the stored one so)."""
     if types.get(name, UNTYPED) == UNTYPED:
         types[name] = kind
 
@@ -84,24 +83,22 @@ def bump_counts(info: StoreInfo, scope: Scope, deltas: CountDeltas) -> Operation
     names = sorted(deltas.types)
     bumped = yield from insert_rows(
         info,
-        sql_write.bump_entities(info.schema),
-        sql_routed.BUMP_ENTITIES,
+        inserts.BUMP_ENTITIES,
         {
             **base,
             "names": names,
             "types": [deltas.types[name] for name in names],
             "touches": [deltas.touches[name] for name in names],
-            **({"filler": np.zeros(info.dimensions, dtype=np.float32)} if info.distributed else {}),
+            "filler": np.zeros(info.dimensions, dtype=np.float32),
         },
     )
-    if any(created for (created,) in bumped):  # the routed form's check (`writing.inserts.BUMP_ENTITIES`)
+    if any(created for (created,) in bumped):  # `inserts.BUMP_ENTITIES`' check
         raise StoreError("an entity of this write was deleted before its count was added; try the write again")
     if deltas.lexemes:
         lexemes = sorted(deltas.lexemes)
         yield from insert_rows(
             info,
-            sql_lexemes.count_lexemes(info.schema),
-            sql_routed.LEXEMES,
+            inserts.LEXEMES,
             {**base, "lexemes": lexemes, "counts": [deltas.lexemes[lexeme] for lexeme in lexemes]},
         )
     yield from execute(sql_write.bump_scope(info.schema), {**base, "delta": deltas.facts})

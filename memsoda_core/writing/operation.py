@@ -25,15 +25,15 @@ from memsoda_core.validation import (
     ValidFact,
     validate_facts,
 )
-from memsoda_core.writing import inserts as sql_routed
+from memsoda_core.writing import inserts
 from memsoda_core.writing import reconcile_statements as sql_reconcile
 from memsoda_core.writing import statements as sql_write
 from memsoda_core.writing.counts import CountDeltas, bump_counts, entity_rows
-from memsoda_core.writing.decisions import Plan, plan_batch
+from memsoda_core.writing.decisions import Plan, Ref, plan_batch
 from memsoda_core.writing.insert_rows import insert_rows, insert_rows_as
 
 ENTITY_ROUNDS = 3
-"""Rounds of `sql_write.insert_entities` a write may take: a second one is needed only when
+"""Rounds of `inserts.ENTITIES` a write may take: a second one is needed only when
 another writer created and committed one of its new entities meanwhile (or a `forget` removed one
 that another writer had created)."""
 
@@ -133,7 +133,7 @@ def insert_fact_rows(
         deltas.types = dict(zip(entities.names, entities.types, strict=True))
         deltas.touches = Counter(dict(zip(entities.names, entities.touches, strict=True)))
     yield from apply_plan(info, scope, plan, fact_ids, learned)
-    return [fact_ids[ref] if kind == "new" else ref for kind, ref in plan.resolved], deltas
+    return [fact_ids[ref.number] if ref.kind == "new" else ref.number for ref in plan.resolved], deltas
 
 
 def hold_dataset(info: StoreInfo, scope: Scope) -> Operation[None]:
@@ -195,18 +195,18 @@ def apply_plan(
     learns at `learned` that the stored facts it ends have ended (`expired_at`)."""
     base = {"dataset": scope.dataset, "project": scope.project}
 
-    def fact_id(ref: tuple[str, int]) -> int:
-        return fact_ids[ref[1]] if ref[0] == "new" else ref[1]
+    def fact_id(ref: Ref) -> int:
+        return fact_ids[ref.number] if ref.kind == "new" else ref.number
 
     if plan.ends:
         yield from execute(
             sql_reconcile.end_facts(info.schema),
             {
                 **base,
-                "ids": [fact_id(target) for target, _, _ in plan.ends],
-                "ats": [at for _, at, _ in plan.ends],
-                "bys": [None if by is None else fact_id(by) for _, _, by in plan.ends],
-                "expireds": [learned if target[0] == "old" else None for target, _, _ in plan.ends],
+                "ids": [fact_id(end.fact) for end in plan.ends],
+                "ats": [end.at for end in plan.ends],
+                "bys": [None if end.by is None else fact_id(end.by) for end in plan.ends],
+                "expireds": [learned if end.fact.kind == "old" else None for end in plan.ends],
             },
         )
     if plan.merges:
@@ -247,8 +247,7 @@ def _insert_new(
             break
         rows = yield from insert_rows(
             info,
-            sql_write.insert_entities(info.schema),
-            sql_routed.ENTITIES,
+            inserts.ENTITIES,
             {
                 **base,
                 "names": missing,
@@ -258,7 +257,7 @@ def _insert_new(
         )
         entity_ids.update((name, int(eid)) for name, eid in rows)
         others = [name for name in missing if name not in entity_ids]
-        if info.distributed and others:  # created by another writer meanwhile: the routed form skips them
+        if others:  # created by another writer meanwhile: read and locked (`inserts.ENTITIES` skips them)
             rows = yield from execute(sql_write.known_entities(info.schema, lock=True), {**base, "names": others})
             entity_ids.update((name, int(eid)) for name, eid in rows)
         missing = [name for name in missing if name not in entity_ids]
@@ -267,8 +266,7 @@ def _insert_new(
     inserted = yield from insert_rows_as(
         sql_write.InsertedFact,
         info,
-        sql_write.insert_facts(info.schema),
-        sql_routed.FACTS,
+        inserts.FACTS,
         {
             **base,
             "subjects": [f.subject for f in facts],
@@ -296,8 +294,7 @@ def _insert_new(
     ]
     yield from insert_rows(
         info,
-        sql_write.insert_fact_entities(info.schema),
-        sql_routed.FACT_ENTITIES,
+        inserts.FACT_ENTITIES,
         {
             **base,
             "fact_ids": [link[0] for link in links],

@@ -1,6 +1,6 @@
 """SQL builders of the write path (`writing.operation`): the entities a write reads and locks, the
-inserts of entities, facts and links in their one-node form (`writing.inserts` has the form Citus
-routes), the scope's row, the statistics check, and episodes. Pure: each returns a `sql.Composed`;
+scope's row, the statistics check, and episodes (the inserts of entities, facts, links, counts and
+sources are `writing.inserts`). Pure: each returns a `sql.Composed`;
 values are always bound."""
 
 from __future__ import annotations
@@ -9,8 +9,6 @@ from dataclasses import dataclass
 
 from psycopg import sql
 
-from memsoda_core.store.fact_columns import UNKNOWN_START
-from memsoda_core.store.lexemes import fact_lexemes
 from memsoda_core.store.statements import tenant_statement
 
 # --- entities -------------------------------------------------------------------------------------
@@ -30,40 +28,17 @@ def known_entities(schema: str, *, lock: bool = False) -> sql.Composed:
     )
 
 
-def insert_entities(schema: str) -> sql.Composed:
-    """Create the entities %(names)s the scope does not have, with no facts counted yet, and return
-    (name, id) of those created and of those this statement finds already there (another writer's),
-    locked FOR KEY SHARE (a concurrent `forget` waits; other writers do not). Nothing existing is
-    updated here, so writers into one scope do not wait for each other through the rest of the
-    write; the counts are added at its end (`bump_entities`). A name that another writer created
-    and committed while this statement waited for it is missing from the result: run it again."""
-    return tenant_statement(
-        """WITH added AS (
-               INSERT INTO {s}.entities AS e (dataset, project, name, type, embedding, fact_count)
-               SELECT %(dataset)s, %(project)s, u.name, u.type, u.embedding, 0
-               FROM unnest(%(names)b::text[], %(types)b::text[], %(embeddings)b::vector[])
-                    AS u(name, type, embedding)
-               ON CONFLICT (dataset, project, name) DO NOTHING
-               RETURNING e.id, e.name),
-           present AS (
-               SELECT e.id, e.name FROM {s}.entities e
-               WHERE {tenant_e} AND e.name = ANY(%(names)b::text[])
-               FOR KEY SHARE)
-           SELECT name, id FROM added UNION ALL SELECT name, id FROM present""",
-        schema,
-    )
-
-
 def bump_entities(schema: str) -> sql.Composed:
-    """Add %(touches)s facts to the counts of the scope's entities %(names)s (sorted) and keep a
-    specific type of %(types)s over OTHER (`writing.operation.keep_specific_type`'s rule). Every one of
-    them exists: created at the start of the write (`insert_entities`) or locked FOR KEY SHARE
+    """`inserts.BUMP_ENTITIES` in the ARRAYS form: add %(touches)s facts to the counts of the
+    scope's entities %(names)s (sorted) and keep a specific type of %(types)s over OTHER
+    (`counts.keep_specific_type`'s rule). Every one of them exists: created at the start of the
+    write (`inserts.ENTITIES`) or locked FOR KEY SHARE
     since, so no `forget` removed it.
 
     An upsert that always conflicts rather than an UPDATE: INSERT ... SELECT takes the rows in the
     order given, so two writers wait for each other instead of deadlocking, which an UPDATE's join
     does not promise. The proposed row copies the stored embedding because NOT NULL is checked
-    before ON CONFLICT resolves. A write runs this at its end (`writing.operation.bump_counts`), so it
+    before ON CONFLICT resolves. A write runs this at its end (`counts.bump_counts`), so it
     holds the rows only until it commits."""
     return tenant_statement(
         """INSERT INTO {s}.entities AS e (dataset, project, name, type, embedding, fact_count)
@@ -83,48 +58,11 @@ def bump_entities(schema: str) -> sql.Composed:
 
 @dataclass(frozen=True)
 class InsertedFact:
-    """A row of `insert_facts`."""
+    """A row of `inserts.FACTS`."""
 
     id: int
     lexemes: list[str]
-    """Its lexemes (`lexemes.fact_lexemes`), for `lexemes.count_lexemes`."""
-
-
-def insert_facts(schema: str) -> sql.Composed:
-    """Insert a batch of facts in the given order, so their ids ascend in that order, learned at
-    %(learned_at)s (`created_at`; a NULL start is stored as `UNKNOWN_START`); returns an
-    `InsertedFact` of each."""
-    return tenant_statement(
-        """INSERT INTO {s}.facts (dataset, project, subject, predicate, object, object_type,
-                                 subject_id, object_id, anchor_id, valid_at, invalid_at,
-                                 confidence, source_quote, times_seen, embedding, created_at)
-           SELECT %(dataset)s, %(project)s, u.subject, u.predicate, u.object, u.object_type,
-                  u.subject_id, u.object_id, u.anchor_id, coalesce(u.valid_at, {unknown}), u.invalid_at,
-                  u.confidence, u.source_quote, u.times_seen, u.embedding, %(learned_at)s
-           FROM unnest(%(subjects)b::text[], %(predicates)b::text[], %(objects)b::text[],
-                       %(object_types)b::text[], %(subject_ids)b::bigint[], %(object_ids)b::bigint[],
-                       %(anchor_ids)b::bigint[], %(valid_ats)b::timestamptz[],
-                       %(invalid_ats)b::timestamptz[], %(confidences)b::real[],
-                       %(quotes)b::text[], %(seen)b::int[], %(embeddings)b::vector[])
-                WITH ORDINALITY AS u(subject, predicate, object, object_type, subject_id, object_id,
-                                     anchor_id, valid_at, invalid_at, confidence, source_quote,
-                                     times_seen, embedding, ord)
-           ORDER BY u.ord
-           RETURNING id, {lexemes} AS lexemes""",
-        schema,
-        lexemes=fact_lexemes(),
-        unknown=sql.SQL(UNKNOWN_START),
-    )
-
-
-def insert_fact_entities(schema: str) -> sql.Composed:
-    return tenant_statement(
-        """INSERT INTO {s}.fact_entities (dataset, project, fact_id, entity_id, roles)
-           SELECT %(dataset)s, %(project)s, u.fact_id, u.entity_id, u.roles
-           FROM unnest(%(fact_ids)b::bigint[], %(entity_ids)b::bigint[], %(roles)b::smallint[])
-                AS u(fact_id, entity_id, roles)""",
-        schema,
-    )
+    """Its lexemes (`lexemes.fact_lexemes`), for `inserts.LEXEMES`."""
 
 
 def bump_scope(schema: str) -> sql.Composed:
