@@ -19,9 +19,11 @@ from psycopg import sql
 from psycopg.adapt import PyFormat
 from psycopg.types.json import Jsonb
 
+from memsoda_core.embedders.protocol import Vector
 from memsoda_core.store.fact_columns import UNKNOWN_START
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.store.lexemes import fact_lexemes
+from memsoda_core.validation import ValidFact
 from memsoda_core.writing.statements import bump_entities
 
 
@@ -56,6 +58,8 @@ class Column:
     type: str = ""
     packed: Packed | None = None
     """How the ARRAYS form carries an element no SQL array can hold, else as `type`."""
+    get: Callable[[Any], Any] | None = None
+    """A row's value from the value the caller writes (`TableInsert.params`), where it has one."""
 
 
 @dataclass(frozen=True)
@@ -69,9 +73,22 @@ class Packed:
     dump: Callable[[Any], Any]
 
 
-def each(name: str, param: str, type_: str, value: str = "{}") -> Column:
-    """A column whose row i holds element i of array parameter `param`."""
-    return Column(name, value, param, type_)
+def each(name: str, param: str, type_: str, value: str = "{}", *, get: Callable[[Any], Any] | None = None) -> Column:
+    """A column whose row i holds element i of array parameter `param` (`get` of the row's value)."""
+    return Column(name, value, param, type_, get=get)
+
+
+@dataclass(frozen=True)
+class NewFact:
+    """A fact as `FACTS` writes it: the checked fact, the ids of its entities, how often it was
+    seen, its embedding."""
+
+    fact: ValidFact
+    subject_id: int
+    object_id: int | None
+    anchor_id: int
+    seen: int
+    embedding: Vector
 
 
 @dataclass(frozen=True)
@@ -96,6 +113,10 @@ class TableInsert:
             if column.param is not None:
                 seen.setdefault(column.param, column.packed.type if column.packed else column.type)
         return tuple(seen.items())
+
+    def params(self, rows: Sequence[Any]) -> dict[str, list[Any]]:
+        """The array parameters of `rows`, each column's `get` of every row."""
+        return {c.param: [c.get(row) for row in rows] for c in self.columns if c.param is not None and c.get}
 
     def packed(self, params: Mapping[str, Any]) -> Mapping[str, Any]:
         """`params` as the ARRAYS form sends them: each packed column's elements dumped."""
@@ -223,28 +244,33 @@ raises then. The ARRAYS form is `statements.bump_entities`: a partitioned table 
 column, so its proposed row copies the stored embedding instead (NULL, and an error, for an entity
 that is gone)."""
 
+_KNOWN_OR_UNKNOWN_START = "coalesce({}, " + UNKNOWN_START + ")"
+
 FACTS = TableInsert(
     "facts",
     "f",
     (
-        each("subject", "subjects", "text"),
-        each("predicate", "predicates", "text"),
-        each("object", "objects", "text"),
-        each("object_type", "object_types", "text"),
-        each("subject_id", "subject_ids", "bigint"),
-        each("object_id", "object_ids", "bigint"),
-        each("anchor_id", "anchor_ids", "bigint"),
-        each("valid_at", "valid_ats", "timestamptz", "coalesce({}, " + UNKNOWN_START + ")"),
-        each("invalid_at", "invalid_ats", "timestamptz"),
-        each("confidence", "confidences", "real"),
-        each("source_quote", "quotes", "text"),
-        each("times_seen", "seen", "int"),
-        each("embedding", "embeddings", "vector"),
+        each("subject", "subjects", "text", get=lambda r: r.fact.subject),
+        each("predicate", "predicates", "text", get=lambda r: r.fact.predicate),
+        each("object", "objects", "text", get=lambda r: r.fact.object),
+        each("object_type", "object_types", "text", get=lambda r: r.fact.object_type),
+        each("subject_id", "subject_ids", "bigint", get=lambda r: r.subject_id),
+        each("object_id", "object_ids", "bigint", get=lambda r: r.object_id),
+        each("anchor_id", "anchor_ids", "bigint", get=lambda r: r.anchor_id),
+        each(
+            "valid_at", "valid_ats", "timestamptz", "coalesce({}, " + UNKNOWN_START + ")", get=lambda r: r.fact.valid_at
+        ),
+        each("invalid_at", "invalid_ats", "timestamptz", get=lambda r: r.fact.invalid_at),
+        each("confidence", "confidences", "real", get=lambda r: r.fact.confidence),
+        each("source_quote", "quotes", "text", get=lambda r: r.fact.source_quote),
+        each("times_seen", "seen", "int", get=lambda r: r.seen),
+        each("embedding", "embeddings", "vector", get=lambda r: r.embedding),
         Column("created_at", "%(learned_at)s"),
     ),
     " RETURNING id, " + fact_lexemes().as_string(None) + " AS lexemes",
 )
-"""Insert a batch of facts in the given order (so their ids ascend in it), learned at
+"""Insert a batch of `NewFact`s (`FACTS.params`; a column is one line here) in the given order (so
+their ids ascend in it), learned at
 %(learned_at)s (`created_at`; a NULL start is stored as `UNKNOWN_START`); each row returned as a
 `statements.InsertedFact`."""
 

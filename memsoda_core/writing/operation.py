@@ -263,27 +263,22 @@ def _insert_new(
         missing = [name for name in missing if name not in entity_ids]
     if missing:
         raise StoreError("entities of this write kept changing under concurrent writers; try the write again")
+    new = [
+        inserts.NewFact(
+            fact=f,
+            subject_id=entity_ids[f.subject],
+            object_id=entity_ids[f.object] if f.object_is_entity else None,
+            anchor_id=entity_ids[f.anchor],
+            seen=times,
+            embedding=vector,
+        )
+        for f, times, vector in zip(facts, seen, fact_vectors, strict=True)
+    ]
     inserted = yield from insert_rows_as(
         sql_write.InsertedFact,
         info,
         inserts.FACTS,
-        {
-            **base,
-            "subjects": [f.subject for f in facts],
-            "predicates": [f.predicate for f in facts],
-            "objects": [f.object for f in facts],
-            "object_types": [f.object_type for f in facts],
-            "subject_ids": [entity_ids[f.subject] for f in facts],
-            "object_ids": [entity_ids[f.object] if f.object_is_entity else None for f in facts],
-            "anchor_ids": [entity_ids[f.anchor] for f in facts],
-            "valid_ats": [f.valid_at for f in facts],
-            "invalid_ats": [f.invalid_at for f in facts],
-            "confidences": [f.confidence for f in facts],
-            "quotes": [f.source_quote for f in facts],
-            "seen": list(seen),
-            "embeddings": list(fact_vectors),
-            "learned_at": learned,
-        },
+        {**base, **inserts.FACTS.params(new), "learned_at": learned},
     )
     fact_ids = sorted(int(row.id) for row in inserted)
     lexeme_counts = Counter(lexeme for row in inserted for lexeme in row.lexemes)
