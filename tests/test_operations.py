@@ -11,16 +11,19 @@ import pytest
 from memsoda_core import ops
 from memsoda_core.errors import EmbeddingError, IntervalError, NotLiveError, StoreError, ValidationError
 from memsoda_core.ops.maintenance import ensure_tenant_indexes
-from memsoda_core.ops.reconciling import plan_batch
 from memsoda_core.runner.steps import EmbedDocuments, Emit, Execute, OutsideTransaction, Progress, ReadAside
-from memsoda_core.store import lexemes as sql_lexemes
-from memsoda_core.store import reconcile as sql_reconcile
 from memsoda_core.store import statements as sql_store
 from memsoda_core.store import tenant_index as sql_tenant_index
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import Scope, validate_facts
+from memsoda_core.writing import inserts
+from memsoda_core.writing import reconcile_statements as sql_reconcile
+from memsoda_core.writing import statements as sql_write
+from memsoda_core.writing.decisions import End, new, old, plan_batch
+from memsoda_core.writing.inserts import WriteForm
 from tests.scripted import Script, drive, params_of
 
+ARRAYS = WriteForm.ARRAYS
 INFO = StoreInfo(schema="memsoda", model="scripted", dimensions=4, text_search_config="english")
 SCOPE = Scope(dataset="d", project="p")
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -46,19 +49,19 @@ def write_script(known: dict[str, int]) -> Script:
             created.setdefault(name, 100 + len(created))
         return [(name, created[name]) for name in wanted]
 
-    def insert_facts(request: object) -> list[sql_store.InsertedFact]:
+    def insert_facts(request: object) -> list[sql_write.InsertedFact]:
         count = len(params_of(request)["subjects"])  # type: ignore[arg-type]
-        return [sql_store.InsertedFact(id=10 + i, lexemes=["user"]) for i in range(count)]
+        return [sql_write.InsertedFact(id=10 + i, lexemes=["user"]) for i in range(count)]
 
     script = Script(dimensions=INFO.dimensions)
     script.on(sql_reconcile.lock_relations(INFO.schema), [sql_reconcile.Locked(locks=1, learned_at=NOW)])
     script.on(sql_reconcile.met_facts(INFO.schema), nothing_met)
     known_rows = sorted(known.items())
-    script.on(sql_store.known_entities(INFO.schema), known_rows)
-    script.on(sql_store.known_entities(INFO.schema, lock=True), known_rows)
-    script.on(sql_store.insert_entities(INFO.schema), insert_entities)
-    script.on(sql_store.insert_facts(INFO.schema), insert_facts)
-    script.on(sql_store.facts_pages(), [sql_store.TablePages(analyzed=100, current=100)])
+    script.on(sql_write.known_entities(INFO.schema), known_rows)
+    script.on(sql_write.known_entities(INFO.schema, lock=True), known_rows)
+    script.on(inserts.ENTITIES.statement(INFO.schema, ARRAYS), insert_entities)
+    script.on(inserts.FACTS.statement(INFO.schema, ARRAYS), insert_facts)
+    script.on(sql_write.facts_pages(), [sql_write.TablePages(analyzed=100, current=100)])
     return script
 
 
@@ -72,7 +75,9 @@ def test_a_write_embeds_before_it_takes_a_connection_and_only_names_the_scope_la
     texts = requests[embed].texts  # type: ignore[union-attr]
     assert texts[2:] == ("amsterdam", "tesla")  # the facts' texts, then only the new names
     assert len(texts) == 4
-    inserted = [r for r in requests if isinstance(r, Execute) and r.statement == sql_store.insert_entities(INFO.schema)]
+    inserted = [
+        r for r in requests if isinstance(r, Execute) and r.statement == inserts.ENTITIES.statement(INFO.schema, ARRAYS)
+    ]
     assert [params_of(r)["names"] for r in inserted] == [["amsterdam", "tesla"]]
     assert conversation.result == [10, 11]
 
@@ -82,10 +87,10 @@ def test_a_write_counts_its_rows_last_in_a_fixed_order() -> None:
     one scope wait for each other only from there to their commits, and never deadlock."""
     conversation = drive(ops.add_facts(INFO, SCOPE, FACTS), write_script({}))
     order = [
-        conversation.index(Execute, sql_store.insert_facts(INFO.schema)),
-        conversation.index(Execute, sql_store.bump_entities(INFO.schema)),
-        conversation.index(Execute, sql_lexemes.count_lexemes(INFO.schema)),
-        conversation.index(Execute, sql_store.bump_scope(INFO.schema)),
+        conversation.index(Execute, inserts.FACTS.statement(INFO.schema, ARRAYS)),
+        conversation.index(Execute, inserts.BUMP_ENTITIES.statement(INFO.schema, ARRAYS)),
+        conversation.index(Execute, inserts.LEXEMES.statement(INFO.schema, ARRAYS)),
+        conversation.index(Execute, sql_write.bump_scope(INFO.schema)),
     ]
     assert -1 not in order and order == sorted(order)
     bump = conversation.requests[order[1]]
@@ -124,16 +129,16 @@ def test_an_entity_another_writer_created_meanwhile_is_found_in_a_second_round()
             return [(name, 100 + i) for i, name in enumerate(wanted) if name != "tesla"]
         return [(name, 200 + i) for i, name in enumerate(wanted)]
 
-    script.rules = [rule for rule in script.rules if rule[0] != sql_store.insert_entities(INFO.schema)]
-    script.on(sql_store.insert_entities(INFO.schema), racing)
+    script.rules = [rule for rule in script.rules if rule[0] != inserts.ENTITIES.statement(INFO.schema, ARRAYS)]
+    script.on(inserts.ENTITIES.statement(INFO.schema, ARRAYS), racing)
     drive(ops.add_facts(INFO, SCOPE, FACTS), script)
     assert rounds == [["amsterdam", "tesla", "user"], ["tesla"]]
 
 
 def test_entities_that_never_settle_are_a_store_error() -> None:
     script = write_script({})
-    script.rules = [rule for rule in script.rules if rule[0] != sql_store.insert_entities(INFO.schema)]
-    script.on(sql_store.insert_entities(INFO.schema), [])
+    script.rules = [rule for rule in script.rules if rule[0] != inserts.ENTITIES.statement(INFO.schema, ARRAYS)]
+    script.on(inserts.ENTITIES.statement(INFO.schema, ARRAYS), [])
     with pytest.raises(StoreError, match="try the write again"):
         drive(ops.add_facts(INFO, SCOPE, FACTS), script)
 
@@ -218,7 +223,7 @@ def test_an_import_reports_progress_per_batch_and_bumps_counts_once() -> None:
     )
     assert [r.done for r in conversation.requests if isinstance(r, Progress)] == [2, 2, 2]
     bumps = [
-        r for r in conversation.requests if isinstance(r, Execute) and r.statement == sql_store.bump_scope(INFO.schema)
+        r for r in conversation.requests if isinstance(r, Execute) and r.statement == sql_write.bump_scope(INFO.schema)
     ]
     assert [params_of(r)["delta"] for r in bumps] == [6]
     assert not any(isinstance(r, ReadAside) for r in conversation.requests)  # inside the import's transaction
@@ -242,8 +247,8 @@ def test_a_write_locks_its_relations_before_it_reads_them_and_after_it_embeds() 
         conversation.index(EmbedDocuments),
         conversation.index(Execute, sql_reconcile.lock_relations(INFO.schema)),
         conversation.index(Execute, sql_reconcile.met_facts(INFO.schema)),
-        conversation.index(Execute, sql_store.insert_entities(INFO.schema)),
-        conversation.index(Execute, sql_store.insert_facts(INFO.schema)),
+        conversation.index(Execute, inserts.ENTITIES.statement(INFO.schema, ARRAYS)),
+        conversation.index(Execute, inserts.FACTS.statement(INFO.schema, ARRAYS)),
     ]
     assert -1 not in order and order == sorted(order)
     first_execute = conversation.index(Execute)
@@ -256,8 +261,8 @@ def test_a_duplicate_write_inserts_nothing_and_merges_into_the_live_fact() -> No
     script.rules.insert(0, (sql_reconcile.met_facts(INFO.schema), lambda _request: rows))
     conversation = drive(ops.add_facts(INFO, SCOPE, FACTS[:1]), script)
     assert conversation.result == [7]
-    assert conversation.index(Execute, sql_store.insert_facts(INFO.schema)) == -1
-    assert conversation.index(Execute, sql_store.bump_scope(INFO.schema)) == -1  # no count changes
+    assert conversation.index(Execute, inserts.FACTS.statement(INFO.schema, ARRAYS)) == -1
+    assert conversation.index(Execute, sql_write.bump_scope(INFO.schema)) == -1  # no count changes
     (merge,) = [
         r
         for r in conversation.requests
@@ -269,13 +274,13 @@ def test_a_duplicate_write_inserts_nothing_and_merges_into_the_live_fact() -> No
 def test_plan_a_new_single_value_ends_the_live_one_at_its_start() -> None:
     (fact,) = validate_facts([{**FACTS[1], "valid_at": MAR}])
     plan = plan_batch([fact], met(1, 1, 1, (7, False, JAN), single=True), learned=NOW)
-    assert plan.ends == [(("old", 7), MAR, ("new", 0))] and len(plan.inserts) == 1
+    assert plan.ends == [End(old(7), MAR, new(0))] and len(plan.inserts) == 1
 
 
 def test_plan_an_older_single_value_is_stored_as_history() -> None:
     (fact,) = validate_facts([{**FACTS[1], "valid_at": JAN}])
     plan = plan_batch([fact], met(1, 1, 1, (7, False, MAR), single=True), learned=NOW)
-    assert plan.inserts[0].invalid_at == MAR and plan.ends == [(("new", 0), MAR, ("old", 7))]
+    assert plan.inserts[0].invalid_at == MAR and plan.ends == [End(new(0), MAR, old(7))]
 
 
 def test_plan_two_values_with_one_start_cannot_be_ordered() -> None:
@@ -294,11 +299,11 @@ def test_plan_within_a_batch_equal_facts_fold_and_a_later_value_replaces_an_earl
     )
     rows = [*met(1, 1, 1, single=True), *met(2, 1, 1, single=True), *met(3, 1, 2, single=True)]
     plan = plan_batch(facts, rows, learned=NOW)
-    assert plan.resolved == [("new", 0), ("new", 0), ("new", 1)]
+    assert plan.resolved == [new(0), new(0), new(1)]
     kept = plan.inserts[0]
     assert (kept.confidence, kept.valid_at, kept.source_quote, plan.seen[0]) == (0.8, JAN, "q", 2)
     assert kept.invalid_at == datetime(2025, 6, 1, tzinfo=UTC)
-    assert plan.ends == [(("new", 0), datetime(2025, 6, 1, tzinfo=UTC), ("new", 1))]
+    assert plan.ends == [End(new(0), datetime(2025, 6, 1, tzinfo=UTC), new(1))]
 
 
 def test_supersede_of_a_fact_no_longer_live_writes_nothing_and_names_the_live_one() -> None:

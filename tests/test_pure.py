@@ -18,7 +18,7 @@ from psycopg import sql
 from memsoda_core import Fact, RecallOptions, ScoredFact, SignalHit
 from memsoda_core.errors import ConfigurationError, LimitError
 from memsoda_core.limits import MAX_NAME_CHARS, MAX_NAME_TOKENS
-from memsoda_core.ops.writing import statistics_stale
+from memsoda_core.ops.maintenance import statistics_stale
 from memsoda_core.options import DEFAULT_OPTIONS
 from memsoda_core.recall.fusion import rrf, rrf_ranks
 from memsoda_core.recall.hits import HitRow

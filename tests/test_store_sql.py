@@ -8,10 +8,12 @@ from datetime import UTC, datetime
 
 from memsoda_core import Fact
 from memsoda_core.forgetting import deleting
-from memsoda_core.ops.writing import CountDeltas, keep_specific_type
 from memsoda_core.store import lexemes, statements
 from memsoda_core.store.fact_columns import FACT_COLUMNS, decode_fact, fact_columns, fact_from
 from memsoda_core.store.tenant_index import tenant_predicate
+from memsoda_core.writing import inserts
+from memsoda_core.writing.counts import CountDeltas, keep_specific_type
+from memsoda_core.writing.inserts import WriteForm
 
 
 def test_fact_columns_are_the_fields_of_fact_in_order() -> None:
@@ -74,5 +76,5 @@ def test_every_lexeme_count_uses_one_definition() -> None:
     definition = lexemes.fact_lexemes("f").as_string(None)
     assert definition == "tsvector_to_array(f.tsv)"
     assert definition in lexemes.recount_lexemes("s", scoped=False).as_string(None)
-    assert "tsvector_to_array(tsv) AS lexemes" in statements.insert_facts("s").as_string(None)
+    assert "tsvector_to_array(tsv) AS lexemes" in inserts.FACTS.statement("s", WriteForm.ARRAYS).as_string(None)
     assert "tsvector_to_array(g.tsv)" in deleting.delete_facts("s", statements.entity_facts("s")).as_string(None)

@@ -18,11 +18,11 @@ from memsoda_core import IntervalError, LocalEmbedder, Memory
 from memsoda_core.forgetting.deleting import Deleted, delete_facts
 from memsoda_core.forgetting.operations import forget
 from memsoda_core.runner.steps import Execute
-from memsoda_core.store import reconcile as sql_reconcile
 from memsoda_core.store import schema as ddl
 from memsoda_core.store import statements as sql_store
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import Scope
+from memsoda_core.writing import reconcile_statements as sql_reconcile
 from tests.conftest import Either
 from tests.scripted import Script, drive
 

@@ -16,13 +16,13 @@ from memsoda_core.forgetting import deleting as sql_deleting
 from memsoda_core.forgetting.rules import ForgetReport, SourceSelection
 from memsoda_core.learning import sources as sql_sources
 from memsoda_core.ops.maintenance import drop_tenant_indexes
-from memsoda_core.ops.writing import hold_dataset
 from memsoda_core.runner.steps import Operation, execute, execute_as
 from memsoda_core.store import lexemes as sql_lexemes
-from memsoda_core.store import reconcile as sql_reconcile
 from memsoda_core.store import statements as sql_store
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import Scope
+from memsoda_core.writing import reconcile_statements as sql_reconcile
+from memsoda_core.writing.operation import hold_dataset
 
 
 def hold_scope(info: StoreInfo, scope: Scope) -> Operation[None]:
@@ -70,8 +70,8 @@ def forget(info: StoreInfo, scope: Scope, entity: str | None) -> Operation[int]:
     cleared (ended, not replaced): no pointer is left naming a deleted fact, and forgetting where
     someone moved does not make the old place live again.
 
-    It first takes every reconciliation lock of the scope (`store.reconcile.lock_scope`), as the
-    first lock of the write order (`store.reconcile.lock_relations`): every write into the scope
+    It first takes every reconciliation lock of the scope (`writing.reconcile_statements.lock_scope`), as the
+    first lock of the write order (`writing.reconcile_statements.lock_relations`): every write into the scope
     that started before has committed, the next ones wait, and no writer holds an entity, fact,
     lexeme or scope row while forget changes them; a supersede pointing at a fact it deletes has
     committed before, and is cleared."""

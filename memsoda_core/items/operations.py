@@ -2,7 +2,7 @@
 says what an item is).
 
 A write of items is one transaction. Their facts go through the reconciling write path
-(`ops.writing.write_facts`: one embedding call, the facts' relation locks), which also locks the
+(`writing.operation.write_facts`: one embedding call, the facts' relation locks), which also locks the
 relations of the facts the items refer to now; then each item's own advisory lock is taken, the
 facts they refer to are read again under it, the items are stored or deleted, and each fact no item
 refers to any more is ended: superseded by its item's new fact, or just ended when the item went
@@ -38,13 +38,13 @@ from memsoda_core.items.values import (
 from memsoda_core.limits import MAX_K
 from memsoda_core.models import RecallResult
 from memsoda_core.ops.maintenance import ensure_tenant_indexes
-from memsoda_core.ops.routing import insert_rows
-from memsoda_core.ops.writing import lock_facts, write_facts
 from memsoda_core.runner.steps import Operation, execute, execute_as, read_aside
-from memsoda_core.store import reconcile as sql_reconcile
-from memsoda_core.store import routed as sql_routed
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import Scope
+from memsoda_core.writing import inserts
+from memsoda_core.writing import reconcile_statements as sql_reconcile
+from memsoda_core.writing.insert_rows import insert_rows
+from memsoda_core.writing.operation import lock_facts, write_facts
 
 RecallIn = Callable[[Scope, int], Operation[RecallResult]]
 """Recall of the search's query in a scope, keeping that many facts (built by the memory, which
@@ -109,7 +109,6 @@ def put_items(
     stored = [n for n, item in enumerate(valid) if item.value_json is not None]
     if stored:
         kept = [valid[n] for n in stored]
-        payload = _batch(kept, {i: new_fact[n] for i, n in enumerate(stored) if n in new_fact})
         columns = {
             "namespaces": [list(item.namespace) for item in kept],
             "keys": [item.key for item in kept],
@@ -117,8 +116,7 @@ def put_items(
             "fact_ids": [new_fact.get(n) for n in stored],
             "ttl_minutes": [item.ttl_minutes for item in kept],
         }
-        params = {**base, "now": now, **(columns if info.distributed else {"items": payload})}
-        yield from insert_rows(info, sql_items.upsert_items(info.schema), sql_routed.ITEMS, params)
+        yield from insert_rows(info, inserts.ITEMS, {**base, "now": now, **columns})
     gone = [item for item in valid if item.value_json is None]
     if gone:
         yield from execute(sql_items.delete_items(info.schema), {**base, "items": _batch(gone)})

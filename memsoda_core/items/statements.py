@@ -110,28 +110,6 @@ def item_facts(schema: str) -> sql.Composed:
     )
 
 
-UPSERT_SET = """ ON CONFLICT (dataset, project, namespace, key) DO UPDATE
-           SET value = EXCLUDED.value, fact_id = EXCLUDED.fact_id, updated_at = EXCLUDED.updated_at,
-               ttl_minutes = EXCLUDED.ttl_minutes, expires_at = EXCLUDED.expires_at"""
-"""What a put of a stored item replaces: a put without a TTL leaves it without one (LangGraph's)."""
-
-
-def upsert_items(schema: str) -> sql.Composed:
-    """Store %(items)s (value, fact_id, ttl_minutes) at %(now)s: new ones created, existing ones
-    replaced; an item with a TTL expires that many minutes after %(now)s."""
-    return tenant_statement(
-        """WITH {batch}
-           INSERT INTO {s}.items AS i (dataset, project, namespace, key, value, fact_id, created_at, updated_at,
-                                       ttl_minutes, expires_at)
-           SELECT %(dataset)s, %(project)s, b.namespace, b.key, b.value, b.fact_id, %(now)s, %(now)s,
-                  b.ttl_minutes, %(now)s + b.ttl_minutes * interval '1 minute'
-           FROM batch b{upsert_set}""",
-        schema,
-        upsert_set=sql.SQL(UPSERT_SET),
-        **_PARTS,
-    )
-
-
 def delete_items(schema: str) -> sql.Composed:
     return tenant_statement(
         """WITH {batch}

@@ -1,11 +1,12 @@
 """Applying a checked extraction (`remember`): its facts, supersedes and ends in one transaction
-through the write rules of `ops.reconciling`, with the messages they came from (operations)."""
+through the write rules of `writing.decisions`, with the messages they came from (operations)."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
+from typing import NamedTuple
 
 from memsoda_core.errors import NotFoundError
 from memsoda_core.learning import sources as sql_sources
@@ -13,13 +14,13 @@ from memsoda_core.learning.operations import Checked, CheckedExtraction
 from memsoda_core.models import FactSource
 from memsoda_core.ops.editing import check_live, write_episodes
 from memsoda_core.ops.maintenance import ensure_tenant_indexes
-from memsoda_core.ops.routing import insert_rows
-from memsoda_core.ops.writing import lock_facts, write_facts
 from memsoda_core.runner.steps import Operation, embed_documents, execute, execute_as, read_aside
-from memsoda_core.store import reconcile as sql_reconcile
-from memsoda_core.store import routed as sql_routed
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import Scope, ValidEpisode
+from memsoda_core.writing import inserts
+from memsoda_core.writing import reconcile_statements as sql_reconcile
+from memsoda_core.writing.insert_rows import insert_rows
+from memsoda_core.writing.operation import lock_facts, write_facts
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,6 +32,14 @@ class Applied:
     superseded: tuple[tuple[int, int], ...]
     ended: tuple[int, ...]
     episode_id: int | None
+
+
+class Ending(NamedTuple):
+    """A shown fact this extraction ends: at `at`, superseded by fact `by` (None: ended)."""
+
+    fact_id: int
+    at: datetime
+    by: int | None
 
 
 def _end_at(operation: Checked) -> datetime:
@@ -92,7 +101,7 @@ def apply_extraction(
         yield from guard((yield from lock_facts(info, scope, [], also)))
     new_id = {c.index: fact_id for c, fact_id in zip(writes, ids, strict=True)}
     ends = [
-        (c.target, _end_at(c), new_id.get(c.index))
+        Ending(c.target, _end_at(c), new_id.get(c.index))
         for c in changes
         if c.target is not None and new_id.get(c.index) != c.target  # a "new" value equal to the old: kept
     ]
@@ -101,17 +110,16 @@ def apply_extraction(
             sql_reconcile.end_facts(info.schema),
             {
                 **base,
-                "ids": [e[0] for e in ends],
-                "ats": [e[1] for e in ends],
-                "bys": [e[2] for e in ends],
+                "ids": [e.fact_id for e in ends],
+                "ats": [e.at for e in ends],
+                "bys": [e.by for e in ends],
                 "expireds": [learned[0]] * len(ends),
             },
         )
     if writes:
         yield from insert_rows(
             info,
-            sql_sources.insert_sources(info.schema),
-            sql_routed.SOURCES,
+            inserts.SOURCES,
             {**base, "thread_id": thread_id, "fact_ids": ids, "message_ids": [c.message.id for c in writes]},
         )
     episode_ids = (yield from write_episodes(info, scope, [episode], episode_vectors)) if episode is not None else []
@@ -119,8 +127,8 @@ def apply_extraction(
         yield from ensure_tenant_indexes(info, scope)
     return Applied(
         added=tuple(ids),
-        superseded=tuple((old, by) for old, _, by in ends if by is not None),
-        ended=tuple(old for old, _, by in ends if by is None),
+        superseded=tuple((e.fact_id, e.by) for e in ends if e.by is not None),
+        ended=tuple(e.fact_id for e in ends if e.by is None),
         episode_id=episode_ids[0] if episode_ids else None,
     )
 

@@ -11,16 +11,6 @@ from memsoda_core.store.statements import tenant_statement
 from memsoda_core.store.tenant_index import table_alias
 
 
-def insert_sources(schema: str) -> sql.Composed:
-    """Record that facts %(fact_ids)s came from messages %(message_ids)s of thread %(thread_id)s."""
-    return tenant_statement(
-        """INSERT INTO {s}.fact_sources (dataset, project, fact_id, thread_id, message_id)
-           SELECT %(dataset)s, %(project)s, u.fact_id, %(thread_id)s, u.message_id
-           FROM unnest(%(fact_ids)b::bigint[], %(message_ids)b::text[]) AS u(fact_id, message_id)""",
-        schema,
-    )
-
-
 @dataclass(frozen=True)
 class SourceRow:
     fact_id: int

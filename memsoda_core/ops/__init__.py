@@ -13,7 +13,7 @@ from memsoda_core.ops.opening import open_store
 from memsoda_core.ops.reading import get_fact, history, list_facts, set_single_valued, single_valued_predicates
 from memsoda_core.ops.stats import stats
 from memsoda_core.ops.transfer import export_jsonl, import_records, parse_jsonl
-from memsoda_core.ops.writing import add_facts
+from memsoda_core.writing.operation import add_facts
 
 __all__ = [
     "add_episodes",

@@ -16,10 +16,7 @@ from memsoda_core.errors import (
 )
 from memsoda_core.models import EpisodeInput, FactInput
 from memsoda_core.ops.maintenance import ensure_tenant_indexes
-from memsoda_core.ops.writing import lock_facts, write_facts
 from memsoda_core.runner.steps import Operation, embed_documents, execute, execute_as, read_aside
-from memsoda_core.store import reconcile as sql_reconcile
-from memsoda_core.store import statements as sql_store
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import (
     Scope,
@@ -29,6 +26,9 @@ from memsoda_core.validation import (
     validate_episode,
     validate_facts,
 )
+from memsoda_core.writing import reconcile_statements as sql_reconcile
+from memsoda_core.writing import statements as sql_write
+from memsoda_core.writing.operation import lock_facts, write_facts
 
 
 def _check_id(fact_id: Any) -> None:
@@ -100,7 +100,7 @@ def supersede(
     fact_id: int,
     new_fact: FactInput | Mapping[str, Any],
 ) -> Operation[int]:
-    """Store `new_fact` (by the write rules of `ops.reconciling`) and end the live fact `fact_id`
+    """Store `new_fact` (by the write rules of `writing.decisions`) and end the live fact `fact_id`
     at the new fact's valid_at, superseded by it, in one transaction; both relations are locked
     first. A new fact without valid_at starts when memory learns it (the write's time), and the
     old one ends then. `NotLiveError` if `fact_id` is not live; a new fact equal to it,
@@ -169,9 +169,9 @@ def write_episodes(
     if vectors is None:
         vectors = yield from embed_documents([e.text for e in episodes])
     base = {"dataset": scope.dataset, "project": scope.project}
-    yield from execute(sql_store.ensure_scope(info.schema), base)
+    yield from execute(sql_write.ensure_scope(info.schema), base)
     rows = yield from execute(
-        sql_store.insert_episodes(info.schema),
+        sql_write.insert_episodes(info.schema),
         {
             **base,
             "thread_ids": [e.thread_id for e in episodes],

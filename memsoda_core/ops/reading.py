@@ -11,9 +11,9 @@ from memsoda_core.errors import LimitError, NotFoundError, ValidationError
 from memsoda_core.models import Fact, FactPage
 from memsoda_core.runner.steps import Operation, execute, execute_as
 from memsoda_core.store import fact_reads as sql_reads
-from memsoda_core.store import reconcile as sql_reconcile
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import Scope, check_batch_size, check_entity_name, check_line
+from memsoda_core.writing import reconcile_statements as sql_reconcile
 
 MAX_PAGE = 1000
 """The most facts one `list_facts` page holds."""

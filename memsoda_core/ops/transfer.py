@@ -17,7 +17,6 @@ from memsoda_core.errors import (
 from memsoda_core.models import ImportReport
 from memsoda_core.ops.editing import write_episodes
 from memsoda_core.ops.maintenance import ensure_tenant_indexes, set_aside_fact_index
-from memsoda_core.ops.writing import CountDeltas, bump_counts, insert_fact_rows, lock_facts
 from memsoda_core.runner.steps import Operation, emit, execute, execute_as, progress
 from memsoda_core.store import statements as sql_store
 from memsoda_core.store.info import StoreInfo
@@ -31,6 +30,9 @@ from memsoda_core.validation import (
     validate_episode,
     validate_facts,
 )
+from memsoda_core.writing import statements as sql_write
+from memsoda_core.writing.counts import CountDeltas, bump_counts
+from memsoda_core.writing.operation import insert_fact_rows, lock_facts
 
 _EXPORT_PAGE = 1000
 
@@ -132,7 +134,7 @@ def distinct_episodes(episodes: Iterable[ImportedEpisode]) -> list[ImportedEpiso
 @dataclass(frozen=True, kw_only=True)
 class ImportCounts:
     """What an import wrote: fact lines that became new facts, and those that resolved to a stored
-    fact or an equal line (`ops.reconciling`); episode lines written, and those already stored."""
+    fact or an equal line (`writing.decisions`); episode lines written, and those already stored."""
 
     facts_new: int
     facts_merged: int
@@ -226,7 +228,7 @@ def import_records(
     rebuild_index: bool | None = None,
 ) -> Operation[ImportCounts]:
     """Write validated records in batches inside one transaction, reconciled as any write is
-    (`ops.reconciling`; re-importing an export adds nothing): all or nothing, the counts bumped
+    (`writing.decisions`; re-importing an export adds nothing): all or nothing, the counts bumped
     once after the rows, a `Progress` after each batch. An episode the scope holds already is
     not written again (`store.statements.stored_episodes`). An import into a scope with its own
     fact HNSW may rebuild it after the rows (`set_aside_fact_index`)."""
@@ -235,7 +237,7 @@ def import_records(
     deltas = CountDeltas()
     if facts:
         # The locks of every fact of the import, taken before its first row (and bounded in number,
-        # `store.reconcile.LOCK_BUCKETS`): taken per batch, a batch's could wait for a writer that
+        # `writing.reconcile_statements.LOCK_BUCKETS`): taken per batch, a batch's could wait for a writer that
         # waits for the import's new entities, a cycle.
         learned = yield from lock_facts(info, scope, facts)
     for start in range(0, len(facts), batch_size):
@@ -266,14 +268,14 @@ def _import_episodes(
     if not episodes:
         return 0
     base = {"dataset": scope.dataset, "project": scope.project}
-    yield from execute(sql_store.lock_imported_episodes(), {**base, "schema": info.schema})
+    yield from execute(sql_write.lock_imported_episodes(), {**base, "schema": info.schema})
     distinct = distinct_episodes(episodes)
     new: list[ImportedEpisode] = []
     for start in range(0, len(distinct), batch_size):
         chunk = distinct[start : start + batch_size]
         stored = yield from execute_as(
-            sql_store.StoredEpisode,
-            sql_store.stored_episodes(info.schema),
+            sql_write.StoredEpisode,
+            sql_write.stored_episodes(info.schema),
             {
                 **base,
                 "thread_ids": [e.thread_id for e in chunk],

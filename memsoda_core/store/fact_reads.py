@@ -9,8 +9,8 @@ from psycopg import sql
 
 from memsoda_core.models import Fact
 from memsoda_core.store.fact_columns import fact_columns, fact_from
-from memsoda_core.store.reconcile import CHAIN_DEPTH
 from memsoda_core.store.statements import tenant_statement
+from memsoda_core.writing.reconcile_statements import CHAIN_DEPTH
 
 
 class FactRow:

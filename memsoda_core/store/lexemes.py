@@ -10,23 +10,10 @@ from memsoda_core.store.tenant_index import table_alias, tenant_predicate
 
 def fact_lexemes(alias: str | None = None) -> sql.Composed:
     """The lexemes of a fact (of `alias`, if given), each once: what every count counts. The write
-    path counts them in Python from `insert_facts`' result, `deleting.delete_facts` and `recount_lexemes`
-    in SQL, all through this one expression."""
+    path counts them in Python from the facts insert's result (`writing.inserts.FACTS`),
+    `deleting.delete_facts` and `recount_lexemes` in SQL, all through this one expression."""
     tsv = sql.SQL("{}.tsv").format(table_alias(alias)) if alias else sql.SQL("tsv")
     return sql.SQL("tsvector_to_array({})").format(tsv)
-
-
-def count_lexemes(schema: str) -> sql.Composed:
-    """Add %(counts)s facts to the scope's count of each of %(lexemes)s, upserted in lexeme order, so
-    two writers into one scope wait for each other instead of deadlocking; a write runs this at its
-    end, so it holds the rows only until it commits."""
-    return sql.SQL(
-        """INSERT INTO {s}.lexemes AS l (dataset, project, lexeme, facts)
-           SELECT %(dataset)s, %(project)s, u.lexeme, u.facts
-           FROM unnest(%(lexemes)b::text[], %(counts)b::int[]) AS u(lexeme, facts)
-           ORDER BY u.lexeme
-           ON CONFLICT (dataset, project, lexeme) DO UPDATE SET facts = l.facts + EXCLUDED.facts"""
-    ).format(s=sql.Identifier(schema))
 
 
 def recount_lexemes(schema: str, *, scoped: bool) -> sql.Composed:

@@ -181,7 +181,7 @@ def _v4(shape: StoreShape) -> list[sql.Composed]:
 
 
 def _v5(shape: StoreShape) -> list[sql.Composed]:
-    """Reconciling writes (`ops.reconciling`): the supersede chain (`superseded_by`), how often a
+    """Reconciling writes (`writing.decisions`): the supersede chain (`superseded_by`), how often a
     fact was written again (`times_seen`), an index to find a relation's facts (subject and
     case-folded predicate) and the per-scope registry of single-valued predicates.
 

@@ -1,5 +1,6 @@
-"""SQL builders of the write path, forget, export and stats, with the rows they return. Pure: each
-returns a `sql.Composed`; values are always bound."""
+"""SQL builders of forget, export and stats, with the rows they return, and `tenant_statement`, the
+template every statement over one scope is written with. Pure: each returns a `sql.Composed`;
+values are always bound. (The write path's statements are in `memsoda_core.writing`.)"""
 
 from __future__ import annotations
 
@@ -11,8 +12,7 @@ from typing import Any
 from psycopg import sql
 
 from memsoda_core.models import Fact
-from memsoda_core.store.fact_columns import UNKNOWN_START, fact_columns, fact_from
-from memsoda_core.store.lexemes import fact_lexemes
+from memsoda_core.store.fact_columns import fact_columns, fact_from
 from memsoda_core.store.tenant_index import tenant_predicate
 
 _TENANT = re.compile(r"\{tenant(?:_([a-z]+))?\}")
@@ -23,157 +23,6 @@ def tenant_statement(template: str, schema: str, **parts: sql.Composable) -> sql
     {tenant_x} the same on alias x, and `parts`."""
     tenants = {match[0][1:-1]: tenant_predicate(match[1]) for match in _TENANT.finditer(template)}
     return sql.SQL(template).format(s=sql.Identifier(schema), **tenants, **parts)
-
-
-# --- entities --------------------------------------------------------------------------------------
-
-
-def known_entities(schema: str, *, lock: bool = False) -> sql.Composed:
-    """(name, id) of those of %(names)s the scope already has. With `lock`, they are locked FOR KEY
-    SHARE until the write commits: a concurrent `forget` cannot delete them in between (other
-    writers are not blocked), so their stored name embeddings can be reused instead of embedding
-    the names again."""
-    return tenant_statement(
-        """SELECT name, id FROM {s}.entities
-           WHERE {tenant} AND name = ANY(%(names)b::text[])
-           ORDER BY name{lock}""",
-        schema,
-        lock=sql.SQL(" FOR KEY SHARE" if lock else ""),
-    )
-
-
-def insert_entities(schema: str) -> sql.Composed:
-    """Create the entities %(names)s the scope does not have, with no facts counted yet, and return
-    (name, id) of those created and of those this statement finds already there (another writer's),
-    locked FOR KEY SHARE (a concurrent `forget` waits; other writers do not). Nothing existing is
-    updated here, so writers into one scope do not wait for each other through the rest of the
-    write; the counts are added at its end (`bump_entities`). A name that another writer created
-    and committed while this statement waited for it is missing from the result: run it again."""
-    return tenant_statement(
-        """WITH added AS (
-               INSERT INTO {s}.entities AS e (dataset, project, name, type, embedding, fact_count)
-               SELECT %(dataset)s, %(project)s, u.name, u.type, u.embedding, 0
-               FROM unnest(%(names)b::text[], %(types)b::text[], %(embeddings)b::vector[])
-                    AS u(name, type, embedding)
-               ON CONFLICT (dataset, project, name) DO NOTHING
-               RETURNING e.id, e.name),
-           present AS (
-               SELECT e.id, e.name FROM {s}.entities e
-               WHERE {tenant_e} AND e.name = ANY(%(names)b::text[])
-               FOR KEY SHARE)
-           SELECT name, id FROM added UNION ALL SELECT name, id FROM present""",
-        schema,
-    )
-
-
-def bump_entities(schema: str) -> sql.Composed:
-    """Add %(touches)s facts to the counts of the scope's entities %(names)s (sorted) and keep a
-    specific type of %(types)s over OTHER (`ops.writing.keep_specific_type`'s rule). Every one of
-    them exists: created at the start of the write (`insert_entities`) or locked FOR KEY SHARE
-    since, so no `forget` removed it.
-
-    An upsert that always conflicts rather than an UPDATE: INSERT ... SELECT takes the rows in the
-    order given, so two writers wait for each other instead of deadlocking, which an UPDATE's join
-    does not promise. The proposed row copies the stored embedding because NOT NULL is checked
-    before ON CONFLICT resolves. A write runs this at its end (`ops.writing.bump_counts`), so it
-    holds the rows only until it commits."""
-    return tenant_statement(
-        """INSERT INTO {s}.entities AS e (dataset, project, name, type, embedding, fact_count)
-           SELECT %(dataset)s, %(project)s, u.name, u.type,
-                  (SELECT k.embedding FROM {s}.entities k WHERE {tenant_k} AND k.name = u.name),
-                  u.touches
-           FROM unnest(%(names)b::text[], %(types)b::text[], %(touches)b::int[]) AS u(name, type, touches)
-           ON CONFLICT (dataset, project, name) DO UPDATE
-           SET type = CASE WHEN e.type = 'OTHER' THEN EXCLUDED.type ELSE e.type END,
-               fact_count = e.fact_count + EXCLUDED.fact_count""",
-        schema,
-    )
-
-
-# --- facts, links, the scope -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class InsertedFact:
-    """A row of `insert_facts`."""
-
-    id: int
-    lexemes: list[str]
-    """Its lexemes (`lexemes.fact_lexemes`), for `lexemes.count_lexemes`."""
-
-
-def insert_facts(schema: str) -> sql.Composed:
-    """Insert a batch of facts in the given order, so their ids ascend in that order, learned at
-    %(learned_at)s (`created_at`; a NULL start is stored as `UNKNOWN_START`); returns an
-    `InsertedFact` of each."""
-    return tenant_statement(
-        """INSERT INTO {s}.facts (dataset, project, subject, predicate, object, object_type,
-                                 subject_id, object_id, anchor_id, valid_at, invalid_at,
-                                 confidence, source_quote, times_seen, embedding, created_at)
-           SELECT %(dataset)s, %(project)s, u.subject, u.predicate, u.object, u.object_type,
-                  u.subject_id, u.object_id, u.anchor_id, coalesce(u.valid_at, {unknown}), u.invalid_at,
-                  u.confidence, u.source_quote, u.times_seen, u.embedding, %(learned_at)s
-           FROM unnest(%(subjects)b::text[], %(predicates)b::text[], %(objects)b::text[],
-                       %(object_types)b::text[], %(subject_ids)b::bigint[], %(object_ids)b::bigint[],
-                       %(anchor_ids)b::bigint[], %(valid_ats)b::timestamptz[],
-                       %(invalid_ats)b::timestamptz[], %(confidences)b::real[],
-                       %(quotes)b::text[], %(seen)b::int[], %(embeddings)b::vector[])
-                WITH ORDINALITY AS u(subject, predicate, object, object_type, subject_id, object_id,
-                                     anchor_id, valid_at, invalid_at, confidence, source_quote,
-                                     times_seen, embedding, ord)
-           ORDER BY u.ord
-           RETURNING id, {lexemes} AS lexemes""",
-        schema,
-        lexemes=fact_lexemes(),
-        unknown=sql.SQL(UNKNOWN_START),
-    )
-
-
-def insert_fact_entities(schema: str) -> sql.Composed:
-    return tenant_statement(
-        """INSERT INTO {s}.fact_entities (dataset, project, fact_id, entity_id, roles)
-           SELECT %(dataset)s, %(project)s, u.fact_id, u.entity_id, u.roles
-           FROM unnest(%(fact_ids)b::bigint[], %(entity_ids)b::bigint[], %(roles)b::smallint[])
-                AS u(fact_id, entity_id, roles)""",
-        schema,
-    )
-
-
-def bump_scope(schema: str) -> sql.Composed:
-    """Add `delta` to the scope's fact count, creating the scope row on its first write."""
-    return tenant_statement(
-        """INSERT INTO {s}.scopes AS sc (dataset, project, fact_count)
-           VALUES (%(dataset)s, %(project)s, %(delta)s)
-           ON CONFLICT (dataset, project) DO UPDATE SET fact_count = sc.fact_count + EXCLUDED.fact_count""",
-        schema,
-    )
-
-
-def ensure_scope(schema: str) -> sql.Composed:
-    return tenant_statement(
-        """INSERT INTO {s}.scopes (dataset, project) VALUES (%(dataset)s, %(project)s)
-           ON CONFLICT (dataset, project) DO NOTHING""",
-        schema,
-    )
-
-
-@dataclass(frozen=True)
-class TablePages:
-    """The row of `facts_pages`."""
-
-    analyzed: int
-    """Pages of the facts table at its last ANALYZE."""
-    current: int
-
-
-def facts_pages() -> sql.Composed:
-    """`TablePages` of table %(table)s of schema %(schema)s (facts, or on a partitioned store its
-    DEFAULT partition, where the small tenants grow)."""
-    return sql.SQL(
-        """SELECT c.relpages AS analyzed, pg_relation_size(c.oid) / current_setting('block_size')::int AS current
-           FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-           WHERE n.nspname = %(schema)s AND c.relname = %(table)s"""
-    ).format()
 
 
 def analyze(schema: str, *, partitioned: bool = False) -> list[sql.Composed]:
@@ -188,55 +37,7 @@ def analyze(schema: str, *, partitioned: bool = False) -> list[sql.Composed]:
     ]
 
 
-# --- episodes --------------------------------------------------------------------------------------
-
-
-def insert_episodes(schema: str) -> sql.Composed:
-    return tenant_statement(
-        """INSERT INTO {s}.episodes (dataset, project, thread_id, text, created_at, embedding)
-           SELECT %(dataset)s, %(project)s, u.thread_id, u.text, u.created_at, u.embedding
-           FROM unnest(%(thread_ids)b::text[], %(texts)b::text[], %(created_ats)b::timestamptz[],
-                       %(embeddings)b::vector[]) WITH ORDINALITY AS u(thread_id, text, created_at, embedding, ord)
-           ORDER BY u.ord
-           RETURNING id""",
-        schema,
-    )
-
-
-def lock_imported_episodes() -> sql.Composed:
-    """Until the transaction ends, the lock of the scope's imported episodes: two imports into one
-    scope take turns, so each sees the episodes the other wrote (`stored_episodes`) and none is
-    written twice."""
-    return sql.SQL(
-        """SELECT pg_advisory_xact_lock(hashtext(concat_ws(
-                      chr(31), 'episodes', %(schema)s::text, %(dataset)s::text, %(project)s::text)))"""
-    ).format()
-
-
-@dataclass(frozen=True)
-class StoredEpisode:
-    """A row of `stored_episodes`: the 1-based position of a given episode the scope holds."""
-
-    position: int
-
-
-def stored_episodes(schema: str) -> sql.Composed:
-    """Which of the episodes given (%(thread_ids)s, %(texts)s, %(created_ats)s, %(dated)s) the
-    scope holds already: one of the same thread and text, created at the same time, or at any
-    time for one given without a time (%(dated)s false: it was stamped with the import's time)."""
-    return tenant_statement(
-        """SELECT u.position FROM unnest(%(thread_ids)b::text[], %(texts)b::text[],
-                                         %(created_ats)b::timestamptz[], %(dated)b::boolean[])
-                                  WITH ORDINALITY AS u(thread_id, text, created_at, dated, position)
-           WHERE EXISTS (SELECT 1 FROM {s}.episodes e
-                         WHERE {tenant_e} AND e.text = u.text AND e.thread_id IS NOT DISTINCT FROM u.thread_id
-                           AND (e.created_at = u.created_at OR NOT u.dated))
-           ORDER BY u.position""",
-        schema,
-    )
-
-
-# --- forget ----------------------------------------------------------------------------------------
+# --- forget ---------------------------------------------------------------------------------------
 
 
 def entity_facts(schema: str) -> sql.Composed:
@@ -277,7 +78,7 @@ def count_facts(schema: str) -> sql.Composed:
     return tenant_statement("SELECT count(*) FROM {s}.facts WHERE {tenant}", schema)
 
 
-# --- export ----------------------------------------------------------------------------------------
+# --- export ---------------------------------------------------------------------------------------
 
 
 class ExportedFact:
@@ -323,7 +124,7 @@ def export_episodes(schema: str) -> sql.Composed:
     )
 
 
-# --- stats -----------------------------------------------------------------------------------------
+# --- stats ----------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)

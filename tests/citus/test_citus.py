@@ -128,7 +128,7 @@ def test_write_and_recall_equal_one_node(citus_memory: Memory, pg_dsn: str, embe
 NOT_ROUTED: dict[str, re.Pattern[str]] = {}
 """Statements memsoda sends for a recall or a write that are not router plans, each with its reason.
 None today: on a distributed store the writes insert multi-row VALUES with the tenant bound in
-every row (`store.routed`), and a large scope's tenant-index check reads its row on its shard and
+every row (`writing.inserts`), and a large scope's tenant-index check reads its row on its shard and
 the coordinator's catalog in two steps. Statements that touch no shard run on the coordinator
 alone ("coordinator only"): the catalog reads of tenant indexes and the items' advisory locks
 (`store.items.lock_items`, taken there by every item writer). Forget's scope lock reads the

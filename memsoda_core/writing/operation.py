@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -18,105 +17,25 @@ from memsoda_core.errors import (
 )
 from memsoda_core.models import FactInput
 from memsoda_core.ops.maintenance import ensure_tenant_indexes, refresh_statistics, statistics_stale
-from memsoda_core.ops.reconciling import Plan, plan_batch
-from memsoda_core.ops.routing import insert_rows, insert_rows_as
 from memsoda_core.runner.steps import Operation, embed_documents, execute, execute_as, read_aside
 from memsoda_core.store import layout as sql_layout
-from memsoda_core.store import lexemes as sql_lexemes
-from memsoda_core.store import reconcile as sql_reconcile
-from memsoda_core.store import routed as sql_routed
-from memsoda_core.store import statements as sql_store
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import (
     Scope,
     ValidFact,
     validate_facts,
 )
-
-UNTYPED = "OTHER"
-"""The type of an entity no fact has given a specific one."""
-
-
-def keep_specific_type(types: dict[str, str], name: str, kind: str) -> None:
-    """Record `kind` as `name`'s type unless it has a specific one already: a specific type wins
-    over OTHER, and the first one seen is kept (`sql_store.bump_entities` keeps the stored one so)."""
-    if types.get(name, UNTYPED) == UNTYPED:
-        types[name] = kind
-
-
-def _entity_rows(facts: Sequence[ValidFact]) -> tuple[list[str], list[str], list[int]]:
-    """Distinct entity names (sorted, so concurrent writers lock rows in one order), their types
-    (`keep_specific_type`) and how many of these facts touch each."""
-    types: dict[str, str] = {}
-    touches: dict[str, int] = {}
-    for fact in facts:
-        typed = {fact.subject: fact.subject_type}
-        if fact.object_is_entity:
-            typed[fact.object] = fact.object_type
-        for name in fact.entity_roles():
-            keep_specific_type(types, name, typed.get(name, UNTYPED))
-            touches[name] = touches.get(name, 0) + 1
-    names = sorted(types)
-    return names, [types[n] for n in names], [touches[n] for n in names]
-
+from memsoda_core.writing import inserts
+from memsoda_core.writing import reconcile_statements as sql_reconcile
+from memsoda_core.writing import statements as sql_write
+from memsoda_core.writing.counts import CountDeltas, bump_counts, entity_rows
+from memsoda_core.writing.decisions import Plan, Ref, plan_batch
+from memsoda_core.writing.insert_rows import insert_rows, insert_rows_as
 
 ENTITY_ROUNDS = 3
-"""Rounds of `sql_store.insert_entities` a write may take: a second one is needed only when
+"""Rounds of `inserts.ENTITIES` a write may take: a second one is needed only when
 another writer created and committed one of its new entities meanwhile (or a `forget` removed one
 that another writer had created)."""
-
-
-@dataclass
-class CountDeltas:
-    """What written facts add to the scope's counts: per entity name its type (`keep_specific_type`)
-    and the facts touching it, per lexeme the facts holding it, and the facts. Bumped at the end of
-    the write's transaction (`bump_counts`), so other writers into the scope wait for these rows
-    only from there to the commit."""
-
-    types: dict[str, str] = field(default_factory=dict)
-    touches: Counter[str] = field(default_factory=Counter)
-    lexemes: Counter[str] = field(default_factory=Counter)
-    facts: int = 0
-
-    def add(self, other: CountDeltas) -> None:
-        """Add a later batch's deltas (an earlier batch's specific type is kept)."""
-        for name, kind in other.types.items():
-            keep_specific_type(self.types, name, kind)
-        self.touches.update(other.touches)
-        self.lexemes.update(other.lexemes)
-        self.facts += other.facts
-
-
-def bump_counts(info: StoreInfo, scope: Scope, deltas: CountDeltas) -> Operation[None]:
-    """Add `deltas` to the scope's counts, each set of rows in a fixed order (entities by name,
-    lexemes, then the scope), so two writers wait for each other instead of deadlocking."""
-    if not deltas.facts:
-        return
-    base = {"dataset": scope.dataset, "project": scope.project}
-    names = sorted(deltas.types)
-    bumped = yield from insert_rows(
-        info,
-        sql_store.bump_entities(info.schema),
-        sql_routed.BUMP_ENTITIES,
-        {
-            **base,
-            "names": names,
-            "types": [deltas.types[name] for name in names],
-            "touches": [deltas.touches[name] for name in names],
-            **({"filler": np.zeros(info.dimensions, dtype=np.float32)} if info.distributed else {}),
-        },
-    )
-    if any(created for (created,) in bumped):  # the routed form's check (`store.routed.BUMP_ENTITIES`)
-        raise StoreError("an entity of this write was deleted before its count was added; try the write again")
-    if deltas.lexemes:
-        lexemes = sorted(deltas.lexemes)
-        yield from insert_rows(
-            info,
-            sql_lexemes.count_lexemes(info.schema),
-            sql_routed.LEXEMES,
-            {**base, "lexemes": lexemes, "counts": [deltas.lexemes[lexeme] for lexeme in lexemes]},
-        )
-    yield from execute(sql_store.bump_scope(info.schema), {**base, "delta": deltas.facts})
 
 
 def write_facts(
@@ -151,8 +70,8 @@ def insert_fact_rows(
     """One embedding call for the batch (the facts, unless their `vectors` are given, and the
     names of entities the scope does not have yet), then, under the locks of the batch's relations
     (and `also_lock`'s; `guard` runs once they are held, given the time memory learns the write,
-    `store.reconcile.Locked`), the reconciliation with the facts they
-    hold (`ops.reconciling`), the inserts of entities the scope lacks, facts and links, and the
+    `writing.reconcile_statements.Locked`), the reconciliation with the facts they
+    hold (`writing.decisions`), the inserts of entities the scope lacks, facts and links, and the
     ends and merges it decided; returns each input's fact id and what the new facts add to the
     counts.
 
@@ -167,12 +86,12 @@ def insert_fact_rows(
     if not facts:
         return [], CountDeltas()
     base = {"dataset": scope.dataset, "project": scope.project}
-    all_names, _, _ = _entity_rows(facts)
+    all_names = entity_rows(facts).names
     known: dict[str, int] = {}
     embedded: list[Vector] = []
     texts = [] if vectors is not None else [fact.embedding_text for fact in facts]
     if standalone:
-        found = yield from read_aside(sql_store.known_entities(info.schema), {**base, "names": all_names})
+        found = yield from read_aside(sql_write.known_entities(info.schema), {**base, "names": all_names})
         known = {name: int(eid) for name, eid in found or ()}
         new_names = [name for name in all_names if name not in known]
         embedded = (yield from embed_documents(texts + new_names)) if texts or new_names else []
@@ -184,20 +103,21 @@ def insert_fact_rows(
         yield from guard(learned)
     plan = yield from reconcile(info, scope, facts, learned=learned, count_repeats=standalone)
     rows = plan.inserts
-    names, types, touches = _entity_rows(rows)
+    entities = entity_rows(rows)
+    names = entities.names
     entity_ids: dict[str, int] = {}
     given = list(vectors) if vectors is not None else None
     if standalone:
         fact_vectors = [given[i] if given is not None else embedded[i] for i in plan.sources]
         needed = sorted(set(known) & set(names))
         if needed:
-            locked = yield from execute(sql_store.known_entities(info.schema, lock=True), {**base, "names": needed})
+            locked = yield from execute(sql_write.known_entities(info.schema, lock=True), {**base, "names": needed})
             entity_ids = {name: int(eid) for name, eid in locked}
             gone = sorted(set(needed) - set(entity_ids))
             if gone:
                 new_vectors.update(zip(gone, (yield from embed_documents(gone)), strict=True))
     elif rows:
-        found = yield from execute(sql_store.known_entities(info.schema, lock=True), {**base, "names": names})
+        found = yield from execute(sql_write.known_entities(info.schema, lock=True), {**base, "names": names})
         entity_ids = {name: int(eid) for name, eid in found}
         new_names = [name for name in names if name not in entity_ids]
         texts = [] if vectors is not None else [fact.embedding_text for fact in rows]
@@ -210,10 +130,10 @@ def insert_fact_rows(
         fact_ids, deltas = yield from _insert_new(
             info, scope, rows, plan.seen, fact_vectors, entity_ids, new_vectors, learned
         )
-        deltas.types = dict(zip(names, types, strict=True))
-        deltas.touches = Counter(dict(zip(names, touches, strict=True)))
+        deltas.types = dict(zip(entities.names, entities.types, strict=True))
+        deltas.touches = Counter(dict(zip(entities.names, entities.touches, strict=True)))
     yield from apply_plan(info, scope, plan, fact_ids, learned)
-    return [fact_ids[ref] if kind == "new" else ref for kind, ref in plan.resolved], deltas
+    return [fact_ids[ref.number] if ref.kind == "new" else ref.number for ref in plan.resolved], deltas
 
 
 def hold_dataset(info: StoreInfo, scope: Scope) -> Operation[None]:
@@ -226,9 +146,9 @@ def hold_dataset(info: StoreInfo, scope: Scope) -> Operation[None]:
 def lock_facts(
     info: StoreInfo, scope: Scope, facts: Sequence[ValidFact], also: Sequence[tuple[str, str, str]] = ()
 ) -> Operation[datetime]:
-    """The advisory locks of `facts` (`store.reconcile.lock_relations`) and of the stored facts
+    """The advisory locks of `facts` (`writing.reconcile_statements.lock_relations`) and of the stored facts
     `also` (subject, predicate, object: their value and relation both); returns the time memory
-    learns what the write holds (`store.reconcile.Locked`). On a partitioned store, first the
+    learns what the write holds (`writing.reconcile_statements.Locked`). On a partitioned store, first the
     dataset's move lock, shared (`store.layout.dataset_lock`), so no tenant move runs meanwhile."""
     yield from hold_dataset(info, scope)
     (locked,) = yield from execute_as(
@@ -275,18 +195,18 @@ def apply_plan(
     learns at `learned` that the stored facts it ends have ended (`expired_at`)."""
     base = {"dataset": scope.dataset, "project": scope.project}
 
-    def fact_id(ref: tuple[str, int]) -> int:
-        return fact_ids[ref[1]] if ref[0] == "new" else ref[1]
+    def fact_id(ref: Ref) -> int:
+        return fact_ids[ref.number] if ref.kind == "new" else ref.number
 
     if plan.ends:
         yield from execute(
             sql_reconcile.end_facts(info.schema),
             {
                 **base,
-                "ids": [fact_id(target) for target, _, _ in plan.ends],
-                "ats": [at for _, at, _ in plan.ends],
-                "bys": [None if by is None else fact_id(by) for _, _, by in plan.ends],
-                "expireds": [learned if target[0] == "old" else None for target, _, _ in plan.ends],
+                "ids": [fact_id(end.fact) for end in plan.ends],
+                "ats": [end.at for end in plan.ends],
+                "bys": [None if end.by is None else fact_id(end.by) for end in plan.ends],
+                "expireds": [learned if end.fact.kind == "old" else None for end in plan.ends],
             },
         )
     if plan.merges:
@@ -318,16 +238,16 @@ def _insert_new(
     """Insert the entities `facts` need that `entity_ids` lacks, then the facts (learned at
     `learned`) and their links."""
     base = {"dataset": scope.dataset, "project": scope.project}
-    names, types, _ = _entity_rows(facts)
-    type_of = dict(zip(names, types, strict=True))
+    entities = entity_rows(facts)
+    names = entities.names
+    type_of = dict(zip(names, entities.types, strict=True))
     missing = [name for name in names if name not in entity_ids]
     for _ in range(ENTITY_ROUNDS):  # again when another writer created one of them meanwhile
         if not missing:
             break
         rows = yield from insert_rows(
             info,
-            sql_store.insert_entities(info.schema),
-            sql_routed.ENTITIES,
+            inserts.ENTITIES,
             {
                 **base,
                 "names": missing,
@@ -337,34 +257,28 @@ def _insert_new(
         )
         entity_ids.update((name, int(eid)) for name, eid in rows)
         others = [name for name in missing if name not in entity_ids]
-        if info.distributed and others:  # created by another writer meanwhile: the routed form skips them
-            rows = yield from execute(sql_store.known_entities(info.schema, lock=True), {**base, "names": others})
+        if others:  # created by another writer meanwhile: read and locked (`inserts.ENTITIES` skips them)
+            rows = yield from execute(sql_write.known_entities(info.schema, lock=True), {**base, "names": others})
             entity_ids.update((name, int(eid)) for name, eid in rows)
         missing = [name for name in missing if name not in entity_ids]
     if missing:
         raise StoreError("entities of this write kept changing under concurrent writers; try the write again")
+    new = [
+        inserts.NewFact(
+            fact=f,
+            subject_id=entity_ids[f.subject],
+            object_id=entity_ids[f.object] if f.object_is_entity else None,
+            anchor_id=entity_ids[f.anchor],
+            seen=times,
+            embedding=vector,
+        )
+        for f, times, vector in zip(facts, seen, fact_vectors, strict=True)
+    ]
     inserted = yield from insert_rows_as(
-        sql_store.InsertedFact,
+        sql_write.InsertedFact,
         info,
-        sql_store.insert_facts(info.schema),
-        sql_routed.FACTS,
-        {
-            **base,
-            "subjects": [f.subject for f in facts],
-            "predicates": [f.predicate for f in facts],
-            "objects": [f.object for f in facts],
-            "object_types": [f.object_type for f in facts],
-            "subject_ids": [entity_ids[f.subject] for f in facts],
-            "object_ids": [entity_ids[f.object] if f.object_is_entity else None for f in facts],
-            "anchor_ids": [entity_ids[f.anchor] for f in facts],
-            "valid_ats": [f.valid_at for f in facts],
-            "invalid_ats": [f.invalid_at for f in facts],
-            "confidences": [f.confidence for f in facts],
-            "quotes": [f.source_quote for f in facts],
-            "seen": list(seen),
-            "embeddings": list(fact_vectors),
-            "learned_at": learned,
-        },
+        inserts.FACTS,
+        {**base, **inserts.FACTS.params(new), "learned_at": learned},
     )
     fact_ids = sorted(int(row.id) for row in inserted)
     lexeme_counts = Counter(lexeme for row in inserted for lexeme in row.lexemes)
@@ -375,8 +289,7 @@ def _insert_new(
     ]
     yield from insert_rows(
         info,
-        sql_store.insert_fact_entities(info.schema),
-        sql_routed.FACT_ENTITIES,
+        inserts.FACT_ENTITIES,
         {
             **base,
             "fact_ids": [link[0] for link in links],
@@ -387,7 +300,7 @@ def _insert_new(
     if not info.distributed:  # a distributed table's pages are on the workers, which analyze their shards
         table = sql_layout.shared("facts") if info.partitioned else "facts"
         (pages,) = yield from execute_as(
-            sql_store.TablePages, sql_store.facts_pages(), {"schema": info.schema, "table": table}
+            sql_write.TablePages, sql_write.facts_pages(), {"schema": info.schema, "table": table}
         )
         if statistics_stale(int(pages.analyzed), int(pages.current)):
             yield from refresh_statistics(info)
@@ -403,7 +316,7 @@ def add_facts(
 ) -> Operation[list[int]]:
     """Validate the whole batch (and `vectors`, one per fact, which replace embedding the facts'
     texts), then write it in one transaction, reconciled with the facts the scope holds
-    (`ops.reconciling`). Returns ids in input order: a fact equal to a live one gets its id."""
+    (`writing.decisions`). Returns ids in input order: a fact equal to a live one gets its id."""
     valid = validate_facts(facts)
     given = None
     if vectors is not None:

@@ -27,18 +27,40 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Literal, NamedTuple
 
 from memsoda_core.errors import IntervalError
-from memsoda_core.store.reconcile import Met
 from memsoda_core.validation import ValidFact
+from memsoda_core.writing.reconcile_statements import Met
 
-Ref = tuple[str, int]
-"""("old", a stored fact's id) or ("new", an index into `Plan.inserts`)."""
+
+class Ref(NamedTuple):
+    """A fact a plan names: a stored one (`kind` "old", `number` its id) or one it inserts ("new",
+    `number` its index into `Plan.inserts`)."""
+
+    kind: Literal["old", "new"]
+    number: int
+
+
+def old(fact_id: int) -> Ref:
+    return Ref("old", fact_id)
+
+
+def new(index: int) -> Ref:
+    return Ref("new", index)
+
+
+class End(NamedTuple):
+    """A fact a plan ends: at `at`, superseded by `by` (None: ended, not replaced)."""
+
+    fact: Ref
+    at: datetime
+    by: Ref | None
 
 
 @dataclass
 class Merge:
-    """What equal writes fold into a stored fact (`store.reconcile.merge_facts`)."""
+    """What equal writes fold into a stored fact (`writing.reconcile_statements.merge_facts`)."""
 
     confidence: float
     valid_at: datetime | None
@@ -57,8 +79,7 @@ class Plan:
     seen: list[int] = field(default_factory=list)
     resolved: list[Ref] = field(default_factory=list)
     merges: dict[int, Merge] = field(default_factory=dict)
-    ends: list[tuple[Ref, datetime, Ref | None]] = field(default_factory=list)
-    """(fact, its end, the fact superseding it)."""
+    ends: list[End] = field(default_factory=list)
 
 
 _EARLIEST = datetime.min.replace(tzinfo=UTC)
@@ -111,16 +132,16 @@ def plan_batch(
             equal = next((row.id for row in stored if row.same), None)
             if equal is not None:
                 _merge_into(plan, equal, fact, 0)
-                plan.resolved.append(("old", equal))
+                plan.resolved.append(old(equal))
             elif line in ended_lines:
-                plan.resolved.append(("new", ended_lines[line]))
+                plan.resolved.append(new(ended_lines[line]))
             else:
                 ended_lines[line] = _insert(plan, fact, position)
             continue
         equal = next((row.id for row in stored if row.same and row.id not in ended), None)
         if equal is not None:
             _merge_into(plan, equal, fact, repeat)
-            plan.resolved.append(("old", equal))
+            plan.resolved.append(old(equal))
             continue
         if head.value in live_values:
             index = live_values[head.value]
@@ -135,17 +156,17 @@ def plan_batch(
                 plan.seen[index] += repeat
             else:  # an import: the count of the line that says more
                 plan.seen[index] = max(plan.seen[index], fact.times_seen)
-            plan.resolved.append(("new", index))
+            plan.resolved.append(new(index))
             continue
         index = _insert(plan, fact, position)
         if head.single_valued:
             others: list[tuple[Ref, datetime | None]] = [
-                (("old", row.id), row.valid_at)
+                (old(row.id), row.valid_at)
                 for row in stored
                 if row.id is not None and not row.same and row.id not in ended
             ]
             batch = live_relations.get(head.relation, [])
-            others += [(("new", other), plan.inserts[other].valid_at) for other in batch]
+            others += [(new(other), plan.inserts[other].valid_at) for other in batch]
             if fact.valid_at is None:
                 timeless.add(index)
                 if others:
@@ -186,7 +207,7 @@ def _insert(plan: Plan, fact: ValidFact, position: int) -> int:
     plan.inserts.append(fact)
     plan.sources.append(position - 1)
     plan.seen.append(fact.times_seen)
-    plan.resolved.append(("new", len(plan.inserts) - 1))
+    plan.resolved.append(new(len(plan.inserts) - 1))
     return len(plan.inserts) - 1
 
 
@@ -209,7 +230,7 @@ def _replace(
     if later:
         end, successor = later[0]
         plan.inserts[index] = dataclasses.replace(fact, invalid_at=end)
-        plan.ends.append((("new", index), end, successor))
+        plan.ends.append(End(new(index), end, successor))
         return False
     for _ref, other in others:
         if other == begins:
@@ -218,9 +239,9 @@ def _replace(
                 f"starting at {begins.isoformat()}; give the new value a later valid_at"
             )
     for ref, _start in others:
-        plan.ends.append((ref, begins, ("new", index)))
-        kind, number = ref
-        if kind == "old":
+        plan.ends.append(End(ref, begins, new(index)))
+        number = ref.number
+        if ref.kind == "old":
             ended.add(number)
             continue
         plan.inserts[number] = dataclasses.replace(plan.inserts[number], invalid_at=begins)
