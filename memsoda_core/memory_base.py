@@ -49,6 +49,7 @@ from memsoda_core.recall.planning import ScopeSizes
 from memsoda_core.recall.profile import MAX_FACTS as MAX_PROFILE_FACTS
 from memsoda_core.recall.profile import Profile
 from memsoda_core.recall.profile import profile as standing_profile
+from memsoda_core.recall.scope_stats import ScopeStatsCache
 from memsoda_core.recall.signals.conversation import check_conversation
 from memsoda_core.runner.embedding import check_embedder
 from memsoda_core.runner.once import run_once
@@ -128,6 +129,7 @@ class MemoryBase:
         self._synthesizer = synthesizer
         self._extractor = extractor
         self._scope_sizes = ScopeSizes()
+        self._scope_stats = ScopeStatsCache()
         self._target = target
 
     @property
@@ -174,9 +176,10 @@ class MemoryBase:
 
     def _resizing(self, scope: Scope, op: Operation[T]) -> Operation[T]:
         """`op`, a write that changes how many facts `scope` holds; its remembered size is dropped
-        once the write is done (see `scope_sizes`)."""
+        once the write is done (see `scope_sizes`), and so are its statistics (`recall.scope_stats`)."""
         result = yield from op
         self._scope_sizes.forget(scope)
+        self._scope_stats.forget(scope)
         return result
 
     def _add_facts_op(
@@ -322,6 +325,7 @@ class MemoryBase:
             as_of=when,
             now=self._now(),
             scope_sizes=self._scope_sizes,
+            scope_stats=self._scope_stats,
             known_at=known,
             conversation=turns,
             exclude=excluded,
@@ -400,6 +404,7 @@ class MemoryBase:
         report = yield from op
         for dataset, project, _ in report.scopes:
             self._scope_sizes.forget(Scope(dataset=dataset, project=project))
+            self._scope_stats.forget(Scope(dataset=dataset, project=project))
         return report
 
     def _export_op(self, dataset: str, project: str) -> Operation[int]:
