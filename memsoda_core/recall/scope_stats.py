@@ -113,7 +113,7 @@ def read_scope_stats(info: StoreInfo, scope: Scope) -> Operation[ScopeStats]:
         {"dataset": scope.dataset, "project": scope.project, "sample_facts": SAMPLE_FACTS},
         Planning.FRESH,
     )
-    return decode_stats(rows[0])
+    return decode_stats(rows[0] if rows else StatsRow(sampled=0, top_subject=0, lexemes=0, restated=0))
 
 
 def scope_stats(info: StoreInfo, scope: Scope, cache: ScopeStatsCache | None) -> Operation[ScopeStats]:
