@@ -27,43 +27,45 @@ from bench.labelled import KINDS, LabelledMemory, Query, import_record, load
 from bench.variants import UNCAPPED, KeywordForm, Variant
 from memsoda_core import Memory
 from memsoda_core.embedders import Embedder, LocalEmbedder
-from memsoda_core.options import DEFAULT_OPTIONS, FIRST_PERSON_OPTIONS, RecallOptions
+from memsoda_core.models import FusionChoice
+from memsoda_core.options import DEFAULT_OPTIONS, FIRST_PERSON_OPTIONS, GENERAL_OPTIONS, RecallOptions
 from memsoda_core.validation import Scope
 
 DATASET = "bench-quality"
 WIDE = 1000
 """Anchor list length for the physical-order variants: the reference's anchor query had no limit."""
 
-CONFIGS: dict[str, Variant] = {
+CONFIGS: dict[str, Variant] = {  # "default" is resolved per scope as `Memory.recall` does (`variants.resolved`)
     "default": Variant(options=DEFAULT_OPTIONS),
-    "wide": Variant(options=replace(DEFAULT_OPTIONS, anchor_candidates=WIDE)),
-    "hop1": Variant(options=replace(DEFAULT_OPTIONS, anchor_hops=1)),
-    "hop1_wide": Variant(options=replace(DEFAULT_OPTIONS, anchor_hops=1, anchor_candidates=WIDE)),
-    "hubs_kept": Variant(options=replace(DEFAULT_OPTIONS, hub_min_share=1.0)),
+    "general": Variant(options=GENERAL_OPTIONS),
+    "wide": Variant(options=replace(GENERAL_OPTIONS, anchor_candidates=WIDE)),
+    "hop1": Variant(options=replace(GENERAL_OPTIONS, anchor_hops=1)),
+    "hop1_wide": Variant(options=replace(GENERAL_OPTIONS, anchor_hops=1, anchor_candidates=WIDE)),
+    "hubs_kept": Variant(options=replace(GENERAL_OPTIONS, hub_min_share=1.0)),
     "reference": Variant(
-        options=replace(DEFAULT_OPTIONS, anchor_hops=1, hub_min_share=1.0, anchor_candidates=WIDE),
+        options=replace(GENERAL_OPTIONS, anchor_hops=1, hub_min_share=1.0, anchor_candidates=WIDE),
         keyword=KeywordForm.OR_WITH_HUBS,
     ),
-    "kw_half": Variant(options=DEFAULT_OPTIONS, keyword=KeywordForm.HALF_TS_RANK),
-    "kw_min1": Variant(options=replace(DEFAULT_OPTIONS, keyword_min_terms=1)),
-    "kw_min3": Variant(options=replace(DEFAULT_OPTIONS, keyword_min_terms=3)),
-    "kw_and": Variant(options=DEFAULT_OPTIONS, keyword=KeywordForm.AND),
-    "kw_or": Variant(options=DEFAULT_OPTIONS, keyword=KeywordForm.OR),
-    "bridge_off": Variant(options=DEFAULT_OPTIONS, bridge_max_facts=UNCAPPED),
-    "near_075": Variant(options=replace(DEFAULT_OPTIONS, anchor_vector_min=0.75)),
-    "near_060": Variant(options=replace(DEFAULT_OPTIONS, anchor_vector_min=0.6)),
-    "near_gap06": Variant(options=replace(DEFAULT_OPTIONS, anchor_vector_gap=0.6)),
-    "near_gap04": Variant(options=replace(DEFAULT_OPTIONS, anchor_vector_gap=0.4)),
-    "near_050": Variant(options=replace(DEFAULT_OPTIONS, anchor_vector_min=0.5)),
-    "named_only": Variant(options=replace(DEFAULT_OPTIONS, anchor_vector_top_k=0)),
-    "no_validity": Variant(options=DEFAULT_OPTIONS, validity=False),
-    "bridge8": Variant(options=DEFAULT_OPTIONS, bridge_max_facts=8),
-    "common_05": Variant(options=replace(DEFAULT_OPTIONS, common_term_min_facts=0, common_term_share=0.05)),
-    "names_off": Variant(options=replace(DEFAULT_OPTIONS, anchor_name_share=0.0)),
-    "names_09": Variant(options=replace(DEFAULT_OPTIONS, anchor_name_share=0.9)),
+    "kw_half": Variant(options=GENERAL_OPTIONS, keyword=KeywordForm.HALF_TS_RANK),
+    "kw_min1": Variant(options=replace(GENERAL_OPTIONS, keyword_min_terms=1)),
+    "kw_min3": Variant(options=replace(GENERAL_OPTIONS, keyword_min_terms=3)),
+    "kw_and": Variant(options=GENERAL_OPTIONS, keyword=KeywordForm.AND),
+    "kw_or": Variant(options=GENERAL_OPTIONS, keyword=KeywordForm.OR),
+    "bridge_off": Variant(options=GENERAL_OPTIONS, bridge_max_facts=UNCAPPED),
+    "near_075": Variant(options=replace(GENERAL_OPTIONS, anchor_vector_min=0.75)),
+    "near_060": Variant(options=replace(GENERAL_OPTIONS, anchor_vector_min=0.6)),
+    "near_gap06": Variant(options=replace(GENERAL_OPTIONS, anchor_vector_gap=0.6)),
+    "near_gap04": Variant(options=replace(GENERAL_OPTIONS, anchor_vector_gap=0.4)),
+    "near_050": Variant(options=replace(GENERAL_OPTIONS, anchor_vector_min=0.5)),
+    "named_only": Variant(options=replace(GENERAL_OPTIONS, anchor_vector_top_k=0)),
+    "no_validity": Variant(options=GENERAL_OPTIONS, validity=False),
+    "bridge8": Variant(options=GENERAL_OPTIONS, bridge_max_facts=8),
+    "common_05": Variant(options=replace(GENERAL_OPTIONS, common_term_min_facts=0, common_term_share=0.05)),
+    "names_off": Variant(options=replace(GENERAL_OPTIONS, anchor_name_share=0.0)),
+    "names_09": Variant(options=replace(GENERAL_OPTIONS, anchor_name_share=0.9)),
     "first_person": Variant(options=FIRST_PERSON_OPTIONS),
     "first_person_05": Variant(options=replace(FIRST_PERSON_OPTIONS, anchor_name_share=0.5)),
-    "common_20": Variant(options=replace(DEFAULT_OPTIONS, common_term_min_facts=0, common_term_share=0.2)),
+    "common_20": Variant(options=replace(GENERAL_OPTIONS, common_term_min_facts=0, common_term_share=0.2)),
 }
 
 FIRST_PERSON_ROW = (
@@ -73,6 +75,10 @@ FIRST_PERSON_05_ROW = "first-person options, name test at the default share 0.5"
 ALL = ("vector", "anchor", "keyword")
 DEFAULTS = (*ALL, "date")
 """What `Memory.recall` fuses by default: the date list joins when the question names a date."""
+CHOSEN = (*DEFAULTS, "recent")
+"""... and the recency list when the memory chose the first-person options (the "default" config's
+lists hold it only then: `variants.drop_unchosen`)."""
+GENERAL_ROW = "full, the general options (`GENERAL_OPTIONS`: the defaults before the memory chose)"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,7 +96,7 @@ class Row:
 
 
 ROWS: tuple[Row, ...] = (
-    Row(label="vector only", config="default", signals=("vector",)),
+    Row(label="vector only", config="general", signals=("vector",)),
     Row(label="keyword only (plain OR of terms, ts_rank)", config="kw_or", signals=("keyword",)),
     Row(label="keyword only (AND: plainto_tsquery)", config="kw_and", signals=("keyword",)),
     Row(
@@ -98,8 +104,8 @@ ROWS: tuple[Row, ...] = (
         config="kw_half",
         signals=("keyword",),
     ),
-    Row(label="keyword only (min(ceil(n/2), 2) terms, by IDF: the default)", config="default", signals=("keyword",)),
-    Row(label="anchor only (2 hops, by relevance)", config="default", signals=("anchor",)),
+    Row(label="keyword only (min(ceil(n/2), 2) terms, by IDF: the default)", config="general", signals=("keyword",)),
+    Row(label="anchor only (2 hops, by relevance)", config="general", signals=("anchor",)),
     Row(label="anchor only (1 hop, by relevance)", config="hop1", signals=("anchor",)),
     Row(
         label="anchor only as the reference (1 hop, physical order, hubs kept)",
@@ -113,13 +119,14 @@ ROWS: tuple[Row, ...] = (
         config="no_validity",
         signals=("vector", "keyword"),
     ),
-    Row(label="vector + anchor RRF", config="default", signals=("vector", "anchor")),
-    Row(label="full: vector + anchor + keyword, no date signal (the defaults before)", config="default", signals=ALL),
-    Row(label="**full: vector + anchor + keyword + date (defaults)**", config="default", signals=DEFAULTS),
-    Row(label="defaults + recency list (recent_candidates=50)", config="default", signals=(*DEFAULTS, "recent")),
+    Row(label="vector + anchor RRF", config="general", signals=("vector", "anchor")),
+    Row(label="full: vector + anchor + keyword, no date signal (the defaults before)", config="general", signals=ALL),
+    Row(label="**full: vector + anchor + keyword + date (defaults)**", config="default", signals=CHOSEN),
+    Row(label=GENERAL_ROW, config="general", signals=DEFAULTS),
+    Row(label="defaults + recency list (recent_candidates=50)", config="general", signals=(*DEFAULTS, "recent")),
     Row(
         label="defaults + the vector list's 30 nearest, latest first (bench-only)",
-        config="default",
+        config="general",
         signals=(*DEFAULTS, "recent_among"),
     ),
     Row(label="defaults, no name test (anchor_name_share=0: the default before)", config="names_off", signals=DEFAULTS),
@@ -160,20 +167,20 @@ ROWS: tuple[Row, ...] = (
     Row(label="full, near entities at similarity >= 0.5", config="near_050", signals=ALL),
     Row(
         label="vector only, bare triple embedded (no enrichment)",
-        config="default",
+        config="general",
         signals=("vector",),
         embedding="bare",
     ),
     Row(
         label="vector only, enrichment only when anchor is not the subject",
-        config="default",
+        config="general",
         signals=("vector",),
         embedding="selective",
     ),
-    Row(label="full, bare triple embedded (no enrichment)", config="default", signals=ALL, embedding="bare"),
+    Row(label="full, bare triple embedded (no enrichment)", config="general", signals=ALL, embedding="bare"),
     Row(
         label="full, enrichment only when anchor is not the subject",
-        config="default",
+        config="general",
         signals=ALL,
         embedding="selective",
     ),
@@ -205,6 +212,8 @@ COMPACT_ROWS: tuple[Row, ...] = (
             "anchor only (2 hops, by relevance)",
             "vector + keyword RRF (EnsembleRetriever's fusion)",
             DEFAULT_ROW.label,
+            GENERAL_ROW,
+            FIRST_PERSON_ROW,
         )
     ),
     *(Row(label=label, config=config, signals=DEFAULTS) for label, config in NEAR_ROWS),
@@ -213,7 +222,7 @@ COMPACT_ROWS: tuple[Row, ...] = (
 embedders)."""
 
 REALMEM_ROWS: tuple[realmem.RealmemRow, ...] = (
-    realmem.RealmemRow(label="vector only", config="default", signals=("vector",)),
+    realmem.RealmemRow(label="vector only", config="general", signals=("vector",)),
     realmem.RealmemRow(label="keyword only (plain OR of terms, ts_rank)", config="kw_or", signals=("keyword",)),
     realmem.RealmemRow(
         label="keyword only (half the terms, by ts_rank: the default before issue 20)",
@@ -221,39 +230,38 @@ REALMEM_ROWS: tuple[realmem.RealmemRow, ...] = (
         signals=("keyword",),
     ),
     realmem.RealmemRow(
-        label="keyword only (min(ceil(n/2), 2) terms, by IDF: the default)", config="default", signals=("keyword",)
+        label="keyword only (min(ceil(n/2), 2) terms, by IDF: the default)", config="general", signals=("keyword",)
     ),
-    realmem.RealmemRow(label="anchor only", config="default", signals=("anchor",)),
+    realmem.RealmemRow(label="anchor only", config="general", signals=("anchor",)),
     realmem.RealmemRow(
         label="vector + keyword RRF (EnsembleRetriever's fusion)", config="kw_or", signals=("vector", "keyword")
     ),
     realmem.RealmemRow(
-        label="vector + keyword RRF, memsoda's keyword signal", config="default", signals=("vector", "keyword")
+        label="vector + keyword RRF, memsoda's keyword signal", config="general", signals=("vector", "keyword")
     ),
-    realmem.RealmemRow(label="vector + anchor RRF", config="default", signals=("vector", "anchor")),
+    realmem.RealmemRow(label="vector + anchor RRF", config="general", signals=("vector", "anchor")),
     realmem.RealmemRow(
-        label="full: vector + anchor + keyword, no date signal (the defaults before)", config="default", signals=ALL
+        label="full: vector + anchor + keyword, no date signal (the defaults before)", config="general", signals=ALL
     ),
+    realmem.RealmemRow(label="**full: vector + anchor + keyword + date (defaults)**", config="default", signals=CHOSEN),
+    realmem.RealmemRow(label=GENERAL_ROW, config="general", signals=DEFAULTS),
     realmem.RealmemRow(
-        label="**full: vector + anchor + keyword + date (defaults)**", config="default", signals=DEFAULTS
-    ),
-    realmem.RealmemRow(
-        label="defaults + recency list (recent_candidates=50)", config="default", signals=(*DEFAULTS, "recent")
+        label="defaults + recency list (recent_candidates=50)", config="general", signals=(*DEFAULTS, "recent")
     ),
     realmem.RealmemRow(
         label="defaults + recency list + conversation (last 2 user turns)",
-        config="default",
+        config="general",
         signals=(*DEFAULTS, "recent", "conversation"),
     ),
     realmem.RealmemRow(
-        label="vector + keyword + recency list (no anchor)", config="default", signals=("vector", "keyword", "recent")
+        label="vector + keyword + recency list (no anchor)", config="general", signals=("vector", "keyword", "recent")
     ),
     realmem.RealmemRow(
         label="defaults + recency list, keyword needs 1 term", config="kw_min1", signals=(*DEFAULTS, "recent")
     ),
     realmem.RealmemRow(
         label="defaults + the vector list's 30 nearest, latest first (bench-only)",
-        config="default",
+        config="general",
         signals=(*DEFAULTS, "recent_among"),
     ),
     realmem.RealmemRow(
@@ -271,17 +279,17 @@ REALMEM_ROWS: tuple[realmem.RealmemRow, ...] = (
     ),
     realmem.RealmemRow(
         label="defaults + conversation: last 2 user turns as a list of their own (`conversation=`)",
-        config="default",
+        config="general",
         signals=(*DEFAULTS, "conversation"),
     ),
     realmem.RealmemRow(
         label="defaults + conversation: last 4 user turns as a list of their own",
-        config="default",
+        config="general",
         signals=(*DEFAULTS, "conversation4"),
     ),
     realmem.RealmemRow(
         label="defaults, query vector blended with the last 2 user turns (one vector list)",
-        config="default",
+        config="general",
         signals=("blend", "anchor", "keyword", "date"),
     ),
     realmem.RealmemRow(
@@ -316,6 +324,8 @@ class MemoryResult:
     details: list[dict[str, Any]] = field(default_factory=list)
     agreement: tuple[int, int] = (0, 0)
     lint: list[str] = field(default_factory=list)
+    fusion: FusionChoice | None = None
+    """The fusion the memory chose for its defaults (`recall.adaptive`)."""
 
 
 def load_scope(memory: Memory, labelled: LabelledMemory, project: str, *, embedding: str) -> LoadedScope:
@@ -380,9 +390,17 @@ def run_memory(memory: Memory, labelled: LabelledMemory, *, rows: Sequence[Row] 
     tsconfig = memory.info.text_search_config
     needed = {(row.config, row.embedding) for row in rows} | {("default", "anchor")}
     runs: dict[tuple[str, str], list[dict[str, list[int]]]] = {}
+    resolved: dict[str, RecallOptions] = {}
+    chosen: FusionChoice | None = None
     with connect(memory.dsn) as conn:
         for config, mode in sorted(needed):
             variant = CONFIGS[config]
+            if config == "default":  # what the memory leaves to itself, chosen as Memory.recall chooses it
+                options, fusion = variants.resolved(conn, memory.info.schema, scopes[mode].scope, variant.options)
+                variant = replace(variant, options=options)
+                resolved[mode] = options
+                if mode == "anchor":
+                    chosen = fusion
             statement = variants.statement(memory.info.schema, variant)
             out = []
             for text, vector in zip(texts, vectors, strict=True):
@@ -416,6 +434,10 @@ def run_memory(memory: Memory, labelled: LabelledMemory, *, rows: Sequence[Row] 
                         runs[(config, mode)][index]["recent_among"] = variants.recent_among(
                             runs[(config, mode)][index], scopes[mode].recency
                         )
+                        if config == "default":
+                            runs[(config, mode)][index] = variants.drop_unchosen(
+                                runs[(config, mode)][index], resolved[mode]
+                            )
         entities = conn.execute(
             sql.SQL("SELECT count(*) FROM {}.entities WHERE dataset = %s AND project = %s").format(
                 sql.Identifier(memory.info.schema)
@@ -427,6 +449,7 @@ def run_memory(memory: Memory, labelled: LabelledMemory, *, rows: Sequence[Row] 
         facts=len(labelled.facts),
         entities=int(entities[0]) if entities else 0,
         queries=labelled.queries,
+        fusion=chosen,
     )
     # The default row must be exactly what Memory.recall returns.
     loaded = scopes["anchor"]
@@ -473,6 +496,13 @@ def run_memory(memory: Memory, labelled: LabelledMemory, *, rows: Sequence[Row] 
     return result
 
 
+def fusion_note(fusion: FusionChoice | None) -> str:
+    """The fusion the memory chose for the default row, in a sentence."""
+    if fusion is None:
+        return ""
+    return f"The memory chose the {fusion.preset.replace('_', '-')} options: {fusion.reason}."
+
+
 GROUPS = ("paraphrase", "exact", "bridge-1", "bridge-2", "invalidated", "all")
 
 
@@ -512,6 +542,7 @@ COMPACT_REALMEM_ROWS: tuple[realmem.RealmemRow, ...] = tuple(
         "vector + keyword RRF (EnsembleRetriever's fusion)",
         "vector + keyword RRF, memsoda's keyword signal",
         "**full: vector + anchor + keyword + date (defaults)**",
+        GENERAL_ROW,
         FIRST_PERSON_ROW,
         *(label for label, _ in NEAR_ROWS),
     )
@@ -587,7 +618,8 @@ def run(
                 out.append(
                     f"### {name}: {result.facts} facts, {result.entities} entities, {len(result.queries)} queries\n\n"
                     "Cells: recall@8 / MRR@8 / nDCG@8 (mean over the group's queries). "
-                    f"Default row identical to `Memory.recall` on {agree}/{total} queries; {seconds:.1f} s.\n"
+                    f"Default row identical to `Memory.recall` on {agree}/{total} queries; {seconds:.1f} s. "
+                    f"{fusion_note(result.fusion)}\n"
                 )
                 out.append(tables(result))
                 if result.lint:

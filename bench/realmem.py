@@ -20,7 +20,7 @@ import re
 import statistics
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
@@ -96,6 +96,8 @@ class Replay:
     """`FULL_SIGNALS` fused against `Memory.recall(..., conversation=...)`."""
     preset_agreement: tuple[int, int] = (0, 0)
     """The `PRESET` config + the recency list against `Memory.recall` with `FIRST_PERSON_OPTIONS`."""
+    choices: list[str] = field(default_factory=list)
+    """Per question: the options the memory chose for its defaults (`recall.adaptive`)."""
     facts: int = 0
     seconds: float = 0.0
 
@@ -216,7 +218,11 @@ def replay(
                         reachable=len(gold & stored),
                     )
                 )
+                options, fusion = variants.resolved(conn, memory.info.schema, scope, DEFAULT_OPTIONS)
+                out.choices.append("general" if fusion is None else fusion.preset)
                 for config, variant in configs.items():
+                    if config == "default":  # what the memory leaves to itself, chosen as Memory.recall does
+                        variant = replace(variant, options=options)
                     bound = variants.params(
                         bridge_max_facts=variant.bridge_max_facts,
                         scope=scope,
@@ -243,6 +249,7 @@ def replay(
                 for config in configs:  # the opt-in lists run with the default options, beside every config
                     out.lists[config][-1].update(found)
                     out.lists[config][-1]["recent_among"] = variants.recent_among(out.lists[config][-1], out.recency)
+                out.lists["default"][-1] = variants.drop_unchosen(out.lists["default"][-1], options)
                 out.top.append(top)
                 if out.keys:
                     recalled = memory.recall(
@@ -250,7 +257,7 @@ def replay(
                     )
                     mine = variants.fuse(
                         out.lists["default"][-1],
-                        DEFAULT_SIGNALS,
+                        (*DEFAULT_SIGNALS, "recent"),
                         k=DEFAULT_OPTIONS.rrf_k,
                         recency=out.recency,
                         top=metrics.K,
@@ -267,7 +274,7 @@ def replay(
                     )
                     fused = variants.fuse(
                         out.lists["default"][-1],
-                        FULL_SIGNALS,
+                        (*FULL_SIGNALS, "recent"),
                         k=DEFAULT_OPTIONS.rrf_k,
                         recency=out.recency,
                         top=metrics.K,
@@ -311,6 +318,14 @@ def replay(
     out.facts = len(out.keys)
     out.seconds = time.perf_counter() - started
     return out
+
+
+def choices(replays: Sequence[Replay]) -> str:
+    """How often each persona's memory chose the first-person options, in words."""
+    return ", ".join(
+        f"{r.questions[0].persona if r.questions else '-'} {r.choices.count('first_person')}/{len(r.choices)}"
+        for r in replays
+    )
 
 
 def ranked_keys(ids: Sequence[int], keys: dict[int, str]) -> list[str]:
@@ -425,7 +440,8 @@ def run(
         f"(mean over the category's questions). Default row identical to `Memory.recall` on {agree}/{asked} "
         "questions asked of a non-empty memory; defaults + conversation identical to "
         f"`Memory.recall(conversation=...)` on {full_agree}/{asked}; first-person options identical to "
-        f"`Memory.recall(options=FIRST_PERSON_OPTIONS)` on {preset_agree}/{asked}.\n",
+        f"`Memory.recall(options=FIRST_PERSON_OPTIONS)` on {preset_agree}/{asked}. "
+        f"The memory chose the first-person options for {choices(replays)}.\n",
         tables(replays, table),
         "",
         f"Relevance floor on the default row: {len(negatives)} user turns that need no memory (`is_query` "

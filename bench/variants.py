@@ -21,10 +21,14 @@ from enum import StrEnum
 from typing import Any
 
 from psycopg import sql
+from psycopg.rows import class_row
 
+from memsoda_core.models import FusionChoice
 from memsoda_core.options import RecallOptions
+from memsoda_core.recall.adaptive import choose
 from memsoda_core.recall.fusion import rrf
 from memsoda_core.recall.result import statement_params
+from memsoda_core.recall.scope_stats import SAMPLE_FACTS, StatsRow, decode_stats, stats_statement
 from memsoda_core.recall.signals import RecallPlan
 from memsoda_core.recall.signals.anchor import anchor_ctes, near_cte
 from memsoda_core.recall.signals.entities import HUB_TERMS, hub_floor_cte, named_cte
@@ -255,3 +259,20 @@ def recent_among(lists: Mapping[str, Sequence[int]], recency: Mapping[int, float
     """Bench-only list: the vector list's `n` nearest facts, latest first (ties: larger id). A
     recency list that depends on the query, unlike the plain recency list (`recent_candidates`)."""
     return sorted(lists.get("vector", [])[:n], key=lambda i: (-recency.get(i, float("-inf")), -i))
+
+
+def resolved(conn: Any, schema: str, scope: Scope, options: RecallOptions) -> tuple[RecallOptions, FusionChoice | None]:
+    """`options` with what they leave to the memory chosen as `Memory.recall` chooses it: the
+    scope's statistics (`recall.scope_stats`, read now) through `recall.adaptive.choose`."""
+    if not options.left_to_memory():
+        return options, None
+    params = {"dataset": scope.dataset, "project": scope.project, "sample_facts": SAMPLE_FACTS}
+    with conn.cursor(row_factory=class_row(StatsRow)) as cursor:
+        row = cursor.execute(stats_statement(schema), params).fetchone()
+    return choose(options, decode_stats(row))
+
+
+def drop_unchosen(lists: dict[str, list[int]], options: RecallOptions) -> dict[str, list[int]]:
+    """The lists a recall with `options` fuses among the bench's: the recency list only when
+    `recent_candidates` asks for it (the bench computes it for every config)."""
+    return lists if options.recent_candidates else {name: ids for name, ids in lists.items() if name != "recent"}

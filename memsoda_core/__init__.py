@@ -52,15 +52,17 @@ from memsoda_core.models import (
     FactInput,
     FactPage,
     FactSource,
+    FusionChoice,
     ImportReport,
     Message,
     RecallResult,
     RejectedOperation,
     RememberResult,
+    ScopeStats,
     ScoredFact,
     SignalHit,
 )
-from memsoda_core.options import DEFAULT_OPTIONS, FIRST_PERSON_OPTIONS, RecallOptions
+from memsoda_core.options import DEFAULT_OPTIONS, FIRST_PERSON_OPTIONS, GENERAL_OPTIONS, RecallOptions
 from memsoda_core.recall.profile import Profile
 from memsoda_core.synthesis import OpenAISynthesizer, Synthesizer
 
@@ -69,6 +71,7 @@ __version__ = "0.1.0"
 __all__ = [
     "DEFAULT_OPTIONS",
     "FIRST_PERSON_OPTIONS",
+    "GENERAL_OPTIONS",
     "LITERAL",
     "ArgumentTypeError",
     "AsyncMemory",
@@ -90,6 +93,7 @@ __all__ = [
     "FactPage",
     "FactSource",
     "ForgetReport",
+    "FusionChoice",
     "ImportFormatError",
     "ImportReport",
     "IntervalError",
@@ -116,6 +120,7 @@ __all__ = [
     "RetentionRule",
     "SchemaError",
     "ScopeError",
+    "ScopeStats",
     "ScoredFact",
     "SignalHit",
     "StoreBusyError",

@@ -316,7 +316,7 @@ class Memory(ReembedMethods):
         except Exception as exc:
             raise extraction_failed(call.extractor, exc) from exc
         checked = call.answer(raw, request)
-        applied = self._run(lambda: self._context.scope_sizes.resizing(call.scope, call.apply(self.info, checked)))
+        applied = self._run(lambda: self._context.resizing(call.scope, call.apply(self.info, checked)))
         return call.result(request, checked, applied)
 
     def sources(self, fact_id: int, *, dataset: str, project: str) -> list[FactSource]:

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from memsoda_core.errors import ReadOnlyStoreError
 from memsoda_core.learning.extractors import Extractor
 from memsoda_core.options import DEFAULT_OPTIONS, RecallOptions
 from memsoda_core.recall.planning import ScopeSizes
+from memsoda_core.recall.scope_stats import ScopeStatsCache
+from memsoda_core.runner.steps import Operation
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.synthesis import Synthesizer
+from memsoda_core.validation import Scope
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -18,18 +24,31 @@ class MemoryContext:
     """The open store's info, the default recall options, the scope-size cache, the models.
 
     A memory replaces its context when the store's info changes (a reembed's switch), keeping the
-    same `scope_sizes`; builders read it when they build, so an operation built later sees the new one.
+    same caches; builders read it when they build, so an operation built later sees the new one.
     """
 
     info: StoreInfo
     options: RecallOptions = DEFAULT_OPTIONS
     scope_sizes: ScopeSizes = field(default_factory=ScopeSizes)
+    scope_stats: ScopeStatsCache = field(default_factory=ScopeStatsCache)
     synthesizer: Synthesizer | None = None
     extractor: Extractor | None = None
 
     @staticmethod
     def now() -> datetime:
         return datetime.now(UTC)
+
+    def resizing(self, scope: Scope, op: Operation[T]) -> Operation[T]:
+        """`op`, a write that changes what `scope` holds; what is remembered of the scope (its size,
+        its statistics) is dropped once the write is done."""
+        result = yield from op
+        self.forget_scope(scope)
+        return result
+
+    def forget_scope(self, scope: Scope) -> None:
+        """Drop what is remembered of `scope` (it was just written to)."""
+        self.scope_sizes.forget(scope)
+        self.scope_stats.forget(scope)
 
     def check_writable(self, what: str) -> None:
         """Refuse a write before anything is sent when the store is open read-only."""

@@ -173,6 +173,47 @@ class Episode:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ScopeStats:
+    """What a scope's latest facts show of the kind of memory it is (`recall.scope_stats`): read
+    from its `sampled` most recently written facts, live or not, so it does not depend on the time
+    a recall reads at."""
+
+    sampled: int
+    """Facts in the sample (the scope's latest `recall.scope_stats.SAMPLE_FACTS`, or all it has)."""
+    subject_share: float
+    """The share of them whose subject is the sample's most common subject (the user, in a
+    memory of one person)."""
+    lexemes_per_fact: float
+    """Their mean count of distinct search lexemes (subject, predicate and object): a triple has a
+    few, a note written as a sentence many."""
+    restated_share: float
+    """The share of them written again since (`times_seen` > 1: a later note equal to it)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FusionChoice:
+    """How a recall fused its lists when the caller left some options to the memory
+    (`RecallOptions` fields at None; `recall.adaptive`)."""
+
+    preset: Literal["general", "first_person"]
+    """Whose values the memory took: `GENERAL_OPTIONS` or `FIRST_PERSON_OPTIONS`."""
+    chosen: tuple[str, ...]
+    """The options the memory chose (those the caller left at None); the caller's stand."""
+    reason: str
+    stats: ScopeStats | None
+    """What the choice was made from; None for a recall without a query (nothing to choose)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-serializable data."""
+        return {
+            "preset": self.preset,
+            "chosen": list(self.chosen),
+            "reason": self.reason,
+            "stats": None if self.stats is None else asdict(self.stats),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
 class RecallResult:
     """What `recall` returns. Guard for `context == ""`: it means nothing matched, and
     `scope_empty` says when that is because the dataset/project holds no facts at all."""
@@ -195,6 +236,9 @@ class RecallResult:
     scope_empty: bool = False
     """The dataset/project holds no facts (never written, a misspelt name, or all forgotten); a
     scope whose facts exist but did not match, or had ended, is not empty."""
+    fusion: FusionChoice | None = None
+    """Which fusion the memory chose from its statistics for the options the caller left to it;
+    None when the caller set them all."""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-serializable data."""
@@ -211,6 +255,7 @@ class RecallResult:
             "as_of": None if self.as_of is None else self.as_of.isoformat(),
             "as_of_reason": self.as_of_reason,
             "scope_empty": self.scope_empty,
+            "fusion": None if self.fusion is None else self.fusion.to_dict(),
         }
 
 

@@ -50,20 +50,22 @@ class RecallOptions:
     common_term_min_facts: int = 1_000
     """... and in more than this many of them is left out of the keyword search: it says little about
     which fact is meant and is slow to rank (bench/RESULTS.md, "Keyword signal")."""
-    keyword_min_terms: int = 2
+    keyword_min_terms: int | None = None
     """A keyword hit holds min(ceil(n/2), this) of the query's n search lexemes: a small fixed
     number, so a long message still finds the notes that share two of its rarer words, while one
     common word alone places nothing. 64 (the most terms a query has) matches like the half rule that
-    was the default before (ranked by IDF, not ts_rank)."""
+    was the default before (ranked by IDF, not ts_rank). None (the default): the memory chooses, 2
+    or 1 (`GENERAL_OPTIONS`, `FIRST_PERSON_OPTIONS`; see `recall.adaptive`)."""
     bridge_max_facts: int = 50
     """A second-hop bridge touching more facts than this is skipped: a busy entity under the hub share
     fans the second hop out over much of the scope (bench/RESULTS.md, "Anchor signal")."""
-    anchor_name_share: float = 0.5
+    anchor_name_share: float | None = None
     """A one-word named anchor must be linked to at least this share of the facts whose text holds
     its word: a word the extractor once took for a name ("Day", "Step", capitalised inside a
     sentence) is in many more facts' text than are linked to it, a real name ("Kyoto") is linked to
     most of them. Longer names are not tested (`recall.signals.entities.name_like`). 0 turns the
-    test off (bench/RESULTS.md, section 6, "Named anchors")."""
+    test off (bench/RESULTS.md, section 6, "Named anchors"). None (the default): the memory chooses,
+    0.5 or 0.9 (`recall.adaptive`)."""
     anchor_max_facts: int = 100
     """Facts read per anchor, most recently written first: an anchor under the hub share can still touch
     thousands of facts (bench/RESULTS.md, "Anchor signal"); the other signals reach its older ones."""
@@ -73,13 +75,13 @@ class RecallOptions:
     """Length of the keyword signal's list."""
     anchor_candidates: int = 50
     """Length of the anchor signal's list (after ordering by relevance)."""
-    recent_candidates: int = 0
+    recent_candidates: int | None = None
     """With a query: fuse this many most recent live facts as a list of their own (the "recent"
     signal, which is the whole result without a query); 0 (the default) turns it off. For memories
     whose later notes restate and update earlier ones, where the latest notes are what a message
     is about. A list that ignores the query still votes in RRF: where time says nothing about
     relevance it buries what only the vector list finds (bench/RESULTS.md, section 6, "A recency
-    list, ...")."""
+    list, ..."). None (the default): the memory chooses, 0 or 50 (`recall.adaptive`)."""
     date_candidates: int = 50
     """Length of the date signal's list (facts that held in the window a question names); 0 turns
     the signal off."""
@@ -133,7 +135,7 @@ class RecallOptions:
         for name in ("hub_min_share", "common_term_share"):
             if not 0.0 < getattr(self, name) <= 1.0:
                 raise LimitError(f"{name} must be in (0, 1], got {getattr(self, name)}")
-        if not 0.0 <= self.anchor_name_share <= 1.0:
+        if self.anchor_name_share is not None and not 0.0 <= self.anchor_name_share <= 1.0:
             raise LimitError(f"anchor_name_share must be in [0, 1] (0: off), got {self.anchor_name_share}")
         for name in (
             "anchor_vector_top_k",
@@ -145,7 +147,7 @@ class RecallOptions:
         ):
             if getattr(self, name) < 0:
                 raise LimitError(f"{name} must not be negative")
-        if not 1 <= self.keyword_min_terms <= 64:
+        if self.keyword_min_terms is not None and not 1 <= self.keyword_min_terms <= 64:
             raise LimitError(f"keyword_min_terms must be between 1 and 64, got {self.keyword_min_terms}")
         for name in (
             "vector_candidates",
@@ -157,7 +159,7 @@ class RecallOptions:
             if not 1 <= getattr(self, name) <= 1000:
                 raise LimitError(f"{name} must be between 1 and 1000")
         for name in ("date_candidates", "recent_candidates"):
-            if not 0 <= getattr(self, name) <= 1000:
+            if getattr(self, name) is not None and not 0 <= getattr(self, name) <= 1000:
                 raise LimitError(f"{name} must be between 0 (off) and 1000")
         if not 1 <= self.conversation_turns <= 20:
             raise LimitError(f"conversation_turns must be between 1 and 20, got {self.conversation_turns}")
@@ -174,8 +176,29 @@ class RecallOptions:
             )
         return replace(self, **overrides) if overrides else self
 
+    def left_to_memory(self) -> tuple[str, ...]:
+        """The options at None, which the memory chooses from its statistics (`ADAPTIVE`)."""
+        return tuple(name for name in ADAPTIVE if getattr(self, name) is None)
+
+    def filled(self, preset: RecallOptions) -> RecallOptions:
+        """A copy with the options left to the memory taken from `preset`; the others stay."""
+        left = self.left_to_memory()
+        return replace(self, **{name: getattr(preset, name) for name in left}) if left else self
+
+
+ADAPTIVE = ("recent_candidates", "keyword_min_terms", "anchor_name_share")
+"""The options a memory chooses when the caller leaves them at None: the ones whose best value
+depends on the kind of memory (`recall.adaptive`)."""
+
 
 DEFAULT_OPTIONS = RecallOptions()
+"""Every option at its default: the `ADAPTIVE` ones left to the memory."""
+
+GENERAL_OPTIONS = RecallOptions(recent_candidates=0, keyword_min_terms=2, anchor_name_share=0.5)
+"""For a memory of facts about many named things (chats between named speakers, a knowledge base):
+no recency list, two matched terms for a keyword hit, the name test at half the facts. What the
+memory chooses unless its statistics show a first-person memory (`recall.adaptive`), and the
+defaults before the choice (set, so nothing is left to choose)."""
 
 FIRST_PERSON_OPTIONS = RecallOptions(recent_candidates=50, keyword_min_terms=1, anchor_name_share=0.9)
 """For a memory of one user's own sessions with an assistant (a personal assistant's memory): its
@@ -184,5 +207,6 @@ notes name few things but the user. So the 50 most recent live facts are fused a
 own (the latest notes are what a message goes on from); one matched word places a fact in the
 keyword list (ranked by IDF: a rare word counts, a common one ranks low); and a capitalised word
 anchors only where nearly every note holding it is linked to it. On memories of facts about many
-named things the recency list buries what only the vector list finds, so these are not the
-defaults (bench/RESULTS.md, section 6)."""
+named things the recency list buries what only the vector list finds, so the memory takes these
+only when its statistics show a memory of one person's notes (`recall.adaptive`; bench/RESULTS.md,
+section 6)."""

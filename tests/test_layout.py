@@ -17,6 +17,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CORE_API = {
     "DEFAULT_OPTIONS",
     "FIRST_PERSON_OPTIONS",
+    "GENERAL_OPTIONS",
+    "FusionChoice",
+    "ScopeStats",
     "LITERAL",
     "AsyncMemory",
     "ConfidenceError",

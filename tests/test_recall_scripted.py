@@ -9,10 +9,11 @@ from typing import Any
 from psycopg import sql
 
 from memsoda_core.errors import EmbeddingError
-from memsoda_core.options import DEFAULT_OPTIONS
+from memsoda_core.options import DEFAULT_OPTIONS, FIRST_PERSON_OPTIONS
 from memsoda_core.recall.hits import HitRow
 from memsoda_core.recall.operation import recall
 from memsoda_core.recall.planning import ScopeSizes
+from memsoda_core.recall.scope_stats import ScopeStatsCache, StatsRow, stats_statement
 from memsoda_core.recall.statements import facts_statement
 from memsoda_core.runner.steps import Concurrently, EmbedQuery, Execute, Planning
 from memsoda_core.store.fact_columns import FACT_COLUMNS
@@ -31,7 +32,8 @@ def recall_of(query: str | None, sizes: ScopeSizes | None = None, **kwargs: Any)
         INFO,
         SCOPE,
         query,
-        options=DEFAULT_OPTIONS,
+        options=kwargs.pop("options", DEFAULT_OPTIONS),
+        scope_stats=kwargs.pop("scope_stats", None),
         include=frozenset(),
         query_embedding=kwargs.pop("query_embedding", None),
         as_of=None,
@@ -45,6 +47,7 @@ def store(
 ) -> Script:
     script = Script(dimensions=INFO.dimensions).on(scope_facts_statement(INFO.schema), [(scope_facts,)])
     script.on(facts_statement(INFO.schema), [fact_row(**fact) for fact in facts or []])
+    script.on(stats_statement(INFO.schema), [StatsRow(sampled=scope_facts, top_subject=0, lexemes=0, restated=0)])
     if hits is not None:
         lists = iter(hits)
         original = script.__call__
@@ -165,3 +168,20 @@ def test_a_fact_deleted_between_the_two_reads_is_left_out() -> None:
         recall_of("x", query_embedding=[0.5] * INFO.dimensions), store(10, hits, [{"id": 2, "object": "tesla"}])
     )
     assert [f.fact.id for f in conversation.result.facts] == [2]
+
+
+def stats_reads(requests: list[Any]) -> int:
+    wanted = text(stats_statement(INFO.schema))
+    return sum(1 for r in requests if isinstance(r, Execute) and text(r.statement) == wanted)
+
+
+def test_the_scope_statistics_are_read_once_and_only_for_options_left_to_the_memory() -> None:
+    cache = ScopeStatsCache()
+    first = drive(recall_of("tesla", scope_stats=cache), store(10))
+    assert stats_reads(first.requests) == 1 and first.result.fusion.stats.sampled == 10
+    again = drive(recall_of("tesla", scope_stats=cache), store(10))
+    assert stats_reads(again.requests) == 0 and again.result.fusion == first.result.fusion  # remembered
+    fixed = drive(recall_of("tesla", options=FIRST_PERSON_OPTIONS), store(10))
+    assert stats_reads(fixed.requests) == 0 and fixed.result.fusion is None  # the caller set them all
+    latest = drive(recall_of(None), store(10))
+    assert stats_reads(latest.requests) == 0 and latest.result.fusion.stats is None  # no query: nothing to choose

@@ -66,6 +66,15 @@ def _raw_table(facts: Sequence[ScoredFact]) -> Table:
     return result
 
 
+def fusion_line(result: RecallResult) -> str:
+    """How the memory fused the lists, for `--explain` (`RecallResult.fusion`)."""
+    fusion = result.fusion
+    if fusion is None:
+        return "fusion: the options given"
+    preset = fusion.preset.replace("_", "-")
+    return f"fusion: the {preset} options for {', '.join(fusion.chosen)}: {fusion.reason}"
+
+
 def _show_recall(result: RecallResult, scope: str, *, explain: bool, raw: bool) -> None:
     console = out()
     if result.degraded:
@@ -82,6 +91,8 @@ def _show_recall(result: RecallResult, scope: str, *, explain: bool, raw: bool) 
     if explain:
         console.print()
         console.print(signal_table(result.facts))
+        if result.fusion is not None:
+            console.print(Text(fusion_line(result)), highlight=False, soft_wrap=True)
     if raw:
         console.print()
         console.print(_raw_table(result.facts))

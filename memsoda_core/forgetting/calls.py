@@ -19,7 +19,7 @@ from memsoda_core.validation import Scope, check_entity_name, check_scope, parse
 def forget_op(context: MemoryContext, dataset: str, project: str, entity: str | None) -> Operation[int]:
     scope = check_scope(dataset, project)
     name = None if entity is None else check_entity_name(entity)
-    return context.scope_sizes.resizing(scope, forget_scope(context.info, scope, name))
+    return context.resizing(scope, forget_scope(context.info, scope, name))
 
 
 def forget_source_op(
@@ -27,7 +27,7 @@ def forget_source_op(
 ) -> Operation[ForgetReport]:
     scope = check_scope(dataset, project)
     source = check_source(thread_id, message_ids)
-    return context.scope_sizes.resizing(scope, forget_source(context.info, scope, source))
+    return context.resizing(scope, forget_source(context.info, scope, source))
 
 
 def maintain_op(context: MemoryContext, retention: Any = True) -> Operation[list[str]]:
@@ -62,5 +62,5 @@ def _purging(context: MemoryContext, op: Operation[RetentionReport]) -> Operatio
     """`op`, whose purged scopes' remembered sizes are dropped once it is done."""
     report = yield from op
     for dataset, project, _ in report.scopes:
-        context.scope_sizes.forget(Scope(dataset=dataset, project=project))
+        context.forget_scope(Scope(dataset=dataset, project=project))
     return report

@@ -32,7 +32,7 @@ def put_items_op(
     context: MemoryContext, items: Sequence[ItemInput | Mapping[str, Any]], dataset: str, project: str
 ) -> Operation[list[int | None]]:
     scope = check_scope(dataset, project)
-    return context.scope_sizes.resizing(scope, items_ops.put_items(context.info, scope, items, now=context.now()))
+    return context.resizing(scope, items_ops.put_items(context.info, scope, items, now=context.now()))
 
 
 def get_item_op(

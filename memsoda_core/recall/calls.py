@@ -69,6 +69,7 @@ def recall_op(
         as_of=times.as_of,
         now=context.now(),
         scope_sizes=context.scope_sizes,
+        scope_stats=context.scope_stats,
         known_at=times.known_at,
         conversation=turns,
         exclude=excluded,

@@ -17,6 +17,7 @@ from memsoda_core.models import IncludeOption, RecallResult
 from memsoda_core.ops.maintenance import scope_fact_count
 from memsoda_core.ops.placing import scope_size
 from memsoda_core.options import RecallOptions
+from memsoda_core.recall.adaptive import choose
 from memsoda_core.recall.asof import question_as_of
 from memsoda_core.recall.dates import question_window
 from memsoda_core.recall.hits import HitRow, hit_rows
@@ -30,6 +31,8 @@ from memsoda_core.recall.result import (
     scored_facts,
     statement_params,
 )
+from memsoda_core.recall.scope_stats import ScopeStatsCache
+from memsoda_core.recall.scope_stats import scope_stats as read_stats
 from memsoda_core.recall.signals.conversation import conversation_text
 from memsoda_core.recall.signals.spec import RecallPlan
 from memsoda_core.recall.statements import (
@@ -69,6 +72,7 @@ def recall(
     known_at: datetime | None = None,
     conversation: Sequence[tuple[str, str]] | None = None,
     exclude: frozenset[int] = frozenset(),
+    scope_stats: ScopeStatsCache | None = None,
 ) -> Operation[RecallResult]:
     """The signals in two statements run at once, RRF, the kept facts read, grouping and
     rendering; see `recall.result`. Statements whose plan fits every scope they serve are prepared
@@ -81,7 +85,8 @@ def recall(
 
     `known_at` (transaction time): what memory knew then, as it knew it (statements of their own,
     `RecallPlan.known`); the default statements are untouched by it. Facts in `exclude` are not
-    kept (`result.fuse_hits`)."""
+    kept (`result.fuse_hits`). Options left at None are chosen from the scope's statistics
+    (`recall.adaptive`, read through `scope_stats`), and the choice is `RecallResult.fusion`."""
     timings: dict[str, float] = {}
     started = time.perf_counter()
     embedding: Sequence[float] | np.ndarray[Any, Any] | None = None
@@ -102,6 +107,11 @@ def recall(
         except EmbeddingError as exc:
             degraded = f"embedding the conversation failed, recalled without it: {exc}"
         timings["embed"] = _ms(started)
+    # the fusion the memory chooses: one read of the scope's statistics, remembered (recall.adaptive)
+    stats = None
+    if query is not None and options.left_to_memory():
+        stats = yield from read_stats(info, scope, scope_stats)
+    options, fusion = choose(options, stats)
     at = as_of or now
     asked = question_window(query, at)
     window = asked if options.date_candidates else None
@@ -180,6 +190,7 @@ def recall(
         as_of=held.at if held is not None else as_of,
         as_of_reason=None if held is None else held.reason,
         scope_empty=scope_empty,
+        fusion=fusion,
     )
 
 

@@ -15,12 +15,10 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple
 
-from memsoda_core.runner.steps import Operation, Planning
+from memsoda_core.runner.steps import Planning
 from memsoda_core.validation import Scope
-
-T = TypeVar("T")
 
 SCOPE_SIZE_TTL_S = 30.0
 """How long a scope's fact count is trusted. Another process may grow a scope past the threshold
@@ -71,13 +69,6 @@ class ScopeSizes:
         """Drop what is known of `scope` (it was just written to)."""
         with self._lock:
             self._items.pop(scope, None)
-
-    def resizing(self, scope: Scope, op: Operation[T]) -> Operation[T]:
-        """`op`, a write that changes how many facts `scope` holds; its remembered size is dropped
-        once the write is done."""
-        result = yield from op
-        self.forget(scope)
-        return result
 
 
 def recall_statement_choice(

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from memsoda_core.models import Episode, RecallResult, ScoredFact, SignalHit
-from memsoda_core.options import RecallOptions
+from memsoda_core.options import GENERAL_OPTIONS, RecallOptions
 from memsoda_core.recall.dates import Window
 from memsoda_core.recall.fusion import rrf_ranks
 from memsoda_core.recall.hits import HitRow
@@ -48,7 +48,7 @@ def plan_for(
         dated=query is not None and window is not None and options.date_candidates > 0,
         conversation=conversation,
         default_partitions=default_partitions,
-        recent=query is not None and has_embedding and options.recent_candidates > 0,
+        recent=query is not None and has_embedding and bool(options.recent_candidates),
     )
 
 
@@ -66,7 +66,9 @@ def statement_params(
     conversation_embedding: Sequence[float] | np.ndarray[Any, Any] | None = None,
 ) -> dict[str, Any]:
     """Every bound value of the recall statements (those of every signal, whichever run), and of
-    the episodes' read."""
+    the episodes' read. Options still left to the memory (`recall.adaptive` did not choose: a caller
+    outside a recall) take the general values."""
+    options = options.filled(GENERAL_OPTIONS)
     inputs = SignalInputs(
         query=query,
         normalized=normalize_query(query) if query else "",

@@ -1,0 +1,167 @@
+"""The fusion a memory chooses from its statistics (`recall.adaptive`, `recall.scope_stats`): the
+pure rule, and on a real server a first-person scope, a scope of triples, and a caller's options."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from memsoda_core import FIRST_PERSON_OPTIONS, RecallOptions
+from memsoda_core.errors import LimitError
+from memsoda_core.models import ScopeStats
+from memsoda_core.options import ADAPTIVE, DEFAULT_OPTIONS, GENERAL_OPTIONS
+from memsoda_core.recall.adaptive import MIN_SAMPLED, NOTE_LEXEMES, ONE_SUBJECT_SHARE, choose, first_person
+from memsoda_core.recall.result import statement_params
+from memsoda_core.recall.scope_stats import ScopeStatsCache, StatsRow, decode_stats
+from memsoda_core.validation import Scope
+from tests.conftest import Either
+
+NOTES = ScopeStats(sampled=120, subject_share=1.0, lexemes_per_fact=22.0, restated_share=0.02)
+TRIPLES = ScopeStats(sampled=120, subject_share=0.85, lexemes_per_fact=5.0, restated_share=0.0)
+
+
+def test_defaults_leave_the_adaptive_options_to_the_memory() -> None:
+    assert DEFAULT_OPTIONS.left_to_memory() == ADAPTIVE
+    assert GENERAL_OPTIONS.left_to_memory() == () and FIRST_PERSON_OPTIONS.left_to_memory() == ()
+    assert RecallOptions(keyword_min_terms=2).left_to_memory() == ("recent_candidates", "anchor_name_share")
+
+
+def test_first_person_notes_get_the_first_person_options() -> None:
+    options, choice = choose(DEFAULT_OPTIONS, NOTES)
+    assert choice is not None and choice.preset == "first_person" and choice.stats == NOTES
+    assert {name: getattr(options, name) for name in ADAPTIVE} == {
+        name: getattr(FIRST_PERSON_OPTIONS, name) for name in ADAPTIVE
+    }
+    assert "sentences" in choice.reason
+
+
+def test_triples_keep_the_general_options() -> None:
+    options, choice = choose(DEFAULT_OPTIONS, TRIPLES)
+    assert choice is not None and choice.preset == "general"
+    assert (options.recent_candidates, options.keyword_min_terms, options.anchor_name_share) == (0, 2, 0.5)
+    assert "triples" in choice.reason
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({}, True),
+        ({"sampled": MIN_SAMPLED - 1}, False),  # too few to tell
+        ({"lexemes_per_fact": NOTE_LEXEMES - 0.1}, False),  # short facts: triples
+        ({"subject_share": ONE_SUBJECT_SHARE - 0.01}, False),  # notes about many subjects
+        ({"sampled": MIN_SAMPLED, "lexemes_per_fact": NOTE_LEXEMES, "subject_share": ONE_SUBJECT_SHARE}, True),
+    ],
+)
+def test_each_condition_of_the_rule(change: dict[str, float], expected: bool) -> None:
+    assert first_person(replace(NOTES, **change)) is expected
+
+
+def test_the_callers_options_stand() -> None:
+    mine = RecallOptions(recent_candidates=0, anchor_hops=1)
+    options, choice = choose(mine, NOTES)
+    assert choice is not None and choice.chosen == ("keyword_min_terms", "anchor_name_share")
+    assert options.recent_candidates == 0 and options.anchor_hops == 1
+    assert (options.keyword_min_terms, options.anchor_name_share) == (1, 0.9)
+    assert choose(FIRST_PERSON_OPTIONS, TRIPLES) == (FIRST_PERSON_OPTIONS, None)  # all set: no choice
+
+
+def test_no_query_takes_the_general_values_without_statistics() -> None:
+    options, choice = choose(DEFAULT_OPTIONS, None)
+    assert choice is not None and choice.stats is None and choice.preset == "general"
+    assert options.left_to_memory() == ()
+
+
+def test_statement_params_never_bind_none() -> None:
+    from datetime import UTC, datetime
+
+    params = statement_params(
+        scope=Scope(dataset="d", project="p"),
+        query="q words here",
+        embedding=None,
+        at=datetime(2026, 1, 1, tzinfo=UTC),
+        options=DEFAULT_OPTIONS,
+        text_search_config="english",
+    )
+    assert params["keyword_min_terms"] == 2 and params["anchor_name_share"] == 0.5
+
+
+def test_decode_stats() -> None:
+    assert decode_stats(StatsRow(sampled=0, top_subject=0, lexemes=0, restated=0)).sampled == 0
+    stats = decode_stats(StatsRow(sampled=8, top_subject=6, lexemes=100, restated=2))
+    assert (stats.subject_share, stats.lexemes_per_fact, stats.restated_share) == (0.75, 12.5, 0.25)
+
+
+def test_stats_cache_expires_and_forgets() -> None:
+    scope = Scope(dataset="d", project="p")
+    cache = ScopeStatsCache(ttl_s=60.0)
+    cache.put(scope, NOTES)
+    assert cache.get(scope) == NOTES
+    cache.forget(scope)
+    assert cache.get(scope) is None
+    expired = ScopeStatsCache(ttl_s=0.0)
+    expired.put(scope, NOTES)
+    assert expired.get(scope) is None
+
+
+def test_bad_adaptive_values_still_raise() -> None:
+    with pytest.raises(LimitError):
+        RecallOptions(recent_candidates=-1)
+    with pytest.raises(LimitError):
+        RecallOptions(anchor_name_share=2.0)
+
+
+NOTE_TEXTS = [
+    "prefers running early in the morning along the river before work when the weather is cool",
+    "is training for the Lisbon half marathon in April and follows a plan of four runs each week",
+    "switched from a standing desk to a treadmill desk because long meetings left the back sore",
+    "wants vegetarian dinner ideas that take under thirty minutes after the evening swim practice",
+    "mentioned that the younger sister starts university in Porto next autumn studying architecture",
+    "keeps a reading list of history books and is halfway through a long biography of Magellan",
+    "asked about learning Portuguese phrases before the trip and practises with an app every evening",
+    "is saving money for a new road bike and compares carbon frames against aluminium ones carefully",
+    "dislikes crowded gyms and would rather do bodyweight training at home with a simple kettlebell",
+    "plans to visit grandparents in the countryside during the summer holidays for about two weeks",
+    "started a sourdough starter last month and bakes a loaf every weekend for the whole family",
+    "finds that coffee after three in the afternoon ruins sleep so switched to herbal tea instead",
+]
+
+
+async def test_a_first_person_scope_gets_the_first_person_fusion(memory: Either, scope: dict[str, str]) -> None:
+    await memory.add_facts(
+        [{"subject": "user", "predicate": "noted", "object": text, "object_type": "LITERAL"} for text in NOTE_TEXTS],
+        **scope,
+    )
+    result = await memory.recall("what should I cook after swimming tonight?", **scope)
+    assert result.fusion is not None and result.fusion.preset == "first_person"
+    assert result.fusion.stats is not None and result.fusion.stats.sampled == len(NOTE_TEXTS)
+    assert result.fusion.chosen == ADAPTIVE
+    assert "recent" in {signal for s in result.facts for signal in s.ranks}  # the recency list fused
+    assert result.to_dict()["fusion"]["preset"] == "first_person"
+    # the caller's options win: the recency list off stays off, the rest is still chosen
+    mine = await memory.recall(
+        "what should I cook after swimming tonight?", **scope, options=RecallOptions(recent_candidates=0)
+    )
+    assert "recent" not in {signal for s in mine.facts for signal in s.ranks}
+    assert mine.fusion is not None and mine.fusion.chosen == ("keyword_min_terms", "anchor_name_share")
+    fixed = await memory.recall("what should I cook after swimming tonight?", **scope, options=GENERAL_OPTIONS)
+    assert fixed.fusion is None
+
+
+async def test_a_scope_of_triples_keeps_the_general_fusion(memory: Either, scope: dict[str, str]) -> None:
+    people = ["alice", "bob", "carol", "dave", "erin", "frank"]
+    await memory.add_facts(
+        [
+            {"subject": person, "predicate": "lives in", "object": city}
+            for person, city in zip(people, ["paris", "rome", "oslo", "lima", "kyiv", "cairo"], strict=True)
+        ]
+        + [{"subject": person, "predicate": "works at", "object": f"{person} labs"} for person in people],
+        **scope,
+    )
+    result = await memory.recall("where does carol live?", **scope)
+    assert result.fusion is not None and result.fusion.preset == "general"
+    assert result.fusion.stats is not None and result.fusion.stats.lexemes_per_fact < NOTE_LEXEMES
+    assert "recent" not in {signal for s in result.facts for signal in s.ranks}
+    assert result.facts[0].fact.text == "carol lives in oslo"
+    empty_query = await memory.recall(None, **scope)
+    assert empty_query.fusion is not None and empty_query.fusion.stats is None
