@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from memsoda_core import Fact, RecallOptions, ScoredFact, SignalHit
 from memsoda_core.errors import ConfigurationError, LimitError
+from memsoda_core.layouts.access import ScopeAccess
 from memsoda_core.limits import MAX_NAME_CHARS, MAX_NAME_TOKENS
 from memsoda_core.ops.writing import statistics_stale
 from memsoda_core.options import DEFAULT_OPTIONS
@@ -341,12 +342,14 @@ def test_rendered_recall_statements_fit_psycopgs_parse_cache() -> None:
     for plan in plans:
         named = Scope(dataset="d" * 12, project="p" * 12)  # an indexed scope's own statements
         for scope in (None, named):
-            for statement in recall_statements("schema_of_20_chars__", plan, scope):
+            for statement in recall_statements("schema_of_20_chars__", plan, ScopeAccess(named=scope)):
                 text = statement.as_string(None)
                 assert len(text.encode()) <= PARSE_CACHE_BYTES, plan
                 assert "  " not in text.replace("' | '", "").replace("' & '", "")
                 assert scope or "%(project)s" in text  # shared statements: the scope is bound
-        own = " ".join(statement.as_string(None) for statement in recall_statements("s", plan, named))
+        own = " ".join(
+            statement.as_string(None) for statement in recall_statements("s", plan, ScopeAccess(named=named))
+        )
         assert "'" + "p" * 12 + "'" in own  # named in every tenant predicate
 
 

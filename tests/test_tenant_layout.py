@@ -388,6 +388,7 @@ def _generic_plan_relations(conn: psycopg.Connection[Any], statement: sql.SQL) -
 
 @pytest.mark.parametrize("which", ["moved", "small"])
 def test_the_plans_recall_keeps_hold_one_tenant_s_partitions_only(memory: Memory, pg_dsn: str, which: str) -> None:
+    from memsoda_core.layouts.access import ScopeAccess
     from memsoda_core.recall.result import plan_for
     from memsoda_core.recall.statements import facts_statement, recall_statements
 
@@ -398,12 +399,10 @@ def test_the_plans_recall_keeps_hold_one_tenant_s_partitions_only(memory: Memory
     every = replace(plan_for("who visited Town1?", True, memory.options), dated=True, conversation=True)
     plans = [every, plan_for(None, False, memory.options)]  # every signal; recency alone
     schema = memory.info.schema
-    if which == "moved":
-        statements = [st for p in plans for st in recall_statements(schema, p, scope)]
-        statements.append(facts_statement(schema, named=scope))
-    else:
-        statements = [st for p in plans for st in recall_statements(schema, replace(p, default_partitions=True))]
-        statements.append(facts_statement(schema, default_partitions=True))
+    own, default = ScopeAccess(named=scope, kept_named=scope), ScopeAccess(default_partitions=True)
+    access = own if which == "moved" else default
+    statements = [st for p in plans for st in recall_statements(schema, p, access)]
+    statements.append(facts_statement(schema, access))
     with psycopg.connect(pg_dsn) as conn:
         relations = set().union(*(_generic_plan_relations(conn, statement) for statement in statements))
     tenant_relations = {name for name in relations if TENANT_RELATION.search(name)}

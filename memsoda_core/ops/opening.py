@@ -14,6 +14,7 @@ from memsoda_core.errors import (
     ReadOnlyStoreError,
     SchemaError,
 )
+from memsoda_core.layouts import REGISTRY
 from memsoda_core.ops.maintenance import ensure_all_tenant_indexes
 from memsoda_core.runner.steps import Operation, execute, execute_as
 from memsoda_core.store import layout as sql_layout
@@ -167,9 +168,8 @@ def open_store(
         chosen = layout or ("plain" if citus else "partitioned")
         if chosen == "partitioned" and citus:
             raise ConfigurationError("the partitioned layout is not for a Citus database: open it with layout='plain'")
-        if chosen == "partitioned":
-            for statement_ in sql_layout.partition_statements(schema):
-                yield from execute(statement_)
+        for statement_ in REGISTRY[chosen].create_statements(schema):
+            yield from execute(statement_)
         meta[sql_layout.LAYOUT_KEY] = chosen
     for key, value in sorted(meta.items()):
         if stored_meta.get(key) != value:
@@ -183,8 +183,7 @@ def open_store(
         dimensions=stored_dims,
         text_search_config=shape.text_search_config,
         tenant_index_min_facts=int(meta.get(TENANT_INDEX_KEY, sql_tenant_index.DEFAULT_MIN_FACTS)),
-        distributed=bool(distributed),
-        partitioned=meta[sql_layout.LAYOUT_KEY] == "partitioned",
+        layout="citus" if distributed else meta[sql_layout.LAYOUT_KEY],
         legacy_starts_through=int(meta[ddl.LEGACY_STARTS_KEY]) if ddl.LEGACY_STARTS_KEY in meta else None,
         read_only=read_only,
     )
