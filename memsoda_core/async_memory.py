@@ -10,20 +10,29 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import suppress
 from datetime import timedelta
+from functools import partial
 from types import TracebackType
 from typing import Any, TextIO, TypeVar
 
 import numpy as np
 
 from memsoda_core.embedders import Embedder
-from memsoda_core.errors import MemsodaError
+from memsoda_core.errors import (
+    LayoutChangedError,
+    MemsodaError,
+    StoreBusyError,
+    StoreError,
+    StoreUnavailableError,
+)
 from memsoda_core.files import open_sink, progress_callback, read_jsonl
 from memsoda_core.forgetting.rules import ForgetReport, RetentionReport, RetentionRule
 from memsoda_core.items.calls import ItemsBase
 from memsoda_core.items.values import ItemInput, StoredItem
+from memsoda_core.layouts import generation
 from memsoda_core.learning.call import extraction_failed
 from memsoda_core.learning.extractors import ExtractorLike, as_extractor
 from memsoda_core.memory_base import aclose_built, check_import_args, check_read_only, open_args
@@ -39,7 +48,7 @@ from memsoda_core.models import (
     RememberResult,
     TimeInput,
 )
-from memsoda_core.ops.opening import open_store
+from memsoda_core.ops.opening import open_store, reload_layout
 from memsoda_core.options import RecallOptions
 from memsoda_core.recall.profile import DEFAULT_MAX_FACTS as DEFAULT_PROFILE_FACTS
 from memsoda_core.recall.profile import Profile
@@ -137,10 +146,60 @@ class AsyncMemory(ItemsBase, AsyncReembedMethods):
 
     async def _run(self, op: Operation[T] | Callable[[], Operation[T]], *, read_only: bool = False) -> T:
         """Have the runner perform `op`, or the operation `op()` builds (see `AsyncRunner.run`); a
-        write (not `read_only`) is refused at once on a read-only store."""
+        write (not `read_only`) is refused at once on a read-only store.
+
+        The store's layout may have changed since the open (`memsoda distribute` in another
+        process): the operation first reads its generation (at most once every
+        `generation.CHECK_EVERY_S`, and after any failed statement), and when it changed, the
+        store's layout is read again and `op()` built and run once more with the new statements
+        (`LayoutChangedError` for an `op` given built, which cannot be)."""
         if not read_only:
             self._check_writable("this operation")
-        return await self._runner.run(op, read_only=read_only)
+        try:
+            return await self._run_checked(op, read_only)
+        except LayoutChangedError:
+            pass  # read before the operation's first statement: nothing of it was sent
+        except (StoreUnavailableError, StoreBusyError):
+            raise  # the server, not the statements
+        except StoreError:  # a statement of the old layout may fail on the new one
+            if not await self._layout_changed():
+                raise
+        await self._reload_layout()
+        if not callable(op):  # built with the old layout: cannot run again
+            raise LayoutChangedError(f"the layout of schema {self._info.schema!r} changed meanwhile: run it again")
+        try:
+            return await self._run_checked(op, read_only)
+        except StoreError as exc:
+            if isinstance(exc, (StoreUnavailableError, StoreBusyError)) or not await self._layout_changed():
+                raise
+            raise LayoutChangedError(f"the layout of schema {self._info.schema!r} changed again: run it again") from exc
+
+    async def _run_checked(self, op: Operation[T] | Callable[[], Operation[T]], read_only: bool) -> T:
+        """`op`, after the layout generation check when it is due."""
+        if time.monotonic() < self._layout_due:
+            return await self._runner.run(op, read_only=read_only)
+        info = self._info
+        checked: Operation[T] | Callable[[], Operation[T]] = (
+            (lambda: generation.checked(info, op())) if callable(op) else generation.checked(info, op)
+        )
+        result = await self._runner.run(checked, read_only=read_only)
+        self._layout_due = time.monotonic() + generation.CHECK_EVERY_S
+        return result
+
+    async def _layout_changed(self) -> bool:
+        """Whether the store's layout generation is no longer this Memory's (after a failure)."""
+        self._layout_due = 0.0
+        try:
+            current = await self._runner.run(generation.current_generation(self._info.schema), read_only=True)
+        except MemsodaError:  # the store is down or busy: the first error says so
+            return False
+        return current != self._info.layout_generation
+
+    async def _reload_layout(self) -> None:
+        """Read the store's layout again and forget what was derived from the old one."""
+        self._info = await self._runner.run(reload_layout(self._info), read_only=True)
+        self._scope_sizes.forget_all()
+        self._layout_due = time.monotonic() + generation.CHECK_EVERY_S
 
     # --- public API --------------------------------------------------------------------------------
 
@@ -192,11 +251,11 @@ class AsyncMemory(ItemsBase, AsyncReembedMethods):
 
     async def single_valued(self, *, dataset: str, project: str) -> list[str]:
         """The scope's single-valued predicates."""
-        return await self._run(self._single_valued_op(dataset, project), read_only=True)
+        return await self._run(lambda: self._single_valued_op(dataset, project), read_only=True)
 
     async def get_fact(self, fact_id: int, *, dataset: str, project: str) -> Fact:
         """Fact `fact_id` of the scope (live or not); `NotFoundError` if there is none."""
-        return await self._run(self._get_fact_op(fact_id, dataset, project), read_only=True)
+        return await self._run(lambda: self._get_fact_op(fact_id, dataset, project), read_only=True)
 
     async def list_facts(
         self,
@@ -217,7 +276,8 @@ class AsyncMemory(ItemsBase, AsyncReembedMethods):
         `known_at` (transaction time): only the facts memory knew then, each as it knew it (an end
         recorded later is left out). Pass the page's `next_after` as `after` for the next page
         (keyset paging)."""
-        op = self._list_facts_op(
+        op = partial(
+            self._list_facts_op,
             dataset,
             project,
             as_of,
@@ -234,7 +294,7 @@ class AsyncMemory(ItemsBase, AsyncReembedMethods):
     async def history(self, fact_id: int, *, dataset: str, project: str) -> list[Fact]:
         """The supersede chain of `fact_id` (the facts it replaced and those that replaced it),
         oldest first."""
-        return await self._run(self._history_op(fact_id, dataset, project), read_only=True)
+        return await self._run(lambda: self._history_op(fact_id, dataset, project), read_only=True)
 
     async def remember(
         self,
@@ -257,7 +317,7 @@ class AsyncMemory(ItemsBase, AsyncReembedMethods):
         raise `ExtractionError` (`"raise"`), as does a model error: then nothing is written."""
         settings = {"thread_id": thread_id, "extractor": extractor, "user": user, "related": related}
         call = self._remember_call(messages, dataset, project, summarize=summarize, on_invalid=on_invalid, **settings)
-        found = await self._run(self._related_op(call), read_only=True)
+        found = await self._run(lambda: self._related_op(call), read_only=True)
         request = call.request(found)
         try:
             # sync: raw = call.extractor.extract(request)
@@ -273,7 +333,7 @@ class AsyncMemory(ItemsBase, AsyncReembedMethods):
     async def sources(self, fact_id: int, *, dataset: str, project: str) -> list[FactSource]:
         """The messages fact `fact_id` was learned from by `remember` (thread and message ids),
         oldest first; empty for a fact written otherwise."""
-        return await self._run(self._sources_op(fact_id, dataset, project), read_only=True)
+        return await self._run(lambda: self._sources_op(fact_id, dataset, project), read_only=True)
 
     async def add_episodes(
         self, episodes: Sequence[EpisodeInput | Mapping[str, Any]], *, dataset: str, project: str
@@ -299,7 +359,7 @@ class AsyncMemory(ItemsBase, AsyncReembedMethods):
         deleted (with the items that refer to it); a fact also learned elsewhere stays and keeps
         its other sources. Forgetting a whole thread deletes its episodes too. A fact that a
         deleted one had superseded keeps its end as history. Returns what went."""
-        return await self._run(self._forget_source_op(dataset, project, thread_id, message_ids))
+        return await self._run(lambda: self._forget_source_op(dataset, project, thread_id, message_ids))
 
     async def maintain(self, *, retention: bool = True) -> list[str]:
         """Purge the facts the scopes' retention rules have outlived (`apply_retention`; not with
@@ -307,7 +367,7 @@ class AsyncMemory(ItemsBase, AsyncReembedMethods):
         dataset/project at or above `tenant_index_min_facts` facts that lacks them (writes through
         memsoda do this on their own; call it after loading rows with COPY). Returns the names of
         the indexes built."""
-        return await self._run(self._maintain_op(retention))
+        return await self._run(lambda: self._maintain_op(retention))
 
     async def set_retention(
         self,
@@ -323,23 +383,23 @@ class AsyncMemory(ItemsBase, AsyncReembedMethods):
         "ended" purges the facts that ended more than `max_age` ago (counted from the later of the
         end and when memory learned of it); "all" purges every fact memory learned more than
         `max_age` ago, live or not. `maintain` / `apply_retention` purge. Returns the scope's rules."""
-        return await self._run(self._set_retention_op(dataset, project, max_age, purge, predicate))
+        return await self._run(lambda: self._set_retention_op(dataset, project, max_age, purge, predicate))
 
     async def retention(self, *, dataset: str, project: str) -> list[RetentionRule]:
         """The scope's retention rules: its own (predicate None) first, then by predicate."""
-        return await self._run(self._retention_op(dataset, project), read_only=True)
+        return await self._run(lambda: self._retention_op(dataset, project), read_only=True)
 
     async def apply_retention(self, *, at: TimeInput | None = None) -> RetentionReport:
         """Purge, in every scope with retention rules, the facts they have outlived at `at`
         (default: now), in one transaction, as `forget_source` deletes facts (their items go too;
         a fact they had superseded keeps its end). Returns what went."""
-        return await self._run(self._apply_retention_op(at))
+        return await self._run(lambda: self._apply_retention_op(at))
 
     async def sweep_items(self, *, project: str | None = None, at: TimeInput | None = None) -> int:
         """Delete the items (of `project`, else of every project) whose TTL ran out by `at`
         (default: now), each with the facts it leaves no item referring to, its past texts
         included, in one transaction. Returns how many items went."""
-        return await self._run(self._sweep_items_op(project, at))
+        return await self._run(lambda: self._sweep_items_op(project, at))
 
     async def recall(
         self,
@@ -372,7 +432,7 @@ class AsyncMemory(ItemsBase, AsyncReembedMethods):
         not to keep, such as a profile's already in the prompt (`Profile.fact_ids`); the next
         facts take their places."""
         return await self._run(
-            self._recall_op(
+            lambda: self._recall_op(
                 query,
                 dataset=dataset,
                 project=project,
@@ -409,12 +469,12 @@ class AsyncMemory(ItemsBase, AsyncReembedMethods):
         byte-identical from call to call until one of those facts changes, so a prompt cache stays
         warm; pass `fact_ids` to `recall(exclude=...)` so the recall does not repeat them.
         `min_confidence` defaults to the memory's options'."""
-        op = self._profile_op(dataset, project, subject, max_facts, min_confidence)
+        op = partial(self._profile_op, dataset, project, subject, max_facts, min_confidence)
         return await self._run(op, read_only=True)
 
     async def stats(self, *, dataset: str | None = None, project: str | None = None) -> list[dict[str, Any]]:
         """Per scope: facts, live facts, entities, episodes."""
-        return await self._run(self._stats_op(dataset, project), read_only=True)
+        return await self._run(lambda: self._stats_op(dataset, project), read_only=True)
 
     async def export_jsonl(self, target: str | os.PathLike[str] | TextIO, *, dataset: str, project: str) -> int:
         """Write the scope's facts and episodes as JSON lines; returns the number of lines."""
@@ -448,7 +508,7 @@ class AsyncMemory(ItemsBase, AsyncReembedMethods):
                 counts = await self._runner.run(self._import_op(parsed, batch_size, rebuild_index), advance=advance)
             except Exception:
                 with suppress(MemsodaError):  # best effort; the next write or open retries it
-                    await self._run(self._restore_indexes_op(parsed))
+                    await self._run(lambda: self._restore_indexes_op(parsed))
                 raise
         return parsed.report(counts)
 
@@ -468,7 +528,7 @@ class AsyncMemory(ItemsBase, AsyncReembedMethods):
     ) -> StoredItem | None:
         """The item at (`namespace`, `key`) of the scope, or None. `refresh_ttl`: an item with a
         TTL expires that long from now again."""
-        op = self._get_item_op(namespace, key, dataset, project, refresh_ttl)
+        op = partial(self._get_item_op, namespace, key, dataset, project, refresh_ttl)
         return await self._run(op, read_only=not refresh_ttl)
 
     async def search_items(
@@ -489,7 +549,9 @@ class AsyncMemory(ItemsBase, AsyncReembedMethods):
         No query: most recently updated first. A query: recall in each scope, items ranked by the
         fused score of their facts (`StoredItem.score`); limit + offset at most `limits.MAX_K`.
         `refresh_ttl`: the items found that have a TTL expire that long from now again."""
-        op = self._search_items_op(namespace_prefix, project, dataset, query, filter, limit, offset, refresh_ttl)
+        op = partial(
+            self._search_items_op, namespace_prefix, project, dataset, query, filter, limit, offset, refresh_ttl
+        )
         return await self._run(op, read_only=not refresh_ttl)
 
     async def list_item_namespaces(
@@ -505,5 +567,5 @@ class AsyncMemory(ItemsBase, AsyncReembedMethods):
         """Distinct namespaces of items matching every ("prefix" | "suffix", labels) pattern of
         `match` ("*" is any one label), cut to `max_depth` labels, sorted label by label; in the
         scope, or in every dataset of `project` when `dataset` is None."""
-        op = self._list_item_namespaces_op(match, max_depth, limit, offset, project, dataset)
+        op = partial(self._list_item_namespaces_op, match, max_depth, limit, offset, project, dataset)
         return await self._run(op, read_only=True)

@@ -111,6 +111,8 @@ class MemoryBase:
     _extractor: Extractor | None
     _target: Target
     _built_embedder = False
+    _layout_due = 0.0
+    """When the next operation reads the store's layout generation (`layouts.generation`)."""
 
     def _setup(
         self,

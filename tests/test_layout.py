@@ -51,6 +51,7 @@ CORE_API = {
     "InvalidTextError",
     "ItemInput",
     "ArgumentTypeError",
+    "LayoutChangedError",
     "LimitError",
     "LocalEmbedder",
     "Memory",

@@ -57,6 +57,11 @@ class ScopeSizes:
             while len(self._items) > self._size:
                 self._items.popitem(last=False)
 
+    def forget_all(self) -> None:
+        """Drop everything (the store's layout changed: sizes and places are read again)."""
+        with self._lock:
+            self._items.clear()
+
     def forget(self, scope: Scope) -> None:
         """Drop what is known of `scope` (it was just written to)."""
         with self._lock:
