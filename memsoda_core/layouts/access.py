@@ -58,10 +58,9 @@ class ScopeAccess:
         """{facts}, {entities}, {fact_entities} of a read's template (`store.layout.table_refs`)."""
         return table_refs(schema, default_partitions=self.default_partitions)
 
-    def tenant(self, alias: str | None = None, *, kept: bool = False) -> sql.Composed:
-        """The tenant predicate on `alias`: the scope's names as literals, or bound."""
-        named = self.kept_named if kept else self.named
-        return tenant_predicate(alias) if named is None else scope_predicate(named, alias)
+    def tenant(self, alias: str | None = None) -> sql.Composed:
+        """The tenant predicate on `alias`: the scope's names as literals (`named`), or bound."""
+        return tenant_predicate(alias) if self.named is None else scope_predicate(self.named, alias)
 
 
 SHARED = ScopeAccess()
