@@ -149,16 +149,18 @@ class AsyncMemory(ItemsBase, AsyncReembedMethods):
         write (not `read_only`) is refused at once on a read-only store.
 
         The store's layout may have changed since the open (`memsoda distribute` in another
-        process): the operation first reads its generation (at most once every
-        `generation.CHECK_EVERY_S`, and after any failed statement), and when it changed, the
-        store's layout is read again and `op()` built and run once more with the new statements
-        (`LayoutChangedError` for an `op` given built, which cannot be)."""
+        process): its generation is read first (a read of its own, so no transaction is open while
+        the operation's model runs; at most once every `generation.CHECK_EVERY_S`, and at once after
+        a failed statement), and when it changed, the store's layout is read again and `op()` built
+        and run with the new statements (`LayoutChangedError` for an `op` given built)."""
         if not read_only:
             self._check_writable("this operation")
+        if time.monotonic() >= self._layout_due and await self._layout_changed():
+            await self._reload_layout()
+            if not callable(op):  # built with the old layout
+                raise LayoutChangedError(f"the layout of schema {self._info.schema!r} changed: run it again")
         try:
-            return await self._run_checked(op, read_only)
-        except LayoutChangedError:
-            pass  # read before the operation's first statement: nothing of it was sent
+            return await self._runner.run(op, read_only=read_only)
         except (StoreUnavailableError, StoreBusyError):
             raise  # the server, not the statements
         except StoreError:  # a statement of the old layout may fail on the new one
@@ -168,30 +170,18 @@ class AsyncMemory(ItemsBase, AsyncReembedMethods):
         if not callable(op):  # built with the old layout: cannot run again
             raise LayoutChangedError(f"the layout of schema {self._info.schema!r} changed meanwhile: run it again")
         try:
-            return await self._run_checked(op, read_only)
+            return await self._runner.run(op, read_only=read_only)
         except StoreError as exc:
             if isinstance(exc, (StoreUnavailableError, StoreBusyError)) or not await self._layout_changed():
                 raise
             raise LayoutChangedError(f"the layout of schema {self._info.schema!r} changed again: run it again") from exc
 
-    async def _run_checked(self, op: Operation[T] | Callable[[], Operation[T]], read_only: bool) -> T:
-        """`op`, after the layout generation check when it is due."""
-        if time.monotonic() < self._layout_due:
-            return await self._runner.run(op, read_only=read_only)
-        info = self._info
-        checked: Operation[T] | Callable[[], Operation[T]] = (
-            (lambda: generation.checked(info, op())) if callable(op) else generation.checked(info, op)
-        )
-        result = await self._runner.run(checked, read_only=read_only)
-        self._layout_due = time.monotonic() + generation.CHECK_EVERY_S
-        return result
-
     async def _layout_changed(self) -> bool:
-        """Whether the store's layout generation is no longer this Memory's (after a failure)."""
-        self._layout_due = 0.0
+        """Whether the store's layout generation is no longer this Memory's (one read of its own)."""
+        self._layout_due = time.monotonic() + generation.CHECK_EVERY_S
         try:
             current = await self._runner.run(generation.current_generation(self._info.schema), read_only=True)
-        except MemsodaError:  # the store is down or busy: the first error says so
+        except MemsodaError:  # the store is down or busy: the operation's own error says so
             return False
         return current != self._info.layout_generation
 

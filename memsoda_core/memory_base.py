@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -26,6 +27,7 @@ from memsoda_core.forgetting import retention as retention_ops
 from memsoda_core.forgetting.operations import forget as forget_scope
 from memsoda_core.forgetting.operations import forget_source
 from memsoda_core.forgetting.rules import ForgetReport, RetentionReport, RetentionRule, check_retention, check_source
+from memsoda_core.layouts import generation
 from memsoda_core.learning.applying import Applied, apply_extraction, fact_sources
 from memsoda_core.learning.call import RememberCall
 from memsoda_core.learning.extractors import Extractor
@@ -131,6 +133,7 @@ class MemoryBase:
         self._extractor = extractor
         self._scope_sizes = ScopeSizes()
         self._target = target
+        self._layout_due = time.monotonic() + generation.CHECK_EVERY_S  # the open has just read it
 
     @property
     def options(self) -> RecallOptions:

@@ -1,7 +1,7 @@
 """Noticing that the store's layout changed under an open Memory (`memsoda distribute` in another
-process): the layout generation in `meta` (`store.schema.LAYOUT_GENERATION_KEY`), read by an
-operation before its first statement, one primary-key read (`AsyncMemory._run` asks for it at most
-once every `CHECK_EVERY_S`, and at once after a statement failed).
+process): the layout generation in `meta` (`store.schema.LAYOUT_GENERATION_KEY`), one primary-key
+read of its own before an operation (`AsyncMemory._run`: at most once every `CHECK_EVERY_S`, and
+at once after a statement failed), so no transaction is held open while an operation's model runs.
 
 A tenant moved to partitions of its own by another process needs no store-wide generation: its
 place is read with its size (`ScopeSize.placed`, per scope), writes name the partitioned tables
@@ -10,14 +10,8 @@ reads them where they moved (`ScopeAccess.moved`)."""
 
 from __future__ import annotations
 
-from typing import TypeVar
-
-from memsoda_core.errors import LayoutChangedError
 from memsoda_core.runner.steps import Operation, Planning, execute
 from memsoda_core.store import schema as ddl
-from memsoda_core.store.info import StoreInfo
-
-T = TypeVar("T")
 
 CHECK_EVERY_S = 1.0
 """How often an open Memory reads the generation before an operation: a change is noticed by the
@@ -29,14 +23,3 @@ def current_generation(schema: str) -> Operation[int]:
     """The store's layout generation (0 before schema v12)."""
     rows = yield from execute(ddl.layout_generation_statement(schema), planning=Planning.CACHED)
     return int(rows[0][0]) if rows else 0
-
-
-def checked(info: StoreInfo, op: Operation[T]) -> Operation[T]:
-    """`op`, after a read of the layout generation: `LayoutChangedError` before anything is sent
-    when it is no longer `info`'s."""
-    generation = yield from current_generation(info.schema)
-    if generation != info.layout_generation:
-        raise LayoutChangedError(
-            f"the layout of schema {info.schema!r} changed (generation {info.layout_generation} -> {generation})"
-        )
-    return (yield from op)
