@@ -153,7 +153,7 @@ class Memory(ItemsBase, ReembedMethods):
         and run with the new statements (`LayoutChangedError` for an `op` given built)."""
         if not read_only:
             self._check_writable("this operation")
-        if time.monotonic() >= self._layout_due and self._layout_changed():
+        if time.monotonic() >= self._layout_due and self._layout_changed(after_failure=False):
             self._reload_layout()
             if not callable(op):  # built with the old layout
                 raise LayoutChangedError(f"the layout of schema {self._info.schema!r} changed: run it again")
@@ -174,13 +174,16 @@ class Memory(ItemsBase, ReembedMethods):
                 raise
             raise LayoutChangedError(f"the layout of schema {self._info.schema!r} changed again: run it again") from exc
 
-    def _layout_changed(self) -> bool:
-        """Whether the store's layout generation is no longer this Memory's (one read of its own)."""
+    def _layout_changed(self, *, after_failure: bool = True) -> bool:
+        """Whether the store's layout generation is no longer this Memory's (one read of its own).
+        Before the operation, its failure is the operation's (a stopped server fails once, fast)."""
         self._layout_due = time.monotonic() + generation.CHECK_EVERY_S
         try:
             current = self._runner.run(generation.current_generation(self._info.schema), read_only=True)
-        except MemsodaError:  # the store is down or busy: the operation's own error says so
-            return False
+        except MemsodaError:
+            if not after_failure:
+                raise
+            return False  # the store is down or busy: the operation's own error says so
         return current != self._info.layout_generation
 
     def _reload_layout(self) -> None:
