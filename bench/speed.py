@@ -72,8 +72,9 @@ def breakdown(memory: Memory, project: str, queries: Sequence[synth.SynthQuery])
     from datetime import UTC, datetime
 
     from bench import variants
+    from memsoda_core.layouts import layout_of
+    from memsoda_core.layouts.access import ScopeSize
     from memsoda_core.options import DEFAULT_OPTIONS
-    from memsoda_core.recall.planning import recall_statement_choice
     from memsoda_core.recall.result import plan_for
     from memsoda_core.recall.statements import recall_statements
     from memsoda_core.runner.steps import Execute, Planning
@@ -92,9 +93,10 @@ def breakdown(memory: Memory, project: str, queries: Sequence[synth.SynthQuery])
     schema = memory.info.schema
     scope = Scope(dataset=synth.DATASET, project=project)
     facts = memory.stats(dataset=synth.DATASET, project=project)[0]["facts"]
-    indexed, core_planning = recall_statement_choice(scope, facts, memory.info.tenant_index_min_facts)
+    access = layout_of(memory.info).access(memory.info, scope, ScopeSize(facts))  # as recall derives it
+    core_planning = access.planning
     statements = {
-        label: recall_statements(schema, plan_for("q", True, DEFAULT_OPTIONS), indexed)
+        label: recall_statements(schema, plan_for("q", True, DEFAULT_OPTIONS), access)
         if config == "core"
         else (variants.statement(schema, configs[config], signals),)
         for label, config, signals in PARTS

@@ -26,7 +26,7 @@ from memsoda_core.runner.policy import SESSION_SETTINGS
 from memsoda_core.runner.steps import Operation, execute, execute_as, own_transaction
 from memsoda_core.store import layout as sql_layout
 from memsoda_core.store import placement as sql_placement
-from memsoda_core.store.schema import read_meta_statement
+from memsoda_core.store.schema import bump_layout_generation_statement, read_meta_statement
 
 TENANT_COLUMN = "dataset"
 """The distribution column: every key and join of memsoda's tables starts with it
@@ -213,6 +213,8 @@ def distribution(
             continue
         ((shard,),) = yield from execute(isolate_statement(schema, first), {"tenant": tenant, "mode": transfer_mode})
         isolated.append((tenant, int(shard)))
+    # every Memory open on the store reads its statements' forms again (`layouts.generation`)
+    yield from execute(bump_layout_generation_statement(schema))
     return Distribution(
         distributed=tuple(done["distributed"]),
         reference=tuple(done["reference"]),
@@ -238,7 +240,8 @@ def _plain_tables(schema: str) -> Operation[None]:
     plain = sql.SQL("UPDATE {s}.meta SET value = 'plain' WHERE key = {key}").format(
         s=sql.Identifier(schema), key=sql.Literal(sql_layout.LAYOUT_KEY)
     )
-    if (yield from own_transaction([*sql_layout.unpartition_statements(schema), plain])) is None:
+    bump = bump_layout_generation_statement(schema)  # its DEFAULT partitions are gone from now on
+    if (yield from own_transaction([*sql_layout.unpartition_statements(schema), plain, bump])) is None:
         raise StoreError(f"could not turn schema {schema!r}'s partitioned tables into plain ones; nothing changed")
 
 

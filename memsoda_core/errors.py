@@ -169,6 +169,15 @@ class ReadOnlyStoreError(StoreError):
     yet, or an older schema to upgrade): open it once read-write on the primary."""
 
 
+class LayoutChangedError(StoreError):
+    """The store's layout changed while this Memory was open (`memsoda distribute`, run by another
+    process) and the operation could not be run with the new statements: nothing of it was kept.
+    Memory reloads the store's layout when it notices the change and runs the operation once more
+    with the new statements, so this is raised only when that run failed too and the layout had
+    changed yet again (or for an operation given built, which cannot be built again); call it
+    again."""
+
+
 class SchemaError(StoreError):
     """The schema cannot be used by this version (newer version, pgvector missing)."""
 

@@ -10,8 +10,10 @@ reading the memory's `MemoryContext`) and has the runner perform it. `Memory` is
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import suppress
+from dataclasses import replace
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, TextIO, TypeVar
@@ -19,12 +21,19 @@ from typing import Any, TextIO, TypeVar
 import numpy as np
 
 from memsoda_core.embedders import Embedder
-from memsoda_core.errors import MemsodaError
+from memsoda_core.errors import (
+    LayoutChangedError,
+    MemsodaError,
+    StoreBusyError,
+    StoreError,
+    StoreUnavailableError,
+)
 from memsoda_core.files import open_sink, progress_callback, read_jsonl
 from memsoda_core.forgetting import calls as forgetting_calls
 from memsoda_core.forgetting.rules import ForgetReport, RetentionReport, RetentionRule
 from memsoda_core.items import calls as items_calls
 from memsoda_core.items.values import ItemInput, StoredItem
+from memsoda_core.layouts import generation
 from memsoda_core.learning.applying import fact_sources
 from memsoda_core.learning.call import RememberCall, extraction_failed
 from memsoda_core.learning.extractors import ExtractorLike, as_extractor
@@ -43,7 +52,7 @@ from memsoda_core.models import (
 )
 from memsoda_core.ops import calls as fact_calls
 from memsoda_core.ops.open_settings import check_read_only, close_built, open_settings
-from memsoda_core.ops.opening import open_store
+from memsoda_core.ops.opening import open_store, reload_layout
 from memsoda_core.ops.transfer import parse_jsonl
 from memsoda_core.options import DEFAULT_OPTIONS, RecallOptions
 from memsoda_core.recall import calls as recall_calls
@@ -71,6 +80,8 @@ class Memory(ReembedMethods):
     _embedder: Embedder
     _target: Target
     _built_embedder = False
+    _layout_due = 0.0
+    """When the next operation reads the store's layout generation (`layouts.generation`)."""
 
     @classmethod
     def open(
@@ -129,6 +140,7 @@ class Memory(ReembedMethods):
             synthesizer=chosen_synthesizer,
             extractor=chosen_extractor,
         )
+        self._layout_due = time.monotonic() + generation.CHECK_EVERY_S  # the open has just read it
         return self
 
     @property
@@ -181,10 +193,58 @@ class Memory(ReembedMethods):
 
     def _run(self, op: Operation[T] | Callable[[], Operation[T]], *, read_only: bool = False) -> T:
         """Have the runner perform `op`, or the operation `op()` builds (see `Runner.run`); a
-        write (not `read_only`) is refused at once on a read-only store."""
+        write (not `read_only`) is refused at once on a read-only store.
+
+        The store's layout may have changed since the open (`memsoda distribute` in another
+        process): its generation is read first (a read of its own, so no transaction is open while
+        the operation's model runs; at most once every `generation.CHECK_EVERY_S`, and at once after
+        a failed statement), and when it changed, the store's layout is read again and `op()` built
+        and run with the new statements (`LayoutChangedError` for an `op` given built)."""
         if not read_only:
             self._check_writable("this operation")
-        return self._runner.run(op, read_only=read_only)
+        if time.monotonic() >= self._layout_due and self._layout_changed(after_failure=False):
+            self._reload_layout()
+            if not callable(op):  # built with the old layout
+                raise LayoutChangedError(f"the layout of schema {self._context.info.schema!r} changed: run it again")
+        try:
+            return self._runner.run(op, read_only=read_only)
+        except (StoreUnavailableError, StoreBusyError):
+            raise  # the server, not the statements
+        except StoreError:  # a statement of the old layout may fail on the new one
+            if not self._layout_changed():
+                raise
+        self._reload_layout()
+        if not callable(op):  # built with the old layout: cannot run again
+            raise LayoutChangedError(
+                f"the layout of schema {self._context.info.schema!r} changed meanwhile: run it again"
+            )
+        try:
+            return self._runner.run(op, read_only=read_only)
+        except StoreError as exc:
+            if isinstance(exc, (StoreUnavailableError, StoreBusyError)) or not self._layout_changed():
+                raise
+            raise LayoutChangedError(
+                f"the layout of schema {self._context.info.schema!r} changed again: run it again"
+            ) from exc
+
+    def _layout_changed(self, *, after_failure: bool = True) -> bool:
+        """Whether the store's layout generation is no longer this Memory's (one read of its own).
+        Before the operation, its failure is the operation's (a stopped server fails once, fast)."""
+        self._layout_due = time.monotonic() + generation.CHECK_EVERY_S
+        try:
+            current = self._runner.run(generation.current_generation(self._context.info.schema), read_only=True)
+        except MemsodaError:
+            if not after_failure:
+                raise
+            return False  # the store is down or busy: the operation's own error says so
+        return current != self._context.info.layout_generation
+
+    def _reload_layout(self) -> None:
+        """Read the store's layout again and forget what was derived from the old one."""
+        info = self._runner.run(reload_layout(self._context.info), read_only=True)
+        self._context = replace(self._context, info=info)
+        self._context.scope_sizes.forget_all()
+        self._layout_due = time.monotonic() + generation.CHECK_EVERY_S
 
     # --- public API --------------------------------------------------------------------------------
 
@@ -236,11 +296,11 @@ class Memory(ReembedMethods):
 
     def single_valued(self, *, dataset: str, project: str) -> list[str]:
         """The scope's single-valued predicates."""
-        return self._run(fact_calls.single_valued_op(self._context, dataset, project), read_only=True)
+        return self._run(lambda: fact_calls.single_valued_op(self._context, dataset, project), read_only=True)
 
     def get_fact(self, fact_id: int, *, dataset: str, project: str) -> Fact:
         """Fact `fact_id` of the scope (live or not); `NotFoundError` if there is none."""
-        return self._run(fact_calls.get_fact_op(self._context, fact_id, dataset, project), read_only=True)
+        return self._run(lambda: fact_calls.get_fact_op(self._context, fact_id, dataset, project), read_only=True)
 
     def list_facts(
         self,
@@ -261,25 +321,27 @@ class Memory(ReembedMethods):
         `known_at` (transaction time): only the facts memory knew then, each as it knew it (an end
         recorded later is left out). Pass the page's `next_after` as `after` for the next page
         (keyset paging)."""
-        op = fact_calls.list_facts_op(
-            self._context,
-            dataset,
-            project,
-            as_of,
-            known_at,
-            subject=subject,
-            predicate=predicate,
-            entity=entity,
-            status=status,
-            limit=limit,
-            after=after,
+        return self._run(
+            lambda: fact_calls.list_facts_op(
+                self._context,
+                dataset,
+                project,
+                as_of,
+                known_at,
+                subject=subject,
+                predicate=predicate,
+                entity=entity,
+                status=status,
+                limit=limit,
+                after=after,
+            ),
+            read_only=True,
         )
-        return self._run(op, read_only=True)
 
     def history(self, fact_id: int, *, dataset: str, project: str) -> list[Fact]:
         """The supersede chain of `fact_id` (the facts it replaced and those that replaced it),
         oldest first."""
-        return self._run(fact_calls.history_op(self._context, fact_id, dataset, project), read_only=True)
+        return self._run(lambda: fact_calls.history_op(self._context, fact_id, dataset, project), read_only=True)
 
     def remember(
         self,
@@ -307,7 +369,7 @@ class Memory(ReembedMethods):
         call = RememberCall.check(
             messages, dataset=dataset, project=project, extractor=chosen, on_invalid=on_invalid, now=now, **settings
         )
-        found = self._run(recall_calls.related_op(self._context, call), read_only=True)
+        found = self._run(lambda: recall_calls.related_op(self._context, call), read_only=True)
         request = call.request(found)
         try:
             raw = call.extractor.extract(request)
@@ -322,7 +384,7 @@ class Memory(ReembedMethods):
     def sources(self, fact_id: int, *, dataset: str, project: str) -> list[FactSource]:
         """The messages fact `fact_id` was learned from by `remember` (thread and message ids),
         oldest first; empty for a fact written otherwise."""
-        return self._run(fact_sources(self.info, check_scope(dataset, project), fact_id), read_only=True)
+        return self._run(lambda: fact_sources(self.info, check_scope(dataset, project), fact_id), read_only=True)
 
     def add_episodes(
         self, episodes: Sequence[EpisodeInput | Mapping[str, Any]], *, dataset: str, project: str
@@ -348,7 +410,9 @@ class Memory(ReembedMethods):
         deleted (with the items that refer to it); a fact also learned elsewhere stays and keeps
         its other sources. Forgetting a whole thread deletes its episodes too. A fact that a
         deleted one had superseded keeps its end as history. Returns what went."""
-        return self._run(forgetting_calls.forget_source_op(self._context, dataset, project, thread_id, message_ids))
+        return self._run(
+            lambda: forgetting_calls.forget_source_op(self._context, dataset, project, thread_id, message_ids)
+        )
 
     def maintain(self, *, retention: bool = True) -> list[str]:
         """Purge the facts the scopes' retention rules have outlived (`apply_retention`; not with
@@ -356,7 +420,7 @@ class Memory(ReembedMethods):
         dataset/project at or above `tenant_index_min_facts` facts that lacks them (writes through
         memsoda do this on their own; call it after loading rows with COPY). Returns the names of
         the indexes built."""
-        return self._run(forgetting_calls.maintain_op(self._context, retention))
+        return self._run(lambda: forgetting_calls.maintain_op(self._context, retention))
 
     def set_retention(
         self,
@@ -372,23 +436,25 @@ class Memory(ReembedMethods):
         "ended" purges the facts that ended more than `max_age` ago (counted from the later of the
         end and when memory learned of it); "all" purges every fact memory learned more than
         `max_age` ago, live or not. `maintain` / `apply_retention` purge. Returns the scope's rules."""
-        return self._run(forgetting_calls.set_retention_op(self._context, dataset, project, max_age, purge, predicate))
+        return self._run(
+            lambda: forgetting_calls.set_retention_op(self._context, dataset, project, max_age, purge, predicate)
+        )
 
     def retention(self, *, dataset: str, project: str) -> list[RetentionRule]:
         """The scope's retention rules: its own (predicate None) first, then by predicate."""
-        return self._run(forgetting_calls.retention_op(self._context, dataset, project), read_only=True)
+        return self._run(lambda: forgetting_calls.retention_op(self._context, dataset, project), read_only=True)
 
     def apply_retention(self, *, at: TimeInput | None = None) -> RetentionReport:
         """Purge, in every scope with retention rules, the facts they have outlived at `at`
         (default: now), in one transaction, as `forget_source` deletes facts (their items go too;
         a fact they had superseded keeps its end). Returns what went."""
-        return self._run(forgetting_calls.apply_retention_op(self._context, at))
+        return self._run(lambda: forgetting_calls.apply_retention_op(self._context, at))
 
     def sweep_items(self, *, project: str | None = None, at: TimeInput | None = None) -> int:
         """Delete the items (of `project`, else of every project) whose TTL ran out by `at`
         (default: now), each with the facts it leaves no item referring to, its past texts
         included, in one transaction. Returns how many items went."""
-        return self._run(items_calls.sweep_items_op(self._context, project, at))
+        return self._run(lambda: items_calls.sweep_items_op(self._context, project, at))
 
     def recall(
         self,
@@ -421,7 +487,7 @@ class Memory(ReembedMethods):
         not to keep, such as a profile's already in the prompt (`Profile.fact_ids`); the next
         facts take their places."""
         return self._run(
-            recall_calls.recall_op(
+            lambda: recall_calls.recall_op(
                 self._context,
                 query,
                 dataset=dataset,
@@ -459,12 +525,14 @@ class Memory(ReembedMethods):
         byte-identical from call to call until one of those facts changes, so a prompt cache stays
         warm; pass `fact_ids` to `recall(exclude=...)` so the recall does not repeat them.
         `min_confidence` defaults to the memory's options'."""
-        op = recall_calls.profile_op(self._context, dataset, project, subject, max_facts, min_confidence)
-        return self._run(op, read_only=True)
+        return self._run(
+            lambda: recall_calls.profile_op(self._context, dataset, project, subject, max_facts, min_confidence),
+            read_only=True,
+        )
 
     def stats(self, *, dataset: str | None = None, project: str | None = None) -> list[dict[str, Any]]:
         """Per scope: facts, live facts, entities, episodes."""
-        return self._run(fact_calls.stats_op(self._context, dataset, project), read_only=True)
+        return self._run(lambda: fact_calls.stats_op(self._context, dataset, project), read_only=True)
 
     def export_jsonl(self, target: str | os.PathLike[str] | TextIO, *, dataset: str, project: str) -> int:
         """Write the scope's facts and episodes as JSON lines; returns the number of lines."""
@@ -502,7 +570,7 @@ class Memory(ReembedMethods):
                 counts = self._runner.run(op, advance=advance)
             except Exception:
                 with suppress(MemsodaError):  # best effort; the next write or open retries it
-                    self._run(fact_calls.restore_indexes_op(self._context, scope))
+                    self._run(lambda: fact_calls.restore_indexes_op(self._context, scope))
                 raise
         return parsed.report(counts)
 
@@ -522,8 +590,10 @@ class Memory(ReembedMethods):
     ) -> StoredItem | None:
         """The item at (`namespace`, `key`) of the scope, or None. `refresh_ttl`: an item with a
         TTL expires that long from now again."""
-        op = items_calls.get_item_op(self._context, namespace, key, dataset, project, refresh_ttl)
-        return self._run(op, read_only=not refresh_ttl)
+        return self._run(
+            lambda: items_calls.get_item_op(self._context, namespace, key, dataset, project, refresh_ttl),
+            read_only=not refresh_ttl,
+        )
 
     def search_items(
         self,
@@ -543,10 +613,12 @@ class Memory(ReembedMethods):
         No query: most recently updated first. A query: recall in each scope, items ranked by the
         fused score of their facts (`StoredItem.score`); limit + offset at most `limits.MAX_K`.
         `refresh_ttl`: the items found that have a TTL expire that long from now again."""
-        op = items_calls.search_items_op(
-            self._context, namespace_prefix, project, dataset, query, filter, limit, offset, refresh_ttl
+        return self._run(
+            lambda: items_calls.search_items_op(
+                self._context, namespace_prefix, project, dataset, query, filter, limit, offset, refresh_ttl
+            ),
+            read_only=not refresh_ttl,
         )
-        return self._run(op, read_only=not refresh_ttl)
 
     def list_item_namespaces(
         self,
@@ -561,5 +633,9 @@ class Memory(ReembedMethods):
         """Distinct namespaces of items matching every ("prefix" | "suffix", labels) pattern of
         `match` ("*" is any one label), cut to `max_depth` labels, sorted label by label; in the
         scope, or in every dataset of `project` when `dataset` is None."""
-        op = items_calls.list_item_namespaces_op(self._context, match, max_depth, limit, offset, project, dataset)
-        return self._run(op, read_only=True)
+        return self._run(
+            lambda: items_calls.list_item_namespaces_op(
+                self._context, match, max_depth, limit, offset, project, dataset
+            ),
+            read_only=True,
+        )

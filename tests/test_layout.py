@@ -54,6 +54,7 @@ CORE_API = {
     "InvalidTextError",
     "ItemInput",
     "ArgumentTypeError",
+    "LayoutChangedError",
     "LimitError",
     "LocalEmbedder",
     "Memory",

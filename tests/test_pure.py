@@ -17,6 +17,7 @@ from psycopg import sql
 
 from memsoda_core import Fact, RecallOptions, ScoredFact, SignalHit
 from memsoda_core.errors import ConfigurationError, LimitError
+from memsoda_core.layouts.access import ScopeAccess
 from memsoda_core.limits import MAX_NAME_CHARS, MAX_NAME_TOKENS
 from memsoda_core.ops.maintenance import statistics_stale
 from memsoda_core.options import DEFAULT_OPTIONS
@@ -367,16 +368,18 @@ def test_recall_statements_take_names_of_any_length_quoted_as_they_are() -> None
     assert (len(schema), len(named.dataset), len(named.project)) == (63, 200, 200)
     for plan in _every_recall_plan():
         for scope in (None, named):
-            for statement in recall_statements(schema, plan, scope):
+            for statement in recall_statements(schema, plan, ScopeAccess(named=scope)):
                 text = statement.as_string()
                 assert f'"{schema}".facts' in text
                 numbers = {int(n) for n in re.findall(r"\$(\d+)", text)}
                 assert numbers == set(range(1, len(statement.names) + 1)), plan
                 assert scope or "$" in text.split("dataset = ")[1][:3]  # shared statements: the scope is bound
-        own = " ".join(statement.as_string() for statement in recall_statements(schema, plan, named))
+        own = " ".join(statement.as_string() for statement in recall_statements(schema, plan, ScopeAccess(named=named)))
         assert "'" + named.project.replace("'", "''") + "'" in own  # named in every tenant predicate
         assert "'" + named.dataset + "'" in own
-        assert "dataset" not in {name for st in recall_statements(schema, plan, named) for name in st.names}
+        assert "dataset" not in {
+            name for st in recall_statements(schema, plan, ScopeAccess(named=named)) for name in st.names
+        }
 
 
 def test_compiling_reads_placeholders_in_sql_text_only() -> None:

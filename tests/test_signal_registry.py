@@ -13,6 +13,7 @@ from psycopg import sql
 
 from memsoda_core import RecallOptions
 from memsoda_core.cli import recall as cli_recall
+from memsoda_core.layouts.access import SHARED, ScopeAccess
 from memsoda_core.models import Signal
 from memsoda_core.recall import statements
 from memsoda_core.recall.dates import question_window
@@ -198,7 +199,7 @@ def test_hit_rows_decode_by_name_whatever_the_column_order() -> None:
 # --- a fifth signal: one spec in a copy of the registry ----------------------------------------------
 
 
-def _temporal_ctes(schema: str, plan: RecallPlan, indexed: Scope | None) -> Sequence[sql.Composable]:
+def _temporal_ctes(schema: str, plan: RecallPlan, access: ScopeAccess) -> Sequence[sql.Composable]:
     return (
         fragment(
             """
@@ -232,7 +233,7 @@ def test_a_fifth_signal_is_planned_assembled_fused_and_explained_from_its_spec_a
     plan = RecallPlan(query=True, embedding=True)
     assert planned_signals(plan, WITH_TEMPORAL) == ("vector", "anchor", "keyword", "temporal")
     assert statement_groups(WITH_TEMPORAL)[-1] == ("temporal",)
-    texts = [_text(s) for s in statements.recall_statements("memsoda", plan, None, WITH_TEMPORAL)]
+    texts = [_text(s) for s in statements.recall_statements("memsoda", plan, SHARED, WITH_TEMPORAL)]
     assert len(texts) == 3
     assert "temporal_hits AS (" in texts[2] and "hub_floor AS (" in texts[2]  # with what it requires
     assert "SELECT 'temporal' AS signal, fact_id, rank," in texts[2] and "1 AS hop FROM temporal_hits" in texts[2]

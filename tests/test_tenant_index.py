@@ -24,6 +24,7 @@ from typer.testing import CliRunner
 
 from memsoda_core import ConfigurationError, EmbeddingError, Memory, MemsodaError, RecallOptions, ValidationError
 from memsoda_core.cli import app
+from memsoda_core.layouts.access import SHARED, ScopeAccess
 from memsoda_core.recall.result import plan_for, statement_params
 from memsoda_core.recall.statements import recall_statements
 from memsoda_core.runner.policy import PREPARED_MAX
@@ -333,7 +334,8 @@ def test_the_half_rule_tsquery_is_built_once_per_recall(small_threshold: Memory,
     )
     # as recall runs them: an indexed scope's own statements on a generic plan, else the shared ones
     indexed = Scope(dataset="d", project=project) if project == "indexed" else None
-    vector_and_keyword = recall_statements(memory.info.schema, plan_for(query, True, options), indexed)[0]
+    access = SHARED if indexed is None else ScopeAccess(named=indexed)
+    vector_and_keyword = recall_statements(memory.info.schema, plan_for(query, True, options), access)[0]
     with memory._runner.pool.connection() as conn:
         if indexed:
             conn.execute("SET plan_cache_mode = force_generic_plan")
@@ -385,14 +387,14 @@ def test_generic_plans_read_links_by_lookup_and_an_indexed_scope_never_whole(sma
         for table in ("facts", "entities", "fact_entities", "lexemes", "scopes"):  # not left to autovacuum's timing
             conn.execute(sql.SQL("ANALYZE {}.{}").format(sql.Identifier(memory.info.schema), sql.Identifier(table)))
         for indexed in (None, scope):
-            statements = recall_statements(memory.info.schema, plan, indexed)
+            statements = recall_statements(memory.info.schema, plan, ScopeAccess(named=indexed))
             links = [
                 n for n in plan_nodes(generic_plan(conn, statements[1])) if n.get("Relation Name") == "fact_entities"
             ]
             assert len(links) >= 3  # hop 1 (the most recent links per anchor), bridges, hop 2
             for node in links:
                 assert re.search(r"\((entity_id|fact_id) = \w+\.\w+\)", node.get("Index Cond", "")), (indexed, node)
-        for statement in recall_statements(memory.info.schema, plan, scope):
+        for statement in recall_statements(memory.info.schema, plan, ScopeAccess(named=scope)):
             reads = [n for n in plan_nodes(generic_plan(conn, statement)) if n.get("Relation Name") in tables]
             assert reads
             for node in reads:

@@ -18,6 +18,7 @@ from psycopg import sql
 from memsoda_core import ConfigurationError, Memory
 from memsoda_core.runner.compiled import Compiled
 from memsoda_core.store import layout as sql_layout
+from memsoda_core.store.schema import bump_layout_generation_statement
 from memsoda_core.store.tenant_index import tenant_indexes
 from memsoda_core.validation import Scope
 
@@ -389,6 +390,7 @@ def _generic_plan_relations(conn: psycopg.Connection[Any], statement: Compiled) 
 
 @pytest.mark.parametrize("which", ["moved", "small"])
 def test_the_plans_recall_keeps_hold_one_tenant_s_partitions_only(memory: Memory, pg_dsn: str, which: str) -> None:
+    from memsoda_core.layouts.access import ScopeAccess
     from memsoda_core.recall.result import plan_for
     from memsoda_core.recall.statements import facts_statement, recall_statements
 
@@ -399,12 +401,10 @@ def test_the_plans_recall_keeps_hold_one_tenant_s_partitions_only(memory: Memory
     every = replace(plan_for("who visited Town1?", True, memory.options), dated=True, conversation=True)
     plans = [every, plan_for(None, False, memory.options)]  # every signal; recency alone
     schema = memory.info.schema
-    if which == "moved":
-        statements = [st for p in plans for st in recall_statements(schema, p, scope)]
-        statements.append(facts_statement(schema, named=scope))
-    else:
-        statements = [st for p in plans for st in recall_statements(schema, replace(p, default_partitions=True))]
-        statements.append(facts_statement(schema, default_partitions=True))
+    own, default = ScopeAccess(named=scope, kept_named=scope), ScopeAccess(default_partitions=True)
+    access = own if which == "moved" else default
+    statements = [st for p in plans for st in recall_statements(schema, p, access)]
+    statements.append(facts_statement(schema, access))
     with psycopg.connect(pg_dsn) as conn:
         relations = set().union(*(_generic_plan_relations(conn, statement) for statement in statements))
     tenant_relations = {name for name in relations if TENANT_RELATION.search(name)}
@@ -459,3 +459,75 @@ def test_a_role_that_may_not_skip_checks_still_moves_a_tenant(pg_dsn: str, embed
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         assert _moved(conn, schema) == {(BIG.dataset, BIG.project)}
         assert _rows(conn, schema, "facts_shared", BIG) == 0
+
+
+def _recalled(memory: Memory, scope: Scope) -> list[int]:
+    return [s.fact.id for s in memory.recall("who visited Town3?", **vars(scope)).facts]
+
+
+def test_a_memory_open_before_another_process_moves_a_tenant_is_correct_from_its_first_operation(
+    memory: Memory, pg_dsn: str, embedder: Any, schema: str
+) -> None:
+    """The move is per scope (its place is read with its size), so the store's layout generation
+    stays; the old Memory's first recall of the moved tenant and of its dataset's other project
+    finds what a Memory opened after the move finds, and its writes land where the rows are."""
+    sibling = Scope(dataset=BIG.dataset, project="notes")
+    memory.add_facts(_facts(THRESHOLD - 1), **vars(BIG))
+    memory.add_facts(_facts(4), **vars(sibling))
+    assert _recalled(memory, BIG) and _recalled(memory, sibling)  # both remembered as small, in DEFAULT
+    with Memory.open(pg_dsn, embedder, schema=schema) as other:
+        other.add_facts(_facts(3, offset=50), **vars(BIG))  # another process moves the tenant and its dataset
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        assert _moved(conn, schema) == {(BIG.dataset, BIG.project)}
+        assert _rows(conn, schema, "facts_shared", BIG) == _rows(conn, schema, "facts_shared", sibling) == 0
+    found = {scope: _recalled(memory, scope) for scope in (BIG, sibling)}
+    with Memory.open(pg_dsn, embedder, schema=schema) as fresh:
+        assert fresh.info.layout_generation == memory.info.layout_generation
+        for scope, ids in found.items():
+            assert ids == _recalled(fresh, scope)
+        (written,) = memory.add_facts(_facts(1, offset=200), **vars(sibling))
+        assert written in {f.id for f in fresh.list_facts(**vars(sibling), limit=100).facts}
+    assert memory.profile(subject="Person3", **vars(BIG)).facts
+
+
+def _unpartition(pg_dsn: str, schema: str) -> None:
+    """What `memsoda distribute` does first to a partitioned store, run by another process."""
+    from memsoda_core.distributed import _plain_tables
+    from memsoda_core.runner.sync_runner import Runner
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        Runner.run_on(conn, _plain_tables(schema))
+
+
+@pytest.mark.parametrize("noticed", ["by the generation read", "by the first failed statement"])
+def test_a_memory_open_before_its_layout_changes_switches_at_its_first_operation(
+    memory: Memory, pg_dsn: str, schema: str, noticed: str
+) -> None:
+    """Another process turns the partitioned store into plain tables (and bumps the layout
+    generation): the open Memory reads its layout again and runs the operation once more with the
+    plain forms, whether the generation read before it notices (due every `CHECK_EVERY_S`) or the
+    statement reading the DEFAULT partitions, gone, fails first."""
+    memory.add_facts(_facts(4), **vars(BIG))
+    before = _recalled(memory, BIG)
+    assert before and memory.info.layout == "partitioned"
+    generation = memory.info.layout_generation
+    _unpartition(pg_dsn, schema)
+    memory._layout_due = 0.0 if noticed == "by the generation read" else float("inf")
+    assert _recalled(memory, BIG) == before
+    assert memory.info.layout == "plain" and memory.info.layout_generation == generation + 1
+    (new,) = memory.add_facts(_facts(1, offset=9), **vars(BIG))
+    assert new in {f.id for f in memory.list_facts(**vars(BIG), limit=100).facts}
+
+
+def test_a_layout_change_with_nothing_to_fail_is_noticed_by_the_generation_read(
+    memory: Memory, pg_dsn: str, schema: str
+) -> None:
+    """A change that leaves the old statements valid (the generation bumped alone, as by a
+    distribute of a plain store) is read before the next due operation, which then runs with the
+    store's layout as it is."""
+    memory.add_facts(_facts(2), **vars(BIG))
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(bump_layout_generation_statement(schema))
+    memory._layout_due = 0.0
+    assert memory.list_facts(**vars(BIG)).facts
+    assert memory.info.layout_generation == 1 and memory.info.layout == "partitioned"

@@ -15,18 +15,12 @@ from memsoda_core.cli.output import one_line, out, print_json, spinner, table
 from memsoda_core.cli.store import read_meta
 from memsoda_core.embedders.choice import RecordedSpace
 from memsoda_core.errors import EmbedderMismatchError, EmbeddingError, MemsodaError
+from memsoda_core.layouts import REGISTRY
 from memsoda_core.ops.opening import TENANT_INDEX_KEY
 from memsoda_core.runner.target import release_target, resolve_target
 from memsoda_core.store.layout import LAYOUT_KEY
-from memsoda_core.store.placement import Placement, placement_params, placement_statement
 from memsoda_core.store.schema import SCHEMA_VERSION
-from memsoda_core.store.tenant_index import (
-    DEFAULT_MIN_FACTS,
-    large_scopes_statement,
-    missing_params,
-    missing_statement,
-    tenant_indexes,
-)
+from memsoda_core.store.tenant_index import DEFAULT_MIN_FACTS, large_scopes_statement
 from memsoda_core.validation import Scope
 
 
@@ -184,38 +178,14 @@ TENANT_INDEX_SCHEMA = 2
 """The schema version from which large scopes have their own indexes."""
 
 
-def _lacking_partial(conn: Any, schema: str, scope: Scope, threshold: int) -> list[str]:
-    params = missing_params(schema, scope, threshold)
-    return [str(name) for name, _ in conn.execute(missing_statement(schema), params).fetchall()]
-
-
-def _lacking_own(conn: Any, schema: str, scope: Scope, threshold: int) -> list[str]:
-    """A large scope of a partitioned store: not moved yet (its partial indexes from before do
-    meanwhile, if all there), or moved with leaf indexes missing."""
-    params = placement_params(schema, scope, threshold)
-    row = conn.execute(placement_statement(schema), params).fetchone()
-    if row is None:
-        return []
-    placement = Placement(*row)
-    if placement.moved:
-        return list(placement.missing or [])
-    legacy = {index.name for index in tenant_indexes(scope)}
-    return [] if set(placement.legacy or []) == legacy else ["partitions of its own"]
-
-
 def _tenant_index_check(conn: Any, schema: str, meta: dict[str, str]) -> Check:
     """Whether every scope past the store's threshold has its own valid HNSW and GIN indexes."""
     threshold = int(meta.get(TENANT_INDEX_KEY, DEFAULT_MIN_FACTS))
     large = conn.execute(large_scopes_statement(schema), {"min_facts": threshold}).fetchall()
     lacking: list[str] = []
-    partitioned = meta.get(LAYOUT_KEY) == "partitioned"
+    layout = REGISTRY.get(meta.get(LAYOUT_KEY, "plain"), REGISTRY["plain"])  # Citus: plain, as its meta says
     for dataset, project in large:
-        scope = Scope(dataset=dataset, project=project)
-        missing = (
-            _lacking_own(conn, schema, scope, threshold)
-            if partitioned
-            else _lacking_partial(conn, schema, scope, threshold)
-        )
+        missing = layout.lacking(conn, schema, Scope(dataset=dataset, project=project), threshold)
         if missing:
             lacking.append(f"{dataset}/{project} ({', '.join(missing)})")
     if lacking:

@@ -3,13 +3,10 @@ statistics (operations)."""
 
 from __future__ import annotations
 
-from psycopg import sql
-
-from memsoda_core.ops.ddl import index_ddl, took_lock
-from memsoda_core.ops.placing import ensure_all_own_partitions, ensure_own_partition, leaf_fact_index
-from memsoda_core.runner.steps import Operation, Planning, execute, execute_as, outside_transaction
-from memsoda_core.store import routed as sql_routed
-from memsoda_core.store import statements as sql_store
+from memsoda_core.layouts import layout_of
+from memsoda_core.layouts.ddl import index_ddl, took_lock
+from memsoda_core.layouts.plain import scope_fact_count
+from memsoda_core.runner.steps import Operation, execute, outside_transaction
 from memsoda_core.store import tenant_index as sql_tenant_index
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import (
@@ -19,38 +16,11 @@ from memsoda_core.validation import (
 
 def ensure_tenant_indexes(info: StoreInfo, scope: Scope) -> Operation[list[str]]:
     """Once the scope holds `tenant_index_min_facts` facts, give it its own indexes (committing
-    first what the operation wrote): on a partitioned store, partitions of its own with their
-    indexes (`ops.placing`); otherwise partial indexes. Returns the names built. Skipped when
+    first what the operation wrote), as the store's layout does (`layouts.Layout.grow`: partial
+    indexes, or partitions of its own with their indexes). Returns the names built. Skipped when
     another session holds the scope's build lock. An index left invalid by a crashed build is
     dropped first."""
-    if info.partitioned:
-        return (yield from ensure_own_partition(info, scope))
-    indexes = sql_tenant_index.tenant_indexes(scope)
-    params = sql_tenant_index.missing_params(info.schema, scope, info.tenant_index_min_facts)
-    if not info.distributed:
-        rows = yield from execute_as(
-            sql_tenant_index.MissingIndex, sql_tenant_index.missing_statement(info.schema), params
-        )
-    elif (yield from scope_fact_count(info, scope)) < info.tenant_index_min_facts:
-        rows = []  # the scope's row on its shard, then the coordinator's catalog: each one step
-    else:
-        rows = yield from execute_as(sql_tenant_index.MissingIndex, sql_routed.missing_indexes_statement(), params)
-    missing = {row.name: row.present for row in rows}  # present: left invalid by a crashed build
-    if not missing:
-        return []
-    lock = sql_tenant_index.lock_key(info.schema, scope)
-    if not took_lock((yield from outside_transaction(sql_tenant_index.lock_statement(), lock))):
-        return []  # another session is building them, or an import has set them aside
-    # Steps outside the transaction never raise (a failure replies None), so the lock is always released.
-    steps: list[tuple[str | None, sql.Composed]] = []  # (the index it builds, if any; its DDL)
-    for index in indexes:
-        if index.name in missing:
-            if missing[index.name]:  # left invalid by a crashed build
-                steps.append((None, sql_tenant_index.drop_statement(info.schema, index)))
-            steps.append((index.name, sql_tenant_index.create_statement(info.schema, scope, index)))
-    succeeded = yield from index_ddl([statement for _, statement in steps])
-    yield from outside_transaction(sql_tenant_index.lock_statement(release=True), lock)
-    return [name for name, _ in steps[:succeeded] if name is not None]
+    return (yield from layout_of(info).grow(info, scope))
 
 
 def ensure_all_tenant_indexes(info: StoreInfo, *, move: bool = False) -> Operation[list[str]]:
@@ -59,15 +29,7 @@ def ensure_all_tenant_indexes(info: StoreInfo, *, move: bool = False) -> Operati
     On a partitioned store a large scope moves to its partitions only with `move` (`maintain`; a
     write into it moves it too): at open, moving every large tenant of an upgraded store could
     take long, and meanwhile its partial indexes serve it."""
-    if info.partitioned:
-        return (yield from ensure_all_own_partitions(info, move=move))
-    scopes = yield from execute_as(
-        Scope, sql_tenant_index.large_scopes_statement(info.schema), {"min_facts": info.tenant_index_min_facts}
-    )
-    built: list[str] = []
-    for scope in scopes:
-        built += yield from ensure_tenant_indexes(info, scope)
-    return built
+    return (yield from layout_of(info).grow_all(info, move=move))
 
 
 def maintain(info: StoreInfo) -> Operation[list[str]]:
@@ -75,16 +37,6 @@ def maintain(info: StoreInfo) -> Operation[list[str]]:
     after rows were loaded around memsoda with COPY). Returns the names of the indexes built."""
     yield from refresh_statistics(info)
     return (yield from ensure_all_tenant_indexes(info, move=True))
-
-
-def scope_fact_count(info: StoreInfo, scope: Scope, planning: Planning = Planning.FRESH) -> Operation[int]:
-    """How many facts `scope` holds (0 for a scope never written)."""
-    rows = yield from execute(
-        sql_tenant_index.scope_facts_statement(info.schema),
-        {"dataset": scope.dataset, "project": scope.project},
-        planning,
-    )
-    return int(rows[0][0]) if rows else 0
 
 
 IMPORT_REBUILD_SHARE = 4
@@ -108,7 +60,7 @@ def set_aside_fact_index(info: StoreInfo, scope: Scope, incoming: int, rebuild: 
     held = yield from scope_fact_count(info, scope)
     if held < info.tenant_index_min_facts or (rebuild is None and incoming * IMPORT_REBUILD_SHARE < held):
         return False
-    index = leaf_fact_index(scope) if info.partitioned else sql_tenant_index.fact_vector_index(scope)
+    index = layout_of(info).fact_vector_index(scope)
     present = yield from execute(sql_tenant_index.present_statement(), {"names": [index.name], "schema": info.schema})
     if not present:
         return False
@@ -147,5 +99,5 @@ def statistics_stale(analyzed_pages: int, pages: int) -> bool:
 
 
 def refresh_statistics(info: StoreInfo) -> Operation[None]:
-    for statement in sql_store.analyze(info.schema, partitioned=info.partitioned):
+    for statement in layout_of(info).analyze_statements(info.schema):
         yield from execute(statement)

@@ -4,7 +4,8 @@ up-to-date store is only read, so a read-only session (a replica, a read-only ro
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from memsoda_core import limits
 from memsoda_core.distributed import citus_version_statement, facts_distributed_statement
@@ -14,6 +15,7 @@ from memsoda_core.errors import (
     ReadOnlyStoreError,
     SchemaError,
 )
+from memsoda_core.layouts import REGISTRY
 from memsoda_core.ops.maintenance import ensure_all_tenant_indexes
 from memsoda_core.runner.steps import Operation, execute, execute_as
 from memsoda_core.store import layout as sql_layout
@@ -96,6 +98,26 @@ def recorded_space(schema: str) -> Operation[RecordedSpace | None]:
     return RecordedSpace(model=meta["model"], dimensions=int(meta["dimensions"]))
 
 
+def _layout_fields(schema: str, meta: Mapping[str, str], *, citus: bool) -> Operation[dict[str, Any]]:
+    """The `StoreInfo` fields of the store's layout, from its meta and (under Citus) its catalog."""
+    distributed = False
+    if citus:
+        ((distributed,),) = yield from execute(facts_distributed_statement(), {"schema": schema})
+    return {
+        "tenant_index_min_facts": int(meta.get(TENANT_INDEX_KEY, sql_tenant_index.DEFAULT_MIN_FACTS)),
+        "layout": "citus" if distributed else meta[sql_layout.LAYOUT_KEY],
+        "layout_generation": int(meta.get(ddl.LAYOUT_GENERATION_KEY, 0)),
+    }
+
+
+def reload_layout(info: StoreInfo) -> Operation[StoreInfo]:
+    """`info` with the store's layout as it is now (another process may have changed it since the
+    open: `layouts.generation`); reads only."""
+    meta = yield from read_meta(info.schema)
+    citus = bool((yield from execute(citus_version_statement())))
+    return replace(info, **(yield from _layout_fields(info.schema, meta, citus=citus)))
+
+
 def open_store(
     *,
     schema: str,
@@ -167,24 +189,18 @@ def open_store(
         chosen = layout or ("plain" if citus else "partitioned")
         if chosen == "partitioned" and citus:
             raise ConfigurationError("the partitioned layout is not for a Citus database: open it with layout='plain'")
-        if chosen == "partitioned":
-            for statement_ in sql_layout.partition_statements(schema):
-                yield from execute(statement_)
+        for statement_ in REGISTRY[chosen].create_statements(schema):
+            yield from execute(statement_)
         meta[sql_layout.LAYOUT_KEY] = chosen
     for key, value in sorted(meta.items()):
         if stored_meta.get(key) != value:
             yield from execute(ddl.write_meta_statement(schema), (key, value))
-    distributed = False
-    if citus:
-        ((distributed,),) = yield from execute(facts_distributed_statement(), {"schema": schema})
     info = StoreInfo(
         schema=schema,
         model=stored_model,
         dimensions=stored_dims,
         text_search_config=shape.text_search_config,
-        tenant_index_min_facts=int(meta.get(TENANT_INDEX_KEY, sql_tenant_index.DEFAULT_MIN_FACTS)),
-        distributed=bool(distributed),
-        partitioned=meta[sql_layout.LAYOUT_KEY] == "partitioned",
+        **(yield from _layout_fields(schema, meta, citus=citus)),
         legacy_starts_through=int(meta[ddl.LEGACY_STARTS_KEY]) if ddl.LEGACY_STARTS_KEY in meta else None,
         read_only=read_only,
     )

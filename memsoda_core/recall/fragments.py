@@ -8,19 +8,18 @@ from __future__ import annotations
 
 from psycopg import sql
 
-from memsoda_core.store.layout import table_refs
-from memsoda_core.store.tenant_index import scope_predicate, table_alias, tenant_predicate
-from memsoda_core.validation import Scope
+from memsoda_core.layouts.access import SHARED, ScopeAccess
+from memsoda_core.store.tenant_index import table_alias
 
 
-def where(alias: str, *, live: bool = True, named: Scope | None = None, known: bool = False) -> sql.Composed:
-    """Tenant predicate on `alias` (the scope's names as literals when `named`, else bound); with
+def where(alias: str, *, live: bool = True, access: ScopeAccess = SHARED, known: bool = False) -> sql.Composed:
+    """Tenant predicate on `alias` (`ScopeAccess.tenant`: the scope's names as literals, or bound); with
     `live`, also valid at %(at)s and above the confidence floor. With `known`, live as memory
     knew it at %(known_at)s (transaction time): learned by then (`created_at`), and an end it
     recorded after then (`expired_at`) does not count. Without it the text is the plain valid-time
     test: the default recall statements carry nothing of a feature they do not use."""
     a = table_alias(alias)
-    scope = tenant_predicate(alias) if named is None else scope_predicate(named, alias)
+    scope = access.tenant(alias)
     if not live:
         return scope
     if known:
@@ -43,20 +42,19 @@ def fragment(
     template: str,
     schema: str,
     *,
-    indexed: Scope | None = None,
+    access: ScopeAccess = SHARED,
     known: bool = False,
-    default_partitions: bool = False,
     **parts: sql.Composable,
 ) -> sql.Composed:
     """`template` with {s} the schema, {where_f} the full predicate on facts `f` (`known`: as
     memory knew it at %(known_at)s, see `where`), {scope_x} the tenant predicate on alias x, and
     `parts`. {index_where_f} and {index_scope_e} are the predicates a scope's partial indexes must
-    match. With `indexed` (see `statements.recall_statements`) every tenant predicate names the
+    match. With `access.named` (see `statements.recall_statements`) every tenant predicate names the
     scope as literals: its partial indexes match, and on a partitioned store the plan PostgreSQL
     keeps is pruned to its partitions (a bound tenant would leave every partition in it, each
     locked at every run); else they are bound. {facts}, {entities} and {fact_entities}
-    are those tables (`store.layout.table_refs`)."""
-    if indexed is None:
+    are those tables (`ScopeAccess.tables`)."""
+    if access.named is None:
         predicates = {
             **_PREDICATES,
             "where_f": _WHERE_F[known],
@@ -64,9 +62,9 @@ def fragment(
             "index_scope_e": _PREDICATES["scope_e"],
         }
     else:  # every table named with the scope: on a partitioned store the kept plan holds its partitions only
-        own = {"scope_" + alias: where(alias, live=False, named=indexed) for alias in _ALIASES}
-        whole = where("f", named=indexed, known=known)
+        own = {"scope_" + alias: where(alias, live=False, access=access) for alias in _ALIASES}
+        whole = where("f", access=access, known=known)
         predicates = {**own, "where_f": whole, "index_where_f": whole, "index_scope_e": own["scope_e"]}
-    named = table_refs(schema, default_partitions=default_partitions)
-    used = {key: value for key, value in {**predicates, **named}.items() if "{" + key + "}" in template}
+    tables = access.tables(schema)
+    used = {key: value for key, value in {**predicates, **tables}.items() if "{" + key + "}" in template}
     return sql.SQL(template).format(s=sql.Identifier(schema), **used, **parts)

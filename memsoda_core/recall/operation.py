@@ -13,15 +13,15 @@ import numpy as np
 from memsoda_core.errors import (
     EmbeddingError,
 )
+from memsoda_core.layouts import layout_of
+from memsoda_core.layouts.access import ScopeAccess
 from memsoda_core.models import IncludeOption, RecallResult
-from memsoda_core.ops.maintenance import scope_fact_count
-from memsoda_core.ops.placing import scope_size
 from memsoda_core.options import RecallOptions
 from memsoda_core.recall.adaptive import choose
 from memsoda_core.recall.asof import question_as_of
 from memsoda_core.recall.dates import question_window
 from memsoda_core.recall.hits import HitRow, hit_rows
-from memsoda_core.recall.planning import ScopeSize, ScopeSizes, recall_statement_choice, statement_planning
+from memsoda_core.recall.planning import ScopeSizes, statement_planning
 from memsoda_core.recall.result import (
     assemble,
     below_floor,
@@ -140,7 +140,7 @@ def recall(
         window=window,
         conversation=conversation_embedding is not None,
     )
-    results, plan, scope_facts = yield from _hits(info, scope, plan, params, scope_sizes)
+    results, access, scope_facts = yield from _hits(info, scope, plan, params, scope_sizes)
     timings["query"] = _ms(mark)
     mark = time.perf_counter()
     rows = [row for statement_rows in results for row in statement_rows]
@@ -153,13 +153,9 @@ def recall(
     timings["fuse"] = _ms(mark)
     mark = time.perf_counter()
     fact_ids = BigintArray(k.fact_id for k in kept)
-    # a plan kept over the partitioned tables would hold every partition, and Citus keeps a routed
-    # plan only with the tenant as a literal: the scope's names it
-    named = scope if info.distributed or (info.partitioned and not plan.default_partitions) else None
-    kept_read = Planning.GENERIC if named and not info.distributed else Planning.CACHED
-    read = facts_statement(info.schema, default_partitions=plan.default_partitions, named=named)
-    fact_rows = yield from execute(read, {**params, "fact_ids": fact_ids}, kept_read)
-    if plan.default_partitions and len(fact_rows) < len(fact_ids):  # moved meanwhile: read them where they are
+    read = facts_statement(info.schema, access)
+    fact_rows = yield from execute(read, {**params, "fact_ids": fact_ids}, access.kept_planning)
+    if access.moved is not None and len(fact_rows) < len(fact_ids):  # moved meanwhile: read them where they are
         fact_rows = yield from execute(facts_statement(info.schema), {**params, "fact_ids": fact_ids})
     scored = scored_facts(kept, fact_rows, known_at)
     timings["facts"] = _ms(mark)
@@ -196,41 +192,33 @@ def recall(
 
 def _hits(
     info: StoreInfo, scope: Scope, plan: RecallPlan, params: dict[str, Any], scope_sizes: ScopeSizes
-) -> Operation[tuple[list[list[HitRow]], RecallPlan, int]]:
-    """The hit rows of the recall statements `plan` runs for `scope`, the plan they ran with, and
-    the scope's fact count they were chosen by (`ScopeSizes`: remembered, or read here).
+) -> Operation[tuple[list[list[HitRow]], ScopeAccess, int]]:
+    """The hit rows of the recall statements `plan` runs for `scope`, the scope's access they ran
+    with, and the scope's fact count it was derived from (`ScopeSizes`: remembered, or read here).
 
-    On a partitioned store a small scope's statements read the DEFAULT partitions by name
-    (`RecallPlan.default_partitions`). Its size may be older than a move of its rows (another
-    process moved them since it was read): then those statements find nothing although the scope
-    holds facts, and its own statements, which read the partitioned tables, run instead."""
+    The access may say where the scope's rows are should another process have moved them since
+    its size was read (`ScopeAccess.moved`: a small scope of a partitioned store, read in the
+    DEFAULT partitions). Then these statements find nothing although the scope holds facts, and
+    they run again where it moved."""
+    layout = layout_of(info)
     size = scope_sizes.get(scope)
     if size is None:
-        if info.partitioned:
-            facts, placed = yield from scope_size(info, scope, Planning.CACHED)
-        else:
-            facts, placed = (yield from scope_fact_count(info, scope, Planning.CACHED)), False
-        scope_sizes.put(scope, facts, placed)
-        size = ScopeSize(facts, placed)
-    indexed, planning = recall_statement_choice(
-        scope, size.facts, info.tenant_index_min_facts, distributed=info.distributed, placed=size.placed
-    )
-    plan = replace(plan, default_partitions=info.partitioned and indexed is None)
-    results = yield from concurrently(_executes(info, plan, indexed, params, planning))
-    if plan.default_partitions and size.facts and not any(results):
+        size = yield from layout.scope_size(info, scope, Planning.CACHED)
+        scope_sizes.put(scope, size.facts, size.placed)
+    access = layout.access(info, scope, size)
+    results = yield from concurrently(_executes(info, plan, access, params))
+    if access.moved is not None and size.facts and not any(results):
         scope_sizes.forget(scope)
-        plan = replace(plan, default_partitions=False)
-        results = yield from concurrently(_executes(info, plan, scope, params, Planning.GENERIC))
-    return results, plan, size.facts
+        access = access.moved
+        results = yield from concurrently(_executes(info, plan, access, params))
+    return results, access, size.facts
 
 
-def _executes(
-    info: StoreInfo, plan: RecallPlan, indexed: Scope | None, params: dict[str, Any], planning: Planning
-) -> list[Execute]:
-    statements = recall_statements(info.schema, plan, indexed)
+def _executes(info: StoreInfo, plan: RecallPlan, access: ScopeAccess, params: dict[str, Any]) -> list[Execute]:
+    statements = recall_statements(info.schema, plan, access)
     groups = recall_groups(plan)
     return [
-        Execute(statement, params, statement_planning(group, planning), hit_rows)
+        Execute(statement, params, statement_planning(group, access.planning), hit_rows)
         for statement, group in zip(statements, groups, strict=True)
     ]
 

@@ -1,4 +1,5 @@
-"""How big a scope is, remembered: recall picks its statements and plans by it.
+"""How big a scope is, remembered: recall picks its statements and plans by it (the store's layout
+turns it into the scope's `layouts.access.ScopeAccess`).
 
 A scope under the tenant-index threshold is searched exactly, so every such scope shares one set
 of prepared statements and their kept plan. A scope with its own partial indexes gets statements
@@ -15,8 +16,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from typing import NamedTuple
 
+from memsoda_core.layouts.access import ScopeSize
 from memsoda_core.runner.steps import Planning
 from memsoda_core.validation import Scope
 
@@ -25,15 +26,6 @@ SCOPE_SIZE_TTL_S = 30.0
 meanwhile; until then this one searches it exactly (correct, slower)."""
 
 SCOPE_SIZES_KEPT = 4096
-
-
-class ScopeSize(NamedTuple):
-    """What recall knows of a scope's size and place."""
-
-    facts: int
-    placed: bool = False
-    """Its dataset has partitions of its own (`store.layout`): its rows are not in the DEFAULT
-    partitions, so it runs its own statements whatever its size."""
 
 
 class ScopeSizes:
@@ -65,31 +57,15 @@ class ScopeSizes:
             while len(self._items) > self._size:
                 self._items.popitem(last=False)
 
+    def forget_all(self) -> None:
+        """Drop everything (the store's layout changed: sizes and places are read again)."""
+        with self._lock:
+            self._items.clear()
+
     def forget(self, scope: Scope) -> None:
         """Drop what is known of `scope` (it was just written to)."""
         with self._lock:
             self._items.pop(scope, None)
-
-
-def recall_statement_choice(
-    scope: Scope, scope_facts: int, tenant_index_min_facts: int, *, distributed: bool = False, placed: bool = False
-) -> tuple[Scope | None, Planning]:
-    """Which statements a recall of `scope` runs and how they are planned: `(None, CACHED)`, the
-    shared statements on a kept plan, under the tenant-index threshold (searched exactly, so one
-    plan fits every such scope); `(scope, GENERIC)`, the scope's own statements naming it where its
-    partial indexes must match, on their generic plans, from it on (PostgreSQL would otherwise keep
-    planning them afresh). On a `distributed` store every scope runs its own statements, prepared
-    (`CACHED`): Citus keeps a plan routed to one shard only when the tenant is a literal in it (a
-    bound one fails to plan generically), and planning a routed statement afresh on the coordinator
-    cost more than running it (bench/RESULTS.md, "Citus at its defaults"). Not `GENERIC`: its
-    setting around the statement makes one implicit transaction, which Citus opens on the worker
-    with two more round trips. A `placed`
-    scope (its dataset has partitions of its own) runs its own statements at any size: its rows are
-    not where the shared statements of a partitioned store read (`store.layout`)."""
-    if distributed:
-        return scope, Planning.CACHED
-    indexed = scope if scope_facts >= tenant_index_min_facts or placed else None
-    return indexed, Planning.GENERIC if indexed is not None else Planning.CACHED
 
 
 PLANNED_AFRESH = frozenset({"date"})

@@ -27,10 +27,12 @@ from typing import Any
 from psycopg import sql
 
 from memsoda_core.fact_text import fact_text
+from memsoda_core.layouts import layout_of
+from memsoda_core.layouts.access import SHARED, ScopeAccess
 from memsoda_core.models import Fact
 from memsoda_core.recall.fragments import where
 from memsoda_core.recall.render import FACTS_FORMAT
-from memsoda_core.runner.steps import Operation, Planning, execute_as
+from memsoda_core.runner.steps import Operation, execute_as
 from memsoda_core.store.fact_columns import fact_columns, fact_from
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.store.statements import tenant_statement
@@ -68,9 +70,9 @@ class ProfileRow:
         self.single_valued = bool(single_valued)
 
 
-def profile_statement(schema: str) -> sql.Composed:
+def profile_statement(schema: str, access: ScopeAccess = SHARED) -> sql.Composed:
     """Up to %(max_facts)s live facts of the scope (at %(at)s, confidence >= %(min_confidence)s)
-    whose subject is %(subject)s, ranked by the module's rule."""
+    whose subject is %(subject)s, ranked by the module's rule, the tenant as `access` names it."""
     return tenant_statement(
         """SELECT {cols}, sv.predicate IS NOT NULL AS single_valued
            FROM {s}.facts f
@@ -81,7 +83,7 @@ def profile_statement(schema: str) -> sql.Composed:
            LIMIT %(max_facts)s""",
         schema,
         cols=fact_columns(schema),
-        live=where("f"),
+        live=where("f", access=access),
     )
 
 
@@ -112,7 +114,6 @@ def profile(
         "min_confidence": min_confidence,
         "at": at,
     }
-    # a kept plan over the partitioned tables would hold (and lock) every partition
-    planning = Planning.FRESH if info.partitioned or info.distributed else Planning.CACHED
-    rows = yield from execute_as(ProfileRow, profile_statement(info.schema), params, planning)
+    access = layout_of(info).access(info, scope, None)  # the tenant bound: a kept plan only where it fits
+    rows = yield from execute_as(ProfileRow, profile_statement(info.schema, access), params, access.planning)
     return build_profile([row.fact for row in rows])

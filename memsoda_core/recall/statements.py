@@ -14,12 +14,12 @@ from functools import lru_cache
 
 from psycopg import sql
 
+from memsoda_core.layouts.access import SHARED, ScopeAccess
 from memsoda_core.recall.fragments import fragment as _fragment
 from memsoda_core.recall.hits import DETAIL_TYPES
 from memsoda_core.recall.signals import REGISTRY, RecallPlan, SignalSpec, by_name, planned_signals, statement_groups
 from memsoda_core.runner.compiled import Compiled, compiled
 from memsoda_core.store.fact_columns import fact_columns
-from memsoda_core.validation import Scope
 
 _COMMON = "{signal} AS signal, fact_id, rank, (extract(epoch FROM valid_at)*1e6)::float8 AS valid_at_us"
 """The columns of every hit row (float8: an unknown start, -infinity, is -inf, where an int8 cast
@@ -41,19 +41,18 @@ def hits_statement(
     schema: str,
     plan: RecallPlan,
     signals: Sequence[str],
-    indexed: Scope | None = None,
+    access: ScopeAccess = SHARED,
     registry: Sequence[SignalSpec] = REGISTRY,
 ) -> sql.Composed:
     """One statement running `signals` of `plan`, returning their hit rows (`hits.HitRow`, with the
-    detail columns these signals fill); with `indexed`, the predicates its partial indexes must
-    match name that scope."""
+    detail columns these signals fill), reading the scope's rows as `access` says."""
     if not signals:
         raise ValueError("a recall statement needs at least one signal")
     specs = [by_name(registry)[name] for name in signals]
     shared = dict.fromkeys(required for spec in specs for required in spec.requires)
-    ctes: list[sql.Composable] = [cte for required in shared for cte in required.ctes(schema, plan, indexed)]
+    ctes: list[sql.Composable] = [cte for required in shared for cte in required.ctes(schema, plan, access)]
     for spec in specs:
-        ctes += spec.ctes(schema, plan, indexed)
+        ctes += spec.ctes(schema, plan, access)
     columns = list(dict.fromkeys(column for spec in specs for column, _ in spec.details))
     hits = sql.SQL(" UNION ALL ").join(_hit_select(spec, columns) for spec in specs)
     return sql.Composed([sql.SQL("WITH"), sql.SQL(",").join(ctes), sql.SQL(" "), hits])
@@ -70,21 +69,27 @@ def rendered(statement: sql.Composed) -> Compiled:
     return compiled(statement)
 
 
-@lru_cache(maxsize=1024)
 def recall_statements(
-    schema: str, plan: RecallPlan, indexed: Scope | None = None, registry: tuple[SignalSpec, ...] = REGISTRY
+    schema: str, plan: RecallPlan, access: ScopeAccess = SHARED, registry: tuple[SignalSpec, ...] = REGISTRY
 ) -> tuple[Compiled, ...]:
     """The statements of a recall (one per statement number of the signals `plan` runs), independent
     of each other, rendered. Memoized: a store asks for the same few (schema, plan) pairs every time.
 
-    `indexed`: a scope with its own partial indexes. Its statements then name it, as literals, in
-    the three predicates those indexes must match (facts' kNN and text match, entity names' kNN),
-    so that a plan PostgreSQL keeps for the statement still uses them; every other value stays
-    bound. This is the one place where values enter the SQL text (quoted by psycopg, as in the
+    `access.named`: a scope with its own partial indexes (or partitions). Its statements then name
+    it, as literals, in the three predicates those indexes must match (facts' kNN and text match,
+    entity names' kNN), so that a plan PostgreSQL keeps for the statement still uses them; every
+    other value stays bound. This is the one place where values enter the SQL text (quoted by psycopg, as in the
     indexes' own DDL): a generic plan over bound tenant values cannot use a partial index, and
     planning them at every run was much of their cost (bench/RESULTS.md, "Kept plans")."""
+    return _recall_statements(schema, plan, access.form, registry)
+
+
+@lru_cache(maxsize=1024)
+def _recall_statements(
+    schema: str, plan: RecallPlan, access: ScopeAccess, registry: tuple[SignalSpec, ...]
+) -> tuple[Compiled, ...]:
     return tuple(
-        rendered(hits_statement(schema, plan, group, indexed, registry)) for group in recall_groups(plan, registry)
+        rendered(hits_statement(schema, plan, group, access, registry)) for group in recall_groups(plan, registry)
     )
 
 
@@ -97,12 +102,15 @@ def recall_groups(plan: RecallPlan, registry: tuple[SignalSpec, ...] = REGISTRY)
     return tuple(group for group in groups if group)
 
 
+def facts_statement(schema: str, access: ScopeAccess = SHARED) -> Compiled:
+    """The columns of the facts fusion kept (%(fact_ids)s), in the scope: read where `access` says
+    (`ScopeAccess.tables`), the tenant `ScopeAccess.kept_named` or bound, so that the plan kept for
+    a large scope of a partitioned store holds its own partitions only."""
+    return _facts_statement(schema, ScopeAccess(named=access.kept_named, default_partitions=access.default_partitions))
+
+
 @lru_cache(maxsize=1024)
-def facts_statement(schema: str, *, default_partitions: bool = False, named: Scope | None = None) -> Compiled:
-    """The columns of the facts fusion kept (%(fact_ids)s), in the scope: read from the DEFAULT
-    partitions by name with `default_partitions` (see `store.layout.table_refs`); with `named`, the
-    scope's names as literals, so that the plan kept for a large scope of a partitioned store
-    holds its own partitions only."""
+def _facts_statement(schema: str, kept: ScopeAccess) -> Compiled:
     return rendered(
         _fragment(
             """SELECT {fact_columns}
@@ -110,9 +118,8 @@ def facts_statement(schema: str, *, default_partitions: bool = False, named: Sco
            JOIN {entities} a ON {scope_a} AND a.id = f.anchor_id
            WHERE {scope_f} AND f.id = ANY(%(fact_ids)b::bigint[])""",
             schema,
-            indexed=named,
-            default_partitions=default_partitions,
-            fact_columns=fact_columns(schema, default_partitions=default_partitions, named=named),
+            access=kept,
+            fact_columns=fact_columns(schema, default_partitions=kept.default_partitions, named=kept.named),
         )
     )
 

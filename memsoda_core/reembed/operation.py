@@ -16,7 +16,7 @@ from itertools import groupby
 
 from memsoda_core.embedders.protocol import Vector
 from memsoda_core.errors import ConfigurationError, StoreBusyError
-from memsoda_core.ops.ddl import index_ddl
+from memsoda_core.layouts.ddl import index_ddl
 from memsoda_core.ops.opening import check_index_dimensions, read_meta
 from memsoda_core.reembed import statements as sql_reembed
 from memsoda_core.reembed.statements import Cursor, PendingRow

@@ -17,12 +17,15 @@ class StoreInfo:
     text_search_config: str
     tenant_index_min_facts: int = sql_tenant_index.DEFAULT_MIN_FACTS
     """A scope gets its own HNSW and GIN indexes from this many facts (see `store.tenant_index`)."""
-    distributed: bool = False
-    """The facts table is distributed by Citus (`memsoda distribute`): every scope's recall then runs
-    statements of its own, the tenant a literal, so Citus keeps their plans routed to its shard."""
-    partitioned: bool = False
-    """The tenant tables are partitioned, a large tenant in partitions of its own (`store.layout`);
-    otherwise (under Citus) a large tenant has partial indexes (`store.tenant_index`)."""
+    layout: str = "plain"
+    """The store's tenant layout, a name of `layouts.REGISTRY`: "plain" (one table of each kind, a
+    large tenant with partial indexes), "partitioned" (a large tenant in partitions of its own) or
+    "citus" (plain tables distributed by Citus, `memsoda distribute`). Every statement builder gets
+    what it implies from the scope's `layouts.access.ScopeAccess`."""
+    layout_generation: int = 0
+    """The store's layout generation as this process read it (`store.schema.LAYOUT_GENERATION_KEY`):
+    bumped by `memsoda distribute` and by a tenant's move to partitions of its own, so an operation
+    that finds it changed reloads the store's info and runs again (`errors.LayoutChangedError`)."""
     legacy_starts_through: int | None = None
     """The highest fact id written before schema v6, when a fact written without `valid_at` got
     the time of its write as its start: such starts cannot be told from given ones (`store.schema._v6`).
@@ -30,3 +33,14 @@ class StoreInfo:
     read_only: bool = False
     """Open read-only (asked for, or a read-only session: a hot standby, a read replica, a read-only
     role): reads only; every write raises `ReadOnlyStoreError` before anything is sent."""
+
+    @property
+    def distributed(self) -> bool:
+        """The facts table is distributed by Citus. TODO(merge, h-write): the write path's last reader;
+        its write form belongs to `ScopeAccess`."""
+        return self.layout == "citus"
+
+    @property
+    def partitioned(self) -> bool:
+        """The tenant tables are partitioned (`store.layout`). TODO(merge, h-write): as `distributed`."""
+        return self.layout == "partitioned"

@@ -15,7 +15,7 @@ from psycopg import sql
 
 from memsoda_core.store.lexemes import recount_lexemes
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 KEYWORD_SEPARATORS = string.punctuation
 """ASCII punctuation is blanked before full-text indexing, as the query side splits terms on it
@@ -355,6 +355,35 @@ def _v11(shape: StoreShape) -> list[sql.Composed]:
     ]
 
 
+LAYOUT_GENERATION_KEY = "layout_generation"
+"""Meta key: the store's layout generation, bumped by every change of its layout (`memsoda
+distribute`), so that a Memory open meanwhile notices it (`layouts.generation`)."""
+
+
+def _v12(shape: StoreShape) -> list[sql.Composed]:
+    """The store's layout generation (`LAYOUT_GENERATION_KEY`), from 0."""
+    return [
+        sql.SQL("INSERT INTO {s}.meta (key, value) VALUES ({k}, '0') ON CONFLICT (key) DO NOTHING").format(
+            s=sql.Identifier(shape.schema), k=sql.Literal(LAYOUT_GENERATION_KEY)
+        )
+    ]
+
+
+def layout_generation_statement(schema: str) -> sql.Composed:
+    """The store's layout generation (no row before schema v12)."""
+    return sql.SQL("SELECT value::bigint FROM {s}.meta WHERE key = {k}").format(
+        s=sql.Identifier(schema), k=sql.Literal(LAYOUT_GENERATION_KEY)
+    )
+
+
+def bump_layout_generation_statement(schema: str) -> sql.Composed:
+    """The store's layout changed: its generation + 1."""
+    return sql.SQL(
+        "INSERT INTO {s}.meta (key, value) VALUES ({k}, '1')"
+        " ON CONFLICT (key) DO UPDATE SET value = (meta.value::bigint + 1)::text"
+    ).format(s=sql.Identifier(schema), k=sql.Literal(LAYOUT_GENERATION_KEY))
+
+
 MIGRATIONS: dict[int, Migration] = {
     1: _v1,
     2: _v2,
@@ -367,6 +396,7 @@ MIGRATIONS: dict[int, Migration] = {
     9: _v9,
     10: _v10,
     11: _v11,
+    12: _v12,
 }
 """Version -> DDL. Append only; never edit a released migration."""
 

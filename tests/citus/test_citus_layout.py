@@ -65,3 +65,33 @@ def test_distribute_refuses_a_store_whose_tenants_have_moved(cluster: Any, embed
     with psycopg.connect(cluster.dsn) as conn:  # nothing changed
         (kind,) = conn.execute("SELECT relkind FROM pg_class WHERE oid = 'has_moved.facts'::regclass").fetchone()  # type: ignore[misc]
     assert kind == "p"
+
+
+def _recall_ids(memory: Memory) -> set[int]:
+    return {s.fact.id for s in memory.recall("where does Maya work?", dataset="ds", project="p").facts}
+
+
+@pytest.mark.parametrize("made", ["plain", "partitioned"])
+def test_a_memory_open_before_distribute_switches_at_its_first_operation(
+    cluster: Any, embedder: LocalEmbedder, made: str
+) -> None:
+    """A Memory opened on the one-node store goes on after `distribute` (another process) with the
+    distributed forms from its first operation: the layout generation `distribute` bumps is read
+    before it (a plain store's old forms would still run, slowly), or the first statement reading a
+    DEFAULT partition that is gone fails and sends it to read it."""
+    schema = f"open_across_{made}"
+    if made == "partitioned":
+        ids = _partitioned_store(cluster, embedder, schema)
+    else:
+        with Memory.open(cluster.dsn, embedder, schema=schema) as first:
+            ids = first.add_facts(FACTS, dataset="ds", project="p")
+    with Memory.open(cluster.dsn, embedder, schema=schema) as memory:
+        assert _recall_ids(memory) == set(ids) and not memory.info.distributed
+        distribute(cluster.dsn, schema=schema)
+        memory._layout_due = 0.0  # as after `generation.CHECK_EVERY_S`: distribute takes longer
+        assert _recall_ids(memory) == set(ids)
+        assert memory.info.distributed and memory.info.layout == "citus"
+        (new,) = memory.add_facts(
+            [{"subject": "Maya", "predicate": "likes", "object": "tea"}], dataset="ds", project="p"
+        )
+        assert new in {f.id for f in memory.list_facts(dataset="ds", project="p").facts}

@@ -9,18 +9,18 @@ from typing import Any
 
 from psycopg import sql
 
+from memsoda_core.layouts.access import SHARED, ScopeAccess
 from memsoda_core.recall.fragments import fragment
 from memsoda_core.recall.hits import HitRow
 from memsoda_core.recall.signals.entities import NAMED_ENTITIES, name_like, real_name
 from memsoda_core.recall.signals.spec import RecallPlan, SignalInputs, SignalSpec
-from memsoda_core.validation import Scope
 
 NEAR_MIN_POOL = 10
 """The fewest entities the gap rule judges a query against: among fewer, one step is wide against
 the others by chance (the near entities of a scope of a handful of entities are none)."""
 
 
-def near_cte(schema: str, indexed: Scope | None = None, *, default_partitions: bool = False) -> sql.Composed:
+def near_cte(schema: str, access: ScopeAccess = SHARED) -> sql.Composed:
     """The query's near entities, hubs left out. With `anchor_vector_min`: the `anchor_vector_top_k`
     nearest by name embedding at or above it. Else the gap rule (`RecallOptions.anchor_vector_gap`):
     the pool is the query's `anchor_vector_pool` nearest entities (s the similarity, r its rank, d
@@ -55,8 +55,7 @@ def near_cte(schema: str, indexed: Scope | None = None, *, default_partitions: b
         ) AS n
         WHERE n.r <= n.cut AND n.fact_count < (SELECT hub_floor.n FROM hub_floor))""",
         schema,
-        indexed=indexed,
-        default_partitions=default_partitions,
+        access=access,
         min_pool=sql.Literal(NEAR_MIN_POOL),
     )
 
@@ -137,7 +136,7 @@ _ANCHOR = """
         LIMIT %(anchor_candidates)s)"""
 
 
-def anchor_ctes(schema: str, plan: RecallPlan, indexed: Scope | None = None) -> sql.Composed:
+def anchor_ctes(schema: str, plan: RecallPlan, access: ScopeAccess = SHARED) -> sql.Composed:
     """Anchors (named + near, never hubs), the facts touching them (the `anchor_max_facts` most
     recently written per anchor), then the second hop through the other non-hub entities of those
     facts; ordered by relevance, never by physical row order. Anchors and bridges are real names
@@ -163,9 +162,7 @@ def anchor_ctes(schema: str, plan: RecallPlan, indexed: Scope | None = None) -> 
     near_union = sql.SQL("UNION ALL SELECT id, name, false, s FROM near" if plan.embedding else "")
     two_hops = plan.hops >= 2
     columns = sql.SQL(_HIT_COLUMNS)
-    part = partial(
-        fragment, indexed=indexed, known=plan.known, default_partitions=plan.default_partitions, distance=distance
-    )
+    part = partial(fragment, access=access, known=plan.known, distance=distance)
     hop2 = part(_HOP2, schema, real=sql.SQL(real_name("b.name")))
     return part(
         _ANCHOR,
@@ -175,13 +172,13 @@ def anchor_ctes(schema: str, plan: RecallPlan, indexed: Scope | None = None) -> 
         hop2_union=sql.SQL("UNION ALL SELECT 2, {c} FROM hop2").format(c=columns) if two_hops else sql.SQL(""),
         hit_columns=columns,
         real_anchor=sql.SQL(real_name("min(name)")),
-        name_like=name_like(schema, indexed),
+        name_like=name_like(schema, access),
     )
 
 
-def _ctes(schema: str, plan: RecallPlan, indexed: Scope | None) -> Sequence[sql.Composable]:
-    anchors = anchor_ctes(schema, plan, indexed)
-    near = near_cte(schema, indexed, default_partitions=plan.default_partitions)
+def _ctes(schema: str, plan: RecallPlan, access: ScopeAccess) -> Sequence[sql.Composable]:
+    anchors = anchor_ctes(schema, plan, access)
+    near = near_cte(schema, access)
     return (near, anchors) if plan.embedding else (anchors,)
 
 

@@ -15,32 +15,29 @@ from typing import Any
 from psycopg import sql
 
 from memsoda_core.errors import ValidationError
+from memsoda_core.layouts.access import SHARED, ScopeAccess
 from memsoda_core.limits import MAX_QUERY_CHARS
 from memsoda_core.models import USER_ROLES
 from memsoda_core.recall.hits import HitRow
 from memsoda_core.recall.signals.spec import RecallPlan, SignalInputs, SignalSpec
 from memsoda_core.recall.signals.vector import nearest_cte
 from memsoda_core.text import clean_query
-from memsoda_core.validation import Scope
 
 
-def conversation_cte(
-    schema: str, indexed: Scope | None = None, *, known: bool = False, default_partitions: bool = False
-) -> sql.Composed:
+def conversation_cte(schema: str, access: ScopeAccess = SHARED, *, known: bool = False) -> sql.Composed:
     """The facts nearest the conversation's embedding %(conversation_qvec)s, as the vector signal's."""
     return nearest_cte(
         schema,
         "conversation",
         "conversation_qvec",
         "conversation_candidates",
-        indexed,
+        access,
         known=known,
-        default_partitions=default_partitions,
     )
 
 
-def _ctes(schema: str, plan: RecallPlan, indexed: Scope | None) -> Sequence[sql.Composable]:
-    return (conversation_cte(schema, indexed, known=plan.known, default_partitions=plan.default_partitions),)
+def _ctes(schema: str, plan: RecallPlan, access: ScopeAccess) -> Sequence[sql.Composable]:
+    return (conversation_cte(schema, access, known=plan.known),)
 
 
 def _params(inputs: SignalInputs) -> Mapping[str, Any]:

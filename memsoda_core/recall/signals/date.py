@@ -18,16 +18,16 @@ from typing import Any
 
 from psycopg import sql
 
+from memsoda_core.layouts.access import SHARED, ScopeAccess
 from memsoda_core.recall.fragments import fragment
 from memsoda_core.recall.hits import HitRow
 from memsoda_core.recall.signals.spec import RecallPlan, SignalInputs, SignalSpec
-from memsoda_core.validation import Scope
 
 OPEN_START = datetime(1, 1, 2, tzinfo=UTC)
 """The bound start of a window open at the start ("before 2020"): before any stored date."""
 
 
-def date_cte(schema: str, plan: RecallPlan, indexed: Scope | None = None) -> sql.Composed:
+def date_cte(schema: str, plan: RecallPlan, access: ScopeAccess = SHARED) -> sql.Composed:
     """Facts that held in [%(window_start)s, %(window_end)s) (see the module docstring), nearest
     the query embedding first (most recent first without one); ties by recency, then id. The two
     branches are ranges of `facts_recent` (began in the window, still holding) and `facts_ended`
@@ -47,15 +47,14 @@ def date_cte(schema: str, plan: RecallPlan, indexed: Scope | None = None) -> sql
               ORDER BY distance, f.valid_at DESC, f.id DESC
               LIMIT %(date_candidates)s) d)""",
         schema,
-        indexed=indexed,
-        default_partitions=plan.default_partitions,
+        access=access,
         order=sql.SQL(order),
         learned=sql.SQL(learned),
     )
 
 
-def _ctes(schema: str, plan: RecallPlan, indexed: Scope | None) -> Sequence[sql.Composable]:
-    return (date_cte(schema, plan, indexed),)
+def _ctes(schema: str, plan: RecallPlan, access: ScopeAccess) -> Sequence[sql.Composable]:
+    return (date_cte(schema, plan, access),)
 
 
 def _params(inputs: SignalInputs) -> Mapping[str, Any]:

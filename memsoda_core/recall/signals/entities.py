@@ -8,11 +8,11 @@ from typing import Any
 
 from psycopg import sql
 
+from memsoda_core.layouts.access import SHARED, ScopeAccess
 from memsoda_core.recall.fragments import fragment
 from memsoda_core.recall.signals.spec import SharedCtes, SignalInputs
 from memsoda_core.store.params import TextArray
 from memsoda_core.text import name_spans_with_terms
-from memsoda_core.validation import Scope
 
 
 def real_name(column: str) -> str:
@@ -25,7 +25,7 @@ def real_name(column: str) -> str:
     return f"(to_tsvector(%(tsconfig)s, {column})::text ~ '''\\w\\w' OR {column} ~ '[^\\w\\s''’]|_')"
 
 
-def name_like(schema: str, indexed: Scope | None = None) -> sql.Composed:
+def name_like(schema: str, access: ScopeAccess = SHARED) -> sql.Composed:
     """The entity of a `named` row is used as a name in the scope: a one-word name is linked to at
     least %(anchor_name_share)s of the facts whose text holds its word (the scope's lexeme counts; a
     word never counted passes). A longer name passes: the count of its rarest word is only a bound
@@ -35,7 +35,7 @@ def name_like(schema: str, indexed: Scope | None = None) -> sql.Composed:
         "(name ~ ' ' OR fact_count >= %(anchor_name_share)s * coalesce((SELECT min(l.facts) FROM {s}.lexemes l"
         " WHERE {scope_l} AND l.lexeme = ANY(tsvector_to_array(to_tsvector(%(tsconfig)s, name)))), 0))",
         schema,
-        indexed=indexed,
+        access=access,
     )
 
 
@@ -46,7 +46,7 @@ HUB_TERMS = (
 """SQL: the search terms of the hubs the query names (the keyword signal leaves them out)."""
 
 
-def hub_floor_cte(schema: str, indexed: Scope | None = None) -> sql.Composed:
+def hub_floor_cte(schema: str, access: ScopeAccess = SHARED) -> sql.Composed:
     """The fact count from which an entity is a hub in this scope."""
     return fragment(
         """
@@ -56,11 +56,11 @@ def hub_floor_cte(schema: str, indexed: Scope | None = None) -> sql.Composed:
                             (SELECT sc.fact_count FROM {s}.scopes sc WHERE {scope_sc}),0))
                        )::bigint AS n)""",
         schema,
-        indexed=indexed,
+        access=access,
     )
 
 
-def named_cte(schema: str, indexed: Scope | None = None, *, default_partitions: bool = False) -> sql.Composed:
+def named_cte(schema: str, access: ScopeAccess = SHARED) -> sql.Composed:
     """Entities whose whole normalized name equals a span of the query (word-boundary match),
     each looked up by name (behind `OFFSET 0`, so a generic plan cannot scan the scope's entities
     instead: see `anchor.anchor_ctes`)."""
@@ -72,8 +72,7 @@ def named_cte(schema: str, indexed: Scope | None = None, *, default_partitions: 
         CROSS JOIN LATERAL(SELECT id,name,fact_count FROM {entities} e
                             WHERE {scope_e} AND e.name=s.span OFFSET 0) e)""",
         schema,
-        indexed=indexed,
-        default_partitions=default_partitions,
+        access=access,
     )
 
 
@@ -90,9 +89,6 @@ def _params(inputs: SignalInputs) -> Mapping[str, Any]:
 
 NAMED_ENTITIES = SharedCtes(
     name="named entities",
-    ctes=lambda schema, plan, indexed: (
-        hub_floor_cte(schema, indexed),
-        named_cte(schema, indexed, default_partitions=plan.default_partitions),
-    ),
+    ctes=lambda schema, plan, access: (hub_floor_cte(schema, access), named_cte(schema, access)),
     params=_params,
 )

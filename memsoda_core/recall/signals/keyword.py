@@ -7,18 +7,16 @@ from typing import Any
 
 from psycopg import sql
 
+from memsoda_core.layouts.access import SHARED, ScopeAccess
 from memsoda_core.recall.fragments import fragment
 from memsoda_core.recall.hits import HitRow
 from memsoda_core.recall.signals.entities import HUB_TERMS, NAMED_ENTITIES
 from memsoda_core.recall.signals.spec import RecallPlan, SignalInputs, SignalSpec
 from memsoda_core.store.params import TextArray
 from memsoda_core.text import normalized_terms
-from memsoda_core.validation import Scope
 
 
-def keyword_ctes(
-    schema: str, indexed: Scope | None = None, *, known: bool = False, default_partitions: bool = False
-) -> sql.Composed:
+def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = False) -> sql.Composed:
     """Full-text search for the query's lexemes (its terms stemmed by the store's config), minus the
     terms of any hub named in the query (a match on nothing but a hub's name is noise) and the terms
     too common in the scope (`RecallOptions.common_term_share`). Of the n lexemes left, a fact must
@@ -69,15 +67,14 @@ def keyword_ctes(
         ORDER BY rank
         LIMIT %(keyword_candidates)s)""",
         schema,
-        indexed=indexed,
+        access=access,
         known=known,
-        default_partitions=default_partitions,
         hub_terms=sql.SQL(HUB_TERMS),
     )
 
 
-def _ctes(schema: str, plan: RecallPlan, indexed: Scope | None) -> Sequence[sql.Composable]:
-    return (keyword_ctes(schema, indexed, known=plan.known, default_partitions=plan.default_partitions),)
+def _ctes(schema: str, plan: RecallPlan, access: ScopeAccess) -> Sequence[sql.Composable]:
+    return (keyword_ctes(schema, access, known=plan.known),)
 
 
 def _params(inputs: SignalInputs) -> Mapping[str, Any]:

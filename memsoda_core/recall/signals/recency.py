@@ -9,15 +9,13 @@ from typing import Any
 
 from psycopg import sql
 
+from memsoda_core.layouts.access import SHARED, ScopeAccess
 from memsoda_core.recall.fragments import fragment
 from memsoda_core.recall.hits import HitRow
 from memsoda_core.recall.signals.spec import RecallPlan, SignalInputs, SignalSpec
-from memsoda_core.validation import Scope
 
 
-def recent_cte(
-    schema: str, indexed: Scope | None = None, *, known: bool = False, default_partitions: bool = False
-) -> sql.Composed:
+def recent_cte(schema: str, access: ScopeAccess = SHARED, *, known: bool = False) -> sql.Composed:
     """The most recent live facts, latest first (ties by id)."""
     return fragment(
         """
@@ -28,14 +26,13 @@ def recent_cte(
         ORDER BY f.valid_at DESC, f.id DESC
         LIMIT %(recent_limit)s)""",
         schema,
-        indexed=indexed,
+        access=access,
         known=known,
-        default_partitions=default_partitions,
     )
 
 
-def _ctes(schema: str, plan: RecallPlan, indexed: Scope | None) -> Sequence[sql.Composable]:
-    return (recent_cte(schema, indexed, known=plan.known, default_partitions=plan.default_partitions),)
+def _ctes(schema: str, plan: RecallPlan, access: ScopeAccess) -> Sequence[sql.Composable]:
+    return (recent_cte(schema, access, known=plan.known),)
 
 
 def _params(inputs: SignalInputs) -> Mapping[str, Any]:

@@ -9,10 +9,10 @@ from typing import Any
 
 from psycopg import sql
 
+from memsoda_core.layouts.access import ScopeAccess
 from memsoda_core.options import RecallOptions
 from memsoda_core.recall.dates import Window
 from memsoda_core.recall.hits import HitRow
-from memsoda_core.validation import Scope
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,8 +32,8 @@ class RecallPlan:
     conversation: bool = False
     """There is an embedding of the conversation's recent turns."""
     default_partitions: bool = False
-    """The statements read the DEFAULT partitions by name: a small scope of a partitioned store
-    (`store.layout.table_refs`)."""
+    """Unread: where the statements read is `layouts.access.ScopeAccess.default_partitions`. Kept
+    until `result.plan_for` drops its parameter (TODO(merge): remove both)."""
     recent: bool = False
     """With a query: the most recent live facts are fused as a list too (`RecallOptions.recent_candidates`)."""
 
@@ -51,9 +51,9 @@ class SignalInputs:
     """The time window the question names, if any."""
 
 
-CteBuilder = Callable[[str, RecallPlan, Scope | None], Sequence[sql.Composable]]
-"""(schema, plan, indexed scope) -> CTEs. `indexed`: a scope with its own partial indexes, whose
-names the predicates those indexes must match then carry (see `fragments.fragment`)."""
+CteBuilder = Callable[[str, RecallPlan, ScopeAccess], Sequence[sql.Composable]]
+"""(schema, plan, the scope's access) -> CTEs: `access` says which tables hold the scope's rows and
+how the tenant is named in them (see `fragments.fragment`)."""
 
 ParamsBuilder = Callable[[SignalInputs], Mapping[str, Any]]
 """Inputs -> bound values, each named like the `RecallOptions` field it comes from."""

@@ -7,10 +7,10 @@ from typing import Any
 
 from psycopg import sql
 
+from memsoda_core.layouts.access import SHARED, ScopeAccess
 from memsoda_core.recall.fragments import fragment
 from memsoda_core.recall.hits import HitRow
 from memsoda_core.recall.signals.spec import RecallPlan, SignalInputs, SignalSpec
-from memsoda_core.validation import Scope
 
 NEAREST = """
     {name}_hits AS (
@@ -28,10 +28,9 @@ def nearest_cte(
     name: str,
     vector: str,
     limit: str,
-    indexed: Scope | None = None,
+    access: ScopeAccess = SHARED,
     *,
     known: bool = False,
-    default_partitions: bool = False,
 ) -> sql.Composed:
     """`<name>_hits`: cosine kNN of fact embeddings to the bound vector %(<vector>)s, the nearest
     %(<limit>)s (`name` is memsoda's own constant). The inner ORDER BY can use HNSW (with
@@ -40,26 +39,21 @@ def nearest_cte(
     return fragment(
         NEAREST,
         schema,
-        indexed=indexed,
+        access=access,
         known=known,
-        default_partitions=default_partitions,
         name=sql.SQL(name),
         vector=sql.Placeholder(vector),
         limit=sql.Placeholder(limit),
     )
 
 
-def vector_cte(
-    schema: str, indexed: Scope | None = None, *, known: bool = False, default_partitions: bool = False
-) -> sql.Composed:
+def vector_cte(schema: str, access: ScopeAccess = SHARED, *, known: bool = False) -> sql.Composed:
     """The facts nearest the query embedding %(qvec)s."""
-    return nearest_cte(
-        schema, "vector", "qvec", "vector_candidates", indexed, known=known, default_partitions=default_partitions
-    )
+    return nearest_cte(schema, "vector", "qvec", "vector_candidates", access, known=known)
 
 
-def _ctes(schema: str, plan: RecallPlan, indexed: Scope | None) -> Sequence[sql.Composable]:
-    return (vector_cte(schema, indexed, known=plan.known, default_partitions=plan.default_partitions),)
+def _ctes(schema: str, plan: RecallPlan, access: ScopeAccess) -> Sequence[sql.Composable]:
+    return (vector_cte(schema, access, known=plan.known),)
 
 
 def _params(inputs: SignalInputs) -> Mapping[str, Any]:

@@ -1,27 +1,34 @@
-"""A large tenant's own partitions on a partitioned store (`store.layout`): moving it there and
-building its leaf indexes (operations)."""
+"""The partitioned layout (`store.layout`): a large tenant in partitions of its own, moved there and
+given its leaf indexes by the operations here. A small scope's statements read the DEFAULT
+partitions by name, on kept plans; a large one, or one whose dataset has partitions, names its
+tenant as literals, on generic plans (a kept plan over the partitioned tables would hold and lock
+every partition at each run)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from psycopg import sql
 
-from memsoda_core.ops.ddl import index_ddl, took_lock
+from memsoda_core.layouts.access import ScopeAccess, ScopeSize
+from memsoda_core.layouts.ddl import index_ddl, took_lock
 from memsoda_core.runner.steps import Operation, Planning, execute, execute_as, outside_transaction, own_transaction
 from memsoda_core.store import layout as sql_layout
 from memsoda_core.store import placement as sql_placement
+from memsoda_core.store import statements as sql_store
 from memsoda_core.store import tenant_index as sql_tenant_index
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.store.tenant_index import TenantIndex
 from memsoda_core.validation import Scope
 
 
-def scope_size(info: StoreInfo, scope: Scope, planning: Planning = Planning.FRESH) -> Operation[tuple[int, bool]]:
-    """(facts, placed) of `scope`: placed when its dataset has partitions of its own, so that its
-    rows are not in the DEFAULT partitions; (0, False) for a scope never written."""
+def scope_size(info: StoreInfo, scope: Scope, planning: Planning = Planning.FRESH) -> Operation[ScopeSize]:
+    """The size of `scope`, placed when its dataset has partitions of its own, so that its rows are
+    not in the DEFAULT partitions; (0, False) for a scope never written."""
     rows = yield from execute(
         sql_placement.scope_size_statement(info.schema), {"dataset": scope.dataset, "project": scope.project}, planning
     )
-    return (int(rows[0][0]), bool(rows[0][1])) if rows else (0, False)
+    return ScopeSize(int(rows[0][0]), bool(rows[0][1])) if rows else ScopeSize(0)
 
 
 def leaf_fact_index(scope: Scope) -> TenantIndex:
@@ -95,3 +102,55 @@ def ensure_all_own_partitions(info: StoreInfo, *, move: bool) -> Operation[list[
     for scope in dict.fromkeys([*moved, *large]):
         built += yield from ensure_own_partition(info, scope, move=move)
     return built
+
+
+def _own(scope: Scope) -> ScopeAccess:
+    return ScopeAccess(named=scope, planning=Planning.GENERIC, kept_named=scope, kept_planning=Planning.GENERIC)
+
+
+class PartitionedLayout:
+    name = "partitioned"
+
+    def access(self, info: StoreInfo, scope: Scope, size: ScopeSize | None) -> ScopeAccess:
+        """Its own partitions (named, generic plans) for a large or placed scope; else the DEFAULT
+        partitions (kept plans), and its own partitions should another process have moved it since
+        its size was read. Without a size: the partitioned tables, planned afresh (pruned)."""
+        if size is None:
+            return ScopeAccess(planning=Planning.FRESH)
+        if size.facts >= info.tenant_index_min_facts or size.placed:
+            return _own(scope)
+        return ScopeAccess(default_partitions=True, moved=_own(scope))
+
+    def scope_size(self, info: StoreInfo, scope: Scope, planning: Planning) -> Operation[ScopeSize]:
+        return (yield from scope_size(info, scope, planning))
+
+    def grow(self, info: StoreInfo, scope: Scope, *, move: bool = True) -> Operation[list[str]]:
+        return (yield from ensure_own_partition(info, scope, move=move))
+
+    def grow_all(self, info: StoreInfo, *, move: bool) -> Operation[list[str]]:
+        return (yield from ensure_all_own_partitions(info, move=move))
+
+    def fact_vector_index(self, scope: Scope) -> TenantIndex:
+        return leaf_fact_index(scope)
+
+    def create_statements(self, schema: str) -> list[sql.Composed]:
+        return sql_layout.partition_statements(schema)
+
+    def analyze_statements(self, schema: str) -> list[sql.Composed]:
+        return sql_store.analyze(schema, partitioned=True)
+
+    def lacking(self, conn: Any, schema: str, scope: Scope, threshold: int) -> list[str]:
+        """Not moved yet (its partial indexes from before do meanwhile, if all there), or moved with
+        leaf indexes missing."""
+        params = sql_placement.placement_params(schema, scope, threshold)
+        row = conn.execute(sql_placement.placement_statement(schema), params).fetchone()
+        if row is None:
+            return []
+        placement = sql_placement.Placement(*row)
+        if placement.moved:
+            return list(placement.missing or [])
+        legacy = {index.name for index in sql_tenant_index.tenant_indexes(scope)}
+        return [] if set(placement.legacy or []) == legacy else ["partitions of its own"]
+
+
+LAYOUT = PartitionedLayout()

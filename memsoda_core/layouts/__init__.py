@@ -1,0 +1,20 @@
+"""Tenant layouts as strategies behind one protocol (`layouts.protocol.Layout`), and the registry
+of them. To add a layout: one module implementing the protocol, and its line in `REGISTRY`."""
+
+from __future__ import annotations
+
+from memsoda_core.errors import ConfigurationError
+from memsoda_core.layouts import citus, partitioned, plain
+from memsoda_core.layouts.protocol import Layout
+from memsoda_core.store.info import StoreInfo
+
+REGISTRY: dict[str, Layout] = {layout.name: layout for layout in (plain.LAYOUT, partitioned.LAYOUT, citus.LAYOUT)}
+"""Layout name -> its strategy."""
+
+
+def layout_of(info: StoreInfo) -> Layout:
+    """The strategy of an open store's layout."""
+    try:
+        return REGISTRY[info.layout]
+    except KeyError:
+        raise ConfigurationError(f"unknown layout {info.layout!r}: one of {', '.join(REGISTRY)}") from None
