@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 import psycopg
-from psycopg import sql
 
 from memsoda_core.options import RecallOptions
 from memsoda_core.recall.dates import question_window
@@ -27,6 +26,7 @@ from memsoda_core.recall.result import statement_params
 from memsoda_core.recall.signals import RecallPlan
 from memsoda_core.recall.signals.conversation import conversation_text
 from memsoda_core.recall.statements import hits_statement, rendered
+from memsoda_core.runner.compiled import Compiled
 from memsoda_core.validation import Scope
 
 WINDOWS = {"conversation": 2, "conversation4": 4}
@@ -35,14 +35,15 @@ WINDOWS = {"conversation": 2, "conversation4": 4}
 
 
 @lru_cache(maxsize=16)
-def _statement(schema: str, signal: str) -> sql.SQL:
+def _statement(schema: str, signal: str) -> Compiled:
     plan = RecallPlan(query=True, embedding=True, dated=True, conversation=True)
     return rendered(hits_statement(schema, plan, (signal,)))
 
 
 def _rows(conn: psycopg.Connection[Any], schema: str, signal: str, params: dict[str, Any]) -> list[HitRow]:
-    with conn.cursor(row_factory=hit_rows) as cursor:
-        return cursor.execute(_statement(schema, signal), params).fetchall()
+    statement = _statement(schema, signal)  # compiled to $n text: run raw, as the runner does
+    with psycopg.RawCursor(conn, row_factory=hit_rows) as cursor:
+        return cursor.execute(statement.query, statement.bind(params)).fetchall()
 
 
 def windows(prior: Sequence[tuple[str, str]], query: str) -> dict[str, str]:
