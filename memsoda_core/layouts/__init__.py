@@ -11,6 +11,9 @@ from memsoda_core.store.info import StoreInfo
 REGISTRY: dict[str, Layout] = {layout.name: layout for layout in (plain.LAYOUT, partitioned.LAYOUT, citus.LAYOUT)}
 """Layout name -> its strategy."""
 
+OPENED_WITH = tuple(sorted(name for name, layout in REGISTRY.items() if layout.opened_with))
+"""The layouts `Memory.open(layout=...)` accepts for a new store."""
+
 
 def layout_of(info: StoreInfo) -> Layout:
     """The strategy of an open store's layout."""

@@ -22,6 +22,7 @@ from memsoda_core.validation import Scope
 
 class CitusLayout(PlainLayout):
     name = "citus"
+    opened_with = False
 
     def access(self, info: StoreInfo, scope: Scope, size: ScopeSize | None) -> ScopeAccess:
         if size is None:  # a statement binding the tenant: planned with its values, so Citus routes it

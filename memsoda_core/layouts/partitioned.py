@@ -110,6 +110,7 @@ def _own(scope: Scope) -> ScopeAccess:
 
 class PartitionedLayout:
     name = "partitioned"
+    opened_with = True
 
     def access(self, info: StoreInfo, scope: Scope, size: ScopeSize | None) -> ScopeAccess:
         """Its own partitions (named, generic plans) for a large or placed scope; else the DEFAULT

@@ -31,6 +31,7 @@ def scope_fact_count(info: StoreInfo, scope: Scope, planning: Planning = Plannin
 
 class PlainLayout:
     name = "plain"
+    opened_with = True
 
     def access(self, info: StoreInfo, scope: Scope, size: ScopeSize | None) -> ScopeAccess:
         """A large scope's own statements, named, on their generic plans; else the shared ones."""

@@ -20,6 +20,8 @@ class Layout(Protocol):
 
     name: str
     """As `StoreInfo.layout` and the meta table record it."""
+    opened_with: bool
+    """`Memory.open(layout=name)` creates a store in it (a Citus store comes from `distribute`)."""
 
     def access(self, info: StoreInfo, scope: Scope, size: ScopeSize | None) -> ScopeAccess:
         """How an operation's statements reach `scope`'s rows, given its size and place (None: an

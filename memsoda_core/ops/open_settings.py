@@ -12,11 +12,11 @@ from memsoda_core.embedders import Embedder
 from memsoda_core.embedders.choice import EXPLICIT, build, choose
 from memsoda_core.embedders.openai import OpenAIEmbedder
 from memsoda_core.errors import ConfigurationError
+from memsoda_core.layouts import OPENED_WITH
 from memsoda_core.ops.opening import recorded_space
 from memsoda_core.runner.embedding import check_embedder
 from memsoda_core.runner.once import run_once
 from memsoda_core.runner.target import Target, check_schema_name, release_target, resolve_target
-from memsoda_core.store.layout import LAYOUTS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,8 +30,8 @@ class OpenSettings:
 
 def check_open_args(schema: str, tenant_index_min_facts: int | None, layout: str | None) -> str:
     """`open`'s store settings checked before anything starts; returns the checked schema name."""
-    if layout is not None and layout not in LAYOUTS:
-        raise ConfigurationError(f"layout must be one of {', '.join(LAYOUTS)} or None, got {layout!r}")
+    if layout is not None and layout not in OPENED_WITH:
+        raise ConfigurationError(f"layout must be one of {', '.join(OPENED_WITH)} or None, got {layout!r}")
     if tenant_index_min_facts is not None:
         if isinstance(tenant_index_min_facts, bool) or not isinstance(tenant_index_min_facts, int):
             raise ConfigurationError("tenant_index_min_facts must be an int or None")

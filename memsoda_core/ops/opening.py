@@ -132,7 +132,7 @@ def open_store(
     """Create or upgrade the schema (under an advisory lock), check the embedder matches, record
     `tenant_index_min_facts` if given (else use the recorded one, or the default), then build any
     tenant indexes a large scope lacks (after an upgrade, or an interrupted build). The layout
-    (`store.layout.LAYOUTS`) is chosen once, when the store is created or upgraded to it: `layout`,
+    (`layouts.OPENED_WITH`) is chosen once, when the store is created or upgraded to it: `layout`,
     else plain where Citus is installed and partitioned elsewhere.
 
     An up-to-date store opened with its recorded settings is only read (no lock, no DDL, no meta

@@ -34,11 +34,7 @@ PARTITIONED = ("entities", "facts", "fact_entities", "fact_sources")
 """Referenced tables first: the order rows are copied and partitions attached in."""
 
 LAYOUT_KEY = "layout"
-"""Meta key: the store's layout, one of `LAYOUTS`, chosen when it is created (or upgraded to v9)."""
-
-LAYOUTS = ("partitioned", "plain")
-"""partitioned: this module. plain: one table of each kind for all tenants, a large tenant with
-partial indexes (`store.tenant_index`): what Citus distributes, and the default where it is installed."""
+"""Meta key: the store's layout, one of `layouts.REGISTRY`, chosen when it is created (or upgraded to v9)."""
 
 IDENTITY = {"entities": "ALWAYS", "facts": "BY DEFAULT", "fact_sources": "ALWAYS"}
 """Each table's identity (schema v1, v8). A partition may not have one: it moves to the parent."""
