@@ -23,7 +23,7 @@ from memsoda_core.options import RecallOptions
 from memsoda_core.recall.dates import question_window
 from memsoda_core.recall.hits import HitRow, hit_rows
 from memsoda_core.recall.result import statement_params
-from memsoda_core.recall.signals import RecallPlan
+from memsoda_core.recall.signals import RecallPlan, RecallRequest
 from memsoda_core.recall.signals.conversation import conversation_text
 from memsoda_core.recall.statements import hits_statement, rendered
 from memsoda_core.runner.compiled import Compiled
@@ -36,7 +36,7 @@ WINDOWS = {"conversation": 2, "conversation4": 4}
 
 @lru_cache(maxsize=16)
 def _statement(schema: str, signal: str) -> Compiled:
-    plan = RecallPlan(query=True, embedding=True, dated=True, conversation=True)
+    plan = RecallPlan(query=True, embedding=True)  # the shape flags; the signal is named
     return rendered(hits_statement(schema, plan, (signal,)))
 
 
@@ -76,13 +76,14 @@ def lists(
     list is `recent_candidates` long (`vector_candidates` when that is 0, as in the defaults)."""
     window = question_window(query, at) if options.date_candidates else None
     params = statement_params(
-        scope=scope,
-        query=query,
-        embedding=embedding,
-        at=at,
-        options=options,
-        text_search_config=tsconfig,
-        window=window,
+        RecallRequest(
+            scope=scope,
+            query=query,
+            embedding=embedding,
+            at=at,
+            options=options,
+            text_search_config=tsconfig,
+        )
     )
     out: dict[str, list[int]] = {"recent": [row.fact_id for row in _rows(conn, schema, "recent", params)]}
     if window is not None:

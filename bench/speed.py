@@ -75,7 +75,7 @@ def breakdown(memory: Memory, project: str, queries: Sequence[synth.SynthQuery])
     from memsoda_core.layouts import layout_of
     from memsoda_core.layouts.access import ScopeSize
     from memsoda_core.options import DEFAULT_OPTIONS
-    from memsoda_core.recall.result import plan_for
+    from memsoda_core.recall.signals import FULL_PLAN
     from memsoda_core.recall.statements import recall_statements
     from memsoda_core.runner.steps import Execute, Planning
     from memsoda_core.runner.sync_runner import _fetch
@@ -96,7 +96,7 @@ def breakdown(memory: Memory, project: str, queries: Sequence[synth.SynthQuery])
     access = layout_of(memory.info).access(memory.info, scope, ScopeSize(facts))  # as recall derives it
     core_planning = access.planning
     statements = {
-        label: recall_statements(schema, plan_for("q", True, DEFAULT_OPTIONS), access)
+        label: recall_statements(schema, FULL_PLAN, access)
         if config == "core"
         else (variants.statement(schema, configs[config], signals),)
         for label, config, signals in PARTS

@@ -29,7 +29,7 @@ from memsoda_core.recall.adaptive import choose
 from memsoda_core.recall.fusion import rrf
 from memsoda_core.recall.result import statement_params
 from memsoda_core.recall.scope_stats import SAMPLE_FACTS, StatsRow, decode_stats, stats_statement
-from memsoda_core.recall.signals import RecallPlan
+from memsoda_core.recall.signals import RecallPlan, RecallRequest
 from memsoda_core.recall.signals.anchor import anchor_ctes, near_cte
 from memsoda_core.recall.signals.entities import HUB_TERMS, hub_floor_cte, named_cte
 from memsoda_core.recall.signals.keyword import keyword_ctes
@@ -218,7 +218,9 @@ def params(
 ) -> dict[str, Any]:
     """memsoda's own statement parameters, plus the raw query for `plainto_tsquery`."""
     bound = statement_params(
-        scope=scope, query=query, embedding=embedding, at=at, options=options, text_search_config=tsconfig
+        RecallRequest(
+            scope=scope, query=query, embedding=embedding, at=at, options=options, text_search_config=tsconfig
+        )
     )
     bound["raw_query"] = normalize_query(query)
     bound["half_max_lexemes"] = 10  # the pre-issue-20 keyword form's (`_HALF_TS_RANK`)

@@ -14,6 +14,7 @@ from memsoda_core.options import ADAPTIVE, DEFAULT_OPTIONS, GENERAL_OPTIONS
 from memsoda_core.recall.adaptive import MIN_SAMPLED, NOTE_LEXEMES, ONE_SUBJECT_SHARE, choose, first_person
 from memsoda_core.recall.result import statement_params
 from memsoda_core.recall.scope_stats import ScopeStatsCache, StatsRow, decode_stats
+from memsoda_core.recall.signals import RecallRequest
 from memsoda_core.validation import Scope
 from tests.conftest import Either
 
@@ -76,12 +77,14 @@ def test_statement_params_never_bind_none() -> None:
     from datetime import UTC, datetime
 
     params = statement_params(
-        scope=Scope(dataset="d", project="p"),
-        query="q words here",
-        embedding=None,
-        at=datetime(2026, 1, 1, tzinfo=UTC),
-        options=DEFAULT_OPTIONS,
-        text_search_config="english",
+        RecallRequest(
+            scope=Scope(dataset="d", project="p"),
+            query="q words here",
+            embedding=None,
+            at=datetime(2026, 1, 1, tzinfo=UTC),
+            options=DEFAULT_OPTIONS,
+            text_search_config="english",
+        )
     )
     assert params["keyword_min_terms"] == 2 and params["anchor_name_share"] == 0.5
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
 
 import numpy as np
 import psycopg
@@ -18,7 +19,8 @@ from memsoda_core.embedders import LocalEmbedder
 from memsoda_core.errors import LimitError
 from memsoda_core.options import DEFAULT_OPTIONS, RecallOptions
 from memsoda_core.recall.signals import anchor
-from memsoda_core.recall.signals.spec import SignalInputs
+from memsoda_core.recall.signals.spec import RecallRequest
+from memsoda_core.validation import Scope
 
 THINGS = (
     "golden retriever",
@@ -79,7 +81,7 @@ def expected_near(similarities: Sequence[float], *, top_k: int, gap: float, pool
 
 def test_the_default_is_the_gap_rule_and_an_explicit_cosine_replaces_it() -> None:
     def params(options: RecallOptions) -> dict[str, object]:
-        inputs = SignalInputs(query="q", normalized="q", options=options, text_search_config="english")
+        inputs = RecallRequest(scope=Scope(dataset="d", project="p"), query="q", options=options, at=datetime.now(UTC))
         return dict(anchor.SIGNAL.params(inputs))
 
     default = params(DEFAULT_OPTIONS)

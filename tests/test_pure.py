@@ -25,7 +25,7 @@ from memsoda_core.recall.fusion import rrf, rrf_ranks
 from memsoda_core.recall.hits import HitRow
 from memsoda_core.recall.render import anchor_entities, group_by_anchor, render
 from memsoda_core.recall.result import fuse_hits, plan_for
-from memsoda_core.recall.signals import SIGNAL_NAMES
+from memsoda_core.recall.signals import FULL_PLAN, SIGNAL_NAMES, RecallRequest
 from memsoda_core.recall.statements import (
     RecallPlan,
     hits_statement,
@@ -322,8 +322,7 @@ def test_every_fragment_filters_tenant_liveness_and_confidence() -> None:
 
 def test_statement_is_composed_with_identifiers_not_pasted_names() -> None:
     hostile = 'x"; DROP TABLE facts; --'
-    plan = RecallPlan(query=True, embedding=True)
-    text = hits_statement(hostile, plan, planned_signals(plan)).as_string(None)
+    text = hits_statement(hostile, FULL_PLAN, planned_signals(FULL_PLAN)).as_string(None)
     assert '"x""; DROP TABLE facts; --".facts' in text
 
 
@@ -334,12 +333,20 @@ def test_statistics_are_refreshed_when_the_facts_table_doubles() -> None:
     assert statistics_stale(100, 200)
 
 
+def _request(query: str | None, embedding: bool, options: RecallOptions) -> RecallRequest:
+    at = datetime(2026, 6, 1, tzinfo=UTC)
+    vector = (0.0, 1.0) if embedding else None
+    return RecallRequest(scope=Scope(dataset="d", project="p"), query=query, embedding=vector, options=options, at=at)
+
+
 def _every_recall_plan() -> set[RecallPlan]:
     plans = {
-        plan_for(query, embedding, replace(DEFAULT_OPTIONS, anchor_hops=hops))
+        plan_for(_request(query, embedding, replace(DEFAULT_OPTIONS, anchor_hops=hops)))
         for query, embedding, hops in itertools.product(("q", None), (True, False), (1, 2))
     }
-    plans.add(plan_for("q", True, replace(DEFAULT_OPTIONS, recent_candidates=50)))  # the recency list beside a query
+    plans.add(
+        plan_for(_request("q", True, replace(DEFAULT_OPTIONS, recent_candidates=50)))
+    )  # the recency list beside a query
     assert len(plans) == 8  # every statement a recall can run
     return plans
 
@@ -420,13 +427,12 @@ def test_scope_sizes_expire_forget_and_stay_bounded() -> None:
 
 
 def test_the_date_statement_is_planned_for_its_window() -> None:
-    from memsoda_core.recall.dates import question_window
     from memsoda_core.recall.planning import statement_planning
     from memsoda_core.recall.statements import recall_groups
     from memsoda_core.runner.steps import Planning
 
     now = datetime(2026, 6, 1, tzinfo=UTC)
-    dated = plan_for("what did I do last week", True, DEFAULT_OPTIONS, window=question_window("last week", now))
+    dated = plan_for(replace(_request("what did I do last week", True, DEFAULT_OPTIONS), at=now))
     groups = recall_groups(dated)
     assert any("date" in group for group in groups) and len(groups) == len(recall_statements("s", dated))
     for group in groups:

@@ -25,7 +25,7 @@ from memsoda_core.recall.signals import (
     REGISTRY,
     SIGNAL_NAMES,
     RecallPlan,
-    SignalInputs,
+    RecallRequest,
     SignalSpec,
     planned_signals,
     signal_order,
@@ -34,17 +34,48 @@ from memsoda_core.recall.signals import (
 from memsoda_core.recall.signals.entities import NAMED_ENTITIES
 from memsoda_core.validation import Scope
 
-PLANS = [
-    RecallPlan(query=query, embedding=embedding, hops=hops)
-    for query in (True, False)
+AT = datetime(2023, 6, 1, tzinfo=UTC)
+DATED = "what did I do on 7 May 2023?"
+"""A question naming a window before `AT`."""
+
+
+def _request(
+    query: str | None,
+    embedding: bool,
+    options: RecallOptions | None = None,
+    *,
+    conversation: bool = False,
+    asked_at: datetime | None = None,
+) -> RecallRequest:
+    """A request as recall builds it; `conversation`: the conversation's turns were embedded."""
+    return RecallRequest(
+        scope=Scope(dataset="d", project="p"),
+        query=query,
+        embedding=(0.0, 1.0) if embedding else None,
+        options=options or RecallOptions(),
+        at=AT,
+        asked_at=asked_at,
+        conversation=(("user", "the trip to kyoto"),),
+        vectors={"conversation": (1.0, 0.0)} if conversation else {},
+    )
+
+
+def _plan(query: str | None, embedding: bool, options: RecallOptions | None = None, **kw: Any) -> RecallPlan:
+    return plan_for(_request(query, embedding, options, **kw))
+
+
+REQUESTS = [
+    _request(query, embedding, RecallOptions(anchor_hops=hops))
+    for query in ("q", None)
     for embedding in (True, False)
     for hops in (1, 2)
 ] + [
-    RecallPlan(query=True, embedding=embedding, dated=dated, conversation=conversation)
+    _request(DATED if dated else "q", embedding, conversation=conversation)
     for embedding in (True, False)
     for dated in (True, False)
     for conversation in (True, False)
 ]
+PLANS = [plan_for(request) for request in REQUESTS]
 
 
 def _text(statement: sql.Composable) -> str:
@@ -63,15 +94,14 @@ def test_the_cli_and_the_demo_read_the_registry() -> None:
 
 
 def test_planned_signals_are_those_whose_spec_runs_in_registry_order() -> None:
-    for plan in PLANS:
-        assert planned_signals(plan) == tuple(spec.name for spec in REGISTRY if spec.runs(plan))
+    for request in REQUESTS:
+        assert planned_signals(plan_for(request)) == tuple(spec.name for spec in REGISTRY if spec.runs(request))
     options = RecallOptions()
-    assert planned_signals(plan_for("q", True, options)) == ("vector", "anchor", "keyword")
-    assert planned_signals(plan_for("q", False, options)) == ("anchor", "keyword", "recent")
-    assert planned_signals(plan_for(None, True, options)) == ("vector", "anchor")
-    assert planned_signals(plan_for(None, False, options)) == ("recent",)
-    window = question_window("what did I do on 7 May 2023?", datetime(2023, 6, 1, tzinfo=UTC))
-    assert planned_signals(plan_for("q", True, options, window=window, conversation=True)) == (
+    assert planned_signals(_plan("q", True, options)) == ("vector", "anchor", "keyword")
+    assert planned_signals(_plan("q", False, options)) == ("anchor", "keyword", "recent")
+    assert planned_signals(_plan(None, True, options)) == ("vector", "anchor")
+    assert planned_signals(_plan(None, False, options)) == ("recent",)
+    assert planned_signals(_plan(DATED, True, options, conversation=True)) == (
         "vector",
         "anchor",
         "keyword",
@@ -79,11 +109,25 @@ def test_planned_signals_are_those_whose_spec_runs_in_registry_order() -> None:
         "conversation",
     )
     off = RecallOptions(date_candidates=0)
-    assert planned_signals(plan_for("q", True, off, window=window)) == ("vector", "anchor", "keyword")
+    assert planned_signals(_plan(DATED, True, off)) == ("vector", "anchor", "keyword")
     recent = RecallOptions(recent_candidates=20)  # the recency list beside a query, opt-in
-    assert planned_signals(plan_for("q", True, recent)) == ("vector", "anchor", "keyword", "recent")
-    assert planned_signals(plan_for(None, True, recent)) == ("vector", "anchor")
-    assert planned_signals(plan_for(None, True, options, window=window)) == ("vector", "anchor")
+    assert planned_signals(_plan("q", True, recent)) == ("vector", "anchor", "keyword", "recent")
+    assert planned_signals(_plan(None, True, recent)) == ("vector", "anchor")
+    assert planned_signals(_plan(None, True, options, conversation=True)) == ("vector", "anchor", "conversation")
+
+
+def test_the_date_signal_reads_the_window_the_question_names_when_it_is_asked() -> None:
+    """`recall.asof` moves the read time to the window's end; the words stay resolved against the
+    time the question is asked ("last week" of a question asked on 1 June)."""
+    asked = _request("what happened last week?", True)
+    moved = dataclasses.replace(asked, at=datetime(2023, 5, 28, tzinfo=UTC), asked_at=AT)
+    window = question_window("what happened last week?", AT)
+    assert window is not None
+    for request in (asked, moved):
+        params = statement_params(request)
+        assert (params["window_start"], params["window_end"]) == (window.start, window.end)
+        assert "date" in plan_for(request).signals
+    assert statement_params(moved)["at"] == datetime(2023, 5, 28, tzinfo=UTC)
 
 
 def test_statement_groups_come_from_each_specs_statement_number() -> None:
@@ -161,12 +205,14 @@ def test_anchor_explanations_name_how_the_fact_was_reached() -> None:
 def test_parameters_are_named_like_the_options_they_come_from() -> None:
     options = RecallOptions()
     params = statement_params(
-        scope=Scope(dataset="d", project="p"),
-        query="tea in kyoto",
-        embedding=[0.0, 1.0],
-        at=datetime(2026, 1, 1, tzinfo=UTC),
-        options=options,
-        text_search_config="english",
+        RecallRequest(
+            scope=Scope(dataset="d", project="p"),
+            query="tea in kyoto",
+            embedding=[0.0, 1.0],
+            at=datetime(2026, 1, 1, tzinfo=UTC),
+            options=options,
+            text_search_config="english",
+        )
     )
     fields = {field.name for field in dataclasses.fields(RecallOptions)}
     derived = {"dataset", "project", "at", "qvec", "spans", "span_terms", "terms", "tsconfig"}
@@ -211,14 +257,14 @@ def _temporal_ctes(schema: str, plan: RecallPlan, access: ScopeAccess) -> Sequen
     )
 
 
-def _temporal_params(inputs: SignalInputs) -> Mapping[str, Any]:
+def _temporal_params(inputs: RecallRequest) -> Mapping[str, Any]:
     return {"temporal_candidates": 7}
 
 
 TEMPORAL = SignalSpec(
     name="temporal",
     statement=3,
-    runs=lambda plan: plan.query,
+    runs=lambda request: request.query is not None,
     ctes=_temporal_ctes,
     details=(("hop", "1"),),
     params=_temporal_params,
@@ -230,7 +276,7 @@ WITH_TEMPORAL = (*REGISTRY, TEMPORAL)
 
 
 def test_a_fifth_signal_is_planned_assembled_fused_and_explained_from_its_spec_alone() -> None:
-    plan = RecallPlan(query=True, embedding=True)
+    plan = plan_for(_request("q", True), WITH_TEMPORAL)
     assert planned_signals(plan, WITH_TEMPORAL) == ("vector", "anchor", "keyword", "temporal")
     assert statement_groups(WITH_TEMPORAL)[-1] == ("temporal",)
     texts = [_text(s) for s in statements.recall_statements("memsoda", plan, SHARED, WITH_TEMPORAL)]
@@ -239,13 +285,15 @@ def test_a_fifth_signal_is_planned_assembled_fused_and_explained_from_its_spec_a
     assert "SELECT 'temporal' AS signal, fact_id, rank," in texts[2] and "1 AS hop FROM temporal_hits" in texts[2]
     assert texts[:2] == [_text(s) for s in statements.recall_statements("memsoda", plan)]  # the others unchanged
     params = statement_params(
-        scope=Scope(dataset="d", project="p"),
-        query="q",
-        embedding=None,
-        at=datetime(2026, 1, 1, tzinfo=UTC),
-        options=RecallOptions(),
-        text_search_config="english",
-        registry=WITH_TEMPORAL,
+        RecallRequest(
+            scope=Scope(dataset="d", project="p"),
+            query="q",
+            embedding=None,
+            at=datetime(2026, 1, 1, tzinfo=UTC),
+            options=RecallOptions(),
+            text_search_config="english",
+        ),
+        WITH_TEMPORAL,
     )
     assert params["temporal_candidates"] == 7
     rows = [HitRow("keyword", 1, 1, 10, matched=["x"]), HitRow("temporal", 1, 1, 10, hop=1)]  # type: ignore[arg-type]

@@ -26,6 +26,7 @@ from memsoda_core import ConfigurationError, EmbeddingError, Memory, MemsodaErro
 from memsoda_core.cli import app
 from memsoda_core.layouts.access import SHARED, ScopeAccess
 from memsoda_core.recall.result import plan_for, statement_params
+from memsoda_core.recall.signals import FULL_PLAN, RecallRequest
 from memsoda_core.recall.statements import recall_statements
 from memsoda_core.runner.policy import PREPARED_MAX
 from memsoda_core.store.tenant_index import tenant_indexes
@@ -268,14 +269,19 @@ def test_the_vector_list_is_full_through_a_tenant_index_despite_filtered_rows(sm
     scope = Scope(dataset="d", project="filtered")
     query = "who visited a town"
     params = statement_params(
-        scope=scope,
-        query=query,
-        embedding=memory.embedder.embed_query(query),
-        at=datetime.now(UTC),
-        options=options,
-        text_search_config=memory.info.text_search_config,
+        RecallRequest(
+            scope=scope,
+            query=query,
+            embedding=memory.embedder.embed_query(query),
+            at=datetime.now(UTC),
+            options=options,
+            text_search_config=memory.info.text_search_config,
+        )
     )
-    vector_statement = recall_statements(memory.info.schema, plan_for(query, True, options))[0]
+    vector_statement = recall_statements(
+        memory.info.schema,
+        plan_for(RecallRequest(scope=scope, query=query, embedding=(0.0,), options=options, at=datetime.now(UTC))),
+    )[0]
     with memory._runner.pool.connection() as conn:  # memsoda's session settings (iterative scans)
         conn.execute("SET enable_seqscan = off")  # 60 rows: make the choice the one at scale
         conn.execute("SET hnsw.ef_search = 10")  # one plain HNSW pass would yield 10 rows, ~3 of them live
@@ -325,17 +331,19 @@ def test_the_half_rule_tsquery_is_built_once_per_recall(small_threshold: Memory,
     query = "person0 visited town3"
     options = RecallOptions()
     params = statement_params(
-        scope=Scope(dataset="d", project=project),
-        query=query,
-        embedding=memory.embedder.embed_query(query),
-        at=datetime.now(UTC),
-        options=options,
-        text_search_config=memory.info.text_search_config,
+        RecallRequest(
+            scope=Scope(dataset="d", project=project),
+            query=query,
+            embedding=memory.embedder.embed_query(query),
+            at=datetime.now(UTC),
+            options=options,
+            text_search_config=memory.info.text_search_config,
+        )
     )
     # as recall runs them: an indexed scope's own statements on a generic plan, else the shared ones
     indexed = Scope(dataset="d", project=project) if project == "indexed" else None
     access = SHARED if indexed is None else ScopeAccess(named=indexed)
-    vector_and_keyword = recall_statements(memory.info.schema, plan_for(query, True, options), access)[0]
+    vector_and_keyword = recall_statements(memory.info.schema, FULL_PLAN, access)[0]
     with memory._runner.pool.connection() as conn:
         if indexed:
             conn.execute("SET plan_cache_mode = force_generic_plan")
@@ -382,7 +390,7 @@ def test_generic_plans_read_links_by_lookup_and_an_indexed_scope_never_whole(sma
     scope = Scope(dataset="d", project="indexed")
     own = {index.name for index in tenant_indexes(scope)}
     tables = {"facts", "entities", "fact_entities", "lexemes"}
-    plan = plan_for("q", True, RecallOptions())
+    plan = FULL_PLAN
     with memory._runner.pool.connection() as conn:
         for table in ("facts", "entities", "fact_entities", "lexemes", "scopes"):  # not left to autovacuum's timing
             conn.execute(sql.SQL("ANALYZE {}.{}").format(sql.Identifier(memory.info.schema), sql.Identifier(table)))

@@ -7,7 +7,6 @@ import re
 import threading
 import uuid
 from collections.abc import Iterator
-from dataclasses import replace
 from typing import Any
 
 import psycopg
@@ -391,15 +390,18 @@ def _generic_plan_relations(conn: psycopg.Connection[Any], statement: Compiled) 
 @pytest.mark.parametrize("which", ["moved", "small"])
 def test_the_plans_recall_keeps_hold_one_tenant_s_partitions_only(memory: Memory, pg_dsn: str, which: str) -> None:
     from memsoda_core.layouts.access import ScopeAccess
-    from memsoda_core.recall.result import plan_for
+    from memsoda_core.recall.signals import SIGNAL_NAMES, RecallPlan
     from memsoda_core.recall.statements import facts_statement, recall_statements
 
     for n in range(3):
         memory.add_facts(_facts(THRESHOLD + 1), dataset=f"large-{n}", project="p")
     scope = Scope(dataset="large-1", project="p") if which == "moved" else Scope(dataset="small", project="p")
     memory.add_facts(_facts(2), **vars(scope))
-    every = replace(plan_for("who visited Town1?", True, memory.options), dated=True, conversation=True)
-    plans = [every, plan_for(None, False, memory.options)]  # every signal; recency alone
+    every = RecallPlan(query=True, embedding=True, hops=memory.options.anchor_hops, signals=frozenset(SIGNAL_NAMES))
+    plans = [
+        every,
+        RecallPlan(query=False, embedding=False, signals=frozenset({"recent"})),
+    ]  # every signal; recency alone
     schema = memory.info.schema
     own, default = ScopeAccess(named=scope, kept_named=scope), ScopeAccess(default_partitions=True)
     access = own if which == "moved" else default

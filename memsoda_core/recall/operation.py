@@ -27,14 +27,12 @@ from memsoda_core.recall.result import (
     below_floor,
     decode_episodes,
     fuse_hits,
-    plan_for,
     scored_facts,
     statement_params,
 )
 from memsoda_core.recall.scope_stats import ScopeStatsCache
 from memsoda_core.recall.scope_stats import scope_stats as read_stats
-from memsoda_core.recall.signals.conversation import conversation_text
-from memsoda_core.recall.signals.spec import RecallPlan
+from memsoda_core.recall.signals import REGISTRY, RecallPlan, RecallRequest, plan_for
 from memsoda_core.recall.statements import (
     episodes_statement,
     facts_statement,
@@ -99,47 +97,40 @@ def recall(
         except EmbeddingError as exc:
             degraded = f"embedding failed, recalled by keyword, named anchors and recency: {exc}"
         timings["embed"] = _ms(started)
-    said = conversation_text(conversation or (), query, options.conversation_turns) if query else None
-    conversation_embedding: Sequence[float] | np.ndarray[Any, Any] | None = None
-    if said is not None and embedding is not None:
+    request = RecallRequest(
+        scope=scope,
+        query=query,
+        options=options,
+        at=as_of or now,
+        known_at=known_at,
+        embedding=embedding,
+        conversation=tuple(conversation or ()),
+        text_search_config=info.text_search_config,
+    )
+    vectors: dict[str, Sequence[float] | np.ndarray[Any, Any]] = {}
+    for spec in REGISTRY:  # what each signal asks embedded (the conversation's turns)
+        text = spec.embeds(request)
+        if text is None:
+            continue
         try:
-            conversation_embedding = yield from embed_query(said, options.embed_timeout_s)
+            vectors[spec.name] = yield from embed_query(text, options.embed_timeout_s)
         except EmbeddingError as exc:
-            degraded = f"embedding the conversation failed, recalled without it: {exc}"
+            degraded = f"embedding the {spec.name} failed, recalled without it: {exc}"
         timings["embed"] = _ms(started)
     # the fusion the memory chooses: one read of the scope's statistics, remembered (recall.adaptive)
     stats = None
     if query is not None and options.left_to_memory():
         stats = yield from read_stats(info, scope, scope_stats)
     options, fusion = choose(options, stats)
-    at = as_of or now
-    asked = question_window(query, at)
-    window = asked if options.date_candidates else None
+    request = replace(request, options=options, vectors=vectors)
     held = None  # never over the caller's as_of or known_at
     if as_of is None and known_at is None and options.as_of_from_question:
-        held = question_as_of(query, asked, at)
-    if held is not None:
-        at = held.at
-    params = statement_params(
-        scope=scope,
-        query=query,
-        embedding=embedding,
-        at=at,
-        options=options,
-        text_search_config=info.text_search_config,
-        known_at=known_at,
-        window=window,
-        conversation_embedding=conversation_embedding,
-    )
+        held = question_as_of(query, question_window(query, request.at), request.at)
+    if held is not None:  # the question's words stay resolved against the time it is asked
+        request = replace(request, at=held.at, asked_at=request.at)
+    params = statement_params(request)
     mark = time.perf_counter()
-    plan = plan_for(
-        query,
-        embedding is not None,
-        options,
-        known=known_at is not None,
-        window=window,
-        conversation=conversation_embedding is not None,
-    )
+    plan = plan_for(request)
     results, access, scope_facts = yield from _hits(info, scope, plan, params, scope_sizes)
     timings["query"] = _ms(mark)
     mark = time.perf_counter()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -11,88 +11,35 @@ import numpy as np
 
 from memsoda_core.models import Episode, RecallResult, ScoredFact, SignalHit
 from memsoda_core.options import GENERAL_OPTIONS, RecallOptions
-from memsoda_core.recall.dates import Window
 from memsoda_core.recall.fusion import rrf_ranks
 from memsoda_core.recall.hits import HitRow
 from memsoda_core.recall.render import anchor_entities, group_by_anchor, render
-from memsoda_core.recall.signals import REGISTRY, RecallPlan, SignalInputs, SignalSpec, by_name, signal_order
+from memsoda_core.recall.signals import REGISTRY, RecallRequest, SignalSpec, by_name, signal_order
+from memsoda_core.recall.signals import plan_for as plan_for  # the registry's, beside statement_params
 from memsoda_core.store.fact_columns import decode_fact
-from memsoda_core.text import normalize_query
-from memsoda_core.validation import Scope
 
 
-def plan_for(
-    query: str | None,
-    has_embedding: bool,
-    options: RecallOptions,
-    *,
-    known: bool = False,
-    window: Window | None = None,
-    conversation: bool = False,
-    default_partitions: bool = False,
-) -> RecallPlan:
-    """What a recall searches with; the registry decides from it which signals run (recency alone
-    with neither a query nor a vector; keyword + named anchors + recency without an embedding, when
-    degraded; vector + near anchors for a bare `query_embedding`; otherwise vector, anchor and
-    keyword; the date signal too when the query names a `window`, the conversation signal when
-    there is an embedding of the `conversation`, recency beside a query when `recent_candidates`
-    asks for it). `known`: the recall reads as memory knew it at a transaction time (`known_at`).
-    `default_partitions`: see `RecallPlan`."""
-    if query is None and not has_embedding:  # hops do not matter: one statement
-        return RecallPlan(query=False, embedding=False, known=known, default_partitions=default_partitions)
-    return RecallPlan(
-        query=query is not None,
-        embedding=has_embedding,
-        hops=options.anchor_hops,
-        known=known,
-        dated=query is not None and window is not None and options.date_candidates > 0,
-        conversation=conversation,
-        default_partitions=default_partitions,
-        recent=query is not None and has_embedding and bool(options.recent_candidates),
-    )
-
-
-def statement_params(
-    *,
-    scope: Scope,
-    query: str | None,
-    embedding: Sequence[float] | np.ndarray[Any, Any] | None,
-    at: datetime,
-    options: RecallOptions,
-    text_search_config: str,
-    registry: Sequence[SignalSpec] = REGISTRY,
-    known_at: datetime | None = None,
-    window: Window | None = None,
-    conversation_embedding: Sequence[float] | np.ndarray[Any, Any] | None = None,
-) -> dict[str, Any]:
-    """Every bound value of the recall statements (those of every signal, whichever run), and of
-    the episodes' read. Options still left to the memory (`recall.adaptive` did not choose: a caller
-    outside a recall) take the general values."""
-    options = options.filled(GENERAL_OPTIONS)
-    inputs = SignalInputs(
-        query=query,
-        normalized=normalize_query(query) if query else "",
-        options=options,
-        text_search_config=text_search_config,
-        window=window,
-    )
+def statement_params(request: RecallRequest, registry: Sequence[SignalSpec] = REGISTRY) -> dict[str, Any]:
+    """Every bound value of the recall statements (those of every signal, whichever run: each
+    derives its own from the request), and of the episodes' read. Options still left to the memory
+    (`recall.adaptive` did not choose: a caller outside a recall) take the general values."""
+    request = replace(request, options=request.options.filled(GENERAL_OPTIONS))
+    scope = request.scope
     params: dict[str, Any] = {
         "dataset": scope.dataset,
         "project": scope.project,
-        "at": at,
-        "min_confidence": options.min_confidence,
-        "episodes_k": options.episodes_k,
+        "at": request.at,
+        "min_confidence": request.options.min_confidence,
+        "episodes_k": request.options.episodes_k,
     }
-    if known_at is not None:  # only the statements of a `RecallPlan.known` take it
-        params["known_at"] = known_at
+    if request.known_at is not None:  # only the statements of a `RecallPlan.known` take it
+        params["known_at"] = request.known_at
     for shared in dict.fromkeys(required for spec in registry for required in spec.requires):
-        params.update(shared.params(inputs))
+        params.update(shared.params(request))
     for spec in registry:
-        params.update(spec.params(inputs))
-    if embedding is not None:
-        params["qvec"] = np.asarray(embedding, dtype=np.float32)
-    if conversation_embedding is not None:
-        params["conversation_qvec"] = np.asarray(conversation_embedding, dtype=np.float32)
+        params.update(spec.params(request))
+    if request.embedding is not None:
+        params["qvec"] = np.asarray(request.embedding, dtype=np.float32)
     return params
 
 

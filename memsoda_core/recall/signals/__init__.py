@@ -8,9 +8,12 @@ signal, see docs/ARCHITECTURE.md, "Adding a signal".
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
+from memsoda_core.options import RecallOptions
 from memsoda_core.recall.signals import anchor, conversation, date, keyword, recency, vector
-from memsoda_core.recall.signals.spec import RecallPlan, SharedCtes, SignalInputs, SignalSpec
+from memsoda_core.recall.signals.spec import RecallPlan, RecallRequest, SharedCtes, SignalSpec
+from memsoda_core.validation import Scope
 
 REGISTRY: tuple[SignalSpec, ...] = (
     vector.SIGNAL,
@@ -22,9 +25,6 @@ REGISTRY: tuple[SignalSpec, ...] = (
 )
 
 SIGNAL_NAMES: tuple[str, ...] = tuple(spec.name for spec in REGISTRY)
-
-FULL_PLAN = RecallPlan(query=True, embedding=True)
-"""A recall with a query and its embedding."""
 
 
 def by_name(registry: Sequence[SignalSpec] = REGISTRY) -> dict[str, SignalSpec]:
@@ -39,7 +39,33 @@ def signal_order(registry: Sequence[SignalSpec] = REGISTRY) -> dict[str, int]:
 
 def planned_signals(plan: RecallPlan, registry: Sequence[SignalSpec] = REGISTRY) -> tuple[str, ...]:
     """The signals `plan` runs, in registry order."""
-    return tuple(spec.name for spec in registry if spec.runs(plan))
+    return tuple(spec.name for spec in registry if spec.name in plan.signals)
+
+
+def plan_for(request: RecallRequest, registry: Sequence[SignalSpec] = REGISTRY) -> RecallPlan:
+    """The statements' shape for `request`: the signals whose spec runs for it, and the flags their
+    CTEs read (`known`: read as memory knew it at `known_at`). Hops do not matter with neither a
+    query nor a vector (recency alone: one statement)."""
+    query, embedding = request.query is not None, request.embedding is not None
+    return RecallPlan(
+        query=query,
+        embedding=embedding,
+        hops=request.options.anchor_hops if query or embedding else 2,
+        known=request.known_at is not None,
+        signals=frozenset(spec.name for spec in registry if spec.runs(request)),
+    )
+
+
+FULL_PLAN = plan_for(
+    RecallRequest(
+        scope=Scope(dataset="d", project="p"),
+        query="q",
+        embedding=(0.0,),
+        options=RecallOptions(),
+        at=datetime(2000, 1, 1, tzinfo=UTC),
+    )
+)
+"""A recall with a query and its embedding."""
 
 
 QUERY_SIGNALS: tuple[str, ...] = planned_signals(FULL_PLAN)
@@ -58,10 +84,11 @@ __all__ = [
     "REGISTRY",
     "SIGNAL_NAMES",
     "RecallPlan",
+    "RecallRequest",
     "SharedCtes",
-    "SignalInputs",
     "SignalSpec",
     "by_name",
+    "plan_for",
     "planned_signals",
     "signal_order",
     "statement_groups",

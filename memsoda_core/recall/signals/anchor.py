@@ -13,7 +13,7 @@ from memsoda_core.layouts.access import SHARED, ScopeAccess
 from memsoda_core.recall.fragments import fragment
 from memsoda_core.recall.hits import HitRow
 from memsoda_core.recall.signals.entities import NAMED_ENTITIES, name_like, real_name
-from memsoda_core.recall.signals.spec import RecallPlan, SignalInputs, SignalSpec
+from memsoda_core.recall.signals.spec import RecallPlan, RecallRequest, SignalSpec
 
 NEAR_MIN_POOL = 10
 """The fewest entities the gap rule judges a query against: among fewer, one step is wide against
@@ -182,7 +182,7 @@ def _ctes(schema: str, plan: RecallPlan, access: ScopeAccess) -> Sequence[sql.Co
     return (near, anchors) if plan.embedding else (anchors,)
 
 
-def _params(inputs: SignalInputs) -> Mapping[str, Any]:
+def _params(inputs: RecallRequest) -> Mapping[str, Any]:
     options = inputs.options
     return {
         "anchor_vector_top_k": options.anchor_vector_top_k,
@@ -207,7 +207,7 @@ def _explain(hit: HitRow) -> str:
 SIGNAL = SignalSpec(
     name="anchor",
     statement=1,
-    runs=lambda plan: plan.query or plan.embedding,
+    runs=lambda request: request.query is not None or request.embedding is not None,
     ctes=_ctes,
     details=(
         ("hop", "hop"),

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 from psycopg import sql
 
 from memsoda_core.errors import ValidationError
@@ -19,7 +20,7 @@ from memsoda_core.layouts.access import SHARED, ScopeAccess
 from memsoda_core.limits import MAX_QUERY_CHARS
 from memsoda_core.models import USER_ROLES
 from memsoda_core.recall.hits import HitRow
-from memsoda_core.recall.signals.spec import RecallPlan, SignalInputs, SignalSpec
+from memsoda_core.recall.signals.spec import RecallPlan, RecallRequest, SignalSpec
 from memsoda_core.recall.signals.vector import nearest_cte
 from memsoda_core.text import clean_query
 
@@ -40,8 +41,19 @@ def _ctes(schema: str, plan: RecallPlan, access: ScopeAccess) -> Sequence[sql.Co
     return (conversation_cte(schema, access, known=plan.known),)
 
 
-def _params(inputs: SignalInputs) -> Mapping[str, Any]:
-    return {"conversation_candidates": inputs.options.conversation_candidates}
+def _embeds(request: RecallRequest) -> str | None:
+    # beside a query embedding only: without one the recall is degraded to keyword and recency
+    if request.query is None or request.embedding is None:
+        return None
+    return conversation_text(request.conversation, request.query, request.options.conversation_turns)
+
+
+def _params(request: RecallRequest) -> Mapping[str, Any]:
+    params: dict[str, Any] = {"conversation_candidates": request.options.conversation_candidates}
+    vector = request.vectors.get("conversation")
+    if vector is not None:
+        params["conversation_qvec"] = np.asarray(vector, dtype=np.float32)
+    return params
 
 
 def _explain(hit: HitRow) -> str:
@@ -51,7 +63,8 @@ def _explain(hit: HitRow) -> str:
 SIGNAL = SignalSpec(
     name="conversation",
     statement=2,
-    runs=lambda plan: plan.conversation,
+    runs=lambda request: "conversation" in request.vectors,
+    embeds=_embeds,
     ctes=_ctes,
     details=(("similarity", "1 - distance"),),
     params=_params,

@@ -14,14 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any
 
 from psycopg import sql
 
 from memsoda_core.layouts.access import SHARED, ScopeAccess
+from memsoda_core.recall.dates import Window, question_window
 from memsoda_core.recall.fragments import fragment
 from memsoda_core.recall.hits import HitRow
-from memsoda_core.recall.signals.spec import RecallPlan, SignalInputs, SignalSpec
+from memsoda_core.recall.signals.spec import RecallPlan, RecallRequest, SignalSpec
 
 OPEN_START = datetime(1, 1, 2, tzinfo=UTC)
 """The bound start of a window open at the start ("before 2020"): before any stored date."""
@@ -57,8 +59,19 @@ def _ctes(schema: str, plan: RecallPlan, access: ScopeAccess) -> Sequence[sql.Co
     return (date_cte(schema, plan, access),)
 
 
-def _params(inputs: SignalInputs) -> Mapping[str, Any]:
-    window = inputs.window
+def asked_window(request: RecallRequest) -> Window | None:
+    """The window the question names, resolved against the time it is asked; None when it names
+    none or `RecallOptions.date_candidates` is 0 (the signal is off)."""
+    return _question_window(request.query, request.question_time) if request.options.date_candidates else None
+
+
+@lru_cache(maxsize=256)
+def _question_window(query: str | None, at: datetime) -> Window | None:
+    return question_window(query, at)  # pure: asked by `runs`, `params` and `recall.asof` alike
+
+
+def _params(inputs: RecallRequest) -> Mapping[str, Any]:
+    window = asked_window(inputs)
     return {
         "date_candidates": inputs.options.date_candidates or 1,
         "window_start": OPEN_START if window is None or window.start is None else window.start,
@@ -76,7 +89,7 @@ def _explain(hit: HitRow) -> str:
 SIGNAL = SignalSpec(
     name="date",
     statement=2,
-    runs=lambda plan: plan.dated,
+    runs=lambda request: request.query is not None and asked_window(request) is not None,
     ctes=_ctes,
     details=(
         ("similarity", "1 - distance"),

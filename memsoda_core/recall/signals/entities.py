@@ -10,7 +10,7 @@ from psycopg import sql
 
 from memsoda_core.layouts.access import SHARED, ScopeAccess
 from memsoda_core.recall.fragments import fragment
-from memsoda_core.recall.signals.spec import SharedCtes, SignalInputs
+from memsoda_core.recall.signals.spec import RecallRequest, SharedCtes
 from memsoda_core.store.params import TextArray
 from memsoda_core.text import name_spans_with_terms
 
@@ -76,7 +76,7 @@ def named_cte(schema: str, access: ScopeAccess = SHARED) -> sql.Composed:
     )
 
 
-def _params(inputs: SignalInputs) -> Mapping[str, Any]:
+def _params(inputs: RecallRequest) -> Mapping[str, Any]:
     spans = name_spans_with_terms(inputs.normalized)
     return {
         "spans": TextArray(spans),

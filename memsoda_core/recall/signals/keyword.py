@@ -11,7 +11,7 @@ from memsoda_core.layouts.access import SHARED, ScopeAccess
 from memsoda_core.recall.fragments import fragment
 from memsoda_core.recall.hits import HitRow
 from memsoda_core.recall.signals.entities import HUB_TERMS, NAMED_ENTITIES
-from memsoda_core.recall.signals.spec import RecallPlan, SignalInputs, SignalSpec
+from memsoda_core.recall.signals.spec import RecallPlan, RecallRequest, SignalSpec
 from memsoda_core.store.params import TextArray
 from memsoda_core.text import normalized_terms
 
@@ -77,7 +77,7 @@ def _ctes(schema: str, plan: RecallPlan, access: ScopeAccess) -> Sequence[sql.Co
     return (keyword_ctes(schema, access, known=plan.known),)
 
 
-def _params(inputs: SignalInputs) -> Mapping[str, Any]:
+def _params(inputs: RecallRequest) -> Mapping[str, Any]:
     options = inputs.options
     return {
         "terms": TextArray(normalized_terms(inputs.normalized)),
@@ -96,7 +96,7 @@ def _explain(hit: HitRow) -> str:
 SIGNAL = SignalSpec(
     name="keyword",
     statement=0,
-    runs=lambda plan: plan.query,
+    runs=lambda request: request.query is not None,
     ctes=_ctes,
     details=(("matched", "matched"),),
     params=_params,

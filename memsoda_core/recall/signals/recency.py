@@ -12,7 +12,7 @@ from psycopg import sql
 from memsoda_core.layouts.access import SHARED, ScopeAccess
 from memsoda_core.recall.fragments import fragment
 from memsoda_core.recall.hits import HitRow
-from memsoda_core.recall.signals.spec import RecallPlan, SignalInputs, SignalSpec
+from memsoda_core.recall.signals.spec import RecallPlan, RecallRequest, SignalSpec
 
 
 def recent_cte(schema: str, access: ScopeAccess = SHARED, *, known: bool = False) -> sql.Composed:
@@ -35,13 +35,18 @@ def _ctes(schema: str, plan: RecallPlan, access: ScopeAccess) -> Sequence[sql.Co
     return (recent_cte(schema, access, known=plan.known),)
 
 
-def _params(inputs: SignalInputs) -> Mapping[str, Any]:
+def _params(inputs: RecallRequest) -> Mapping[str, Any]:
     # Without a query, the list is the result; beside a query, `recent_candidates` long, and as the
     # fallback for a failed embedding, as long as the vector list it stands for.
     options = inputs.options
     if inputs.query is None:
         return {"recent_limit": options.facts_in_context}
     return {"recent_limit": options.recent_candidates or options.vector_candidates}
+
+
+def _runs(request: RecallRequest) -> bool:
+    # the whole result without a vector; beside a query only when `recent_candidates` asks for it
+    return request.embedding is None or (request.query is not None and bool(request.options.recent_candidates))
 
 
 def _explain(hit: HitRow) -> str:
@@ -51,7 +56,7 @@ def _explain(hit: HitRow) -> str:
 SIGNAL = SignalSpec(
     name="recent",
     statement=0,
-    runs=lambda plan: not plan.embedding or plan.recent,
+    runs=_runs,
     ctes=_ctes,
     params=_params,
     explain=_explain,

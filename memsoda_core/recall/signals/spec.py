@@ -1,23 +1,29 @@
-"""What a signal is to the rest of recall: the value each signal module declares, and the plan it
-reads to decide whether it runs."""
+"""What a signal is to the rest of recall: the value each signal module declares, the request it
+derives its inputs from, and the plan (the statements' shape) that follows."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cached_property
 from typing import Any
 
+import numpy as np
 from psycopg import sql
 
 from memsoda_core.layouts.access import ScopeAccess
 from memsoda_core.options import RecallOptions
-from memsoda_core.recall.dates import Window
 from memsoda_core.recall.hits import HitRow
+from memsoda_core.text import normalize_query
+from memsoda_core.validation import Scope
 
 
 @dataclass(frozen=True, kw_only=True)
 class RecallPlan:
-    """What a recall searches with; each signal decides from it whether it runs (`SignalSpec.runs`)."""
+    """The shape of a recall's statements: the signals that run (each decides from the request,
+    `SignalSpec.runs`) and the few flags their CTEs read. Small and hashable: statements are
+    memoized by (schema, plan, access)."""
 
     query: bool
     """There is query text."""
@@ -27,36 +33,50 @@ class RecallPlan:
     known: bool = False
     """A transaction time is given (`recall(known_at=...)`): every fragment's liveness test is the
     bitemporal one (`fragments.where`)."""
-    dated: bool = False
-    """The question names a time window (`recall.dates.question_window`)."""
-    conversation: bool = False
-    """There is an embedding of the conversation's recent turns."""
-    default_partitions: bool = False
-    """Unread: where the statements read is `layouts.access.ScopeAccess.default_partitions`. Kept
-    until `result.plan_for` drops its parameter (TODO(merge): remove both)."""
-    recent: bool = False
-    """With a query: the most recent live facts are fused as a list too (`RecallOptions.recent_candidates`)."""
+    signals: frozenset[str] = frozenset()
+    """The signals that run (`SignalSpec.runs` of the request)."""
+
+
+Vector = Sequence[float] | np.ndarray[Any, Any]
 
 
 @dataclass(frozen=True, kw_only=True)
-class SignalInputs:
-    """What the statement parameters are built from."""
+class RecallRequest:
+    """One recall as asked: what every signal derives its inputs from (whether it runs, what it
+    needs embedded, its bound values), so a signal needing a new input reads it here itself."""
 
+    scope: Scope
     query: str | None
-    normalized: str
-    """The query in `text.normalize_query` form ("" without a query)."""
     options: RecallOptions
-    text_search_config: str
-    window: Window | None = None
-    """The time window the question names, if any."""
+    at: datetime
+    """The time memory is read at (`as_of`, else now; moved to a window's end by `recall.asof`)."""
+    asked_at: datetime | None = None
+    """The time of the question, which its words are resolved against ("last week"); None: `at`."""
+    known_at: datetime | None = None
+    embedding: Vector | None = None
+    """The query embedding, if any."""
+    conversation: tuple[tuple[str, str], ...] = ()
+    """The prior (role, content) turns, oldest first."""
+    text_search_config: str = "english"
+    vectors: Mapping[str, Vector] = field(default_factory=dict)
+    """Signal name -> the embedding of the text it asked for (`SignalSpec.embeds`), when embedded."""
+
+    @cached_property
+    def normalized(self) -> str:
+        """The query in `text.normalize_query` form ("" without a query)."""
+        return normalize_query(self.query) if self.query else ""
+
+    @property
+    def question_time(self) -> datetime:
+        return self.at if self.asked_at is None else self.asked_at
 
 
 CteBuilder = Callable[[str, RecallPlan, ScopeAccess], Sequence[sql.Composable]]
 """(schema, plan, the scope's access) -> CTEs: `access` says which tables hold the scope's rows and
 how the tenant is named in them (see `fragments.fragment`)."""
 
-ParamsBuilder = Callable[[SignalInputs], Mapping[str, Any]]
-"""Inputs -> bound values, each named like the `RecallOptions` field it comes from."""
+ParamsBuilder = Callable[[RecallRequest], Mapping[str, Any]]
+"""The request -> bound values, each named like the `RecallOptions` field it comes from."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,7 +97,8 @@ class SignalSpec:
     """As results show it: `SignalHit.signal`, the keys of `ScoredFact.ranks`."""
     statement: int
     """Signals with the same number share one statement; the statements run at once."""
-    runs: Callable[[RecallPlan], bool]
+    runs: Callable[[RecallRequest], bool]
+    """Whether it runs for the request (its `embeds` vector, if any, in `RecallRequest.vectors`)."""
     ctes: CteBuilder
     """Its CTEs, the last one `<name>_hits` with fact_id, rank, valid_at and what `details` reads."""
     details: tuple[tuple[str, str], ...] = ()
@@ -86,6 +107,9 @@ class SignalSpec:
     explain: Callable[[HitRow], str]
     """Why it picked a fact, in words a person can check."""
     requires: tuple[SharedCtes, ...] = ()
+    embeds: Callable[[RecallRequest], str | None] = lambda request: None
+    """The text it needs embedded, if any: the operation embeds it (the runner's `embed_query`)
+    into `RecallRequest.vectors[name]`, before `runs` and `params` read the request."""
 
     @property
     def hits(self) -> str:

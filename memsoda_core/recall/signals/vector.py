@@ -10,7 +10,7 @@ from psycopg import sql
 from memsoda_core.layouts.access import SHARED, ScopeAccess
 from memsoda_core.recall.fragments import fragment
 from memsoda_core.recall.hits import HitRow
-from memsoda_core.recall.signals.spec import RecallPlan, SignalInputs, SignalSpec
+from memsoda_core.recall.signals.spec import RecallPlan, RecallRequest, SignalSpec
 
 NEAREST = """
     {name}_hits AS (
@@ -56,7 +56,7 @@ def _ctes(schema: str, plan: RecallPlan, access: ScopeAccess) -> Sequence[sql.Co
     return (vector_cte(schema, access, known=plan.known),)
 
 
-def _params(inputs: SignalInputs) -> Mapping[str, Any]:
+def _params(inputs: RecallRequest) -> Mapping[str, Any]:
     return {"vector_candidates": inputs.options.vector_candidates}
 
 
@@ -67,7 +67,7 @@ def _explain(hit: HitRow) -> str:
 SIGNAL = SignalSpec(
     name="vector",
     statement=0,
-    runs=lambda plan: plan.embedding,
+    runs=lambda request: request.embedding is not None,
     ctes=_ctes,
     details=(("similarity", "1 - distance"),),
     params=_params,
