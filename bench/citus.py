@@ -179,7 +179,7 @@ def run(
             f"Citus: coordinator + 2 workers on this machine ({cluster}); stores: "
             + "; ".join(
                 f"{layout.label} ({_shards(stores[layout.label])} shards, distributed: "
-                f"{stores[layout.label].info.distributed})"
+                f"{stores[layout.label].info.layout == 'citus'})"
                 for layout in layouts
             )
             + f". Loading {sum(len(t.facts) for t in tenants):,} facts (COPY, index build, tenant indexes): "

@@ -10,6 +10,7 @@ import pytest
 
 from memsoda_core import ops
 from memsoda_core.errors import EmbeddingError, IntervalError, NotLiveError, StoreError, ValidationError
+from memsoda_core.layouts.write_form import WriteForm
 from memsoda_core.ops.maintenance import ensure_tenant_indexes
 from memsoda_core.runner.steps import EmbedDocuments, Emit, Execute, OutsideTransaction, Progress, ReadAside
 from memsoda_core.store import statements as sql_store
@@ -20,7 +21,6 @@ from memsoda_core.writing import inserts
 from memsoda_core.writing import reconcile_statements as sql_reconcile
 from memsoda_core.writing import statements as sql_write
 from memsoda_core.writing.decisions import End, new, old, plan_batch
-from memsoda_core.writing.inserts import WriteForm
 from tests.scripted import Script, drive, params_of
 
 ARRAYS = WriteForm.ARRAYS

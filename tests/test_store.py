@@ -146,7 +146,7 @@ def test_a_store_of_an_older_version_is_upgraded_at_open(pg_dsn: str, embedder: 
             conn.execute("DELETE FROM upgrade_test.meta WHERE key = 'layout'")
             conn.execute("UPDATE upgrade_test.meta SET value = '2' WHERE key = 'schema_version'")
         with Memory.open(pg_dsn, embedder, schema="upgrade_test") as upgraded:
-            assert upgraded.info.partitioned  # and partitioned: its tables are the DEFAULT partitions now
+            assert upgraded.info.layout == "partitioned"  # and partitioned: its tables are the DEFAULT partitions now
             assert upgraded.recall("netflix", dataset="d", project="p").facts
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             assert fillfactor(conn, "entities_shared") == ([f"fillfactor={ENTITY_FILLFACTOR}"],)

@@ -8,12 +8,12 @@ from datetime import UTC, datetime
 
 from memsoda_core import Fact
 from memsoda_core.forgetting import deleting
+from memsoda_core.layouts.write_form import WriteForm
 from memsoda_core.store import lexemes, statements
 from memsoda_core.store.fact_columns import FACT_COLUMNS, decode_fact, fact_columns, fact_from
 from memsoda_core.store.tenant_index import tenant_predicate
 from memsoda_core.writing import inserts
 from memsoda_core.writing.counts import CountDeltas, keep_specific_type
-from memsoda_core.writing.inserts import WriteForm
 
 
 def test_fact_columns_are_the_fields_of_fact_in_order() -> None:

@@ -78,7 +78,7 @@ def _texts(memory: Memory, query: str, scope: Scope) -> list[str]:
 def test_a_new_store_is_partitioned_and_a_large_tenant_moves_with_its_rows(
     memory: Memory, pg_dsn: str, embedder: Any, schema: str
 ) -> None:
-    assert memory.info.partitioned
+    assert memory.info.layout == "partitioned"
     memory.add_facts(_facts(THRESHOLD - 1), **vars(BIG))
     small = Scope(dataset="user-small", project="p")
     memory.add_facts(_facts(3), **vars(small))
@@ -297,7 +297,7 @@ def test_a_plain_store_from_before_is_partitioned_at_open_and_its_tenants_move_l
         )
         assert _valid(conn, schema, partial) == dict.fromkeys(partial, True)
     with Memory.open(pg_dsn, embedder, schema=schema) as memory:
-        assert memory.info.partitioned
+        assert memory.info.layout == "partitioned"
         assert _texts(memory, "who visited Town3?", BIG) == before  # served by its partial indexes meanwhile
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             assert _moved(conn, schema) == set() and _rows(conn, schema, "facts_shared", BIG) == THRESHOLD + 1
@@ -314,7 +314,7 @@ def test_the_layout_is_chosen_once(pg_dsn: str, embedder: Any, schema: str) -> N
     with pytest.raises(ConfigurationError, match="layout must be one of"):
         Memory.open(pg_dsn, embedder, schema=schema, layout="sharded")
     with Memory.open(pg_dsn, embedder, schema=schema, layout="plain") as memory:
-        assert not memory.info.partitioned
+        assert memory.info.layout != "partitioned"
     with pytest.raises(ConfigurationError, match="has the plain layout"):
         Memory.open(pg_dsn, embedder, schema=schema, layout="partitioned")
 
@@ -338,7 +338,7 @@ def test_unpartitioning_a_store_no_tenant_left_gives_back_plain_tables(
         )
     assert kinds == dict.fromkeys(sql_layout.PARTITIONED, "r")
     with Memory.open(pg_dsn, embedder, schema=schema) as plain:
-        assert not plain.info.partitioned
+        assert plain.info.layout != "partitioned"
         (second,) = plain.add_facts(_facts(1, offset=5), dataset="d", project="p")
         assert second > first and len(plain.list_facts(dataset="d", project="p").facts) == 2
 

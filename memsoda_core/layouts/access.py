@@ -27,9 +27,7 @@ class ScopeSize(NamedTuple):
 @dataclass(frozen=True, kw_only=True)
 class ScopeAccess:
     """Which tables hold a scope's rows, how its statements name the tenant and how they are planned.
-
-    TODO(merge, h-write): the write form (one-node `unnest` vs the Citus VALUES form) belongs here
-    too; the write path still reads `StoreInfo.distributed` until then."""
+    (How writes send their rows is the store's, not the scope's: `Layout.write_form`.)"""
 
     named: Scope | None = None
     """The scope whose names every tenant predicate carries as literals (`store.tenant_index.

@@ -13,6 +13,7 @@ from typing import Any
 
 from memsoda_core.layouts.access import ScopeAccess, ScopeSize
 from memsoda_core.layouts.plain import PlainLayout, scope_fact_count
+from memsoda_core.layouts.write_form import WriteForm
 from memsoda_core.runner.steps import Operation, Planning, execute_as
 from memsoda_core.store import routed as sql_routed
 from memsoda_core.store import tenant_index as sql_tenant_index
@@ -23,6 +24,12 @@ from memsoda_core.validation import Scope
 class CitusLayout(PlainLayout):
     name = "citus"
     opened_with = False
+    write_form = WriteForm.ROWS
+    """VALUES with the tenant bound in every row: Citus routes it to the tenant's one shard (the
+    `unnest` form it plans on the coordinator and copies into the shard)."""
+
+    def statistics_table(self) -> str | None:
+        return None  # a distributed table's pages are on the workers, which analyze their shards
 
     def access(self, info: StoreInfo, scope: Scope, size: ScopeSize | None) -> ScopeAccess:
         if size is None:  # a statement binding the tenant: planned with its values, so Citus routes it

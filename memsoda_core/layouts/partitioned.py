@@ -12,6 +12,7 @@ from psycopg import sql
 
 from memsoda_core.layouts.access import ScopeAccess, ScopeSize
 from memsoda_core.layouts.ddl import index_ddl, took_lock
+from memsoda_core.layouts.write_form import WriteForm
 from memsoda_core.runner.steps import Operation, Planning, execute, execute_as, outside_transaction, own_transaction
 from memsoda_core.store import layout as sql_layout
 from memsoda_core.store import placement as sql_placement
@@ -111,6 +112,7 @@ def _own(scope: Scope) -> ScopeAccess:
 class PartitionedLayout:
     name = "partitioned"
     opened_with = True
+    write_form = WriteForm.ARRAYS
 
     def access(self, info: StoreInfo, scope: Scope, size: ScopeSize | None) -> ScopeAccess:
         """Its own partitions (named, generic plans) for a large or placed scope; else the DEFAULT
@@ -139,6 +141,12 @@ class PartitionedLayout:
 
     def analyze_statements(self, schema: str) -> list[sql.Composed]:
         return sql_store.analyze(schema, partitioned=True)
+
+    def statistics_table(self) -> str | None:
+        return sql_layout.shared("facts")  # what every small scope writes into: a placed one analyzes its leaves
+
+    def write_hold(self, schema: str) -> sql.Composed | None:
+        return sql_layout.dataset_lock(schema)  # shared; a move takes it alone (`store.layout.move_statements`)
 
     def lacking(self, conn: Any, schema: str, scope: Scope, threshold: int) -> list[str]:
         """Not moved yet (its partial indexes from before do meanwhile, if all there), or moved with

@@ -11,6 +11,7 @@ from psycopg import sql
 
 from memsoda_core.layouts.access import SHARED, ScopeAccess, ScopeSize
 from memsoda_core.layouts.ddl import index_ddl, took_lock
+from memsoda_core.layouts.write_form import WriteForm
 from memsoda_core.runner.steps import Operation, Planning, execute, execute_as, outside_transaction
 from memsoda_core.store import statements as sql_store
 from memsoda_core.store import tenant_index as sql_tenant_index
@@ -32,6 +33,7 @@ def scope_fact_count(info: StoreInfo, scope: Scope, planning: Planning = Plannin
 class PlainLayout:
     name = "plain"
     opened_with = True
+    write_form = WriteForm.ARRAYS
 
     def access(self, info: StoreInfo, scope: Scope, size: ScopeSize | None) -> ScopeAccess:
         """A large scope's own statements, named, on their generic plans; else the shared ones."""
@@ -90,6 +92,12 @@ class PlainLayout:
 
     def analyze_statements(self, schema: str) -> list[sql.Composed]:
         return sql_store.analyze(schema)
+
+    def statistics_table(self) -> str | None:
+        return "facts"
+
+    def write_hold(self, schema: str) -> sql.Composed | None:
+        return None
 
     def lacking(self, conn: Any, schema: str, scope: Scope, threshold: int) -> list[str]:
         params = sql_tenant_index.missing_params(schema, scope, threshold)

@@ -9,6 +9,7 @@ from typing import Any, Protocol
 from psycopg import sql
 
 from memsoda_core.layouts.access import ScopeAccess, ScopeSize
+from memsoda_core.layouts.write_form import WriteForm
 from memsoda_core.runner.steps import Operation, Planning
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.store.tenant_index import TenantIndex
@@ -22,6 +23,8 @@ class Layout(Protocol):
     """As `StoreInfo.layout` and the meta table record it."""
     opened_with: bool
     """`Memory.open(layout=name)` creates a store in it (a Citus store comes from `distribute`)."""
+    write_form: WriteForm
+    """How its writes send a batch of rows (`writing.inserts` builds either form)."""
 
     def access(self, info: StoreInfo, scope: Scope, size: ScopeSize | None) -> ScopeAccess:
         """How an operation's statements reach `scope`'s rows, given its size and place (None: an
@@ -51,6 +54,16 @@ class Layout(Protocol):
 
     def analyze_statements(self, schema: str) -> list[sql.Composed]:
         """Refresh the planner's statistics of the tenant tables."""
+        ...
+
+    def statistics_table(self) -> str | None:
+        """The facts table whose pages tell a write when to run `analyze_statements` (None: no
+        write does, the pages are not on this node)."""
+        ...
+
+    def write_hold(self, schema: str) -> sql.Composed | None:
+        """What a write into dataset %(dataset)s holds before its first statement, until it commits,
+        so the layout does not change under it (None: nothing)."""
         ...
 
     def lacking(self, conn: Any, schema: str, scope: Scope, threshold: int) -> list[str]:

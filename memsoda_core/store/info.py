@@ -21,7 +21,8 @@ class StoreInfo:
     """The store's tenant layout, a name of `layouts.REGISTRY`: "plain" (one table of each kind, a
     large tenant with partial indexes), "partitioned" (a large tenant in partitions of its own) or
     "citus" (plain tables distributed by Citus, `memsoda distribute`). Every statement builder gets
-    what it implies from the scope's `layouts.access.ScopeAccess`."""
+    what it implies from the scope's `layouts.access.ScopeAccess`, the write path from its strategy
+    (`layouts.layout_of`)."""
     layout_generation: int = 0
     """The store's layout generation as this process read it (`store.schema.LAYOUT_GENERATION_KEY`):
     bumped by `memsoda distribute` and by a tenant's move to partitions of its own, so an operation
@@ -33,14 +34,3 @@ class StoreInfo:
     read_only: bool = False
     """Open read-only (asked for, or a read-only session: a hot standby, a read replica, a read-only
     role): reads only; every write raises `ReadOnlyStoreError` before anything is sent."""
-
-    @property
-    def distributed(self) -> bool:
-        """The facts table is distributed by Citus. TODO(merge, h-write): the write path's last reader;
-        its write form belongs to `ScopeAccess`."""
-        return self.layout == "citus"
-
-    @property
-    def partitioned(self) -> bool:
-        """The tenant tables are partitioned (`store.layout`). TODO(merge, h-write): as `distributed`."""
-        return self.layout == "partitioned"

@@ -1,4 +1,4 @@
-"""The tenant-index check in the form a distributed store (`StoreInfo.distributed`) can run: Citus
+"""The tenant-index check in the form a distributed store (layout "citus") can run: Citus
 cannot join a shard's rows with the coordinator's catalog in one step. (The write path's routed
 inserts are `writing.inserts`.) Pure."""
 

@@ -1,8 +1,9 @@
 """Every insert of the write path, each from one column list, in either form a store writes
-(`WriteForm`): one statement of `unnest` over binary arrays for any batch (one node), or multi-row
-VALUES with the tenant bound in every row, which Citus routes to the tenant's one shard (a router
-plan; the `unnest` form it plans on the coordinator and copies into the shard, bench/RESULTS.md,
-section 7). Both take the rows in the order given: ids ascend in it, and upserts lock in it.
+(`layouts.write_form.WriteForm`, chosen by the store's layout): one statement of `unnest` over
+binary arrays for any batch (one node), or multi-row VALUES with the tenant bound in every row,
+which Citus routes to the tenant's one shard (a router plan; the `unnest` form it plans on the
+coordinator and copies into the shard, bench/RESULTS.md, section 7). Both take the rows in the
+order given: ids ascend in it, and upserts lock in it.
 
 A caller builds one set of parameters, the columns as arrays (`names`, `types`, ...); `chunks`
 turns it into the statements to run, in the VALUES form each row's values named `names_i`. Pure;
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
 from psycopg import sql
@@ -20,26 +20,11 @@ from psycopg.adapt import PyFormat
 from psycopg.types.json import Jsonb
 
 from memsoda_core.embedders.protocol import Vector
+from memsoda_core.layouts.write_form import WriteForm
 from memsoda_core.store.fact_columns import UNKNOWN_START
-from memsoda_core.store.info import StoreInfo
 from memsoda_core.store.lexemes import fact_lexemes
 from memsoda_core.validation import ValidFact
 from memsoda_core.writing.statements import bump_entities
-
-
-class WriteForm(Enum):
-    """How a write's statements send a batch of rows."""
-
-    ARRAYS = "arrays"
-    """`INSERT ... SELECT FROM unnest(arrays)`: one statement text for any batch."""
-    ROWS = "rows"
-    """Multi-row VALUES, the tenant bound in every row, `ROWS_PER_STATEMENT` rows a statement."""
-
-
-def write_form(info: StoreInfo) -> WriteForm:
-    """The form of a store's writes: rows that Citus routes on a distributed store, else arrays."""
-    return WriteForm.ROWS if info.distributed else WriteForm.ARRAYS
-
 
 ROWS_PER_STATEMENT = 1_000
 """Rows of one VALUES insert: at most 13 bound values a row, well under PostgreSQL's 65,535

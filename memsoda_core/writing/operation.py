@@ -15,10 +15,10 @@ from memsoda_core.errors import (
     StoreError,
     ValidationError,
 )
+from memsoda_core.layouts import layout_of
 from memsoda_core.models import FactInput
 from memsoda_core.ops.maintenance import ensure_tenant_indexes, refresh_statistics, statistics_stale
 from memsoda_core.runner.steps import Operation, embed_documents, execute, execute_as, read_aside
-from memsoda_core.store import layout as sql_layout
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import (
     Scope,
@@ -137,10 +137,12 @@ def insert_fact_rows(
 
 
 def hold_dataset(info: StoreInfo, scope: Scope) -> Operation[None]:
-    """Before a write's first statement on a partitioned store: the dataset's move lock, shared.
-    Taken alone and first, so a writer waiting for it holds no other lock a move could wait for."""
-    if info.partitioned:
-        yield from execute(sql_layout.dataset_lock(info.schema), {"dataset": scope.dataset})
+    """Before a write's first statement: what its layout holds of the dataset (`Layout.write_hold`:
+    a partitioned store's move lock, shared). Taken alone and first, so a writer waiting for it
+    holds no other lock a move could wait for."""
+    hold = layout_of(info).write_hold(info.schema)
+    if hold is not None:
+        yield from execute(hold, {"dataset": scope.dataset})
 
 
 def lock_facts(
@@ -148,8 +150,8 @@ def lock_facts(
 ) -> Operation[datetime]:
     """The advisory locks of `facts` (`writing.reconcile_statements.lock_relations`) and of the stored facts
     `also` (subject, predicate, object: their value and relation both); returns the time memory
-    learns what the write holds (`writing.reconcile_statements.Locked`). On a partitioned store, first the
-    dataset's move lock, shared (`store.layout.dataset_lock`), so no tenant move runs meanwhile."""
+    learns what the write holds (`writing.reconcile_statements.Locked`). First what the layout holds
+    of the dataset (`hold_dataset`), so no tenant move runs meanwhile."""
     yield from hold_dataset(info, scope)
     (locked,) = yield from execute_as(
         sql_reconcile.Locked,
@@ -297,8 +299,8 @@ def _insert_new(
             "roles": [link[2] for link in links],
         },
     )
-    if not info.distributed:  # a distributed table's pages are on the workers, which analyze their shards
-        table = sql_layout.shared("facts") if info.partitioned else "facts"
+    table = layout_of(info).statistics_table()
+    if table is not None:
         (pages,) = yield from execute_as(
             sql_write.TablePages, sql_write.facts_pages(), {"schema": info.schema, "table": table}
         )

@@ -300,7 +300,7 @@ def test_an_indexed_tenant_recalls(cluster: Any, distributed: Distribution, embe
         many = [{"subject": f"Item {n}", "predicate": "is stored in", "object": f"bin {n % 7}"} for n in range(25)]
         memory.add_facts(many, **scope)  # past the threshold: the scope's own indexes, built on its shard
         memory.maintain()
-        assert memory.info.distributed
+        assert memory.info.layout == "citus"
         result = memory.recall("where is item 3 stored", **scope)
         assert result.facts and not result.degraded
         assert any(f.fact.subject == "item 3" for f in result.facts)

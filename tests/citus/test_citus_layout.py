@@ -38,7 +38,7 @@ def test_a_store_on_citus_is_plain_and_cannot_be_made_partitioned(cluster: Any, 
     with pytest.raises(ConfigurationError, match="not for a Citus database"):
         Memory.open(cluster.dsn, embedder, schema="layout_refused", layout="partitioned")
     with Memory.open(cluster.dsn, embedder, schema="layout_default") as memory:
-        assert not memory.info.partitioned
+        assert memory.info.layout != "partitioned"
 
 
 def test_distribute_turns_a_partitioned_store_into_plain_distributed_tables(
@@ -48,7 +48,7 @@ def test_distribute_turns_a_partitioned_store_into_plain_distributed_tables(
     done = distribute(cluster.dsn, schema="was_partitioned")
     assert set(sql_layout.PARTITIONED) <= set(done.distributed)
     with Memory.open(cluster.dsn, embedder, schema="was_partitioned") as memory:
-        assert not memory.info.partitioned and memory.info.distributed
+        assert memory.info.layout == "citus"
         assert {s.fact.id for s in memory.recall("where does Maya work?", dataset="ds", project="p").facts} == set(ids)
         (new,) = memory.add_facts(
             [{"subject": "Maya", "predicate": "likes", "object": "tea"}], dataset="ds", project="p"
@@ -86,11 +86,11 @@ def test_a_memory_open_before_distribute_switches_at_its_first_operation(
         with Memory.open(cluster.dsn, embedder, schema=schema) as first:
             ids = first.add_facts(FACTS, dataset="ds", project="p")
     with Memory.open(cluster.dsn, embedder, schema=schema) as memory:
-        assert _recall_ids(memory) == set(ids) and not memory.info.distributed
+        assert _recall_ids(memory) == set(ids) and memory.info.layout != "citus"
         distribute(cluster.dsn, schema=schema)
         memory._layout_due = 0.0  # as after `generation.CHECK_EVERY_S`: distribute takes longer
         assert _recall_ids(memory) == set(ids)
-        assert memory.info.distributed and memory.info.layout == "citus"
+        assert memory.info.layout == "citus"
         (new,) = memory.add_facts(
             [{"subject": "Maya", "predicate": "likes", "object": "tea"}], dataset="ds", project="p"
         )
