@@ -563,7 +563,7 @@ def test_the_longest_names_recall_through_own_and_shared_statements(pg_dsn: str,
         memory.add_facts(_facts(THRESHOLD + 2), **names)
         assert tenant_indexes(scope)[0].name in _index_names(memory)
         own = memory.recall("Person1 visited Town3", **names)
-        memory._scope_sizes.put(scope, 0)  # as if small: the shared statements, with the names bound
+        memory._context.scope_sizes.put(scope, 0)  # as if small: the shared statements, with the names bound
         shared = memory.recall("Person1 visited Town3", **names)
         with memory._runner.pool.connection() as conn:
             kept = [str(text) for (text,) in conn.execute("SELECT statement FROM pg_prepared_statements")]
