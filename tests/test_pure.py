@@ -389,6 +389,41 @@ def test_recall_statements_take_names_of_any_length_quoted_as_they_are() -> None
         }
 
 
+def test_named_statements_are_the_ones_composed_for_the_scope_itself() -> None:
+    """A large scope's statements come from one template with its names put in (`for_scope`): the
+    same bytes and parameters as composing them for the scope, whatever its names hold (quotes, a
+    backslash, `%`, `$1`, non-ASCII, the template's own names inside them)."""
+    from memsoda_core.recall.fragments import fragment
+    from memsoda_core.recall.statements import TEMPLATE_SCOPE, facts_statement, rendered
+    from memsoda_core.store.fact_columns import fact_columns
+
+    scopes = [
+        Scope(dataset="a'b\\c%(x)s", project="é$1 %%"),
+        Scope(dataset=TEMPLATE_SCOPE.project, project=TEMPLATE_SCOPE.dataset),
+        Scope(dataset="d", project="x" + TEMPLATE_SCOPE.project),
+    ]
+    for plan in _every_recall_plan():
+        for scope in scopes:
+            for default_partitions in (False, True):
+                access = ScopeAccess(named=scope, default_partitions=default_partitions)
+                composed = tuple(rendered(hits_statement("s", plan, group, access)) for group in recall_groups(plan))
+                assert recall_statements("s", plan, access) == composed
+    for scope in scopes:
+        kept = ScopeAccess(named=scope)
+        direct = rendered(
+            fragment(
+                """SELECT {fact_columns}
+           FROM {facts} f
+           JOIN {entities} a ON {scope_a} AND a.id = f.anchor_id
+           WHERE {scope_f} AND f.id = ANY(%(fact_ids)b::bigint[])""",
+                "s",
+                access=kept,
+                fact_columns=fact_columns("s", named=scope),
+            )
+        )
+        assert facts_statement("s", ScopeAccess(kept_named=scope)) == direct
+
+
 def test_compiling_reads_placeholders_in_sql_text_only() -> None:
     from memsoda_core.runner.compiled import compiled
 

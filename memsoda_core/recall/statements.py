@@ -9,7 +9,9 @@ recency, then id, so the same data and query always give the same lists. Every v
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import lru_cache
 
 from psycopg import sql
@@ -20,6 +22,7 @@ from memsoda_core.recall.hits import DETAIL_TYPES
 from memsoda_core.recall.signals import REGISTRY, RecallPlan, SignalSpec, by_name, planned_signals, statement_groups
 from memsoda_core.runner.compiled import Compiled, compiled
 from memsoda_core.store.fact_columns import fact_columns
+from memsoda_core.validation import Scope
 
 _COMMON = "{signal} AS signal, fact_id, rank, (extract(epoch FROM valid_at)*1e6)::float8 AS valid_at_us"
 """The columns of every hit row (float8: an unknown start, -infinity, is -inf, where an int8 cast
@@ -64,6 +67,27 @@ connections: the anchor signal costs about as much as the other two together, so
 about the same time (bench/RESULTS.md, "Concurrent recall statements")."""
 
 
+TEMPLATE_SCOPE = Scope(dataset="memsoda:template-dataset:7d3f0c", project="memsoda:template-project:7d3f0c")
+"""The scope a named statement is composed for once, its names then replaced by a tenant's
+(`for_scope`). Its quoted names occur in the text only where a tenant's would."""
+
+_TEMPLATE_LITERALS = tuple(
+    sql.Literal(name).as_bytes(None) for name in (TEMPLATE_SCOPE.dataset, TEMPLATE_SCOPE.project)
+)
+_TEMPLATE_NAMES = re.compile(b"|".join(re.escape(literal) for literal in _TEMPLATE_LITERALS))
+
+
+def for_scope(template: Compiled, scope: Scope) -> Compiled:
+    """`template` (a statement naming `TEMPLATE_SCOPE`) naming `scope` instead: each quoted name
+    replaced by the scope's, quoted as composing for `scope` quotes it (`sql.Literal`), in one pass
+    (a scope's names may hold the template's), so the text is the one composed for `scope` itself.
+    Quoted names hold no placeholders, so the parameters stay as they are."""
+    dataset, project = _TEMPLATE_LITERALS
+    quoted = {dataset: sql.Literal(scope.dataset).as_bytes(None), project: sql.Literal(scope.project).as_bytes(None)}
+    query = _TEMPLATE_NAMES.sub(lambda match: quoted[match[0]], template.query)
+    return Compiled(query, template.names, template.binary)
+
+
 def rendered(statement: sql.Composed) -> Compiled:
     """`statement` compiled once (`runner.compiled`): the text PostgreSQL reads, run as it is."""
     return compiled(statement)
@@ -80,8 +104,16 @@ def recall_statements(
     entity names' kNN), so that a plan PostgreSQL keeps for the statement still uses them; every
     other value stays bound. This is the one place where values enter the SQL text (quoted by psycopg, as in the
     indexes' own DDL): a generic plan over bound tenant values cannot use a partial index, and
-    planning them at every run was much of their cost (bench/RESULTS.md, "Kept plans")."""
-    return _recall_statements(schema, plan, access.form, registry)
+    planning them at every run was much of their cost (bench/RESULTS.md, "Kept plans").
+
+    A named scope's statements are the memoized ones of `TEMPLATE_SCOPE` with its names put in
+    (`for_scope`): composing them afresh for each of many large tenants, or memoizing one set per
+    tenant, would cost more than the recall itself for a tenant not recalled lately."""
+    form = access.form
+    if form.named is None:
+        return _recall_statements(schema, plan, form, registry)
+    templates = _recall_statements(schema, plan, replace(form, named=TEMPLATE_SCOPE), registry)
+    return tuple(for_scope(template, form.named) for template in templates)
 
 
 @lru_cache(maxsize=1024)
@@ -106,7 +138,10 @@ def facts_statement(schema: str, access: ScopeAccess = SHARED) -> Compiled:
     """The columns of the facts fusion kept (%(fact_ids)s), in the scope: read where `access` says
     (`ScopeAccess.tables`), the tenant `ScopeAccess.kept_named` or bound, so that the plan kept for
     a large scope of a partitioned store holds its own partitions only."""
-    return _facts_statement(schema, ScopeAccess(named=access.kept_named, default_partitions=access.default_partitions))
+    named = access.kept_named
+    kept = ScopeAccess(named=None if named is None else TEMPLATE_SCOPE, default_partitions=access.default_partitions)
+    template = _facts_statement(schema, kept)
+    return template if named is None else for_scope(template, named)
 
 
 @lru_cache(maxsize=1024)
