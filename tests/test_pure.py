@@ -443,21 +443,22 @@ def test_compiling_reads_placeholders_in_sql_text_only() -> None:
 
 
 def test_scope_sizes_expire_forget_and_stay_bounded() -> None:
+    from memsoda_core.layouts.access import ScopeSize
     from memsoda_core.recall.planning import ScopeSizes
     from memsoda_core.validation import Scope
 
     a, b, c = (Scope(dataset="d", project=p) for p in "abc")
     sizes = ScopeSizes(ttl_s=60.0, size=2)
     assert sizes.get(a) is None
-    sizes.put(a, 10)
-    sizes.put(b, 20)
+    sizes.put(a, ScopeSize(10))
+    sizes.put(b, ScopeSize(20))
     assert sizes.get(a) == (10, False)  # a is now the most recently used
-    sizes.put(c, 30)  # over the bound: b, the least recently used, goes
+    sizes.put(c, ScopeSize(30))  # over the bound: b, the least recently used, goes
     assert (sizes.get(a), sizes.get(b), sizes.get(c)) == ((10, False), None, (30, False))
     sizes.forget(a)
     assert sizes.get(a) is None
     expired = ScopeSizes(ttl_s=0.0)
-    expired.put(a, 10)
+    expired.put(a, ScopeSize(10))
     assert expired.get(a) is None  # trusted for no time at all
 
 

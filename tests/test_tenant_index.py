@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 
 from memsoda_core import ConfigurationError, EmbeddingError, Memory, MemsodaError, RecallOptions, ValidationError
 from memsoda_core.cli import app
-from memsoda_core.layouts.access import SHARED, ScopeAccess
+from memsoda_core.layouts.access import SHARED, ScopeAccess, ScopeSize
 from memsoda_core.recall.result import plan_for, statement_params
 from memsoda_core.recall.signals import FULL_PLAN, RecallRequest
 from memsoda_core.recall.statements import recall_statements
@@ -550,7 +550,7 @@ def test_an_indexed_scope_with_any_name_recalls_through_its_own_statements(
     scope = Scope(dataset="d", project=project)
     assert tenant_indexes(scope)[0].name in _index_names(memory)
     own = memory.recall("Person1 visited Town3", dataset="d", project=project)
-    memory._context.scope_sizes.put(scope, 0)  # as if small: the shared statements, with the names bound
+    memory._context.scope_sizes.put(scope, ScopeSize(0))  # as if small: the shared statements, with the names bound
     shared = memory.recall("Person1 visited Town3", dataset="d", project=project)
     assert own.facts and "vector" in own.facts[0].ranks and "keyword" in own.facts[0].ranks
     assert [s.fact.text for s in own.facts] == [s.fact.text for s in shared.facts]
@@ -571,7 +571,7 @@ def test_the_longest_names_recall_through_own_and_shared_statements(pg_dsn: str,
         memory.add_facts(_facts(THRESHOLD + 2), **names)
         assert tenant_indexes(scope)[0].name in _index_names(memory)
         own = memory.recall("Person1 visited Town3", **names)
-        memory._context.scope_sizes.put(scope, 0)  # as if small: the shared statements, with the names bound
+        memory._context.scope_sizes.put(scope, ScopeSize(0))  # as if small: the shared statements, with the names bound
         shared = memory.recall("Person1 visited Town3", **names)
         with memory._runner.pool.connection() as conn:
             kept = [str(text) for (text,) in conn.execute("SELECT statement FROM pg_prepared_statements")]
@@ -587,7 +587,10 @@ def test_shared_and_own_statements_return_the_same_recall(small_threshold: Memor
     memory.add_facts(facts, dataset="d", project="same")
     queries = ["Person1 visited a town", "Town3", "who went where", None]
     shared = [memory.recall(q, dataset="d", project="same") for q in queries * 3]
-    memory._context.scope_sizes.put(Scope(dataset="d", project="same"), 10**9)  # as if indexed: its own statements
+    # as if indexed: its own statements
+    memory._context.scope_sizes.put(
+        Scope(dataset="d", project="same"), ScopeSize(10**9)
+    )  # as if indexed: its own statements
     own = [memory.recall(q, dataset="d", project="same") for q in queries * 3]
     assert [r.context for r in shared] == [r.context for r in own]
     assert [[(s.fact.id, s.ranks) for s in r.facts] for r in shared] == [

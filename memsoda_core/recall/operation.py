@@ -195,7 +195,7 @@ def _hits(
     size = scope_sizes.get(scope)
     if size is None:
         size = yield from layout.scope_size(info, scope, Planning.CACHED)
-        scope_sizes.put(scope, size.facts, size.placed)
+        scope_sizes.put(scope, size)
     access = layout.access(info, scope, size)
     results = yield from concurrently(_executes(info, plan, access, params))
     if access.moved is not None and size.facts and not any(results):

@@ -13,13 +13,9 @@ same: a scope that just crossed the threshold is then searched exactly instead o
 
 from __future__ import annotations
 
-import threading
-import time
-from collections import OrderedDict
-
 from memsoda_core.layouts.access import ScopeSize
+from memsoda_core.recall.remembered import ScopeMemo
 from memsoda_core.runner.steps import Planning
-from memsoda_core.validation import Scope
 
 SCOPE_SIZE_TTL_S = 30.0
 """How long a scope's fact count is trusted. Another process may grow a scope past the threshold
@@ -28,44 +24,11 @@ meanwhile; until then this one searches it exactly (correct, slower)."""
 SCOPE_SIZES_KEPT = 4096
 
 
-class ScopeSizes:
-    """A bounded, expiring map of scope -> `ScopeSize` (thread-safe)."""
+class ScopeSizes(ScopeMemo[ScopeSize]):
+    """scope -> `ScopeSize`, for `SCOPE_SIZE_TTL_S`, at most `SCOPE_SIZES_KEPT` scopes."""
 
     def __init__(self, ttl_s: float = SCOPE_SIZE_TTL_S, size: int = SCOPE_SIZES_KEPT) -> None:
-        self._ttl_s = ttl_s
-        self._size = size
-        self._items: OrderedDict[Scope, tuple[ScopeSize, float]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, scope: Scope) -> ScopeSize | None:
-        """What is remembered of `scope`, or None when unknown or expired."""
-        with self._lock:
-            item = self._items.get(scope)
-            if item is None:
-                return None
-            size, expires = item
-            if time.monotonic() >= expires:
-                del self._items[scope]
-                return None
-            self._items.move_to_end(scope)
-            return size
-
-    def put(self, scope: Scope, facts: int, placed: bool = False) -> None:
-        with self._lock:
-            self._items[scope] = (ScopeSize(facts, placed), time.monotonic() + self._ttl_s)
-            self._items.move_to_end(scope)
-            while len(self._items) > self._size:
-                self._items.popitem(last=False)
-
-    def forget_all(self) -> None:
-        """Drop everything (the store's layout changed: sizes and places are read again)."""
-        with self._lock:
-            self._items.clear()
-
-    def forget(self, scope: Scope) -> None:
-        """Drop what is known of `scope` (it was just written to)."""
-        with self._lock:
-            self._items.pop(scope, None)
+        super().__init__(ttl_s, size)
 
 
 PLANNED_AFRESH = frozenset({"date"})

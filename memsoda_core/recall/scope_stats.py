@@ -8,14 +8,12 @@ scope; a write through the same store forgets them (`MemoryContext.resizing`).""
 
 from __future__ import annotations
 
-import threading
-import time
-from collections import OrderedDict
 from dataclasses import dataclass
 
 from psycopg import sql
 
 from memsoda_core.models import ScopeStats
+from memsoda_core.recall.remembered import ScopeMemo
 from memsoda_core.runner.steps import Operation, Planning, execute_as
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.store.tenant_index import tenant_predicate
@@ -70,38 +68,11 @@ def decode_stats(row: StatsRow) -> ScopeStats:
     )
 
 
-class ScopeStatsCache:
-    """A bounded, expiring map of scope -> `ScopeStats` (thread-safe), like `ScopeSizes`."""
+class ScopeStatsCache(ScopeMemo[ScopeStats]):
+    """scope -> `ScopeStats`, for `SCOPE_STATS_TTL_S`, at most `SCOPE_STATS_KEPT` scopes."""
 
     def __init__(self, ttl_s: float = SCOPE_STATS_TTL_S, size: int = SCOPE_STATS_KEPT) -> None:
-        self._ttl_s = ttl_s
-        self._size = size
-        self._items: OrderedDict[Scope, tuple[ScopeStats, float]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, scope: Scope) -> ScopeStats | None:
-        with self._lock:
-            item = self._items.get(scope)
-            if item is None:
-                return None
-            stats, expires = item
-            if time.monotonic() >= expires:
-                del self._items[scope]
-                return None
-            self._items.move_to_end(scope)
-            return stats
-
-    def put(self, scope: Scope, stats: ScopeStats) -> None:
-        with self._lock:
-            self._items[scope] = (stats, time.monotonic() + self._ttl_s)
-            self._items.move_to_end(scope)
-            while len(self._items) > self._size:
-                self._items.popitem(last=False)
-
-    def forget(self, scope: Scope) -> None:
-        """Drop what is known of `scope` (it was just written to)."""
-        with self._lock:
-            self._items.pop(scope, None)
+        super().__init__(ttl_s, size)
 
 
 def read_scope_stats(info: StoreInfo, scope: Scope) -> Operation[ScopeStats]:
