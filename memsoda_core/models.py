@@ -200,7 +200,8 @@ class FusionChoice:
     preset: Literal["general", "first_person"]
     """Whose values the memory took: `GENERAL_OPTIONS` or `FIRST_PERSON_OPTIONS`."""
     chosen: tuple[str, ...]
-    """The options the memory chose (those the caller left at None); the caller's stand."""
+    """The options the memory chose (those the caller left at None), by name (`"recent.candidates"`:
+    `options.ADAPTIVE`); the caller's stand."""
     reason: str
     stats: ScopeStats | None
     """What the choice was made from; None for a recall without a query (nothing to choose)."""
