@@ -113,8 +113,9 @@ OPTION_NAMES: tuple[str, ...] = tuple(
 def _split(name: str) -> tuple[str, str]:
     """(group, knob) of a known option name; ("rrf_k", "") for a cross-cutting one."""
     if name not in _KNOWN:
-        near = difflib.get_close_matches(name.replace("_", ".", 1), OPTION_NAMES, n=1) or difflib.get_close_matches(
-            name, OPTION_NAMES, n=1
+        text = str(name)
+        near = difflib.get_close_matches(text.replace("_", ".", 1), OPTION_NAMES, n=1) or difflib.get_close_matches(
+            text, OPTION_NAMES, n=1
         )
         hint = f" (did you mean {near[0]!r}?)" if near else ""
         raise ConfigurationError(f"unknown recall option {name!r}{hint}; known: {', '.join(OPTION_NAMES)}")

@@ -333,6 +333,8 @@ def test_an_unknown_or_old_option_name_is_a_configuration_error_naming_the_known
         RecallOptions().with_overrides({"hub_min_share": 0.3})
     with pytest.raises(ConfigurationError, match="'anchor' "):  # a group is no knob: one name per knob
         RecallOptions().with_overrides({"anchor": AnchorOptions(hops=1)})
+    with pytest.raises(ConfigurationError, match="unknown recall option 3"):
+        RecallOptions().with_overrides({3: 1})  # type: ignore[dict-item]
 
 
 def test_a_group_checks_its_own_knobs_by_their_dotted_names() -> None:
