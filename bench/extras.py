@@ -1,5 +1,5 @@
 """The opt-in lists of a recall, run with memsoda's own statements for the quality variants: the
-recency list (`recent_candidates`), the date signal (a window the question names), the
+recency list (`recent.candidates`), the date signal (a window the question names), the
 conversation signal (the session's recent user turns, as its own list), a bench-only design that
 blends the conversation into the query vector, and the query's nearest-fact similarity that the
 relevance floor reads.
@@ -31,7 +31,7 @@ from memsoda_core.validation import Scope
 
 WINDOWS = {"conversation": 2, "conversation4": 4}
 """List name -> how many of the latest user turns it embeds (the core's list is `conversation`,
-`RecallOptions.conversation_turns`)."""
+`conversation.turns`)."""
 
 
 @lru_cache(maxsize=16)
@@ -73,8 +73,8 @@ def lists(
 ) -> tuple[dict[str, list[int]], float | None]:
     """(signal -> fact ids) of the opt-in lists, and the query's nearest-fact similarity (None in
     an empty memory). `conversation`: list name (`WINDOWS`) -> its window's embedding. The recency
-    list is `recent_candidates` long (`vector_candidates` when that is 0, as in the defaults)."""
-    window = question_window(query, at) if options.date_candidates else None
+    list is `recent.candidates` long (`vector.candidates` when that is 0, as in the defaults)."""
+    window = question_window(query, at) if options.date.candidates else None
     params = statement_params(
         RecallRequest(
             scope=scope,

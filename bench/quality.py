@@ -38,34 +38,40 @@ WIDE = 1000
 CONFIGS: dict[str, Variant] = {  # "default" is resolved per scope as `Memory.recall` does (`variants.resolved`)
     "default": Variant(options=DEFAULT_OPTIONS),
     "general": Variant(options=GENERAL_OPTIONS),
-    "wide": Variant(options=replace(GENERAL_OPTIONS, anchor_candidates=WIDE)),
-    "hop1": Variant(options=replace(GENERAL_OPTIONS, anchor_hops=1)),
-    "hop1_wide": Variant(options=replace(GENERAL_OPTIONS, anchor_hops=1, anchor_candidates=WIDE)),
-    "hubs_kept": Variant(options=replace(GENERAL_OPTIONS, hub_min_share=1.0)),
+    "wide": Variant(options=GENERAL_OPTIONS.with_overrides({"anchor.candidates": WIDE})),
+    "hop1": Variant(options=GENERAL_OPTIONS.with_overrides({"anchor.hops": 1})),
+    "hop1_wide": Variant(options=GENERAL_OPTIONS.with_overrides({"anchor.hops": 1, "anchor.candidates": WIDE})),
+    "hubs_kept": Variant(options=GENERAL_OPTIONS.with_overrides({"entities.hub_min_share": 1.0})),
     "reference": Variant(
-        options=replace(GENERAL_OPTIONS, anchor_hops=1, hub_min_share=1.0, anchor_candidates=WIDE),
+        options=GENERAL_OPTIONS.with_overrides(
+            {"anchor.hops": 1, "entities.hub_min_share": 1.0, "anchor.candidates": WIDE}
+        ),
         keyword=KeywordForm.OR_WITH_HUBS,
     ),
     "kw_half": Variant(options=GENERAL_OPTIONS, keyword=KeywordForm.HALF_TS_RANK),
-    "kw_min1": Variant(options=replace(GENERAL_OPTIONS, keyword_min_terms=1)),
-    "kw_min3": Variant(options=replace(GENERAL_OPTIONS, keyword_min_terms=3)),
+    "kw_min1": Variant(options=GENERAL_OPTIONS.with_overrides({"keyword.min_terms": 1})),
+    "kw_min3": Variant(options=GENERAL_OPTIONS.with_overrides({"keyword.min_terms": 3})),
     "kw_and": Variant(options=GENERAL_OPTIONS, keyword=KeywordForm.AND),
     "kw_or": Variant(options=GENERAL_OPTIONS, keyword=KeywordForm.OR),
-    "bridge_off": Variant(options=GENERAL_OPTIONS, bridge_max_facts=UNCAPPED),
-    "near_075": Variant(options=replace(GENERAL_OPTIONS, anchor_vector_min=0.75)),
-    "near_060": Variant(options=replace(GENERAL_OPTIONS, anchor_vector_min=0.6)),
-    "near_gap06": Variant(options=replace(GENERAL_OPTIONS, anchor_vector_gap=0.6)),
-    "near_gap04": Variant(options=replace(GENERAL_OPTIONS, anchor_vector_gap=0.4)),
-    "near_050": Variant(options=replace(GENERAL_OPTIONS, anchor_vector_min=0.5)),
-    "named_only": Variant(options=replace(GENERAL_OPTIONS, anchor_vector_top_k=0)),
+    "bridge_off": Variant(options=GENERAL_OPTIONS.with_overrides({"anchor.bridge_max_facts": UNCAPPED})),
+    "near_075": Variant(options=GENERAL_OPTIONS.with_overrides({"anchor.vector_min": 0.75})),
+    "near_060": Variant(options=GENERAL_OPTIONS.with_overrides({"anchor.vector_min": 0.6})),
+    "near_gap06": Variant(options=GENERAL_OPTIONS.with_overrides({"anchor.vector_gap": 0.6})),
+    "near_gap04": Variant(options=GENERAL_OPTIONS.with_overrides({"anchor.vector_gap": 0.4})),
+    "near_050": Variant(options=GENERAL_OPTIONS.with_overrides({"anchor.vector_min": 0.5})),
+    "named_only": Variant(options=GENERAL_OPTIONS.with_overrides({"anchor.vector_top_k": 0})),
     "no_validity": Variant(options=GENERAL_OPTIONS, validity=False),
-    "bridge8": Variant(options=GENERAL_OPTIONS, bridge_max_facts=8),
-    "common_05": Variant(options=replace(GENERAL_OPTIONS, common_term_min_facts=0, common_term_share=0.05)),
-    "names_off": Variant(options=replace(GENERAL_OPTIONS, anchor_name_share=0.0)),
-    "names_09": Variant(options=replace(GENERAL_OPTIONS, anchor_name_share=0.9)),
+    "bridge8": Variant(options=GENERAL_OPTIONS.with_overrides({"anchor.bridge_max_facts": 8})),
+    "common_05": Variant(
+        options=GENERAL_OPTIONS.with_overrides({"keyword.common_term_min_facts": 0, "keyword.common_term_share": 0.05})
+    ),
+    "names_off": Variant(options=GENERAL_OPTIONS.with_overrides({"anchor.name_share": 0.0})),
+    "names_09": Variant(options=GENERAL_OPTIONS.with_overrides({"anchor.name_share": 0.9})),
     "first_person": Variant(options=FIRST_PERSON_OPTIONS),
-    "first_person_05": Variant(options=replace(FIRST_PERSON_OPTIONS, anchor_name_share=0.5)),
-    "common_20": Variant(options=replace(GENERAL_OPTIONS, common_term_min_facts=0, common_term_share=0.2)),
+    "first_person_05": Variant(options=FIRST_PERSON_OPTIONS.with_overrides({"anchor.name_share": 0.5})),
+    "common_20": Variant(
+        options=GENERAL_OPTIONS.with_overrides({"keyword.common_term_min_facts": 0, "keyword.common_term_share": 0.2})
+    ),
 }
 
 FIRST_PERSON_ROW = (
@@ -123,26 +129,26 @@ ROWS: tuple[Row, ...] = (
     Row(label="full: vector + anchor + keyword, no date signal (the defaults before)", config="general", signals=ALL),
     Row(label="**full: vector + anchor + keyword + date (defaults)**", config="default", signals=CHOSEN),
     Row(label=GENERAL_ROW, config="general", signals=DEFAULTS),
-    Row(label="defaults + recency list (recent_candidates=50)", config="general", signals=(*DEFAULTS, "recent")),
+    Row(label="defaults + recency list (recent.candidates=50)", config="general", signals=(*DEFAULTS, "recent")),
     Row(
         label="defaults + the vector list's 30 nearest, latest first (bench-only)",
         config="general",
         signals=(*DEFAULTS, "recent_among"),
     ),
-    Row(label="defaults, no name test (anchor_name_share=0: the default before)", config="names_off", signals=DEFAULTS),
-    Row(label="defaults, name test at share 0.9 (anchor_name_share=0.9)", config="names_09", signals=DEFAULTS),
+    Row(label="defaults, no name test (anchor.name_share=0: the default before)", config="names_off", signals=DEFAULTS),
+    Row(label="defaults, name test at share 0.9 (anchor.name_share=0.9)", config="names_09", signals=DEFAULTS),
     Row(label=FIRST_PERSON_ROW, config="first_person", signals=(*DEFAULTS, "recent")),
     Row(label=FIRST_PERSON_05_ROW, config="first_person_05", signals=(*DEFAULTS, "recent")),
     Row(label="full, anchor list in physical order", config="wide", signals=ALL, physical=True),
     Row(label="full, 1 hop", config="hop1", signals=ALL),
     Row(label="full, 1 hop, physical order", config="hop1_wide", signals=ALL, physical=True),
-    Row(label="full, hubs kept (hub_min_share=1.0)", config="hubs_kept", signals=ALL),
+    Row(label="full, hubs kept (entities.hub_min_share=1.0)", config="hubs_kept", signals=ALL),
     Row(
         label="full as the reference (1 hop, physical order, hubs kept)", config="reference", signals=ALL, physical=True
     ),
     Row(label="full, keyword half rule by ts_rank (the default before issue 20)", config="kw_half", signals=ALL),
-    Row(label="full, keyword needs 1 term (keyword_min_terms=1)", config="kw_min1", signals=ALL),
-    Row(label="full, keyword needs up to 3 terms (keyword_min_terms=3)", config="kw_min3", signals=ALL),
+    Row(label="full, keyword needs 1 term (keyword.min_terms=1)", config="kw_min1", signals=ALL),
+    Row(label="full, keyword needs up to 3 terms (keyword.min_terms=3)", config="kw_min3", signals=ALL),
     Row(label="full, keyword AND (plainto_tsquery)", config="kw_and", signals=ALL),
     Row(label="full, keyword plain OR of terms (hub names kept)", config="kw_or", signals=ALL),
     Row(label="full, second-hop bridges capped at 8 facts", config="bridge8", signals=ALL),
@@ -246,7 +252,7 @@ REALMEM_ROWS: tuple[realmem.RealmemRow, ...] = (
     realmem.RealmemRow(label="**full: vector + anchor + keyword + date (defaults)**", config="default", signals=CHOSEN),
     realmem.RealmemRow(label=GENERAL_ROW, config="general", signals=DEFAULTS),
     realmem.RealmemRow(
-        label="defaults + recency list (recent_candidates=50)", config="general", signals=(*DEFAULTS, "recent")
+        label="defaults + recency list (recent.candidates=50)", config="general", signals=(*DEFAULTS, "recent")
     ),
     realmem.RealmemRow(
         label="defaults + recency list + conversation (last 2 user turns)",
@@ -265,10 +271,10 @@ REALMEM_ROWS: tuple[realmem.RealmemRow, ...] = (
         signals=(*DEFAULTS, "recent_among"),
     ),
     realmem.RealmemRow(
-        label="defaults, no name test (anchor_name_share=0: the default before)", config="names_off", signals=DEFAULTS
+        label="defaults, no name test (anchor.name_share=0: the default before)", config="names_off", signals=DEFAULTS
     ),
     realmem.RealmemRow(
-        label="defaults, name test at share 0.9 (anchor_name_share=0.9)", config="names_09", signals=DEFAULTS
+        label="defaults, name test at share 0.9 (anchor.name_share=0.9)", config="names_09", signals=DEFAULTS
     ),
     realmem.RealmemRow(label=FIRST_PERSON_ROW, config="first_person", signals=(*DEFAULTS, "recent")),
     realmem.RealmemRow(label=FIRST_PERSON_05_ROW, config="first_person_05", signals=(*DEFAULTS, "recent")),
@@ -295,8 +301,8 @@ REALMEM_ROWS: tuple[realmem.RealmemRow, ...] = (
     realmem.RealmemRow(
         label="full, keyword half rule by ts_rank (the default before issue 20)", config="kw_half", signals=ALL
     ),
-    realmem.RealmemRow(label="full, keyword needs 1 term (keyword_min_terms=1)", config="kw_min1", signals=ALL),
-    realmem.RealmemRow(label="full, keyword needs up to 3 terms (keyword_min_terms=3)", config="kw_min3", signals=ALL),
+    realmem.RealmemRow(label="full, keyword needs 1 term (keyword.min_terms=1)", config="kw_min1", signals=ALL),
+    realmem.RealmemRow(label="full, keyword needs up to 3 terms (keyword.min_terms=3)", config="kw_min3", signals=ALL),
     realmem.RealmemRow(label="full, 1 hop", config="hop1", signals=ALL),
     realmem.RealmemRow(label="full, named anchors only (no near entities)", config="named_only", signals=ALL),
     *(realmem.RealmemRow(label=label, config=config, signals=DEFAULTS) for label, config in NEAR_ROWS),
@@ -369,7 +375,7 @@ def load_scope(memory: Memory, labelled: LabelledMemory, project: str, *, embedd
 def _ranked(row: Row, lists: dict[str, list[int]], options: RecallOptions, loaded: LoadedScope) -> list[str]:
     chosen = dict(lists)
     if row.physical:
-        chosen["anchor"] = variants.physical_order(lists.get("anchor", []), DEFAULT_OPTIONS.anchor_candidates)
+        chosen["anchor"] = variants.physical_order(lists.get("anchor", []), DEFAULT_OPTIONS.anchor.candidates)
     if len(row.signals) == 1:
         ids = chosen.get(row.signals[0], [])[: metrics.K]
     else:
@@ -405,7 +411,6 @@ def run_memory(memory: Memory, labelled: LabelledMemory, *, rows: Sequence[Row] 
             out = []
             for text, vector in zip(texts, vectors, strict=True):
                 bound = variants.params(
-                    bridge_max_facts=variant.bridge_max_facts,
                     scope=scopes[mode].scope,
                     query=text,
                     embedding=vector,

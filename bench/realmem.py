@@ -46,7 +46,7 @@ FULL_SIGNALS = (*DEFAULT_SIGNALS, "conversation")
 """... and with `conversation=`."""
 PRESET = "first_person"
 """The config of `FIRST_PERSON_OPTIONS`, checked against `Memory.recall` with them (its recency list
-is as long as the bench's "recent" list, `vector_candidates`)."""
+is as long as the bench's "recent" list, `vector.candidates`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -224,7 +224,6 @@ def replay(
                     if config == "default":  # what the memory leaves to itself, chosen as Memory.recall does
                         variant = replace(variant, options=options)
                     bound = variants.params(
-                        bridge_max_facts=variant.bridge_max_facts,
                         scope=scope,
                         query=text,
                         embedding=vector,

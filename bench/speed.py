@@ -68,14 +68,13 @@ def breakdown(memory: Memory, project: str, queries: Sequence[synth.SynthQuery])
     """Where a recall's database time goes: memsoda's statements as `Memory.recall` runs them
     (kept or generic plans, see `scope_sizes`), then each signal's fragment alone, planned afresh
     every run, same parameters."""
-    from dataclasses import replace as dc_replace
     from datetime import UTC, datetime
 
     from bench import variants
     from memsoda_core.layouts import layout_of
     from memsoda_core.layouts.access import ScopeSize
     from memsoda_core.options import DEFAULT_OPTIONS
-    from memsoda_core.recall.signals import FULL_PLAN
+    from memsoda_core.recall.plans import FULL_PLAN
     from memsoda_core.recall.statements import recall_statements
     from memsoda_core.runner.steps import Execute, Planning
     from memsoda_core.runner.sync_runner import _fetch
@@ -83,12 +82,14 @@ def breakdown(memory: Memory, project: str, queries: Sequence[synth.SynthQuery])
 
     configs = {
         "default": variants.Variant(options=DEFAULT_OPTIONS),
-        "hop1": variants.Variant(options=dc_replace(DEFAULT_OPTIONS, anchor_hops=1)),
+        "hop1": variants.Variant(options=DEFAULT_OPTIONS.with_overrides({"anchor.hops": 1})),
         "or": variants.Variant(options=DEFAULT_OPTIONS, keyword=variants.KeywordForm.OR),
         "half": variants.Variant(options=DEFAULT_OPTIONS, keyword=variants.KeywordForm.HALF_TS_RANK),
         "and": variants.Variant(options=DEFAULT_OPTIONS, keyword=variants.KeywordForm.AND),
-        "hub1pct": variants.Variant(options=dc_replace(DEFAULT_OPTIONS, hub_min_share=0.01)),
-        "bridge_off": variants.Variant(options=DEFAULT_OPTIONS, bridge_max_facts=variants.UNCAPPED),
+        "hub1pct": variants.Variant(options=DEFAULT_OPTIONS.with_overrides({"entities.hub_min_share": 0.01})),
+        "bridge_off": variants.Variant(
+            options=DEFAULT_OPTIONS.with_overrides({"anchor.bridge_max_facts": variants.UNCAPPED})
+        ),
     }
     schema = memory.info.schema
     scope = Scope(dataset=synth.DATASET, project=project)
@@ -108,7 +109,6 @@ def breakdown(memory: Memory, project: str, queries: Sequence[synth.SynthQuery])
             for label in list(statements)[i % len(statements) :] + list(statements)[: i % len(statements)]:
                 config = configs.get(dict((p[0], p[1]) for p in PARTS)[label], configs["default"])
                 bound = variants.params(
-                    bridge_max_facts=config.bridge_max_facts,
                     scope=scope,
                     query=q.text,
                     embedding=q.values,

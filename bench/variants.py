@@ -24,7 +24,7 @@ from psycopg import sql
 from psycopg.rows import class_row
 
 from memsoda_core.models import FusionChoice
-from memsoda_core.options import RecallOptions
+from memsoda_core.options import MAX_OPTION_INT, RecallOptions
 from memsoda_core.recall.adaptive import choose
 from memsoda_core.recall.fusion import rrf
 from memsoda_core.recall.result import statement_params
@@ -158,13 +158,11 @@ class Variant:
     options: RecallOptions
     keyword: KeywordForm = KeywordForm.OR_HALF
     validity: bool = True
-    bridge_max_facts: int | None = None
-    """Second-hop bridges touching more facts are skipped (the core's `bridge_max_facts`);
-    None: the options' value."""
 
 
-UNCAPPED = 2**62
-"""A `bridge_max_facts` that never binds (the core before the cap existed)."""
+UNCAPPED = MAX_OPTION_INT
+"""An `anchor.bridge_max_facts` that never binds (the core before the cap existed): no entity
+touches more facts than PostgreSQL's integer counts."""
 
 
 def _keyword(schema: str, form: KeywordForm, *, live: bool) -> sql.Composable:
@@ -186,7 +184,7 @@ def statement(schema: str, variant: Variant, signals: Sequence[str] = ("vector",
     s = sql.Identifier(schema)
     ctes: list[sql.Composable] = []
     chosen = [name for name in signals if variant.validity or name != "anchor"]
-    plan = RecallPlan(query=True, embedding=True, hops=variant.options.anchor_hops)
+    plan = RecallPlan(query=True, embedding=True, hops=variant.options.anchor.hops)
     if "anchor" in signals or "keyword" in signals:
         ctes += [hub_floor_cte(schema), named_cte(schema)]
     if "vector" in chosen:
@@ -214,7 +212,6 @@ def params(
     at: datetime,
     options: RecallOptions,
     tsconfig: str,
-    bridge_max_facts: int | None = None,
 ) -> dict[str, Any]:
     """memsoda's own statement parameters, plus the raw query for `plainto_tsquery`."""
     bound = statement_params(
@@ -224,9 +221,7 @@ def params(
     )
     bound["raw_query"] = normalize_query(query)
     bound["half_max_lexemes"] = 10  # the pre-issue-20 keyword form's (`_HALF_TS_RANK`)
-    bound["keyword_pool"] = 4 * options.keyword_candidates
-    if bridge_max_facts is not None:
-        bound["bridge_max_facts"] = bridge_max_facts
+    bound["keyword_pool"] = 4 * options.keyword.candidates
     return bound
 
 
@@ -259,7 +254,7 @@ reorders by time."""
 
 def recent_among(lists: Mapping[str, Sequence[int]], recency: Mapping[int, float], n: int = RECENT_AMONG) -> list[int]:
     """Bench-only list: the vector list's `n` nearest facts, latest first (ties: larger id). A
-    recency list that depends on the query, unlike the plain recency list (`recent_candidates`)."""
+    recency list that depends on the query, unlike the plain recency list (`recent.candidates`)."""
     return sorted(lists.get("vector", [])[:n], key=lambda i: (-recency.get(i, float("-inf")), -i))
 
 
@@ -276,5 +271,5 @@ def resolved(conn: Any, schema: str, scope: Scope, options: RecallOptions) -> tu
 
 def drop_unchosen(lists: dict[str, list[int]], options: RecallOptions) -> dict[str, list[int]]:
     """The lists a recall with `options` fuses among the bench's: the recency list only when
-    `recent_candidates` asks for it (the bench computes it for every config)."""
-    return lists if options.recent_candidates else {name: ids for name, ids in lists.items() if name != "recent"}
+    `recent.candidates` asks for it (the bench computes it for every config)."""
+    return lists if options.recent.candidates else {name: ids for name, ids in lists.items() if name != "recent"}

@@ -63,7 +63,19 @@ from memsoda_core.models import (
     ScoredFact,
     SignalHit,
 )
-from memsoda_core.options import DEFAULT_OPTIONS, FIRST_PERSON_OPTIONS, GENERAL_OPTIONS, RecallOptions
+from memsoda_core.options import (
+    DEFAULT_OPTIONS,
+    FIRST_PERSON_OPTIONS,
+    GENERAL_OPTIONS,
+    AnchorOptions,
+    ConversationOptions,
+    DateOptions,
+    EntitiesOptions,
+    KeywordOptions,
+    RecallOptions,
+    RecentOptions,
+    VectorOptions,
+)
 from memsoda_core.recall.profile import Profile
 from memsoda_core.synthesis import OpenAISynthesizer, Synthesizer
 
@@ -74,15 +86,19 @@ __all__ = [
     "FIRST_PERSON_OPTIONS",
     "GENERAL_OPTIONS",
     "LITERAL",
+    "AnchorOptions",
     "ArgumentTypeError",
     "AsyncMemory",
     "ConfidenceError",
     "ConfigurationError",
+    "ConversationOptions",
     "DateError",
+    "DateOptions",
     "Embedder",
     "EmbedderMismatchError",
     "EmbeddingError",
     "EmptyFieldError",
+    "EntitiesOptions",
     "Entity",
     "Episode",
     "EpisodeInput",
@@ -100,6 +116,7 @@ __all__ = [
     "IntervalError",
     "InvalidTextError",
     "ItemInput",
+    "KeywordOptions",
     "LangChainExtractor",
     "LayoutChangedError",
     "LimitError",
@@ -116,6 +133,7 @@ __all__ = [
     "ReadOnlyStoreError",
     "RecallOptions",
     "RecallResult",
+    "RecentOptions",
     "RejectedOperation",
     "RememberResult",
     "RetentionReport",
@@ -132,5 +150,6 @@ __all__ = [
     "Synthesizer",
     "TextTooLongError",
     "ValidationError",
+    "VectorOptions",
     "default_embedder",
 ]

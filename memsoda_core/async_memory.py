@@ -507,8 +507,8 @@ class AsyncMemory(AsyncReembedMethods):
                 overrides={
                     "facts_in_context": facts_in_context,
                     "min_confidence": min_confidence,
-                    "anchor_vector_top_k": anchor_vector_top_k,
-                    "anchor_vector_min": anchor_vector_min,
+                    "anchor.vector_top_k": anchor_vector_top_k,
+                    "anchor.vector_min": anchor_vector_min,
                     "rrf_k": rrf_k,
                 },
             ),

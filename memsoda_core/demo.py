@@ -28,7 +28,7 @@ from memsoda_core.demo_learning import show_learning
 from memsoda_core.embedders import Embedder
 from memsoda_core.memory import Memory
 from memsoda_core.models import RecallResult, ScoredFact
-from memsoda_core.recall.signals import QUERY_SIGNALS
+from memsoda_core.recall.plans import QUERY_SIGNALS
 
 DEMO_K = 5
 """Facts per context in the demo (the library's default is 8), to keep the screen short."""

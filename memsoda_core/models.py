@@ -7,10 +7,12 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import date, datetime
 from typing import Any, Literal, TypeAlias
 
-Signal = Literal["vector", "anchor", "keyword", "date", "conversation", "recent"]
-"""The ranked lists a recall can fuse. `recent` only appears when there is no query, or when the
-embedder failed and recall degraded to keyword + named anchors + recency. For typing only: the
-names, in order, are those of `recall.signals.REGISTRY` (a test holds this to it)."""
+Signal: TypeAlias = str
+"""A ranked list a recall can fuse: the name of a signal in `recall.signals.REGISTRY` (`SIGNAL_NAMES`:
+vector, anchor, keyword, date, conversation, recent), so a new signal needs no edit here. Results
+are built by looking each hit's signal up in the registry (`recall.result`): an unknown name fails
+there. `recent` only appears when there is no query, when the memory fuses a recency list, or when
+the embedder failed and recall degraded to keyword + named anchors + recency."""
 
 IncludeOption = Literal["raw", "episodes", "synthesis"]
 
@@ -198,7 +200,8 @@ class FusionChoice:
     preset: Literal["general", "first_person"]
     """Whose values the memory took: `GENERAL_OPTIONS` or `FIRST_PERSON_OPTIONS`."""
     chosen: tuple[str, ...]
-    """The options the memory chose (those the caller left at None); the caller's stand."""
+    """The options the memory chose (those the caller left at None), by name (`"recent.candidates"`:
+    `options.ADAPTIVE`); the caller's stand."""
     reason: str
     stats: ScopeStats | None
     """What the choice was made from; None for a recall without a query (nothing to choose)."""

@@ -71,7 +71,7 @@ async def test_absurd_vectors_and_options_are_validation_errors(memory: Either, 
         await memory.add_facts([fact()], **scope, vectors=[[10**400] * dims])
     with pytest.raises(ValidationError, match="query_embedding is not usable"):
         await memory.recall("tea", **scope, query_embedding=[10**400] * dims)
-    with pytest.raises(LimitError, match="anchor_vector_top_k is out of range"):
+    with pytest.raises(LimitError, match=r"anchor\.vector_top_k is out of range"):
         await memory.recall("tea", **scope, anchor_vector_top_k=10**30)
     with pytest.raises(LimitError, match="rrf_k is out of range"):
         await memory.recall("tea", **scope, rrf_k=2**31)

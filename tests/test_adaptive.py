@@ -10,7 +10,14 @@ import pytest
 from memsoda_core import FIRST_PERSON_OPTIONS, RecallOptions
 from memsoda_core.errors import LimitError
 from memsoda_core.models import ScopeStats
-from memsoda_core.options import ADAPTIVE, DEFAULT_OPTIONS, GENERAL_OPTIONS
+from memsoda_core.options import (
+    ADAPTIVE,
+    DEFAULT_OPTIONS,
+    GENERAL_OPTIONS,
+    AnchorOptions,
+    KeywordOptions,
+    RecentOptions,
+)
 from memsoda_core.recall.adaptive import MIN_SAMPLED, NOTE_LEXEMES, ONE_SUBJECT_SHARE, choose, first_person
 from memsoda_core.recall.result import statement_params
 from memsoda_core.recall.scope_stats import ScopeStatsCache, StatsRow, decode_stats
@@ -25,14 +32,17 @@ TRIPLES = ScopeStats(sampled=120, subject_share=0.85, lexemes_per_fact=5.0, rest
 def test_defaults_leave_the_adaptive_options_to_the_memory() -> None:
     assert DEFAULT_OPTIONS.left_to_memory() == ADAPTIVE
     assert GENERAL_OPTIONS.left_to_memory() == () and FIRST_PERSON_OPTIONS.left_to_memory() == ()
-    assert RecallOptions(keyword_min_terms=2).left_to_memory() == ("recent_candidates", "anchor_name_share")
+    assert RecallOptions(keyword=KeywordOptions(min_terms=2)).left_to_memory() == (
+        "recent.candidates",
+        "anchor.name_share",
+    )
 
 
 def test_first_person_notes_get_the_first_person_options() -> None:
     options, choice = choose(DEFAULT_OPTIONS, NOTES)
     assert choice is not None and choice.preset == "first_person" and choice.stats == NOTES
-    assert {name: getattr(options, name) for name in ADAPTIVE} == {
-        name: getattr(FIRST_PERSON_OPTIONS, name) for name in ADAPTIVE
+    assert {name: options.value(name) for name in ADAPTIVE} == {
+        name: FIRST_PERSON_OPTIONS.value(name) for name in ADAPTIVE
     }
     assert "sentences" in choice.reason
 
@@ -40,7 +50,7 @@ def test_first_person_notes_get_the_first_person_options() -> None:
 def test_triples_keep_the_general_options() -> None:
     options, choice = choose(DEFAULT_OPTIONS, TRIPLES)
     assert choice is not None and choice.preset == "general"
-    assert (options.recent_candidates, options.keyword_min_terms, options.anchor_name_share) == (0, 2, 0.5)
+    assert (options.recent.candidates, options.keyword.min_terms, options.anchor.name_share) == (0, 2, 0.5)
     assert "triples" in choice.reason
 
 
@@ -59,11 +69,11 @@ def test_each_condition_of_the_rule(change: dict[str, float], expected: bool) ->
 
 
 def test_the_callers_options_stand() -> None:
-    mine = RecallOptions(recent_candidates=0, anchor_hops=1)
+    mine = RecallOptions(recent=RecentOptions(candidates=0), anchor=AnchorOptions(hops=1))
     options, choice = choose(mine, NOTES)
-    assert choice is not None and choice.chosen == ("keyword_min_terms", "anchor_name_share")
-    assert options.recent_candidates == 0 and options.anchor_hops == 1
-    assert (options.keyword_min_terms, options.anchor_name_share) == (1, 0.9)
+    assert choice is not None and choice.chosen == ("keyword.min_terms", "anchor.name_share")
+    assert options.recent.candidates == 0 and options.anchor.hops == 1
+    assert (options.keyword.min_terms, options.anchor.name_share) == (1, 0.9)
     assert choose(FIRST_PERSON_OPTIONS, TRIPLES) == (FIRST_PERSON_OPTIONS, None)  # all set: no choice
 
 
@@ -109,9 +119,9 @@ def test_stats_cache_expires_and_forgets() -> None:
 
 def test_bad_adaptive_values_still_raise() -> None:
     with pytest.raises(LimitError):
-        RecallOptions(recent_candidates=-1)
+        RecallOptions(recent=RecentOptions(candidates=-1))
     with pytest.raises(LimitError):
-        RecallOptions(anchor_name_share=2.0)
+        RecallOptions(anchor=AnchorOptions(name_share=2.0))
 
 
 NOTE_TEXTS = [
@@ -143,10 +153,10 @@ async def test_a_first_person_scope_gets_the_first_person_fusion(memory: Either,
     assert result.to_dict()["fusion"]["preset"] == "first_person"
     # the caller's options win: the recency list off stays off, the rest is still chosen
     mine = await memory.recall(
-        "what should I cook after swimming tonight?", **scope, options=RecallOptions(recent_candidates=0)
+        "what should I cook after swimming tonight?", **scope, options=RecallOptions(recent=RecentOptions(candidates=0))
     )
     assert "recent" not in {signal for s in mine.facts for signal in s.ranks}
-    assert mine.fusion is not None and mine.fusion.chosen == ("keyword_min_terms", "anchor_name_share")
+    assert mine.fusion is not None and mine.fusion.chosen == ("keyword.min_terms", "anchor.name_share")
     fixed = await memory.recall("what should I cook after swimming tonight?", **scope, options=GENERAL_OPTIONS)
     assert fixed.fusion is None
 

@@ -85,7 +85,7 @@ def test_realmem_smoke(bench_dsn: str, capsys: pytest.CaptureFixture[str]) -> No
     preset = re.findall(r"identical to `Memory.recall\(options=FIRST_PERSON_OPTIONS\)` on (\d+)/(\d+)", out)
     assert preset and preset[0][0] == preset[0][1] == asked
     assert "| **first-person options (`FIRST_PERSON_OPTIONS`" in out
-    assert "| defaults + recency list (recent_candidates=50) |" in out
+    assert "| defaults + recency list (recent.candidates=50) |" in out
     assert "| relevance_floor |" in out and "| 0.30 |" in out
 
 

@@ -137,7 +137,7 @@ def test_recall_explain_shows_ranks_per_signal(cli: Any, netflix: dict[str, str]
     assert "touches 'netflix', named in the query" in table
     assert "matched terms: streams, netflix" in table
     assert "honda civic" not in result.stdout  # k=2
-    assert "fusion: the general options for recent_candidates, keyword_min_terms, anchor_name_share" in table
+    assert "fusion: the general options for recent.candidates, keyword.min_terms, anchor.name_share" in table
 
 
 def test_recall_raw_shows_confidence_and_quote(cli: Any, netflix: dict[str, str]) -> None:

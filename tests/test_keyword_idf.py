@@ -1,4 +1,4 @@
-"""The keyword signal's rule (issue 20): a fact holds min(ceil(n/2), `keyword_min_terms`) of the
+"""The keyword signal's rule (issue 20): a fact holds min(ceil(n/2), `keyword.min_terms`) of the
 query's n search lexemes and is ranked by the summed IDF of those it holds, IDF from the scope's
 per-lexeme fact counts."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from conftest import Either
 
-from memsoda_core import LimitError, RecallOptions, RecallResult
+from memsoda_core import AnchorOptions, EntitiesOptions, KeywordOptions, LimitError, RecallOptions, RecallResult
 
 
 def keyword(result: RecallResult) -> list[str]:
@@ -38,9 +38,9 @@ async def test_a_long_message_finds_the_notes_sharing_two_of_its_words(memory: E
     result = await memory.recall(LONG_QUERY, **scope)
     assert keyword(result) == ["user noted sourdough starter is fed twice a day with rye flour"]
     assert by_reason(result, "sourdough").startswith("matched terms: sourdough, starter")
-    half = await memory.recall(LONG_QUERY, **scope, options=RecallOptions(keyword_min_terms=64))
+    half = await memory.recall(LONG_QUERY, **scope, options=RecallOptions(keyword=KeywordOptions(min_terms=64)))
     assert keyword(half) == []  # the half rule: no note holds ~10 of the message's lexemes
-    one = await memory.recall(LONG_QUERY, **scope, options=RecallOptions(keyword_min_terms=1))
+    one = await memory.recall(LONG_QUERY, **scope, options=RecallOptions(keyword=KeywordOptions(min_terms=1)))
     assert len(keyword(one)) == 3
 
 
@@ -73,8 +73,8 @@ async def test_short_queries_keep_the_half_rule(memory: Either, scope: dict[str,
 
 def test_keyword_min_terms_is_bounded() -> None:
     for bad in (0, 65):
-        with pytest.raises(LimitError, match="keyword_min_terms"):
-            RecallOptions(keyword_min_terms=bad)
+        with pytest.raises(LimitError, match=r"keyword\.min_terms"):
+            RecallOptions(keyword=KeywordOptions(min_terms=bad))
 
 
 # --- anchors only on real names (issue 20, item 3) -------------------------------------------------
@@ -90,7 +90,7 @@ async def test_filler_words_are_never_anchors_or_bridges(memory: Either, scope: 
     facts.append({**note("the pasta recipe uses fresh basil"), "mentions": ["the", "basil"]})
     facts.append({**note("user grows basil on the balcony"), "mentions": ["basil"]})
     await memory.add_facts(facts, **scope)
-    options = RecallOptions(hub_min_share=1.0, hub_min_facts=1000)  # nothing is a hub here
+    options = RecallOptions(entities=EntitiesOptions(hub_min_share=1.0, hub_min_facts=1000))  # nothing is a hub here
     result = await memory.recall("I'm wondering what the best thing to cook is", **scope, options=options)
     # "the" and "i'm" are named in the query but are no names: no anchor through them (an entity
     # near the query, by the gap rule, may still anchor: "basil" for cooking)
@@ -112,7 +112,7 @@ async def test_a_word_the_scope_does_not_use_as_a_name_is_no_named_anchor(
     facts.append({**note("Day 3 of the plan is a rest day"), "mentions": ["Day"]})
     facts += [{**note(text), "mentions": ["Kyoto"]} for text in ("trip to Kyoto in june", "ryokan booked in Kyoto")]
     await memory.add_facts(facts, **scope)
-    options = RecallOptions(hub_min_share=1.0, hub_min_facts=1000)  # nothing is a hub here
+    options = RecallOptions(entities=EntitiesOptions(hub_min_share=1.0, hub_min_facts=1000))  # nothing is a hub here
     query = "what did we say about day 3 and kyoto"
 
     def anchors(result: RecallResult) -> set[str]:
@@ -123,12 +123,16 @@ async def test_a_word_the_scope_does_not_use_as_a_name_is_no_named_anchor(
     assert named == {"touches 'kyoto', named in the query"}
     untested = anchors(
         await memory.recall(
-            query, **scope, options=RecallOptions(hub_min_share=1.0, hub_min_facts=1000, anchor_name_share=0.0)
+            query,
+            **scope,
+            options=RecallOptions(
+                entities=EntitiesOptions(hub_min_share=1.0, hub_min_facts=1000), anchor=AnchorOptions(name_share=0.0)
+            ),
         )
     )
     assert "touches 'day', named in the query" in untested
     with pytest.raises(LimitError):
-        RecallOptions(anchor_name_share=1.5)
+        RecallOptions(anchor=AnchorOptions(name_share=1.5))
 
 
 async def test_a_longer_name_is_never_judged_by_its_shared_words(memory: Either, scope: dict[str, str]) -> None:
@@ -138,6 +142,8 @@ async def test_a_longer_name_is_never_judged_by_its_shared_words(memory: Either,
     facts += [{**note(f"Eva Jones sent photo {i}"), "mentions": ["Eva Jones"]} for i in range(5)]
     facts.append({**note("Eva Smith moved to Porto"), "mentions": ["Eva Smith"]})
     await memory.add_facts(facts, **scope)
-    result = await memory.recall("anything new from eva smith", **scope, options=RecallOptions(hub_min_share=1.0))
+    result = await memory.recall(
+        "anything new from eva smith", **scope, options=RecallOptions(entities=EntitiesOptions(hub_min_share=1.0))
+    )
     reasons = {s.fact.text: s.reasons.get("anchor") for s in result.facts}
     assert reasons["user noted Eva Smith moved to Porto"] == "touches 'eva smith', named in the query"

@@ -1,6 +1,6 @@
 """Near entities (the anchor signal's entities "semantically near the query"): the default is the
 gap rule among the query's nearest entities, a rule no shift or scale of the embedder's cosines
-moves; an explicit `anchor_vector_min` is an absolute cosine and wins."""
+moves; an explicit `anchor.vector_min` (`recall(anchor_vector_min=...)`) is an absolute cosine and wins."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from bench.embedders import CompressedEmbedder
 from memsoda_core import Memory, RecallResult
 from memsoda_core.embedders import LocalEmbedder
 from memsoda_core.errors import LimitError
-from memsoda_core.options import DEFAULT_OPTIONS, RecallOptions
+from memsoda_core.options import DEFAULT_OPTIONS, AnchorOptions, RecallOptions
 from memsoda_core.recall.signals import anchor
 from memsoda_core.recall.signals.spec import RecallRequest
 from memsoda_core.validation import Scope
@@ -86,14 +86,14 @@ def test_the_default_is_the_gap_rule_and_an_explicit_cosine_replaces_it() -> Non
 
     default = params(DEFAULT_OPTIONS)
     assert (default["anchor_vector_min"], default["near_gap"], default["near_pool"]) == (None, 0.5, 30)
-    explicit = params(RecallOptions(anchor_vector_min=0.8))
+    explicit = params(RecallOptions(anchor=AnchorOptions(vector_min=0.8)))
     assert (explicit["anchor_vector_min"], explicit["near_gap"]) == (0.8, None)  # the gap rule is off
-    assert params(RecallOptions(anchor_vector_top_k=40))["near_pool"] == 41  # a step after the last one
+    assert params(RecallOptions(anchor=AnchorOptions(vector_top_k=40)))["near_pool"] == 41  # a step after the last one
 
 
 @pytest.mark.parametrize(
     "overrides",
-    [{"anchor_vector_gap": 0.0}, {"anchor_vector_gap": 1.5}, {"anchor_vector_pool": 0}, {"anchor_vector_min": 1.2}],
+    [{"anchor.vector_gap": 0.0}, {"anchor.vector_gap": 1.5}, {"anchor.vector_pool": 0}, {"anchor.vector_min": 1.2}],
 )
 def test_near_options_out_of_range_raise(overrides: dict[str, float]) -> None:
     with pytest.raises(LimitError):

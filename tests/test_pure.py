@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import re
@@ -16,16 +17,17 @@ from hypothesis import strategies as st
 from psycopg import sql
 
 from memsoda_core import Fact, RecallOptions, ScoredFact, SignalHit
-from memsoda_core.errors import ConfigurationError, LimitError
+from memsoda_core.errors import ArgumentTypeError, ConfigurationError, LimitError
 from memsoda_core.layouts.access import ScopeAccess
 from memsoda_core.limits import MAX_NAME_CHARS, MAX_NAME_TOKENS
 from memsoda_core.ops.maintenance import statistics_stale
-from memsoda_core.options import DEFAULT_OPTIONS
+from memsoda_core.options import ADAPTIVE, DEFAULT_OPTIONS, OPTION_NAMES, AnchorOptions, EntitiesOptions, KeywordOptions
 from memsoda_core.recall.fusion import rrf, rrf_ranks
 from memsoda_core.recall.hits import HitRow
+from memsoda_core.recall.plans import FULL_PLAN
 from memsoda_core.recall.render import anchor_entities, group_by_anchor, render
 from memsoda_core.recall.result import fuse_hits, plan_for
-from memsoda_core.recall.signals import FULL_PLAN, SIGNAL_NAMES, RecallRequest
+from memsoda_core.recall.signals import SIGNAL_NAMES, RecallRequest
 from memsoda_core.recall.statements import (
     RecallPlan,
     hits_statement,
@@ -300,13 +302,52 @@ def test_normalize_query_drops_nul_and_lone_surrogates() -> None:
 
 def test_options_defaults_are_the_references() -> None:
     options = RecallOptions()
-    assert (options.facts_in_context, options.min_confidence, options.anchor_vector_top_k) == (8, 0.5, 3)
+    assert (options.facts_in_context, options.min_confidence, options.anchor.vector_top_k) == (8, 0.5, 3)
     # the reference's anchorVectorMin (0.75) is a cosine on one model's scale: the default is the gap rule
-    assert (options.anchor_vector_min, options.anchor_vector_gap, options.rrf_k) == (None, 0.5, 60)
+    assert (options.anchor.vector_min, options.anchor.vector_gap, options.rrf_k) == (None, 0.5, 60)
     with pytest.raises(LimitError):
         RecallOptions(facts_in_context=0)
     with pytest.raises(ConfigurationError):
         options.with_overrides({"nope": 1})
+
+
+def test_each_knob_has_one_dotted_name_and_one_place() -> None:
+    options = RecallOptions()
+    groups = {f.name for f in dataclasses.fields(RecallOptions) if dataclasses.is_dataclass(getattr(options, f.name))}
+    assert groups == {"vector", "anchor", "entities", "keyword", "date", "conversation", "recent"}
+    for group in groups:  # each group says its own name, as its errors do
+        assert getattr(options, group).group == group
+    assert len(OPTION_NAMES) == len(set(OPTION_NAMES))
+    assert {name.partition(".")[0] for name in OPTION_NAMES if "." in name} == groups
+    assert set(ADAPTIVE) <= set(OPTION_NAMES)
+    changed = options.with_overrides({"anchor.hops": 1, "entities.hub_min_share": 0.3, "rrf_k": 30})
+    assert changed == RecallOptions(anchor=AnchorOptions(hops=1), entities=EntitiesOptions(hub_min_share=0.3), rrf_k=30)
+    assert (changed.value("anchor.hops"), changed.value("rrf_k"), changed.anchor.vector_top_k) == (1, 30, 3)
+    assert options.with_overrides({}) is options
+
+
+def test_an_unknown_or_old_option_name_is_a_configuration_error_naming_the_known_ones() -> None:
+    with pytest.raises(ConfigurationError, match=r"'anchor_hops' \(did you mean 'anchor\.hops'\?\); known: .*rrf_k"):
+        RecallOptions().with_overrides({"anchor_hops": 1})
+    with pytest.raises(ConfigurationError, match=r"entities\.hub_min_share"):
+        RecallOptions().with_overrides({"hub_min_share": 0.3})
+    with pytest.raises(ConfigurationError, match="'anchor' "):  # a group is no knob: one name per knob
+        RecallOptions().with_overrides({"anchor": AnchorOptions(hops=1)})
+    with pytest.raises(ConfigurationError, match="unknown recall option 3"):
+        RecallOptions().with_overrides({3: 1})  # type: ignore[dict-item]
+
+
+def test_a_group_checks_its_own_knobs_by_their_dotted_names() -> None:
+    with pytest.raises(ArgumentTypeError, match=r"anchor\.hops must be an int"):
+        AnchorOptions(hops="1")  # type: ignore[arg-type]
+    with pytest.raises(LimitError, match=r"anchor\.hops must be 1 or 2"):
+        RecallOptions().with_overrides({"anchor.hops": 3})
+    with pytest.raises(LimitError, match=r"keyword\.candidates must be between 1 and 1000"):
+        KeywordOptions(candidates=0)
+    with pytest.raises(LimitError, match="NaN"):
+        EntitiesOptions(hub_min_share=float("nan"))
+    with pytest.raises(ArgumentTypeError, match=r"anchor must be AnchorOptions\(\.\.\.\), got"):
+        RecallOptions(anchor={"hops": 1})  # type: ignore[arg-type]
 
 
 def test_every_fragment_filters_tenant_liveness_and_confidence() -> None:
@@ -341,11 +382,11 @@ def _request(query: str | None, embedding: bool, options: RecallOptions) -> Reca
 
 def _every_recall_plan() -> set[RecallPlan]:
     plans = {
-        plan_for(_request(query, embedding, replace(DEFAULT_OPTIONS, anchor_hops=hops)))
+        plan_for(_request(query, embedding, DEFAULT_OPTIONS.with_overrides({"anchor.hops": hops})))
         for query, embedding, hops in itertools.product(("q", None), (True, False), (1, 2))
     }
     plans.add(
-        plan_for(_request("q", True, replace(DEFAULT_OPTIONS, recent_candidates=50)))
+        plan_for(_request("q", True, DEFAULT_OPTIONS.with_overrides({"recent.candidates": 50})))
     )  # the recency list beside a query
     assert len(plans) == 8  # every statement a recall can run
     return plans

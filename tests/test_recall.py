@@ -12,7 +12,18 @@ import pytest
 from conftest import Either, open_memory
 from helpers import CountingEmbedder, FaultyEmbedder
 
-from memsoda_core import AsyncMemory, LocalEmbedder, Memory, RecallOptions, RecallResult, ValidationError
+from memsoda_core import (
+    AnchorOptions,
+    AsyncMemory,
+    EntitiesOptions,
+    KeywordOptions,
+    LocalEmbedder,
+    Memory,
+    RecallOptions,
+    RecallResult,
+    RecentOptions,
+    ValidationError,
+)
 
 BRIDGE = [
     {"subject": "breaking bad", "predicate": "streams on", "object": "netflix", "object_type": "PRODUCT"},
@@ -61,7 +72,7 @@ async def test_ref_bridge_needs_the_anchor_signal(memory: Either, scope: dict[st
     """Without the anchor, nothing links the query to the favourite show by words; with one hop
     only, the favourite show is reached by no anchor."""
     await memory.add_facts(BRIDGE, **scope)
-    one_hop = await memory.recall(NETFLIX_QUERY, **scope, options=RecallOptions(anchor_hops=1))
+    one_hop = await memory.recall(NETFLIX_QUERY, **scope, options=RecallOptions(anchor=AnchorOptions(hops=1)))
     assert "anchor" not in by_text(one_hop, "user favourite show is breaking bad").ranks
     assert "keyword" not in by_text(one_hop, "user favourite show is breaking bad").ranks
 
@@ -83,9 +94,9 @@ async def test_the_second_hop_runs_only_while_the_first_leaves_room(memory: Eith
     await memory.add_facts(BRIDGE, **scope)
     favourite = "user favourite show is breaking bad"
     # hop 1 is one fact ("breaking bad streams on netflix"): it fills a list of one
-    full = await memory.recall(NETFLIX_QUERY, **scope, options=RecallOptions(anchor_candidates=1))
+    full = await memory.recall(NETFLIX_QUERY, **scope, options=RecallOptions(anchor=AnchorOptions(candidates=1)))
     assert "anchor" not in by_text(full, favourite).ranks
-    room = await memory.recall(NETFLIX_QUERY, **scope, options=RecallOptions(anchor_candidates=2))
+    room = await memory.recall(NETFLIX_QUERY, **scope, options=RecallOptions(anchor=AnchorOptions(candidates=2)))
     assert by_text(room, favourite).ranks["anchor"] == 2
 
 
@@ -114,9 +125,9 @@ async def test_the_half_rule_holds_for_queries_longer_than_its_tsquery_form(
         ],
         **scope,
     )
-    # the half rule is the default's matching with keyword_min_terms at its maximum (the default, 2,
+    # the half rule is the default's matching with keyword.min_terms at its maximum (the default, 2,
     # keeps both facts: tests/test_keyword_idf.py)
-    result = await memory.recall(" ".join(words), **scope, options=RecallOptions(keyword_min_terms=64))
+    result = await memory.recall(" ".join(words), **scope, options=RecallOptions(keyword=KeywordOptions(min_terms=64)))
     assert "keyword" in by_text(result, "user noted " + " ".join(words[:6])).ranks
     assert "keyword" not in by_text(result, "user noted " + " ".join(words[6:11])).ranks
 
@@ -343,7 +354,7 @@ async def test_recent_candidates_fuse_the_latest_facts_beside_a_query(memory: Ei
     )
     plain = await memory.recall("the trip to kyoto", **scope)
     assert "recent" not in {signal for s in plain.facts for signal in s.ranks}  # off by default
-    options = RecallOptions(recent_candidates=3)
+    options = RecallOptions(recent=RecentOptions(candidates=3))
     result = await memory.recall("the trip to kyoto", **scope, options=options)
     recent = sorted((s for s in result.facts if "recent" in s.ranks), key=lambda s: s.ranks["recent"])
     assert [s.fact.text for s in recent] == [
@@ -523,7 +534,9 @@ async def test_hub_is_not_an_anchor_and_its_name_is_not_a_keyword(memory: Either
         "caroline researched adoption agencies"
     ]  # by "research", not the name
     not_hub = await memory.recall(
-        "what did caroline research", **scope, options=RecallOptions(hub_min_share=1.0, hub_min_facts=1000)
+        "what did caroline research",
+        **scope,
+        options=RecallOptions(entities=EntitiesOptions(hub_min_share=1.0, hub_min_facts=1000)),
     )
     assert any("anchor" in s.ranks for s in not_hub.facts)
 
@@ -543,10 +556,12 @@ async def test_a_term_common_in_the_scope_is_left_out_of_the_keyword_search(
 
     kept = await memory.recall(query, **scope)  # 10 of 11 facts, under the 1,000-fact floor
     assert "lamp 3 is green" in keyword_texts(kept)
-    common = RecallOptions(common_term_min_facts=5, common_term_share=0.5)
+    common = RecallOptions(keyword=KeywordOptions(common_term_min_facts=5, common_term_share=0.5))
     left_out = await memory.recall(query, **scope, options=common)
     assert keyword_texts(left_out) == {"dana rented a red kayak"}
-    rare_enough = await memory.recall(query, **scope, options=RecallOptions(common_term_min_facts=10))
+    rare_enough = await memory.recall(
+        query, **scope, options=RecallOptions(keyword=KeywordOptions(common_term_min_facts=10))
+    )
     assert "lamp 3 is green" in keyword_texts(rare_enough)  # in 10 facts: not more than 10
 
 

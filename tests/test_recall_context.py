@@ -10,7 +10,15 @@ from typing import Any
 import pytest
 from conftest import Either
 
-from memsoda_core import LocalEmbedder, Memory, RecallOptions, ValidationError
+from memsoda_core import (
+    ConversationOptions,
+    DateOptions,
+    LocalEmbedder,
+    Memory,
+    RecallOptions,
+    ValidationError,
+    VectorOptions,
+)
 
 DATED = [
     {"subject": "user", "predicate": "went", "object": "hiking on mount tamalpais", "valid_at": "2023-05-07"},
@@ -116,12 +124,12 @@ async def test_no_date_no_date_signal_and_the_option_turns_it_off(memory: Either
     plain = await memory.recall("what did I do on the mountain?", **scope, as_of=AFTER)
     assert all(_date_hit(scored) is None for scored in plain.facts)
     off = await memory.recall(
-        "what did I do on 7 May 2023?", **scope, as_of=AFTER, options=RecallOptions(date_candidates=0)
+        "what did I do on 7 May 2023?", **scope, as_of=AFTER, options=RecallOptions(date=DateOptions(candidates=0))
     )
     assert all(_date_hit(scored) is None for scored in off.facts)
 
 
-SHORT_LISTS = RecallOptions(vector_candidates=2, conversation_candidates=2)
+SHORT_LISTS = RecallOptions(vector=VectorOptions(candidates=2), conversation=ConversationOptions(candidates=2))
 """Lists of two in a memory of six facts: what a list of 50 is in a memory of thousands."""
 
 

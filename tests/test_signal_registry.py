@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, get_args
+from typing import Any
 
 import pytest
 from psycopg import sql
@@ -15,13 +15,14 @@ from memsoda_core import RecallOptions
 from memsoda_core.cli import recall as cli_recall
 from memsoda_core.layouts.access import SHARED, ScopeAccess
 from memsoda_core.models import Signal
+from memsoda_core.options import OPTION_NAMES, AnchorOptions, DateOptions, RecentOptions
 from memsoda_core.recall import statements
 from memsoda_core.recall.dates import question_window
 from memsoda_core.recall.fragments import fragment
 from memsoda_core.recall.hits import COMMON_COLUMNS, DETAIL_TYPES, HitRow, _maker
+from memsoda_core.recall.plans import QUERY_SIGNALS
 from memsoda_core.recall.result import explain, fuse_hits, plan_for, statement_params
 from memsoda_core.recall.signals import (
-    QUERY_SIGNALS,
     REGISTRY,
     SIGNAL_NAMES,
     RecallPlan,
@@ -65,7 +66,7 @@ def _plan(query: str | None, embedding: bool, options: RecallOptions | None = No
 
 
 REQUESTS = [
-    _request(query, embedding, RecallOptions(anchor_hops=hops))
+    _request(query, embedding, RecallOptions(anchor=AnchorOptions(hops=hops)))
     for query in ("q", None)
     for embedding in (True, False)
     for hops in (1, 2)
@@ -82,8 +83,12 @@ def _text(statement: sql.Composable) -> str:
     return statement.as_string(None)
 
 
-def test_models_signal_is_the_registrys_names_in_order() -> None:
-    assert get_args(Signal) == SIGNAL_NAMES == ("vector", "anchor", "keyword", "date", "conversation", "recent")
+def test_a_hit_names_a_signal_of_the_registry() -> None:
+    # `models.Signal` is a str: a new signal needs no edit there, and results are built through the registry
+    assert Signal is str
+    assert SIGNAL_NAMES == ("vector", "anchor", "keyword", "date", "conversation", "recent")
+    with pytest.raises(KeyError, match="temporal"):
+        explain(HitRow("temporal", 1, 1, 10))
 
 
 def test_the_cli_and_the_demo_read_the_registry() -> None:
@@ -108,9 +113,9 @@ def test_planned_signals_are_those_whose_spec_runs_in_registry_order() -> None:
         "date",
         "conversation",
     )
-    off = RecallOptions(date_candidates=0)
+    off = RecallOptions(date=DateOptions(candidates=0))
     assert planned_signals(_plan(DATED, True, off)) == ("vector", "anchor", "keyword")
-    recent = RecallOptions(recent_candidates=20)  # the recency list beside a query, opt-in
+    recent = RecallOptions(recent=RecentOptions(candidates=20))  # the recency list beside a query, opt-in
     assert planned_signals(_plan("q", True, recent)) == ("vector", "anchor", "keyword", "recent")
     assert planned_signals(_plan(None, True, recent)) == ("vector", "anchor")
     assert planned_signals(_plan(None, True, options, conversation=True)) == ("vector", "anchor", "conversation")
@@ -214,7 +219,10 @@ def test_parameters_are_named_like_the_options_they_come_from() -> None:
             text_search_config="english",
         )
     )
-    fields = {field.name for field in dataclasses.fields(RecallOptions)}
+    # a bound value is named after its option: the dotted name with "_" ("anchor.max_facts" is
+    # anchor_max_facts), or the knob's own name where it already says what it is (hub_min_share)
+    fields = {name.replace(".", "_") for name in OPTION_NAMES}
+    fields |= {name.partition(".")[2] for name in OPTION_NAMES if "_" in name.partition(".")[2]}
     derived = {"dataset", "project", "at", "qvec", "spans", "span_terms", "terms", "tsconfig"}
     derived |= {
         "keyword_pool",
@@ -225,7 +233,7 @@ def test_parameters_are_named_like_the_options_they_come_from() -> None:
     }  # computed, not one option each
     derived |= {"window_start", "window_end", "window_words"}  # the date signal's, from the query
     assert set(params) - derived <= fields
-    assert params["anchor_vector_top_k"] == options.anchor_vector_top_k
+    assert params["anchor_vector_top_k"] == options.anchor.vector_top_k
     taken = {name for plan in PLANS for s in statements.recall_statements("memsoda", plan) for name in s.names}
     assert not taken & {"near_k", "near_min", "vector_limit", "anchor_limit", "keyword_limit", "common_share"}
     used = set(params) & taken
@@ -296,7 +304,7 @@ def test_a_fifth_signal_is_planned_assembled_fused_and_explained_from_its_spec_a
         WITH_TEMPORAL,
     )
     assert params["temporal_candidates"] == 7
-    rows = [HitRow("keyword", 1, 1, 10, matched=["x"]), HitRow("temporal", 1, 1, 10, hop=1)]  # type: ignore[arg-type]
+    rows = [HitRow("keyword", 1, 1, 10, matched=["x"]), HitRow("temporal", 1, 1, 10, hop=1)]
     (kept,) = fuse_hits(rows, RecallOptions(), WITH_TEMPORAL)
     assert [(hit.signal, hit.reason) for hit in kept.hits] == [
         ("keyword", "matched terms: x"),

@@ -25,8 +25,10 @@ from typer.testing import CliRunner
 from memsoda_core import ConfigurationError, EmbeddingError, Memory, MemsodaError, RecallOptions, ValidationError
 from memsoda_core.cli import app
 from memsoda_core.layouts.access import SHARED, ScopeAccess, ScopeSize
+from memsoda_core.options import VectorOptions
+from memsoda_core.recall.plans import FULL_PLAN
 from memsoda_core.recall.result import plan_for, statement_params
-from memsoda_core.recall.signals import FULL_PLAN, RecallRequest
+from memsoda_core.recall.signals import RecallRequest
 from memsoda_core.recall.statements import recall_statements
 from memsoda_core.runner.policy import PREPARED_MAX
 from memsoda_core.store.tenant_index import tenant_indexes
@@ -265,7 +267,7 @@ def test_the_vector_list_is_full_through_a_tenant_index_despite_filtered_rows(sm
         elif i % 3 == 1:
             fact["confidence"] = 0.2
     memory.add_facts(facts, dataset="d", project="filtered")
-    options = RecallOptions(vector_candidates=15)
+    options = RecallOptions(vector=VectorOptions(candidates=15))
     scope = Scope(dataset="d", project="filtered")
     query = "who visited a town"
     params = statement_params(

@@ -397,7 +397,7 @@ def test_the_plans_recall_keeps_hold_one_tenant_s_partitions_only(memory: Memory
         memory.add_facts(_facts(THRESHOLD + 1), dataset=f"large-{n}", project="p")
     scope = Scope(dataset="large-1", project="p") if which == "moved" else Scope(dataset="small", project="p")
     memory.add_facts(_facts(2), **vars(scope))
-    every = RecallPlan(query=True, embedding=True, hops=memory.options.anchor_hops, signals=frozenset(SIGNAL_NAMES))
+    every = RecallPlan(query=True, embedding=True, hops=memory.options.anchor.hops, signals=frozenset(SIGNAL_NAMES))
     plans = [
         every,
         RecallPlan(query=False, embedding=False, signals=frozenset({"recent"})),

@@ -15,7 +15,8 @@ from memsoda_core.cli.store import open_memory
 from memsoda_core.fact_text import start_day
 from memsoda_core.models import LITERAL, RecallResult, ScoredFact
 from memsoda_core.options import RecallOptions
-from memsoda_core.recall.signals import QUERY_SIGNALS, SIGNAL_NAMES
+from memsoda_core.recall.plans import QUERY_SIGNALS
+from memsoda_core.recall.signals import SIGNAL_NAMES
 from memsoda_core.validation import parse_time, validate_fact
 
 SIGNALS = SIGNAL_NAMES

@@ -163,7 +163,7 @@ LEXEME_FILLFACTOR = 50
 def _v4(shape: StoreShape) -> list[sql.Composed]:
     """Per-scope document counts of the keyword lexemes, kept by every write (`store.lexemes`), so
     that recall can leave out a query term too common in the scope to say which fact is meant
-    (`RecallOptions.common_term_share`) before the keyword search ranks its matches; filled here
+    (`keyword.common_term_share`) before the keyword search ranks its matches; filled here
     from the facts already stored."""
     s = sql.Identifier(shape.schema)
     return [

@@ -8,12 +8,9 @@ signal, see docs/ARCHITECTURE.md, "Adding a signal".
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
 
-from memsoda_core.options import RecallOptions
 from memsoda_core.recall.signals import anchor, conversation, date, keyword, recency, vector
 from memsoda_core.recall.signals.spec import RecallPlan, RecallRequest, SharedCtes, SignalSpec
-from memsoda_core.validation import Scope
 
 REGISTRY: tuple[SignalSpec, ...] = (
     vector.SIGNAL,
@@ -50,26 +47,10 @@ def plan_for(request: RecallRequest, registry: Sequence[SignalSpec] = REGISTRY) 
     return RecallPlan(
         query=query,
         embedding=embedding,
-        hops=request.options.anchor_hops if query or embedding else 2,
+        hops=request.options.anchor.hops if query or embedding else 2,
         known=request.known_at is not None,
         signals=frozenset(spec.name for spec in registry if spec.runs(request)),
     )
-
-
-FULL_PLAN = plan_for(
-    RecallRequest(
-        scope=Scope(dataset="d", project="p"),
-        query="q",
-        embedding=(0.0,),
-        options=RecallOptions(),
-        at=datetime(2000, 1, 1, tzinfo=UTC),
-    )
-)
-"""A recall with a query and its embedding."""
-
-
-QUERY_SIGNALS: tuple[str, ...] = planned_signals(FULL_PLAN)
-"""The signals of a recall with a query and its embedding (what the CLI and the demo show)."""
 
 
 def statement_groups(registry: Sequence[SignalSpec] = REGISTRY) -> tuple[tuple[str, ...], ...]:
@@ -79,8 +60,6 @@ def statement_groups(registry: Sequence[SignalSpec] = REGISTRY) -> tuple[tuple[s
 
 
 __all__ = [
-    "FULL_PLAN",
-    "QUERY_SIGNALS",
     "REGISTRY",
     "SIGNAL_NAMES",
     "RecallPlan",

@@ -4,12 +4,15 @@ further through their other entities."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar
 
 from psycopg import sql
 
+from memsoda_core.errors import LimitError
 from memsoda_core.layouts.access import SHARED, ScopeAccess
+from memsoda_core.option_checks import check_between, check_cosine, check_not_negative, check_types
 from memsoda_core.recall.fragments import fragment
 from memsoda_core.recall.hits import HitRow
 from memsoda_core.recall.signals.entities import NAMED_ENTITIES, name_like, real_name
@@ -21,11 +24,11 @@ the others by chance (the near entities of a scope of a handful of entities are 
 
 
 def near_cte(schema: str, access: ScopeAccess = SHARED) -> sql.Composed:
-    """The query's near entities, hubs left out. With `anchor_vector_min`: the `anchor_vector_top_k`
-    nearest by name embedding at or above it. Else the gap rule (`RecallOptions.anchor_vector_gap`):
-    the pool is the query's `anchor_vector_pool` nearest entities (s the similarity, r its rank, d
-    the drop to the next, sp the pool's spread, m its size, at least `NEAR_MIN_POOL`); near are the
-    entities ranked up to the last r <= `top_k` whose drop d exceeds `anchor_vector_gap` * sp. The
+    """The query's near entities, hubs left out. With `anchor.vector_min`: the `anchor.vector_top_k`
+    nearest by name embedding at or above it. Else the gap rule (`AnchorOptions.vector_gap`): the
+    pool is the query's `anchor.vector_pool` nearest entities (s the similarity, r its rank, d the
+    drop to the next, sp the pool's spread, m its size, at least `NEAR_MIN_POOL`); near are the
+    entities ranked up to the last r <= `top_k` whose drop d exceeds `anchor.vector_gap` * sp. The
     cut is the same for any s' = a + b*s (b > 0), so no embedder's scale moves it. One index scan
     reads the pool; the rest is window arithmetic over its rows."""
     return fragment(
@@ -182,17 +185,73 @@ def _ctes(schema: str, plan: RecallPlan, access: ScopeAccess) -> Sequence[sql.Co
     return (near, anchors) if plan.embedding else (anchors,)
 
 
+@dataclass(frozen=True, kw_only=True)
+class AnchorOptions:
+    """The anchor signal's knobs (`RecallOptions.anchor`)."""
+
+    group: ClassVar[str] = "anchor"
+    hops: int = 2
+    """1: facts touching the anchors; 2: also facts touching their other (non-hub) entities."""
+    vector_top_k: int = 3
+    """The most entities the query can come near (the near entities)."""
+    vector_min: float | None = None
+    """An absolute cosine from which an entity's name embedding is near the query (the `vector_top_k`
+    nearest at or above it). None (the default): the scale-free rule of `vector_gap`, since a
+    cosine means something else under each embedder (bench/RESULTS.md, "Quality under several
+    embedders")."""
+    vector_gap: float = 0.5
+    """With no `vector_min`, which entities are near the query: among its `vector_pool` nearest (by
+    name embedding), those ranked before a drop in similarity wider than this share of the pool's
+    spread (nearest minus farthest), within the `vector_top_k` first. At 0.5 the drop is wider than
+    all the pool's other steps together: the entities stand apart from the rest as a group, which a
+    query naming none of them (a smooth falloff) does not show. Ranks and ratios of differences do
+    not move when an embedder's cosines are shifted or scaled."""
+    vector_pool: int = 30
+    """How many of the query's nearest entities the gap rule compares (at least `vector_top_k` + 1);
+    a scope of fewer than `NEAR_MIN_POOL` entities has none near by that rule."""
+    candidates: int = 50
+    """Length of the anchor signal's list (after ordering by relevance)."""
+    max_facts: int = 100
+    """Facts read per anchor, most recently written first: an anchor under the hub share can still
+    touch thousands of facts (bench/RESULTS.md, "Anchor signal"); the other signals reach its older
+    ones."""
+    bridge_max_facts: int = 50
+    """A second-hop bridge touching more facts than this is skipped: a busy entity under the hub
+    share fans the second hop out over much of the scope (bench/RESULTS.md, "Anchor signal")."""
+    name_share: float | None = None
+    """A one-word named anchor must be linked to at least this share of the facts whose text holds
+    its word: a word the extractor once took for a name ("Day", "Step", capitalised inside a
+    sentence) is in many more facts' text than are linked to it, a real name ("Kyoto") is linked to
+    most of them. Longer names are not tested (`entities.name_like`). 0 turns the test off
+    (bench/RESULTS.md, section 6, "Named anchors"). None (the default): the memory chooses, 0.5 or
+    0.9 (`recall.adaptive`)."""
+
+    def __post_init__(self) -> None:
+        check_types(self, self.group)
+        if self.hops not in (1, 2):
+            raise LimitError(f"anchor.hops must be 1 or 2, got {self.hops}")
+        check_not_negative("anchor.vector_top_k", self.vector_top_k)
+        check_cosine("anchor.vector_min", self.vector_min)
+        if not 0.0 < self.vector_gap <= 1.0:
+            raise LimitError(f"anchor.vector_gap must be in (0, 1], got {self.vector_gap}")
+        check_between("anchor.vector_pool", self.vector_pool, 1, 1000)
+        check_between("anchor.candidates", self.candidates, 1, 1000)
+        check_between("anchor.max_facts", self.max_facts, 1, 1000)
+        check_not_negative("anchor.bridge_max_facts", self.bridge_max_facts)
+        check_between("anchor.name_share", self.name_share, 0, 1, " (0: off)")
+
+
 def _params(inputs: RecallRequest) -> Mapping[str, Any]:
-    options = inputs.options
+    options = inputs.options.anchor
     return {
-        "anchor_vector_top_k": options.anchor_vector_top_k,
-        "anchor_vector_min": options.anchor_vector_min,  # NULL: no absolute floor, nothing passes it
-        "near_gap": options.anchor_vector_gap if options.anchor_vector_min is None else None,
-        "near_pool": max(options.anchor_vector_pool, options.anchor_vector_top_k + 1),
-        "anchor_candidates": options.anchor_candidates,
-        "anchor_max_facts": options.anchor_max_facts,
+        "anchor_vector_top_k": options.vector_top_k,
+        "anchor_vector_min": options.vector_min,  # NULL: no absolute floor, nothing passes it
+        "near_gap": options.vector_gap if options.vector_min is None else None,
+        "near_pool": max(options.vector_pool, options.vector_top_k + 1),
+        "anchor_candidates": options.candidates,
+        "anchor_max_facts": options.max_facts,
         "bridge_max_facts": options.bridge_max_facts,
-        "anchor_name_share": options.anchor_name_share,
+        "anchor_name_share": options.name_share,
     }
 
 

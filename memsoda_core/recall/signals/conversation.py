@@ -2,7 +2,7 @@
 comes from (`recall(..., conversation=[...])`), fused as a list of its own.
 
 A follow-up ("ok, let's go on as planned") often says nothing of what it is about; the user's
-previous turns do. The last `RecallOptions.conversation_turns` user messages are embedded together,
+previous turns do. The last `conversation.turns` (`ConversationOptions`) user messages are embedded together,
 the most recent first, so an embedder that truncates a long window drops the oldest words. Without
 a conversation the signal does not run and its statement is not sent.
 """
@@ -10,7 +10,8 @@ a conversation the signal does not run and its statement is not sent.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 from psycopg import sql
@@ -19,6 +20,7 @@ from memsoda_core.errors import ValidationError
 from memsoda_core.layouts.access import SHARED, ScopeAccess
 from memsoda_core.limits import MAX_QUERY_CHARS
 from memsoda_core.models import USER_ROLES
+from memsoda_core.option_checks import check_between, check_types
 from memsoda_core.recall.hits import HitRow
 from memsoda_core.recall.signals.spec import RecallPlan, RecallRequest, SignalSpec
 from memsoda_core.recall.signals.vector import nearest_cte
@@ -41,15 +43,32 @@ def _ctes(schema: str, plan: RecallPlan, access: ScopeAccess) -> Sequence[sql.Co
     return (conversation_cte(schema, access, known=plan.known),)
 
 
+@dataclass(frozen=True, kw_only=True)
+class ConversationOptions:
+    """The conversation signal's knobs (`RecallOptions.conversation`)."""
+
+    group: ClassVar[str] = "conversation"
+    turns: int = 2
+    """With `recall(conversation=...)`: how many of the latest user turns the signal embeds
+    together."""
+    candidates: int = 50
+    """Length of the conversation signal's list."""
+
+    def __post_init__(self) -> None:
+        check_types(self, self.group)
+        check_between("conversation.turns", self.turns, 1, 20)
+        check_between("conversation.candidates", self.candidates, 1, 1000)
+
+
 def _embeds(request: RecallRequest) -> str | None:
     # beside a query embedding only: without one the recall is degraded to keyword and recency
     if request.query is None or request.embedding is None:
         return None
-    return conversation_text(request.conversation, request.query, request.options.conversation_turns)
+    return conversation_text(request.conversation, request.query, request.options.conversation.turns)
 
 
 def _params(request: RecallRequest) -> Mapping[str, Any]:
-    params: dict[str, Any] = {"conversation_candidates": request.options.conversation_candidates}
+    params: dict[str, Any] = {"conversation_candidates": request.options.conversation.candidates}
     vector = request.vectors.get("conversation")
     if vector is not None:
         params["conversation_qvec"] = np.asarray(vector, dtype=np.float32)

@@ -13,13 +13,15 @@ sent.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
-from typing import Any
+from typing import Any, ClassVar
 
 from psycopg import sql
 
 from memsoda_core.layouts.access import SHARED, ScopeAccess
+from memsoda_core.option_checks import check_between, check_types
 from memsoda_core.recall.dates import Window, question_window
 from memsoda_core.recall.fragments import fragment
 from memsoda_core.recall.hits import HitRow
@@ -59,10 +61,24 @@ def _ctes(schema: str, plan: RecallPlan, access: ScopeAccess) -> Sequence[sql.Co
     return (date_cte(schema, plan, access),)
 
 
+@dataclass(frozen=True, kw_only=True)
+class DateOptions:
+    """The date signal's knobs (`RecallOptions.date`)."""
+
+    group: ClassVar[str] = "date"
+    candidates: int = 50
+    """Length of the date signal's list (facts that held in the window a question names); 0 turns
+    the signal off."""
+
+    def __post_init__(self) -> None:
+        check_types(self, self.group)
+        check_between("date.candidates", self.candidates, 0, 1000, " (0: off)")
+
+
 def asked_window(request: RecallRequest) -> Window | None:
     """The window the question names, resolved against the time it is asked; None when it names
-    none or `RecallOptions.date_candidates` is 0 (the signal is off)."""
-    return _question_window(request.query, request.question_time) if request.options.date_candidates else None
+    none or `date.candidates` is 0 (the signal is off)."""
+    return _question_window(request.query, request.question_time) if request.options.date.candidates else None
 
 
 @lru_cache(maxsize=256)
@@ -73,7 +89,7 @@ def _question_window(query: str | None, at: datetime) -> Window | None:
 def _params(inputs: RecallRequest) -> Mapping[str, Any]:
     window = asked_window(inputs)
     return {
-        "date_candidates": inputs.options.date_candidates or 1,
+        "date_candidates": inputs.options.date.candidates or 1,
         "window_start": OPEN_START if window is None or window.start is None else window.start,
         "window_end": OPEN_START if window is None else window.end,
         "window_words": "" if window is None else window.describe(),

@@ -4,11 +4,13 @@ anchor signal (its named anchors) and the keyword signal (a hub's name is not a 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from psycopg import sql
 
 from memsoda_core.layouts.access import SHARED, ScopeAccess
+from memsoda_core.option_checks import check_not_negative, check_share, check_types
 from memsoda_core.recall.fragments import fragment
 from memsoda_core.recall.signals.spec import RecallRequest, SharedCtes
 from memsoda_core.store.params import TextArray
@@ -76,13 +78,31 @@ def named_cte(schema: str, access: ScopeAccess = SHARED) -> sql.Composed:
     )
 
 
+@dataclass(frozen=True, kw_only=True)
+class EntitiesOptions:
+    """When an entity is a hub (`RecallOptions.entities`): read by the anchor signal (hubs are never
+    anchors or bridges) and the keyword signal (a hub's name is not a search term)."""
+
+    group: ClassVar[str] = "entities"
+    hub_min_share: float = 0.2
+    """An entity touching at least this share of the scope's facts is a hub ..."""
+    hub_min_facts: int = 10
+    """... provided it touches at least this many facts."""
+
+    def __post_init__(self) -> None:
+        check_types(self, self.group)
+        check_share("entities.hub_min_share", self.hub_min_share)
+        check_not_negative("entities.hub_min_facts", self.hub_min_facts)
+
+
 def _params(inputs: RecallRequest) -> Mapping[str, Any]:
     spans = name_spans_with_terms(inputs.normalized)
+    options = inputs.options.entities
     return {
         "spans": TextArray(spans),
         "span_terms": TextArray(spans.values()),
-        "hub_min_facts": inputs.options.hub_min_facts,
-        "hub_min_share": inputs.options.hub_min_share,
+        "hub_min_facts": options.hub_min_facts,
+        "hub_min_share": options.hub_min_share,
         "tsconfig": inputs.text_search_config,
     }
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from psycopg import sql
 
 from memsoda_core.layouts.access import SHARED, ScopeAccess
+from memsoda_core.option_checks import check_between, check_not_negative, check_share, check_types
 from memsoda_core.recall.fragments import fragment
 from memsoda_core.recall.hits import HitRow
 from memsoda_core.recall.signals.entities import HUB_TERMS, NAMED_ENTITIES
@@ -19,8 +21,8 @@ from memsoda_core.text import normalized_terms
 def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = False) -> sql.Composed:
     """Full-text search for the query's lexemes (its terms stemmed by the store's config), minus the
     terms of any hub named in the query (a match on nothing but a hub's name is noise) and the terms
-    too common in the scope (`RecallOptions.common_term_share`). Of the n lexemes left, a fact must
-    hold min(ceil(n/2), `keyword_min_terms`), ranked by the summed BM25 IDF of those it holds (from
+    too common in the scope (`keyword.common_term_share`). Of the n lexemes left, a fact must
+    hold min(ceil(n/2), `keyword.min_terms`), ranked by the summed BM25 IDF of those it holds (from
     the scope's per-lexeme fact counts, `lexemes`).
 
     A small fixed number rather than half the query, so a long message still finds notes sharing two
@@ -77,15 +79,42 @@ def _ctes(schema: str, plan: RecallPlan, access: ScopeAccess) -> Sequence[sql.Co
     return (keyword_ctes(schema, access, known=plan.known),)
 
 
+@dataclass(frozen=True, kw_only=True)
+class KeywordOptions:
+    """The keyword signal's knobs (`RecallOptions.keyword`)."""
+
+    group: ClassVar[str] = "keyword"
+    candidates: int = 50
+    """Length of the keyword signal's list."""
+    min_terms: int | None = None
+    """A keyword hit holds min(ceil(n/2), this) of the query's n search lexemes: a small fixed
+    number, so a long message still finds the notes that share two of its rarer words, while one
+    common word alone places nothing. 64 (the most terms a query has) matches like the half rule that
+    was the default before (ranked by IDF, not ts_rank). None (the default): the memory chooses, 2
+    or 1 (`GENERAL_OPTIONS`, `FIRST_PERSON_OPTIONS`; see `recall.adaptive`)."""
+    common_term_share: float = 0.05
+    """A query term in more than this share of the scope's facts ..."""
+    common_term_min_facts: int = 1_000
+    """... and in more than this many of them is left out of the keyword search: it says little about
+    which fact is meant and is slow to rank (bench/RESULTS.md, "Keyword signal")."""
+
+    def __post_init__(self) -> None:
+        check_types(self, self.group)
+        check_between("keyword.candidates", self.candidates, 1, 1000)
+        check_between("keyword.min_terms", self.min_terms, 1, 64)
+        check_share("keyword.common_term_share", self.common_term_share)
+        check_not_negative("keyword.common_term_min_facts", self.common_term_min_facts)
+
+
 def _params(inputs: RecallRequest) -> Mapping[str, Any]:
-    options = inputs.options
+    options = inputs.options.keyword
     return {
         "terms": TextArray(normalized_terms(inputs.normalized)),
         "tsconfig": inputs.text_search_config,
         "common_term_min_facts": options.common_term_min_facts,
         "common_term_share": options.common_term_share,
-        "keyword_candidates": options.keyword_candidates,
-        "keyword_min_terms": options.keyword_min_terms,
+        "keyword_candidates": options.candidates,
+        "keyword_min_terms": options.min_terms,
     }
 
 

@@ -1,15 +1,17 @@
 """The recency signal ("recent" in results): the most recent live facts. The whole result without
-a query, the fallback when embedding failed, and with `RecallOptions.recent_candidates` a list fused
+a query, the fallback when embedding failed, and with `recent.candidates` (`RecentOptions`) a list fused
 beside the others."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from psycopg import sql
 
 from memsoda_core.layouts.access import SHARED, ScopeAccess
+from memsoda_core.option_checks import check_between, check_types
 from memsoda_core.recall.fragments import fragment
 from memsoda_core.recall.hits import HitRow
 from memsoda_core.recall.signals.spec import RecallPlan, RecallRequest, SignalSpec
@@ -35,18 +37,35 @@ def _ctes(schema: str, plan: RecallPlan, access: ScopeAccess) -> Sequence[sql.Co
     return (recent_cte(schema, access, known=plan.known),)
 
 
+@dataclass(frozen=True, kw_only=True)
+class RecentOptions:
+    """The recency signal's knobs (`RecallOptions.recent`)."""
+
+    group: ClassVar[str] = "recent"
+    candidates: int | None = None
+    """With a query: fuse this many most recent live facts as a list of their own; 0 turns it off.
+    For memories whose later notes restate and update earlier ones, where the latest notes are what
+    a message is about. A list that ignores the query still votes in RRF: where time says nothing
+    about relevance it buries what only the vector list finds (bench/RESULTS.md, section 6, "A
+    recency list, ..."). None (the default): the memory chooses, 0 or 50 (`recall.adaptive`)."""
+
+    def __post_init__(self) -> None:
+        check_types(self, self.group)
+        check_between("recent.candidates", self.candidates, 0, 1000, " (0: off)")
+
+
 def _params(inputs: RecallRequest) -> Mapping[str, Any]:
-    # Without a query, the list is the result; beside a query, `recent_candidates` long, and as the
+    # Without a query, the list is the result; beside a query, `recent.candidates` long, and as the
     # fallback for a failed embedding, as long as the vector list it stands for.
     options = inputs.options
     if inputs.query is None:
         return {"recent_limit": options.facts_in_context}
-    return {"recent_limit": options.recent_candidates or options.vector_candidates}
+    return {"recent_limit": options.recent.candidates or options.vector.candidates}
 
 
 def _runs(request: RecallRequest) -> bool:
-    # the whole result without a vector; beside a query only when `recent_candidates` asks for it
-    return request.embedding is None or (request.query is not None and bool(request.options.recent_candidates))
+    # the whole result without a vector; beside a query only when `recent.candidates` asks for it
+    return request.embedding is None or (request.query is not None and bool(request.options.recent.candidates))
 
 
 def _explain(hit: HitRow) -> str:

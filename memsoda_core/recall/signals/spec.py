@@ -7,16 +7,18 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from psycopg import sql
 
 from memsoda_core.layouts.access import ScopeAccess
-from memsoda_core.options import RecallOptions
 from memsoda_core.recall.hits import HitRow
 from memsoda_core.text import normalize_query
 from memsoda_core.validation import Scope
+
+if TYPE_CHECKING:  # options.py imports each signal's options: at run time a cycle
+    from memsoda_core.options import RecallOptions
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,7 +78,8 @@ CteBuilder = Callable[[str, RecallPlan, ScopeAccess], Sequence[sql.Composable]]
 how the tenant is named in them (see `fragments.fragment`)."""
 
 ParamsBuilder = Callable[[RecallRequest], Mapping[str, Any]]
-"""The request -> bound values, each named like the `RecallOptions` field it comes from."""
+"""The request -> bound values, each named after the option it comes from (`anchor.max_facts` is
+`%(anchor_max_facts)s`)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from psycopg import sql
 
 from memsoda_core.layouts.access import SHARED, ScopeAccess
+from memsoda_core.option_checks import check_between, check_types
 from memsoda_core.recall.fragments import fragment
 from memsoda_core.recall.hits import HitRow
 from memsoda_core.recall.signals.spec import RecallPlan, RecallRequest, SignalSpec
@@ -56,8 +58,21 @@ def _ctes(schema: str, plan: RecallPlan, access: ScopeAccess) -> Sequence[sql.Co
     return (vector_cte(schema, access, known=plan.known),)
 
 
+@dataclass(frozen=True, kw_only=True)
+class VectorOptions:
+    """The vector signal's knobs (`RecallOptions.vector`)."""
+
+    group: ClassVar[str] = "vector"
+    candidates: int = 50
+    """Length of the vector signal's list."""
+
+    def __post_init__(self) -> None:
+        check_types(self, self.group)
+        check_between("vector.candidates", self.candidates, 1, 1000)
+
+
 def _params(inputs: RecallRequest) -> Mapping[str, Any]:
-    return {"vector_candidates": inputs.options.vector_candidates}
+    return {"vector_candidates": inputs.options.vector.candidates}
 
 
 def _explain(hit: HitRow) -> str:
