@@ -58,7 +58,6 @@ from memsoda_core.validation import (
     Scope,
 )
 
-
 KEPT_MARGIN = 4
 """Facts read beyond those fusion keeps (`kept_hits_statement`): SQL's RRF sums are not Python's, so a
 tie at the cut may fall the other way; a kept fact left unread is read after fusion."""
