@@ -77,7 +77,6 @@ def breakdown(memory: Memory, project: str, queries: Sequence[synth.SynthQuery])
 
     from bench import variants
     from memsoda_core.layouts import layout_of
-    from memsoda_core.layouts.access import ScopeSize
     from memsoda_core.options import DEFAULT_OPTIONS
     from memsoda_core.recall.operation import KEPT_MARGIN
     from memsoda_core.recall.signals import FULL_PLAN
@@ -97,8 +96,9 @@ def breakdown(memory: Memory, project: str, queries: Sequence[synth.SynthQuery])
     }
     schema = memory.info.schema
     scope = Scope(dataset=synth.DATASET, project=project)
-    facts = memory.stats(dataset=synth.DATASET, project=project)[0]["facts"]
-    access = layout_of(memory.info).access(memory.info, scope, ScopeSize(facts))  # as recall derives it
+    layout = layout_of(memory.info)
+    size = memory._runner.run(layout.scope_size(memory.info, scope, Planning.CACHED), read_only=True)
+    access = layout.access(memory.info, scope, size)  # as recall derives it (a placed dataset: its own partitions)
     core_planning = access.planning
     core = (
         (kept_hits_statement(schema, FULL_PLAN, access),)
