@@ -79,7 +79,7 @@ def breakdown(memory: Memory, project: str, queries: Sequence[synth.SynthQuery])
     from memsoda_core.layouts import layout_of
     from memsoda_core.options import DEFAULT_OPTIONS
     from memsoda_core.recall.operation import KEPT_MARGIN
-    from memsoda_core.recall.signals import FULL_PLAN
+    from memsoda_core.recall.signals import FULL_PLAN, planned_signals
     from memsoda_core.recall.statements import kept_hits_statement, one_statement, recall_statements
     from memsoda_core.runner.steps import Execute, Planning
     from memsoda_core.runner.sync_runner import _fetch
@@ -102,7 +102,7 @@ def breakdown(memory: Memory, project: str, queries: Sequence[synth.SynthQuery])
     core_planning = access.planning
     core = (
         (kept_hits_statement(schema, FULL_PLAN, access),)
-        if one_statement(access)
+        if one_statement(access, planned_signals(FULL_PLAN))
         else recall_statements(schema, FULL_PLAN, access)
     )
     statements = {

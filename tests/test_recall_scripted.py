@@ -129,6 +129,13 @@ def test_a_small_scope_shares_kept_plans_and_a_large_one_has_its_own_generic_one
     assert any("'acme'" in text(s.statement) for s in large)  # named where its partial indexes must match
 
 
+def test_a_question_naming_a_date_keeps_the_statements_at_once_on_a_small_scope() -> None:
+    dated = signal_statements(drive(recall_of("what did the user buy last week?"), store(10)).requests)
+    assert len(dated) > 1  # the date signal is planned afresh: in one statement, all of it would be
+    assert [s.planning for s in dated if "date_hits" in text(s.statement)] == [Planning.FRESH]
+    assert not any("kept AS" in text(s.statement) for s in dated)
+
+
 def test_the_scope_size_is_remembered_between_recalls() -> None:
     sizes = ScopeSizes()
     first = drive(recall_of("tesla", sizes), store(10))

@@ -227,9 +227,9 @@ def _kept_facts(info: StoreInfo, access: ScopeAccess, params: dict[str, Any], id
 
 
 def _executes(info: StoreInfo, plan: RecallPlan, access: ScopeAccess, params: dict[str, Any]) -> list[Execute]:
-    if one_statement(access):
+    if one_statement(access, planned_signals(plan)):
         statement = kept_hits_statement(info.schema, plan, access)
-        return [Execute(statement, params, statement_planning(planned_signals(plan), access.planning), hit_rows)]
+        return [Execute(statement, params, access.planning, hit_rows)]
     statements = recall_statements(info.schema, plan, access)
     groups = recall_groups(plan)
     return [

@@ -21,6 +21,7 @@ from psycopg import sql
 from memsoda_core.layouts.access import SHARED, ScopeAccess
 from memsoda_core.recall.fragments import fragment as _fragment
 from memsoda_core.recall.hits import DETAIL_TYPES
+from memsoda_core.recall.planning import PLANNED_AFRESH
 from memsoda_core.recall.signals import REGISTRY, RecallPlan, SignalSpec, by_name, planned_signals, statement_groups
 from memsoda_core.runner.compiled import Compiled, compiled
 from memsoda_core.store.fact_columns import fact_columns
@@ -86,13 +87,14 @@ LEFT JOIN (SELECT {fact_columns}
            WHERE {scope_f} AND f.id IN (SELECT fact_id FROM kept)) AS k ON k.id = h.fact_id"""
 
 
-def one_statement(access: ScopeAccess) -> bool:
-    """Whether a scope read as `access` says runs its signals in one statement (`kept_hits_statement`)
-    rather than in statements at once: a scope whose statements bind its tenant, under the
-    tenant-index threshold, is searched exactly, each signal costing little beside the round trips,
-    so a second connection and the read after fusion cost more than they save (bench/RESULTS.md
-    section 2)."""
-    return access.named is None
+def one_statement(access: ScopeAccess, signals: Sequence[str]) -> bool:
+    """Whether `signals`, for a scope read as `access` says, run in one statement
+    (`kept_hits_statement`) rather than in statements at once: a scope whose statements bind its
+    tenant, under the tenant-index threshold, is searched exactly, each signal costing little beside
+    the round trips, so a second connection and the read after fusion cost more than they save
+    (bench/RESULTS.md section 2). Not when a signal is planned afresh (`planning.PLANNED_AFRESH`):
+    the whole statement would then be planned at every run."""
+    return access.named is None and not PLANNED_AFRESH.intersection(signals)
 
 
 def kept_hits_statement(
