@@ -102,7 +102,7 @@ def breakdown(memory: Memory, project: str, queries: Sequence[synth.SynthQuery])
     core_planning = access.planning
     core = (
         (kept_hits_statement(schema, FULL_PLAN, access),)
-        if one_statement(access, planned_signals(FULL_PLAN))
+        if one_statement(size.facts, memory.info.tenant_index_min_facts, planned_signals(FULL_PLAN))
         else recall_statements(schema, FULL_PLAN, access)
     )
     statements = {

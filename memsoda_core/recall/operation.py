@@ -208,11 +208,11 @@ def _hits(
         size = yield from layout.scope_size(info, scope, Planning.CACHED)
         scope_sizes.put(scope, size)
     access = layout.access(info, scope, size)
-    results = yield from concurrently(_executes(info, plan, access, params))
+    results = yield from concurrently(_executes(info, plan, access, params, size.facts))
     if access.moved is not None and size.facts and not any(results):
         scope_sizes.forget(scope)
         access = access.moved
-        results = yield from concurrently(_executes(info, plan, access, params))
+        results = yield from concurrently(_executes(info, plan, access, params, size.facts))
     return results, access, size.facts
 
 
@@ -226,8 +226,10 @@ def _kept_facts(info: StoreInfo, access: ScopeAccess, params: dict[str, Any], id
     return fact_rows
 
 
-def _executes(info: StoreInfo, plan: RecallPlan, access: ScopeAccess, params: dict[str, Any]) -> list[Execute]:
-    if one_statement(access, planned_signals(plan)):
+def _executes(
+    info: StoreInfo, plan: RecallPlan, access: ScopeAccess, params: dict[str, Any], scope_facts: int
+) -> list[Execute]:
+    if one_statement(scope_facts, info.tenant_index_min_facts, planned_signals(plan)):
         statement = kept_hits_statement(info.schema, plan, access)
         return [Execute(statement, params, access.planning, hit_rows)]
     statements = recall_statements(info.schema, plan, access)

@@ -87,14 +87,13 @@ LEFT JOIN (SELECT {fact_columns}
            WHERE {scope_f} AND f.id IN (SELECT fact_id FROM kept)) AS k ON k.id = h.fact_id"""
 
 
-def one_statement(access: ScopeAccess, signals: Sequence[str]) -> bool:
-    """Whether `signals`, for a scope read as `access` says, run in one statement
-    (`kept_hits_statement`) rather than in statements at once: a scope whose statements bind its
-    tenant, under the tenant-index threshold, is searched exactly, each signal costing little beside
-    the round trips, so a second connection and the read after fusion cost more than they save
-    (bench/RESULTS.md section 2). Not when a signal is planned afresh (`planning.PLANNED_AFRESH`):
-    the whole statement would then be planned at every run."""
-    return access.named is None and not PLANNED_AFRESH.intersection(signals)
+def one_statement(scope_facts: int, tenant_index_min_facts: int, signals: Sequence[str]) -> bool:
+    """Whether `signals` run in one statement (`kept_hits_statement`) for a scope of `scope_facts`
+    facts rather than in statements at once: a scope under the tenant-index threshold is searched
+    exactly, each signal costing little beside the round trips, so a second connection and the read
+    after fusion cost more than they save (bench/RESULTS.md section 2). Not when a signal is planned
+    afresh (`planning.PLANNED_AFRESH`): the whole statement would then be planned at every run."""
+    return scope_facts < tenant_index_min_facts and not PLANNED_AFRESH.intersection(signals)
 
 
 def kept_hits_statement(
