@@ -51,7 +51,11 @@ BLOCK = 10
 
 
 PARTS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("memsoda's recall statements as recall runs them, one after the other (no Python, no fact read)", "core", ()),
+    (
+        "memsoda's recall statements as recall runs them, one after the other (no Python, no fact read after fusion)",
+        "core",
+        (),
+    ),
     ("vector signal alone (kNN 50, iterative scan)", "default", ("vector",)),
     ("anchor signal alone (2 hops, bridges up to 50 facts: the default)", "default", ("anchor",)),
     ("anchor signal alone (2 hops, bridges uncapped)", "bridge_off", ("anchor",)),
@@ -72,10 +76,11 @@ def breakdown(memory: Memory, project: str, queries: Sequence[synth.SynthQuery])
 
     from bench import variants
     from memsoda_core.layouts import layout_of
-    from memsoda_core.layouts.access import ScopeSize
     from memsoda_core.options import DEFAULT_OPTIONS
+    from memsoda_core.recall.operation import KEPT_MARGIN
     from memsoda_core.recall.plans import FULL_PLAN
-    from memsoda_core.recall.statements import recall_statements
+    from memsoda_core.recall.signals import planned_signals
+    from memsoda_core.recall.statements import kept_hits_statement, one_statement, recall_statements
     from memsoda_core.runner.steps import Execute, Planning
     from memsoda_core.runner.sync_runner import _fetch
     from memsoda_core.validation import Scope
@@ -93,13 +98,17 @@ def breakdown(memory: Memory, project: str, queries: Sequence[synth.SynthQuery])
     }
     schema = memory.info.schema
     scope = Scope(dataset=synth.DATASET, project=project)
-    facts = memory.stats(dataset=synth.DATASET, project=project)[0]["facts"]
-    access = layout_of(memory.info).access(memory.info, scope, ScopeSize(facts))  # as recall derives it
+    layout = layout_of(memory.info)
+    size = memory._runner.run(layout.scope_size(memory.info, scope, Planning.CACHED), read_only=True)
+    access = layout.access(memory.info, scope, size)  # as recall derives it (a placed dataset: its own partitions)
     core_planning = access.planning
+    core = (
+        (kept_hits_statement(schema, FULL_PLAN, access),)
+        if one_statement(size.facts, memory.info.tenant_index_min_facts, planned_signals(FULL_PLAN))
+        else recall_statements(schema, FULL_PLAN, access)
+    )
     statements = {
-        label: recall_statements(schema, FULL_PLAN, access)
-        if config == "core"
-        else (variants.statement(schema, configs[config], signals),)
+        label: core if config == "core" else (variants.statement(schema, configs[config], signals),)
         for label, config, signals in PARTS
     }
     planning = {label: core_planning if config == "core" else Planning.FRESH for label, config, _ in PARTS}
@@ -116,6 +125,7 @@ def breakdown(memory: Memory, project: str, queries: Sequence[synth.SynthQuery])
                     options=config.options,
                     tsconfig=memory.info.text_search_config,
                 )
+                bound["kept_candidates"] = config.options.facts_in_context + KEPT_MARGIN
                 start = time.perf_counter()
                 rows = [row for st in statements[label] for row in _fetch(conn, Execute(st, bound, planning[label]))]
                 out[label].ms.append((time.perf_counter() - start) * 1000)

@@ -222,11 +222,27 @@ class LoadReport:
         return self.facts / self.copy_s if self.copy_s else 0.0
 
 
-def _secondary_indexes(conn: psycopg.Connection[Any], schema: str) -> list[tuple[str, str]]:
-    """(name, definition) of the schema's indexes that back no constraint and are no partition of a
-    partitioned table's index (dropping and making that one covers them)."""
+@dataclass(frozen=True)
+class SecondaryIndex:
+    """An index the load drops and makes again: its definition, and for the index of a partitioned
+    table its partitions' own indexes (name, definition), which dropping it drops too; made again
+    from its definition alone (`ON ONLY`) it would hold none of them."""
+
+    name: str
+    definition: str
+    partitions: tuple[tuple[str, str], ...] = ()
+
+
+def _secondary_indexes(conn: psycopg.Connection[Any], schema: str) -> list[SecondaryIndex]:
+    """The schema's indexes that back no constraint and are no partition of a partitioned table's
+    index (each with its partitions' indexes: dropping it drops those)."""
     rows = conn.execute(
-        """SELECT i.indexname, i.indexdef FROM pg_indexes i
+        """SELECT i.indexname, i.indexdef,
+                  ARRAY(SELECT p.relname::text FROM pg_inherits h JOIN pg_class p ON p.oid = h.inhrelid
+                        WHERE h.inhparent = ic.oid ORDER BY p.relname),
+                  ARRAY(SELECT pg_get_indexdef(p.oid) FROM pg_inherits h JOIN pg_class p ON p.oid = h.inhrelid
+                        WHERE h.inhparent = ic.oid ORDER BY p.relname)
+           FROM pg_indexes i
            JOIN pg_namespace n ON n.nspname = i.schemaname
            JOIN pg_class ic ON ic.relnamespace = n.oid AND ic.relname = i.indexname
            WHERE i.schemaname = %s
@@ -235,7 +251,23 @@ def _secondary_indexes(conn: psycopg.Connection[Any], schema: str) -> list[tuple
            ORDER BY i.indexname""",
         (schema,),
     ).fetchall()
-    return [(str(name), str(definition)) for name, definition in rows]
+    return [
+        SecondaryIndex(str(name), str(definition), tuple(zip(names, definitions, strict=True)))
+        for name, definition, names, definitions in rows
+    ]
+
+
+def _make_index(conn: psycopg.Connection[Any], schema: str, index: SecondaryIndex) -> None:
+    """`index` made again with its partitions' indexes, each attached to it (definitions from
+    pg_indexes, not user input)."""
+    conn.execute(sql.SQL(index.definition))
+    for name, definition in index.partitions:
+        conn.execute(sql.SQL(definition))
+        conn.execute(
+            sql.SQL("ALTER INDEX {s}.{parent} ATTACH PARTITION {s}.{part}").format(
+                s=sql.Identifier(schema), parent=sql.Identifier(index.name), part=sql.Identifier(name)
+            )
+        )
 
 
 def load(
@@ -245,8 +277,8 @@ def load(
     them (HNSW and GIN included), VACUUM and ANALYZE. `conn` must be in autocommit mode."""
     s = sql.Identifier(schema)
     indexes = _secondary_indexes(conn, schema)
-    for name, _ in indexes:
-        conn.execute(sql.SQL("DROP INDEX {}.{}").format(s, sql.Identifier(name)))
+    for index in indexes:
+        conn.execute(sql.SQL("DROP INDEX {}.{}").format(s, sql.Identifier(index.name)))
     started = time.perf_counter()
     total = 0
     ((next_entity,),) = conn.execute(sql.SQL("SELECT coalesce(max(id), 0) + 1 FROM {}.entities").format(s)).fetchall()
@@ -359,8 +391,8 @@ def load(
     copy_s = time.perf_counter() - started
     started = time.perf_counter()
     conn.execute(sql.SQL("SET maintenance_work_mem = {}").format(sql.Literal(maintenance_work_mem)))
-    for _, definition in indexes:
-        conn.execute(sql.SQL(definition))  # from pg_indexes, not user input
+    for index in indexes:
+        _make_index(conn, schema, index)
     for data in tenants:  # what memsoda's writes keep: each lexeme's fact count in the scope
         conn.execute(recount_lexemes(schema, scoped=True), {"dataset": data.dataset, "project": data.project})
     for table in ("entities", "facts"):

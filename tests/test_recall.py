@@ -653,3 +653,56 @@ async def test_recall_is_the_same_with_or_without_a_spare_connection(
     for other in (serial, concurrent, async_serial):
         assert other.context == expected.context
         assert [f.to_dict() for f in other.facts] == [f.to_dict() for f in expected.facts]
+
+
+def test_a_small_scopes_one_statement_finds_what_the_two_statements_and_the_read_after_fusion_find(
+    sync_memory: Memory, scope: dict[str, str]
+) -> None:
+    """`kept_hits_statement` (a scope searched exactly) returns the hit rows of the statements run
+    at once, and the columns the read after fusion gives for the facts that fusion keeps."""
+    from datetime import UTC, datetime
+
+    from memsoda_core.options import GENERAL_OPTIONS
+    from memsoda_core.recall.hits import hit_rows
+    from memsoda_core.recall.result import fuse_hits, statement_params
+    from memsoda_core.recall.signals import RecallRequest, plan_for
+    from memsoda_core.recall.statements import facts_statement, kept_hits_statement, recall_statements
+    from memsoda_core.runner.steps import Execute, Planning
+    from memsoda_core.runner.sync_runner import _fetch
+    from memsoda_core.store.params import BigintArray
+    from memsoda_core.validation import Scope
+
+    towns = [
+        {"subject": "user", "predicate": "visited", "object": f"town number {i}", "object_type": "PLACE"}
+        for i in range(30)
+    ]
+    sync_memory.add_facts(BRIDGE_WITH_MENTION + towns, **scope)
+    options = RecallOptions(facts_in_context=5).filled(GENERAL_OPTIONS)
+    schema = sync_memory.info.schema
+    for query in (NETFLIX_QUERY, "which town did the user visit with netflix"):
+        request = RecallRequest(
+            scope=Scope(**scope),
+            query=query,
+            options=options,
+            at=datetime.now(UTC),
+            embedding=sync_memory.embedder.embed_query(query),
+            text_search_config=sync_memory.info.text_search_config,
+        )
+        params = {**statement_params(request), "kept_candidates": options.facts_in_context}
+        plan = plan_for(request)
+        with sync_memory._runner.pool.connection() as conn:
+            conn.set_autocommit(True)
+            one = _fetch(conn, Execute(kept_hits_statement(schema, plan), params, Planning.FRESH, hit_rows))
+            two = [
+                row
+                for statement in recall_statements(schema, plan)
+                for row in _fetch(conn, Execute(statement, params, Planning.FRESH, hit_rows))
+            ]
+            kept = [k.fact_id for k in fuse_hits(two, options)]
+            read = _fetch(conn, Execute(facts_statement(schema), {**params, "fact_ids": BigintArray(kept)}))
+            conn.set_autocommit(False)
+        key = lambda row: (row.signal, row.fact_id)  # noqa: E731
+        assert sorted((row._replace(fact=None) for row in one), key=key) == sorted(two, key=key)
+        columns = {row.fact_id: row.fact for row in one if row.fact is not None}
+        assert len(kept) == options.facts_in_context and set(columns) == set(kept)  # read: those fusion keeps
+        assert {row[0]: tuple(row) for row in read} == columns

@@ -53,6 +53,8 @@ def store(
         original = script.__call__
 
         def answer(request: Any) -> Any:
+            if isinstance(request, Concurrently) and len(request.statements) == 1:  # every signal in one
+                return [[row for rows in hits for row in rows]]
             if isinstance(request, Concurrently):
                 return [next(lists, []) for _ in request.statements]
             return original(request)
@@ -119,11 +121,19 @@ def test_no_query_recalls_the_most_recent_facts_without_embedding() -> None:
 def test_a_small_scope_shares_kept_plans_and_a_large_one_has_its_own_generic_ones() -> None:
     small = signal_statements(drive(recall_of("tesla"), store(10)).requests)
     large = signal_statements(drive(recall_of("tesla"), store(INFO.tenant_index_min_facts)).requests)
-    assert len(small) == len(large) == 2  # two statements, run at once
+    assert len(small) == 1 and len(large) == 2  # a small scope: one statement; a large one: two, run at once
+    assert "kept AS" in text(small[0].statement) and not any("kept AS" in text(s.statement) for s in large)
     assert {s.planning for s in small} == {Planning.CACHED}
     assert {s.planning for s in large} == {Planning.GENERIC}
     assert not any("'acme'" in text(s.statement) for s in small)  # every value bound
     assert any("'acme'" in text(s.statement) for s in large)  # named where its partial indexes must match
+
+
+def test_a_question_naming_a_date_keeps_the_statements_at_once_on_a_small_scope() -> None:
+    dated = signal_statements(drive(recall_of("what did the user buy last week?"), store(10)).requests)
+    assert len(dated) > 1  # the date signal is planned afresh: in one statement, all of it would be
+    assert [s.planning for s in dated if "date_hits" in text(s.statement)] == [Planning.FRESH]
+    assert not any("kept AS" in text(s.statement) for s in dated)
 
 
 def test_the_scope_size_is_remembered_between_recalls() -> None:
@@ -160,6 +170,25 @@ def test_fusion_ranks_a_fact_two_signals_found_above_one_found_by_one() -> None:
     read = [r for r in conversation.requests if isinstance(r, Execute) and r.statement == facts_statement(INFO.schema)]
     assert len(read) == 1 and read[0].planning is Planning.CACHED  # the kept facts, read once after fusion
     assert "tesla" in result.context
+
+
+def test_a_small_scope_reads_after_fusion_only_the_kept_facts_its_statement_did_not_read() -> None:
+    with_columns = [
+        hit("vector", 1, 1, similarity=0.9)._replace(fact=fact_row(id=1, object="amsterdam")),
+        hit("vector", 2, 2, similarity=0.8)._replace(fact=fact_row(id=2, object="tesla")),
+    ]
+    conversation = drive(
+        recall_of("x", query_embedding=[0.5] * INFO.dimensions), store(10, [with_columns], [{"id": 3, "object": "x"}])
+    )
+    assert [f.fact.object for f in conversation.result.facts] == ["amsterdam", "tesla"]
+    assert conversation.index(Execute, facts_statement(INFO.schema)) == -1  # nothing left to read
+    one_unread = [with_columns[0], hit("keyword", 3, 1, matched=["x"])]
+    conversation = drive(
+        recall_of("x", query_embedding=[0.5] * INFO.dimensions), store(10, [one_unread], [{"id": 3, "object": "x"}])
+    )
+    read = [r for r in conversation.requests if isinstance(r, Execute) and r.statement == facts_statement(INFO.schema)]
+    assert len(read) == 1 and read[0].params["fact_ids"] == [3]  # type: ignore[call-overload,index]
+    assert {f.fact.object for f in conversation.result.facts} == {"amsterdam", "x"}
 
 
 def test_a_fact_deleted_between_the_two_reads_is_left_out() -> None:

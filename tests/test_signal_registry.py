@@ -19,7 +19,7 @@ from memsoda_core.options import OPTION_NAMES, AnchorOptions, DateOptions, Recen
 from memsoda_core.recall import statements
 from memsoda_core.recall.dates import question_window
 from memsoda_core.recall.fragments import fragment
-from memsoda_core.recall.hits import COMMON_COLUMNS, DETAIL_TYPES, HitRow, _maker
+from memsoda_core.recall.hits import COMMON_COLUMNS, DETAIL_TYPES, FACT_NAMES, HitRow, _maker
 from memsoda_core.recall.plans import QUERY_SIGNALS
 from memsoda_core.recall.result import explain, fuse_hits, plan_for, statement_params
 from memsoda_core.recall.signals import (
@@ -170,7 +170,7 @@ def test_hit_rows_name_exactly_the_columns_of_their_statements_signals() -> None
 
 
 def test_every_detail_column_is_a_hit_row_field_with_one_sql_type() -> None:
-    assert HitRow._fields == (*COMMON_COLUMNS, *DETAIL_TYPES)
+    assert HitRow._fields == (*COMMON_COLUMNS, *DETAIL_TYPES, "fact")  # the fact's columns, when read with it
     for spec in REGISTRY:
         assert {column for column, _ in spec.details} <= set(DETAIL_TYPES), spec.name
 
@@ -235,6 +235,7 @@ def test_parameters_are_named_like_the_options_they_come_from() -> None:
     assert set(params) - derived <= fields
     assert params["anchor_vector_top_k"] == options.anchor.vector_top_k
     taken = {name for plan in PLANS for s in statements.recall_statements("memsoda", plan) for name in s.names}
+    taken |= {name for plan in PLANS for name in statements.kept_hits_statement("memsoda", plan).names}
     assert not taken & {"near_k", "near_min", "vector_limit", "anchor_limit", "keyword_limit", "common_share"}
     used = set(params) & taken
     assert used == set(params) - {"episodes_k"}  # every value a statement takes, and only those
@@ -243,7 +244,12 @@ def test_parameters_are_named_like_the_options_they_come_from() -> None:
 def test_hit_rows_decode_by_name_whatever_the_column_order() -> None:
     make = _maker(("fact_id", "signal", "valid_at_us", "rank", "matched"))
     assert make((7, "keyword", 5, 2, ["a"])) == HitRow("keyword", 7, 2, 5, matched=["a"])
-    assert _maker(HitRow._fields) == HitRow._make  # every column, in order: no reordering
+    values = ("vector", 7, 1, 5.0, None, None, None, None, 0.9, None, None, None)
+    assert _maker(HitRow._fields[:-1])(values) == HitRow(*values)  # every hit column, in order
+    fact = tuple(range(len(FACT_NAMES)))
+    with_fact = _maker(("signal", "fact_id", "rank", "valid_at_us", *FACT_NAMES))
+    assert with_fact(("vector", 7, 1, 5.0, *fact)) == HitRow("vector", 7, 1, 5.0, fact=fact)
+    assert with_fact(("vector", 7, 1, 5.0, *(None,) * len(fact))).fact is None  # its columns were not read
     with pytest.raises(ValueError, match="unknown_column"):
         _maker(("signal", "fact_id", "rank", "valid_at_us", "unknown_column"))
     with pytest.raises(ValueError, match="not the columns"):

@@ -3,6 +3,8 @@
 A statement names only the detail columns its own signals fill (see `statements.hits_statement`);
 the others are None. Columns are matched to fields by name once per result, then each row is
 built by position, so decoding costs about what a tuple does (bench/RESULTS.md, "Named hit rows").
+A statement that also reads the facts' columns (`statements.kept_hits_statement`) has them last,
+named as `store.fact_columns` names them: they go to `HitRow.fact`, as one tuple.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NamedTuple, get_args, get_type
 from psycopg.rows import RowMaker, no_result
 
 from memsoda_core.models import Signal
+from memsoda_core.store.fact_columns import FACT_COLUMNS
 
 if TYPE_CHECKING:
     from psycopg._cursor_base import BaseCursor  # the type psycopg's own row factories take
@@ -41,6 +44,9 @@ class HitRow(NamedTuple):
     matched: Annotated[list[str] | None, "text[]"] = None
     began: Annotated[bool | None, "boolean"] = None
     period: Annotated[str | None, "text"] = None
+    fact: tuple[Any, ...] | None = None
+    """The fact's columns (`store.fact_columns.decode_fact` reads them) when the statement read them
+    with its hits (`statements.kept_hits_statement`); None: read after fusion."""
 
 
 COMMON_COLUMNS = HitRow._fields[:4]
@@ -48,9 +54,16 @@ COMMON_COLUMNS = HitRow._fields[:4]
 valid_at."""
 
 
+_HIT_COLUMNS = HitRow._fields[: HitRow._fields.index("fact")]
+"""The fields a statement's hit columns fill."""
+
+FACT_NAMES = tuple(column.name for column in FACT_COLUMNS)
+"""The names of the fact columns, last in a statement that reads them with its hits."""
+
+
 def _detail_types() -> dict[str, str]:
     hints = get_type_hints(HitRow, include_extras=True)
-    return {name: get_args(hints[name])[1] for name in HitRow._fields[len(COMMON_COLUMNS) :]}
+    return {name: get_args(hints[name])[1] for name in _HIT_COLUMNS[len(COMMON_COLUMNS) :]}
 
 
 DETAIL_TYPES: dict[str, str] = _detail_types()
@@ -59,18 +72,26 @@ DETAIL_TYPES: dict[str, str] = _detail_types()
 
 @lru_cache(maxsize=64)
 def _maker(names: tuple[str, ...]) -> RowMaker[HitRow]:
-    if names == HitRow._fields:
-        return HitRow._make
-    if not set(COMMON_COLUMNS) <= set(names) <= set(HitRow._fields) or len(set(names)) != len(names):
+    facts = len(names) - len(FACT_NAMES) if names[-len(FACT_NAMES) :] == FACT_NAMES else len(names)
+    hits = names[:facts]
+    if not set(COMMON_COLUMNS) <= set(hits) <= set(_HIT_COLUMNS) or len(set(hits)) != len(hits):
         raise ValueError(f"not the columns of hit rows: {names}")
     missing = len(names)  # the None appended to each row
-    pick = itemgetter(*(names.index(name) if name in names else missing for name in HitRow._fields))
+    fields = [hits.index(name) if name in hits else missing for name in _HIT_COLUMNS]
     make = HitRow._make
+    if facts == len(names):
+        pick = itemgetter(*fields, missing)  # no fact columns
 
-    def hit_row(values: Sequence[Any]) -> HitRow:
-        return make(pick((*values, None)))
+        def hit_row(values: Sequence[Any]) -> HitRow:
+            return make(pick((*values, None)))
 
-    return hit_row
+        return hit_row
+    pick = itemgetter(*fields)
+
+    def hit_row_with_fact(values: Sequence[Any]) -> HitRow:  # a NULL id: a fact whose columns were not read
+        return make((*pick((*values, None)), None if values[facts] is None else tuple(values[facts:])))
+
+    return hit_row_with_fact
 
 
 def hit_rows(cursor: BaseCursor[Any, Any]) -> RowMaker[HitRow]:

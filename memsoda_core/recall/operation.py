@@ -32,10 +32,12 @@ from memsoda_core.recall.result import (
 )
 from memsoda_core.recall.scope_stats import ScopeStatsCache
 from memsoda_core.recall.scope_stats import scope_stats as read_stats
-from memsoda_core.recall.signals import REGISTRY, RecallPlan, RecallRequest, plan_for
+from memsoda_core.recall.signals import REGISTRY, RecallPlan, RecallRequest, plan_for, planned_signals
 from memsoda_core.recall.statements import (
     episodes_statement,
     facts_statement,
+    kept_hits_statement,
+    one_statement,
     recall_groups,
     recall_statements,
     recent_episodes_statement,
@@ -44,6 +46,7 @@ from memsoda_core.runner.steps import (
     Execute,
     Operation,
     Planning,
+    Row,
     concurrently,
     embed_query,
     execute,
@@ -54,6 +57,10 @@ from memsoda_core.store.params import BigintArray
 from memsoda_core.validation import (
     Scope,
 )
+
+KEPT_MARGIN = 4
+"""Facts read beyond those fusion keeps (`kept_hits_statement`): SQL's RRF sums are not Python's, so a
+tie at the cut may fall the other way; a kept fact left unread is read after fusion."""
 
 
 def recall(
@@ -73,7 +80,10 @@ def recall(
     scope_stats: ScopeStatsCache | None = None,
 ) -> Operation[RecallResult]:
     """The signals in two statements run at once, RRF, the kept facts read, grouping and
-    rendering; see `recall.result`. Statements whose plan fits every scope they serve are prepared
+    rendering; see `recall.result`. A scope searched exactly (under the tenant-index threshold)
+    runs its signals in one statement that also reads the facts RRF puts first
+    (`statements.kept_hits_statement`), so the read after fusion is sent only for a kept fact it
+    did not read. Statements whose plan fits every scope they serve are prepared
     (the kept facts' read; the signals of a scope under the tenant-index threshold): see
     `recall.planning`, which also remembers the scope's size between recalls. A date the query
     names (`recall.dates`) and a `conversation` ((role, content) pairs, oldest first) add one
@@ -129,6 +139,7 @@ def recall(
     if held is not None:  # the question's words stay resolved against the time it is asked
         request = replace(request, at=held.at, asked_at=request.at)
     params = statement_params(request)
+    params["kept_candidates"] = options.facts_in_context + len(exclude) + KEPT_MARGIN
     mark = time.perf_counter()
     plan = plan_for(request)
     results, access, scope_facts = yield from _hits(info, scope, plan, params, scope_sizes)
@@ -143,11 +154,11 @@ def recall(
     )
     timings["fuse"] = _ms(mark)
     mark = time.perf_counter()
-    fact_ids = BigintArray(k.fact_id for k in kept)
-    read = facts_statement(info.schema, access)
-    fact_rows = yield from execute(read, {**params, "fact_ids": fact_ids}, access.kept_planning)
-    if access.moved is not None and len(fact_rows) < len(fact_ids):  # moved meanwhile: read them where they are
-        fact_rows = yield from execute(facts_statement(info.schema), {**params, "fact_ids": fact_ids})
+    read = {row.fact_id: row.fact for row in rows if row.fact is not None}
+    fact_rows: list[Row] = [read[k.fact_id] for k in kept if k.fact_id in read]
+    unread = [k.fact_id for k in kept if k.fact_id not in read]
+    if unread:
+        fact_rows += yield from _kept_facts(info, access, params, unread)
     scored = scored_facts(kept, fact_rows, known_at)
     timings["facts"] = _ms(mark)
     episodes = []
@@ -197,15 +208,30 @@ def _hits(
         size = yield from layout.scope_size(info, scope, Planning.CACHED)
         scope_sizes.put(scope, size)
     access = layout.access(info, scope, size)
-    results = yield from concurrently(_executes(info, plan, access, params))
+    results = yield from concurrently(_executes(info, plan, access, params, size.facts))
     if access.moved is not None and size.facts and not any(results):
         scope_sizes.forget(scope)
         access = access.moved
-        results = yield from concurrently(_executes(info, plan, access, params))
+        results = yield from concurrently(_executes(info, plan, access, params, size.facts))
     return results, access, size.facts
 
 
-def _executes(info: StoreInfo, plan: RecallPlan, access: ScopeAccess, params: dict[str, Any]) -> list[Execute]:
+def _kept_facts(info: StoreInfo, access: ScopeAccess, params: dict[str, Any], ids: list[int]) -> Operation[list[Row]]:
+    """The columns of the kept facts `ids`, read where `access` says, or where the scope moved."""
+    fact_ids = BigintArray(ids)
+    read = facts_statement(info.schema, access)
+    fact_rows: list[Row] = yield from execute(read, {**params, "fact_ids": fact_ids}, access.kept_planning)
+    if access.moved is not None and len(fact_rows) < len(fact_ids):  # moved meanwhile: read them where they are
+        fact_rows = yield from execute(facts_statement(info.schema), {**params, "fact_ids": fact_ids})
+    return fact_rows
+
+
+def _executes(
+    info: StoreInfo, plan: RecallPlan, access: ScopeAccess, params: dict[str, Any], scope_facts: int
+) -> list[Execute]:
+    if one_statement(scope_facts, info.tenant_index_min_facts, planned_signals(plan)):
+        statement = kept_hits_statement(info.schema, plan, access)
+        return [Execute(statement, params, access.planning, hit_rows)]
     statements = recall_statements(info.schema, plan, access)
     groups = recall_groups(plan)
     return [

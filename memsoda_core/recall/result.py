@@ -30,6 +30,7 @@ def statement_params(request: RecallRequest, registry: Sequence[SignalSpec] = RE
         "project": scope.project,
         "at": request.at,
         "min_confidence": request.options.min_confidence,
+        "rrf_k": request.options.rrf_k,
         "episodes_k": request.options.episodes_k,
     }
     if request.known_at is not None:  # only the statements of a `RecallPlan.known` take it

@@ -1,6 +1,8 @@
 """Recall's statements: the signals' fragments (`signals/`) assembled into independent statements
 (one per `SignalSpec.statement`: vector + keyword + recency, anchor) that can run at once, then the
-one that reads the facts fusion kept.
+one that reads the facts fusion kept; or, for a scope searched exactly, every signal in one
+statement that also reads the columns of the facts fusion will most likely keep
+(`kept_hits_statement`).
 
 A statement returns one row per (signal, fact) hit; ranks are 1-based and ties are broken by
 recency, then id, so the same data and query always give the same lists. Every value is bound
@@ -19,6 +21,7 @@ from psycopg import sql
 from memsoda_core.layouts.access import SHARED, ScopeAccess
 from memsoda_core.recall.fragments import fragment as _fragment
 from memsoda_core.recall.hits import DETAIL_TYPES
+from memsoda_core.recall.planning import PLANNED_AFRESH
 from memsoda_core.recall.signals import REGISTRY, RecallPlan, SignalSpec, by_name, planned_signals, statement_groups
 from memsoda_core.runner.compiled import Compiled, compiled
 from memsoda_core.store.fact_columns import fact_columns
@@ -49,6 +52,14 @@ def hits_statement(
 ) -> sql.Composed:
     """One statement running `signals` of `plan`, returning their hit rows (`hits.HitRow`, with the
     detail columns these signals fill), reading the scope's rows as `access` says."""
+    ctes, hits = _ctes_and_hits(schema, plan, signals, access, registry)
+    return sql.Composed([sql.SQL("WITH"), ctes, sql.SQL(" "), hits])
+
+
+def _ctes_and_hits(
+    schema: str, plan: RecallPlan, signals: Sequence[str], access: ScopeAccess, registry: Sequence[SignalSpec]
+) -> tuple[sql.Composed, sql.Composed]:
+    """The CTEs of `signals` (those they share once) and the union of their hit rows."""
     if not signals:
         raise ValueError("a recall statement needs at least one signal")
     specs = [by_name(registry)[name] for name in signals]
@@ -58,7 +69,56 @@ def hits_statement(
         ctes += spec.ctes(schema, plan, access)
     columns = list(dict.fromkeys(column for spec in specs for column, _ in spec.details))
     hits = sql.SQL(" UNION ALL ").join(_hit_select(spec, columns) for spec in specs)
-    return sql.Composed([sql.SQL("WITH"), sql.SQL(",").join(ctes), sql.SQL(" "), hits])
+    return sql.SQL(",").join(ctes), hits
+
+
+_KEPT_HITS = """,
+    hits AS ({hits}),
+    kept AS (
+        SELECT fact_id FROM hits
+        GROUP BY fact_id
+        ORDER BY sum(1.0 / (%(rrf_k)s::int + rank)) DESC, min(rank), max(valid_at_us) DESC, fact_id DESC
+        LIMIT %(kept_candidates)s)
+SELECT h.*, k.*
+FROM hits h
+LEFT JOIN (SELECT {fact_columns}
+           FROM {facts} f
+           JOIN {entities} a ON {scope_a} AND a.id = f.anchor_id
+           WHERE {scope_f} AND f.id IN (SELECT fact_id FROM kept)) AS k ON k.id = h.fact_id"""
+
+
+def one_statement(scope_facts: int, tenant_index_min_facts: int, signals: Sequence[str]) -> bool:
+    """Whether `signals` run in one statement (`kept_hits_statement`) for a scope of `scope_facts`
+    facts rather than in statements at once: a scope under the tenant-index threshold is searched
+    exactly, each signal costing little beside the round trips, so a second connection and the read
+    after fusion cost more than they save (bench/RESULTS.md section 2). Not when a signal is planned
+    afresh (`planning.PLANNED_AFRESH`): the whole statement would then be planned at every run."""
+    return scope_facts < tenant_index_min_facts and not PLANNED_AFRESH.intersection(signals)
+
+
+def kept_hits_statement(
+    schema: str, plan: RecallPlan, access: ScopeAccess = SHARED, registry: tuple[SignalSpec, ...] = REGISTRY
+) -> Compiled:
+    """Every signal of `plan` in one statement, its hit rows (`hits.HitRow`) each with the columns of
+    its fact (`HitRow.fact`) when the fact is among the %(kept_candidates)s that RRF over the
+    statement's ranks (k %(rrf_k)s) puts first, ties as `result.fuse_hits` breaks them; NULLs for
+    the others. Fusion itself stays `result.fuse_hits`'s: a fact it keeps without columns (one left
+    out by `exclude`, a tie at the cut) is read after it, as every kept fact is in the other form."""
+    form = access.form
+    if form.named is None:
+        return _kept_hits_statement(schema, plan, form, registry)
+    template = _kept_hits_statement(schema, plan, replace(form, named=TEMPLATE_SCOPE), registry)
+    return for_scope(template, form.named)
+
+
+@lru_cache(maxsize=1024)
+def _kept_hits_statement(
+    schema: str, plan: RecallPlan, access: ScopeAccess, registry: tuple[SignalSpec, ...]
+) -> Compiled:
+    ctes, hits = _ctes_and_hits(schema, plan, planned_signals(plan, registry), access, registry)
+    columns = fact_columns(schema, default_partitions=access.default_partitions, named=access.named)
+    tail = _fragment(_KEPT_HITS, schema, access=access, hits=hits, fact_columns=columns)
+    return rendered(sql.Composed([sql.SQL("WITH"), ctes, tail]))
 
 
 STATEMENT_GROUPS: tuple[tuple[str, ...], ...] = statement_groups()
