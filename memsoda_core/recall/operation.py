@@ -79,8 +79,8 @@ def recall(
     exclude: frozenset[int] = frozenset(),
     scope_stats: ScopeStatsCache | None = None,
 ) -> Operation[RecallResult]:
-    """The signals in two statements run at once, RRF, the kept facts read, grouping and
-    rendering; see `recall.result`. A scope searched exactly (under the tenant-index threshold)
+    """The signals (one statement for a small scope, else two run at once), RRF, the kept facts
+    read, grouping and rendering; see `recall.result`. A scope searched exactly (under the tenant-index threshold)
     runs its signals in one statement that also reads the facts RRF puts first
     (`statements.kept_hits_statement`), so the read after fusion is sent only for a kept fact it
     did not read. Statements whose plan fits every scope they serve are prepared
