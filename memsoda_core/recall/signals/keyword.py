@@ -28,10 +28,17 @@ def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = Fal
     A small fixed number rather than half the query, so a long message still finds notes sharing two
     of its words while one common word alone places nothing; IDF, because a rare shared word says
     which fact is meant and a frequent one does not (`ts_rank` has no IDF). The GIN index answers the
-    rule's necessary part in one tsquery (`keyword_any`: any lexeme, or any pair), so only those facts
-    are scored. Both CTEs are MATERIALIZED so the lookups and the tsquery are built once, and the term
-    array is read through a subquery so the planner's estimate, and a small scope's generic plan, do
-    not depend on the query's terms (bench/RESULTS.md, "Keyword signal")."""
+    rule's necessary part in one tsquery (`keyword_any.q`: any lexeme, or any pair), so only those
+    facts are scored. A scope searched without that index tests each live fact: there the pairs
+    (n(n-1)/2 of them) cost more than the facts' other tests together for a long query (a
+    `remember` window's user turns), so `q_any` (any lexeme, implied by `q`: the result is the
+    same) is tested first and turns most facts away in n lookups (bench/RESULTS.md section 8).
+
+    Both CTEs are MATERIALIZED so the lookups and the tsquery are built once; each lexeme's count
+    and the scope's size sit behind `OFFSET 0` (pulled up, each lookup ran once per reference to it:
+    four times a lexeme). The term array is read through a subquery so the planner's estimate, and a
+    small scope's generic plan, do not depend on the query's terms (bench/RESULTS.md, "Keyword
+    signal")."""
     return fragment(
         """
     keyword_terms AS MATERIALIZED (
@@ -40,8 +47,8 @@ def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = Fal
         FROM unnest((SELECT %(terms)b::text[])) WITH ORDINALITY AS t(term, i)
         CROSS JOIN LATERAL unnest(tsvector_to_array(to_tsvector(%(tsconfig)s::regconfig, t.term))) AS x(lexeme)
         CROSS JOIN LATERAL (SELECT coalesce((SELECT l.facts FROM {s}.lexemes l
-                                             WHERE {scope_l} AND l.lexeme = x.lexeme OFFSET 0), 0) AS n) l
-        CROSS JOIN (SELECT coalesce((SELECT sc.fact_count FROM {s}.scopes sc WHERE {scope_sc}), 0) AS n) sc
+                                             WHERE {scope_l} AND l.lexeme = x.lexeme), 0) AS n OFFSET 0) l
+        CROSS JOIN (SELECT coalesce((SELECT sc.fact_count FROM {s}.scopes sc WHERE {scope_sc}), 0) AS n OFFSET 0) sc
         WHERE t.term NOT IN {hub_terms}
           AND l.n <= greatest(%(common_term_min_facts)s, %(common_term_share)s * sc.n)
         GROUP BY 1),
@@ -52,13 +59,14 @@ def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = Fal
                              ELSE (SELECT string_agg(a.lexeme||' & '||b.lexeme, ' | ')
                                    FROM keyword_terms a JOIN keyword_terms b ON a.lexeme < b.lexeme) END,
                         '')::tsquery AS q,
+               coalesce(string_agg(lexeme, ' | '), '')::tsquery AS q_any,
                array_agg(lexeme::tsquery ORDER BY i) AS qs, array_agg(idf ORDER BY i) AS idfs,
                array_agg(term ORDER BY i) AS terms
         FROM keyword_terms),
     keyword_pool AS (
         SELECT f.id, f.valid_at, m.score, m.matched
         FROM keyword_any ka
-        JOIN {facts} f ON {index_where_f} AND f.tsv @@ ka.q
+        JOIN {facts} f ON {index_where_f} AND f.tsv @@ ka.q_any AND f.tsv @@ ka.q
         CROSS JOIN LATERAL (SELECT count(*) AS n, sum(u.idf) AS score, array_agg(u.term) AS matched
                             FROM unnest(ka.qs, ka.idfs, ka.terms) AS u(q, idf, term) WHERE f.tsv @@ u.q) m
         WHERE m.n >= ka.m),
