@@ -50,6 +50,13 @@ def main() -> None:
     parser.add_argument("--other-facts", type=int, default=1000, help="facts of each other tenant")
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=30)
+    parser.add_argument(
+        "--join",
+        type=int,
+        default=1,
+        help="each query's text is this many synthetic query texts joined (a long message, like the user "
+        "turns a remember window recalls its related facts by); its vector is the first one's",
+    )
     args = parser.parse_args()
     trees = dict(t.split("=", 1) for t in args.tree)
     embedder = HashEmbedder()
@@ -68,8 +75,13 @@ def main() -> None:
             synth.load(conn, memory.info.schema, tenants)
         memory.maintain()
         qs = synth.queries(measured, args.warmup + args.queries, words=words, seed=7)
+        texts = [" ".join(qs[(i + j) % len(qs)].text for j in range(args.join)) for i in range(len(qs))]
         path = Path(tmp) / "queries.json"
-        path.write_text(json.dumps([{"text": q.text, "values": list(q.values), "dataset": synth.DATASET} for q in qs]))
+        rows_out = [
+            {"text": text, "values": list(q.values), "dataset": synth.DATASET}
+            for text, q in zip(texts, qs, strict=True)
+        ]
+        path.write_text(json.dumps(rows_out))
         workers = {}
         for name, tree in trees.items():
             env = {**os.environ, "PYTHONPATH": f"{tree}:{Path(__file__).resolve().parent.parent}"}
@@ -108,7 +120,11 @@ def main() -> None:
             proc.stdin.close()
             proc.wait()
     base = percentiles(samples["floor"])["p50"]
-    print(f"measured tenant {args.facts:,} facts among {args.small} of {args.other_facts:,}; {args.queries} queries")
+    joined = f", each {args.join} query texts joined" if args.join > 1 else ""
+    print(
+        f"measured tenant {args.facts:,} facts among {args.small} of {args.other_facts:,};"
+        f" {args.queries} queries{joined}"
+    )
     print("| system | p50 ms | p95 ms | p50 / floor | rows |")
     print("|---|---|---|---|---|")
     for name, ms in samples.items():
