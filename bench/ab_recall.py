@@ -127,8 +127,8 @@ def main() -> None:
     )
     print("| system | p50 ms | p95 ms | p50 / floor | rows |")
     print("|---|---|---|---|---|")
-    for name, ms in samples.items():
-        p = percentiles(ms)
+    for name, timed in samples.items():
+        p = percentiles(timed)
         print(
             f"| {name} | {p['p50']:.2f} | {p['p95']:.2f} | {p['p50'] / base:.2f}x | "
             f"{sum(rows[name]) / len(rows[name]):.1f} |"
