@@ -36,9 +36,10 @@ def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = Fal
 
     Both CTEs are MATERIALIZED so the lookups and the tsquery are built once; each lexeme's count
     and the scope's size sit behind `OFFSET 0` (pulled up, each lookup ran once per reference to it:
-    four times a lexeme). The term array is read through a subquery so the planner's estimate, and a
-    small scope's generic plan, do not depend on the query's terms (bench/RESULTS.md, "Keyword
-    signal")."""
+    four times a lexeme). Every pool fact is scored by its count and IDF sum alone; its matched
+    terms are listed only for the facts kept. The term array is read through a subquery so the
+    planner's estimate, and a small scope's generic plan, do not depend on the query's terms
+    (bench/RESULTS.md, "Keyword signal")."""
     return fragment(
         """
     keyword_terms AS MATERIALIZED (
@@ -64,18 +65,22 @@ def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = Fal
                array_agg(term ORDER BY i) AS terms
         FROM keyword_terms),
     keyword_pool AS (
-        SELECT f.id, f.valid_at, m.score, m.matched
+        SELECT f.id, f.valid_at, f.tsv, m.score
         FROM keyword_any ka
         JOIN {facts} f ON {index_where_f} AND f.tsv @@ ka.q_any AND f.tsv @@ ka.q
-        CROSS JOIN LATERAL (SELECT count(*) AS n, sum(u.idf) AS score, array_agg(u.term) AS matched
-                            FROM unnest(ka.qs, ka.idfs, ka.terms) AS u(q, idf, term) WHERE f.tsv @@ u.q) m
+        CROSS JOIN LATERAL (SELECT count(*) AS n, sum(u.idf) AS score
+                            FROM unnest(ka.qs, ka.idfs) AS u(q, idf) WHERE f.tsv @@ u.q) m
         WHERE m.n >= ka.m),
-    keyword_hits AS (
-        SELECT id AS fact_id, valid_at, matched,
-               row_number() OVER (ORDER BY score DESC, valid_at DESC, id DESC) AS rank
+    keyword_ranked AS (
+        SELECT id, valid_at, tsv, row_number() OVER (ORDER BY score DESC, valid_at DESC, id DESC) AS rank
         FROM keyword_pool
         ORDER BY rank
-        LIMIT %(keyword_candidates)s)""",
+        LIMIT %(keyword_candidates)s),
+    keyword_hits AS (
+        SELECT r.id AS fact_id, r.valid_at, r.rank,
+               (SELECT array_agg(u.term) FROM unnest(ka.qs, ka.terms) AS u(q, term) WHERE r.tsv @@ u.q) AS matched
+        FROM keyword_ranked r CROSS JOIN keyword_any ka
+        ORDER BY r.rank)""",
         schema,
         access=access,
         known=known,
