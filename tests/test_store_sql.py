@@ -52,6 +52,28 @@ def test_decode_fact_by_position_and_by_name_agree() -> None:
     assert (row.fact, row.subject_type) == (fact, "PERSON")
 
 
+def test_an_exported_line_is_the_export_format_byte_for_byte() -> None:
+    # the keys and their order come from the fact's columns (`fact_columns.EXPORTED_FIELDS`)
+    from memsoda_core.ops.transfer import fact_record, jsonl_line
+
+    when = datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC)
+    stored = {column.name: None for column in FACT_COLUMNS}
+    stored |= {"id": 1, "subject": "Sam", "predicate": "likes", "object": "tea", "object_type": "OTHER"}
+    stored |= {"anchor": "sam", "mentions": ["a"], "valid_at": when, "confidence": 0.75, "times_seen": 3}
+    line = jsonl_line(fact_record(statements.ExportedFact(subject_type="PERSON", **stored)))
+    assert line == (
+        '{"kind": "fact", "id": 1, "subject": "Sam", "subject_type": "PERSON", "predicate": "likes", '
+        '"object": "tea", "object_type": "OTHER", "mentions": ["a"], "anchor": "sam", '
+        '"valid_at": "2024-01-02T03:04:05+00:00", "invalid_at": null, "confidence": 0.75, '
+        '"source_quote": null, "times_seen": 3}\n'
+    )
+    from memsoda_core.models import FactInput
+    from memsoda_core.store.fact_columns import EXPORTED_FIELDS
+
+    # what is exported is read back: a fact's input field, or the id and count the import takes apart
+    assert set(EXPORTED_FIELDS) - {"id", "times_seen"} <= {f.name for f in dataclasses.fields(FactInput)}
+
+
 def test_the_tenant_predicate_is_written_once() -> None:
     assert tenant_predicate("f").as_string(None) == "f.dataset = %(dataset)s AND f.project = %(project)s"
     for module in (statements, lexemes):

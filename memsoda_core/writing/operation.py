@@ -160,9 +160,10 @@ def lock_facts(
             "dataset": scope.dataset,
             "project": scope.project,
             "schema": info.schema,
-            "subjects": [f.subject for f in facts] + [key[0] for key in also],
-            "predicates": [f.predicate for f in facts] + [key[1] for key in also],
-            "objects": [f.object for f in facts] + [key[2] for key in also],
+            **{
+                param: values + [key[i] for key in also]
+                for i, (param, values) in enumerate(inserts.fact_arrays(facts, sql_reconcile.KEY_FIELDS).items())
+            },
             "singles": [f.single_valued for f in facts] + [True for _ in also],
         },
     )
@@ -179,11 +180,7 @@ def reconcile(
         {
             "dataset": scope.dataset,
             "project": scope.project,
-            "subjects": [f.subject for f in facts],
-            "predicates": [f.predicate for f in facts],
-            "objects": [f.object for f in facts],
-            "valid_ats": [f.valid_at for f in facts],
-            "invalid_ats": [f.invalid_at for f in facts],
+            **inserts.fact_arrays(facts, sql_reconcile.MET_FIELDS),
             "singles": [f.single_valued for f in facts],
         },
     )
