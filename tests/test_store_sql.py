@@ -6,6 +6,8 @@ import dataclasses
 import inspect
 from datetime import UTC, datetime
 
+import pytest
+
 from memsoda_core import Fact
 from memsoda_core.forgetting import deleting
 from memsoda_core.layouts.write_form import WriteForm
@@ -100,3 +102,22 @@ def test_every_lexeme_count_uses_one_definition() -> None:
     assert definition in lexemes.recount_lexemes("s", scoped=False).as_string(None)
     assert "tsvector_to_array(tsv) AS lexemes" in inserts.FACTS.statement("s", WriteForm.ARRAYS).as_string(None)
     assert "tsvector_to_array(g.tsv)" in deleting.delete_facts("s", statements.entity_facts("s")).as_string(None)
+
+
+def test_the_layout_registry_chooses_a_new_stores_layout_and_refuses_partitioned_on_citus() -> None:
+    from memsoda_core.errors import ConfigurationError
+    from memsoda_core.layouts import REGISTRY, new_store_layout
+
+    assert (new_store_layout(None, citus=False).name, new_store_layout(None, citus=True).name) == (
+        "partitioned",
+        "plain",
+    )
+    assert new_store_layout("plain", citus=False) is REGISTRY["plain"]
+    with pytest.raises(ConfigurationError, match="the partitioned layout is not for a Citus database"):
+        new_store_layout("partitioned", citus=True)
+    analyzed = [s.as_string(None) for s in REGISTRY["partitioned"].analyze_statements("m")]
+    assert analyzed[:3] == [
+        'ANALYZE "m"."facts_shared"',
+        'ANALYZE "m"."entities_shared"',
+        'ANALYZE "m"."fact_entities_shared"',
+    ]
