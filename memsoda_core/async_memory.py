@@ -59,7 +59,9 @@ from memsoda_core.options import DEFAULT_OPTIONS, RecallOptions
 from memsoda_core.recall import calls as recall_calls
 from memsoda_core.recall.profile import DEFAULT_MAX_FACTS as DEFAULT_PROFILE_FACTS
 from memsoda_core.recall.profile import Profile
-from memsoda_core.reembed.async_api import AsyncReembedMethods
+from memsoda_core.reembed import operation as reembed_ops
+from memsoda_core.reembed.async_api import reembed_store
+from memsoda_core.reembed.operation import DEFAULT_BATCH_SIZE, ReembedReport
 from memsoda_core.runner.async_runner import AsyncRunner
 from memsoda_core.runner.policy import check_pool_args
 from memsoda_core.runner.steps import Operation
@@ -71,7 +73,7 @@ from memsoda_core.validation import check_scope
 T = TypeVar("T")
 
 
-class AsyncMemory(AsyncReembedMethods):
+class AsyncMemory:
     # sync: """Long-term memory of facts in PostgreSQL + pgvector. Open with `Memory.open()`."""
     """Long-term memory of facts for asyncio: `await AsyncMemory.open()`, then `Memory`'s methods."""
 
@@ -578,6 +580,48 @@ class AsyncMemory(AsyncReembedMethods):
                     await self._run(lambda: fact_calls.restore_indexes_op(self._context, scope))
                 raise
         return parsed.report(counts)
+
+    # --- the embedding model: moved online (`memsoda_core.reembed`) ---------------------------------
+
+    async def reembed(
+        self, embedder: Embedder, *, batch_size: int = DEFAULT_BATCH_SIZE, progress: bool = False
+    ) -> ReembedReport:
+        """Re-embed every fact (its anchor-enriched text), entity name and episode with `embedder`,
+        then switch the store to its model and dimension in one transaction; items are searched
+        through their facts. Recall keeps reading the old vectors until the switch; writes made
+        meanwhile (with the old model) are re-embedded before it, the last ones while writers
+        wait for the switch. Resumable: after a crash, a kill or an error, calling it again with
+        the same model goes on where it stopped, embedding no committed row again. With the
+        store already on that model, it does nothing (`switched` False). From the switch on, this
+        memory embeds with `embedder`; other processes must reopen the store with it.
+
+        Raises EmbeddingError when the new embedder fails or returns bad vectors (the store stays
+        on its model; run it again to resume), ConfigurationError for a bad `batch_size` or
+        dimension. `progress` shows a bar on stderr."""
+        self._context.check_writable("reembed")
+        return await reembed_store(
+            self._runner,
+            self._context.info,
+            embedder,
+            batch_size=batch_size,
+            progress=progress,
+            switched=self._switched_to,
+        )
+
+    async def abandon_reembed(self) -> bool:
+        """Drop a re-embed in progress (its new vectors, columns and indexes); the store stays on
+        its model. False when none was in progress."""
+        self._context.check_writable("abandon_reembed")
+        return await self._runner.run(lambda: reembed_ops.abandon(self._context.info))
+
+    async def _switched_to(self, runner: AsyncRunner) -> None:
+        """From a re-embed's switch on, this memory embeds with `runner`'s embedder into its space."""
+        old, built = self._runner.embedder, self._built_embedder
+        info = replace(self._context.info, model=runner.info.model, dimensions=runner.info.dimensions)
+        self._context = replace(self._context, info=info)
+        self._runner = self._runner.with_embedder(runner.embedder, info)
+        self._embedder, self._built_embedder = runner.embedder, False
+        await aclose_built(old if built else None)
 
     # --- items: key-addressed JSON documents with searchable text (`memsoda_core.items.values`) --------
 

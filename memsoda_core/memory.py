@@ -58,7 +58,9 @@ from memsoda_core.options import DEFAULT_OPTIONS, RecallOptions
 from memsoda_core.recall import calls as recall_calls
 from memsoda_core.recall.profile import DEFAULT_MAX_FACTS as DEFAULT_PROFILE_FACTS
 from memsoda_core.recall.profile import Profile
-from memsoda_core.reembed.sync_api import ReembedMethods
+from memsoda_core.reembed import operation as reembed_ops
+from memsoda_core.reembed.operation import DEFAULT_BATCH_SIZE, ReembedReport
+from memsoda_core.reembed.sync_api import reembed_store
 from memsoda_core.runner.policy import check_pool_args
 from memsoda_core.runner.steps import Operation
 from memsoda_core.runner.sync_runner import Runner
@@ -70,7 +72,7 @@ from memsoda_core.validation import check_scope
 T = TypeVar("T")
 
 
-class Memory(ReembedMethods):
+class Memory:
     """Long-term memory of facts in PostgreSQL + pgvector. Open with `Memory.open()`."""
 
     _runner: Runner
@@ -573,6 +575,48 @@ class Memory(ReembedMethods):
                     self._run(lambda: fact_calls.restore_indexes_op(self._context, scope))
                 raise
         return parsed.report(counts)
+
+    # --- the embedding model: moved online (`memsoda_core.reembed`) ---------------------------------
+
+    def reembed(
+        self, embedder: Embedder, *, batch_size: int = DEFAULT_BATCH_SIZE, progress: bool = False
+    ) -> ReembedReport:
+        """Re-embed every fact (its anchor-enriched text), entity name and episode with `embedder`,
+        then switch the store to its model and dimension in one transaction; items are searched
+        through their facts. Recall keeps reading the old vectors until the switch; writes made
+        meanwhile (with the old model) are re-embedded before it, the last ones while writers
+        wait for the switch. Resumable: after a crash, a kill or an error, calling it again with
+        the same model goes on where it stopped, embedding no committed row again. With the
+        store already on that model, it does nothing (`switched` False). From the switch on, this
+        memory embeds with `embedder`; other processes must reopen the store with it.
+
+        Raises EmbeddingError when the new embedder fails or returns bad vectors (the store stays
+        on its model; run it again to resume), ConfigurationError for a bad `batch_size` or
+        dimension. `progress` shows a bar on stderr."""
+        self._context.check_writable("reembed")
+        return reembed_store(
+            self._runner,
+            self._context.info,
+            embedder,
+            batch_size=batch_size,
+            progress=progress,
+            switched=self._switched_to,
+        )
+
+    def abandon_reembed(self) -> bool:
+        """Drop a re-embed in progress (its new vectors, columns and indexes); the store stays on
+        its model. False when none was in progress."""
+        self._context.check_writable("abandon_reembed")
+        return self._runner.run(lambda: reembed_ops.abandon(self._context.info))
+
+    def _switched_to(self, runner: Runner) -> None:
+        """From a re-embed's switch on, this memory embeds with `runner`'s embedder into its space."""
+        old, built = self._runner.embedder, self._built_embedder
+        info = replace(self._context.info, model=runner.info.model, dimensions=runner.info.dimensions)
+        self._context = replace(self._context, info=info)
+        self._runner = self._runner.with_embedder(runner.embedder, info)
+        self._embedder, self._built_embedder = runner.embedder, False
+        close_built(old if built else None)
 
     # --- items: key-addressed JSON documents with searchable text (`memsoda_core.items.values`) --------
 
