@@ -33,7 +33,7 @@ from memsoda_core.validation import (
 )
 from memsoda_core.writing import statements as sql_write
 from memsoda_core.writing.counts import CountDeltas, bump_counts
-from memsoda_core.writing.operation import insert_fact_rows, lock_facts
+from memsoda_core.writing.operation import lock_facts, write_facts
 
 _EXPORT_PAGE = 1000
 
@@ -236,14 +236,13 @@ def import_records(
         learned = yield from lock_facts(info, scope, facts)
     for start in range(0, len(facts), batch_size):
         batch = facts[start : start + batch_size]
-        _, added = yield from insert_fact_rows(info, scope, batch, None, standalone=False, learned=learned)
-        deltas.add(added)
+        yield from write_facts(info, scope, batch, None, standalone=False, learned=learned, counts=deltas)
         yield from progress(len(batch))
     yield from bump_counts(info, scope, deltas)  # once, at the end: see `CountDeltas`
     episodes_new = yield from _import_episodes(info, scope, episodes, batch_size)
     if facts or episodes:
         # Built once, after the rows: much faster than maintaining HNSW row by row. (Statistics are
-        # refreshed by `insert_fact_rows` whenever the table has doubled, as for any write.)
+        # refreshed by `write_facts` whenever the table has doubled, as for any write.)
         yield from ensure_tenant_indexes(info, scope)
     return ImportCounts(
         facts_new=deltas.facts,
