@@ -63,13 +63,25 @@ from memsoda_core.reembed.operation import DEFAULT_BATCH_SIZE, ReembedReport
 from memsoda_core.reembed.sync_api import reembed_store
 from memsoda_core.runner.policy import check_pool_args
 from memsoda_core.runner.steps import Operation
-from memsoda_core.runner.sync_runner import Runner
+from memsoda_core.runner.sync_runner import Advance, Runner, Sink
 from memsoda_core.runner.target import Target, release_target
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.synthesis import SynthesizerLike, as_synthesizer
 from memsoda_core.validation import check_scope
 
 T = TypeVar("T")
+
+
+class _EmittedLines:
+    """A sink that counts what it passed on: an operation that wrote lines cannot run again."""
+
+    def __init__(self, sink: Sink) -> None:
+        self._sink = sink
+        self.count = 0
+
+    def write(self, lines: Sequence[str]) -> None:
+        self._sink(lines)
+        self.count += len(lines)
 
 
 class Memory:
@@ -193,15 +205,25 @@ class Memory:
     ) -> None:
         self.close()
 
-    def _run(self, op: Operation[T] | Callable[[], Operation[T]], *, read_only: bool = False) -> T:
-        """Have the runner perform `op`, or the operation `op()` builds (see `Runner.run`); a
-        write (not `read_only`) is refused at once on a read-only store.
+    def _run(
+        self,
+        op: Operation[T] | Callable[[], Operation[T]],
+        *,
+        read_only: bool = False,
+        sink: Sink | None = None,
+        advance: Advance | None = None,
+    ) -> T:
+        """Have the runner perform `op`, or the operation `op()` builds (see `Runner.run`, which
+        also takes `sink` and `advance`); a write (not `read_only`) is refused at once on a read-only store.
 
         The store's layout may have changed since the open (`memsoda distribute` in another
         process): its generation is read first (a read of its own, so no transaction is open while
         the operation's model runs; at most once every `generation.CHECK_EVERY_S`, and at once after
         a failed statement), and when it changed, the store's layout is read again and `op()` built
-        and run with the new statements (`LayoutChangedError` for an `op` given built)."""
+        and run with the new statements (`LayoutChangedError` for an `op` given built, or one that
+        already sent lines to `sink`: a second run would write them twice)."""
+        emitted = _EmittedLines(sink) if sink is not None else None
+        out = emitted.write if emitted is not None else None
         if not read_only:
             self._check_writable("this operation")
         if time.monotonic() >= self._layout_due and self._layout_changed(after_failure=False):
@@ -209,19 +231,19 @@ class Memory:
             if not callable(op):  # built with the old layout
                 raise LayoutChangedError(f"the layout of schema {self._context.info.schema!r} changed: run it again")
         try:
-            return self._runner.run(op, read_only=read_only)
+            return self._runner.run(op, read_only=read_only, sink=out, advance=advance)
         except (StoreUnavailableError, StoreBusyError):
             raise  # the server, not the statements
         except StoreError:  # a statement of the old layout may fail on the new one
             if not self._layout_changed():
                 raise
         self._reload_layout()
-        if not callable(op):  # built with the old layout: cannot run again
+        if not callable(op) or (emitted is not None and emitted.count):  # cannot run again
             raise LayoutChangedError(
                 f"the layout of schema {self._context.info.schema!r} changed meanwhile: run it again"
             )
         try:
-            return self._runner.run(op, read_only=read_only)
+            return self._runner.run(op, read_only=read_only, sink=out, advance=advance)
         except StoreError as exc:
             if isinstance(exc, (StoreUnavailableError, StoreBusyError)) or not self._layout_changed():
                 raise
@@ -538,9 +560,13 @@ class Memory:
 
     def export_jsonl(self, target: str | os.PathLike[str] | TextIO, *, dataset: str, project: str) -> int:
         """Write the scope's facts and episodes as JSON lines; returns the number of lines."""
-        op = fact_calls.export_op(self._context, dataset, project)
+        scope = check_scope(dataset, project)  # before the file is opened
         with open_sink(target) as sink:
-            return self._runner.run(op, sink=sink.writelines)
+            return self._run(
+                lambda: fact_calls.export_op(self._context, scope.dataset, scope.project),
+                read_only=True,
+                sink=sink.writelines,
+            )
 
     def import_jsonl(
         self,
@@ -566,10 +592,12 @@ class Memory:
         self._check_writable("import_jsonl")
         scope = check_scope(dataset, project)
         parsed = parse_jsonl(lines, now=self._context.now(), on_error=on_error)
-        op = fact_calls.import_op(self._context, scope, parsed, batch_size, rebuild_index)
         with progress_callback(parsed.total, progress) as advance:
             try:
-                counts = self._runner.run(op, advance=advance)
+                counts = self._run(
+                    lambda: fact_calls.import_op(self._context, scope, parsed, batch_size, rebuild_index),
+                    advance=advance,
+                )
             except Exception:
                 with suppress(MemsodaError):  # best effort; the next write or open retries it
                     self._run(lambda: fact_calls.restore_indexes_op(self._context, scope))
