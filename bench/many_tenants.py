@@ -22,11 +22,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
-
-from bench.common import bench_memory, connect, environment, markdown_table
-from bench.hashembed import HashEmbedder
-from bench.tenant_layout import POOL, THRESHOLD, _one, _pool_table, _tenant, concurrent, load, make_large
+from bench.common import environment, markdown_table
+from bench.tenant_layout import _one, _tenant, concurrent, load, make_large, tenant_stores
 from memsoda_core import Memory
 from memsoda_core.validation import Scope
 
@@ -84,65 +81,49 @@ def run(
     threads: int = 16,
 ) -> str:
     """The markdown of `python -m bench tenants`."""
-    pool = np.random.default_rng(7).normal(size=(POOL, 384)).astype(np.float32)
-    pool /= np.linalg.norm(pool, axis=1, keepdims=True)
     rng = random.Random(28)
     lines = [
         f"## Many large tenants: {tenants:,} tenants of {small_facts} facts, K of them moved at {large_facts}\n",
         "",
     ]
-    with bench_memory(HashEmbedder()) as base:
-        dsn, embedder = base.dsn, base.embedder
-        lines[1] = environment(dsn)
-        memories = {
-            step: Memory.open(dsn, embedder, schema=_schema(step), tenant_index_min_facts=THRESHOLD, pool_size=threads)
-            for step in steps
-        }
-        conns = {step: connect(dsn, autocommit=True) for step in steps}
-        try:
-            for step, conn in conns.items():
-                started = time.perf_counter()
-                _pool_table(conn, pool)
-                load(conn, _schema(step), 0, tenants - 1, small_facts, partitioned=True)
-                load(
-                    conn,
-                    _schema(step),
-                    0,
-                    step + MOVES - 1,
-                    large_facts - small_facts,
-                    offset=small_facts,
-                    partitioned=True,
-                )
-                for n in range(step):
-                    make_large(memories[step], conn, _tenant(n))
-                lines.append(
-                    f"- {_schema(step)}: loaded and {step} tenants moved in {time.perf_counter() - started:.0f} s"
-                )
-            moves: dict[int, list[float]] = {step: [] for step in steps}
-            for n in range(MOVES):
-                for step in steps:
-                    moves[step].append(make_large(memories[step], conns[step], _tenant(step + n)) * 1000)
-            calls_p50 = timed_calls(memories, calls, rng)
-            base_step = steps[0]
-            header = ["", *(f"{step} large" for step in steps), *(f"{s} / {base_step}" for s in steps[1:])]
-            rows: list[list[Any]] = []
-            move_ms = {step: statistics.median(values) for step, values in moves.items()}
-            rows.append(_row(f"a new large tenant's move, median of {MOVES}, ms", move_ms, steps))
-            for case in dict.fromkeys(case for case, _ in calls_p50):
-                rows.append(_row(f"{case}, p50 ms", {step: calls_p50[(case, step)] for step in steps}, steps))
-            lines.append(f"\nThe stores alternating call by call ({calls} calls per case and store):\n")
-            lines.append(markdown_table(header, rows))
-            last = steps[-1]
-            writes, recalls, errors = concurrent(memories[last], tenants, seconds, threads)
-            lines.append(
-                f"\nConcurrency, {last + MOVES} large tenants among {tenants:,}: {threads} clients for {seconds:.0f} s,"
-                f" {writes} add_facts and {recalls} recalls, {len(errors)} errors {sorted(set(errors))[:3]}"
+    with tenant_stores({step: {"schema": _schema(step)} for step in steps}, threads) as stores:
+        memories, conns = stores.memories, stores.conns
+        lines[1] = environment(stores.dsn)
+        for step, conn in conns.items():
+            started = time.perf_counter()
+            load(conn, _schema(step), 0, tenants - 1, small_facts, partitioned=True)
+            load(
+                conn,
+                _schema(step),
+                0,
+                step + MOVES - 1,
+                large_facts - small_facts,
+                offset=small_facts,
+                partitioned=True,
             )
-        finally:
-            for conn in conns.values():
-                conn.close()
-            for memory in memories.values():
-                memory.close()
+            for n in range(step):
+                make_large(memories[step], conn, _tenant(n))
+            lines.append(f"- {_schema(step)}: loaded and {step} tenants moved in {time.perf_counter() - started:.0f} s")
+        moves: dict[int, list[float]] = {step: [] for step in steps}
+        for n in range(MOVES):
+            for step in steps:
+                moves[step].append(make_large(memories[step], conns[step], _tenant(step + n)) * 1000)
+        calls_p50 = timed_calls(memories, calls, rng)
+        base_step = steps[0]
+        header = ["", *(f"{step} large" for step in steps), *(f"{s} / {base_step}" for s in steps[1:])]
+        rows: list[list[Any]] = []
+        move_ms = {step: statistics.median(values) for step, values in moves.items()}
+        rows.append(_row(f"a new large tenant's move, median of {MOVES}, ms", move_ms, steps))
+        for case in dict.fromkeys(case for case, _ in calls_p50):
+            rows.append(_row(f"{case}, p50 ms", {step: calls_p50[(case, step)] for step in steps}, steps))
+        lines.append(f"\nThe stores alternating call by call ({calls} calls per case and store):\n")
+        lines.append(markdown_table(header, rows))
+        last = steps[-1]
+        writes, recalls, errors = concurrent(memories[last], tenants, seconds, threads)
+        lines.append(
+            f"\nConcurrency, {last + MOVES} large tenants among {tenants:,}: {threads} clients for {seconds:.0f} s,"
+            f" {writes} add_facts and {recalls} recalls, {len(errors)} errors {sorted(set(errors))[:3]}"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -21,9 +21,10 @@ import random
 import statistics
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import replace
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import psycopg
@@ -32,9 +33,9 @@ from psycopg import sql
 from bench.common import bench_memory, connect, environment, markdown_table
 from bench.hashembed import HashEmbedder
 from memsoda_core import Memory
+from memsoda_core.layouts import REGISTRY
 from memsoda_core.ops import ensure_tenant_indexes
 from memsoda_core.runner.sync_runner import Runner
-from memsoda_core.store.statements import analyze
 from memsoda_core.validation import Scope
 
 LAYOUTS = ("plain", "partitioned")
@@ -44,6 +45,8 @@ THRESHOLD = 20
 """`tenant_index_min_facts`: small tenants stay under it (a timed write adds one fact), large ones
 hold more."""
 
+K = TypeVar("K")
+
 
 def _tenant(n: int) -> Scope:
     return Scope(dataset=f"user-{n:05d}", project=PROJECT)
@@ -51,6 +54,40 @@ def _tenant(n: int) -> Scope:
 
 def _q(template: str, schema: str, **parts: Any) -> sql.Composed:
     return sql.SQL(template).format(s=sql.Identifier(schema), **parts)
+
+
+@dataclass(frozen=True)
+class Stores(Generic[K]):
+    """The memories of `tenant_stores`, and an autocommit connection to each one's server."""
+
+    dsn: str
+    memories: dict[K, Memory]
+    conns: dict[K, psycopg.Connection[Any]]
+
+
+@contextmanager
+def tenant_stores(opened: Mapping[K, Mapping[str, Any]], threads: int) -> Iterator[Stores[K]]:
+    """One embedded server holding a store per key of `opened` (its `Memory.open` keywords beside
+    the threshold and a pool of `threads` connections), each with a connection of its own that holds
+    the vector pool (`load` reads it); all closed at the end."""
+    pool = np.random.default_rng(7).normal(size=(POOL, 384)).astype(np.float32)
+    pool /= np.linalg.norm(pool, axis=1, keepdims=True)
+    with bench_memory(HashEmbedder()) as base:
+        dsn, embedder = base.dsn, base.embedder
+        memories = {
+            key: Memory.open(dsn, embedder, tenant_index_min_facts=THRESHOLD, pool_size=threads, **dict(keywords))
+            for key, keywords in opened.items()
+        }
+        conns = {key: connect(dsn, autocommit=True) for key in opened}
+        try:
+            for conn in conns.values():
+                _pool_table(conn, pool)
+            yield Stores(dsn, memories, conns)
+        finally:
+            for conn in conns.values():
+                conn.close()
+            for memory in memories.values():
+                memory.close()
 
 
 def _pool_table(conn: psycopg.Connection[Any], pool: np.ndarray) -> None:
@@ -128,7 +165,8 @@ def load(
             )
         )
     partitioned = schema == "partitioned" if partitioned is None else partitioned
-    for statement in analyze(schema, partitioned=partitioned):  # memsoda's own refresh
+    layout = REGISTRY["partitioned" if partitioned else "plain"]
+    for statement in layout.analyze_statements(schema):  # memsoda's own refresh
         conn.execute(statement)
 
 
@@ -235,68 +273,52 @@ def run(
     threads: int = 16,
 ) -> str:
     """The markdown of `python -m bench layout`."""
-    pool = np.random.default_rng(7).normal(size=(POOL, 384)).astype(np.float32)
-    pool /= np.linalg.norm(pool, axis=1, keepdims=True)
     rng = random.Random(19)
     lines = [
         f"## Tenant layouts: {tenants:,} tenants of {small_facts} facts, the large ones of {large_facts}\n",
         environment(),
         "",
     ]
-    with bench_memory(HashEmbedder()) as base:
-        dsn, embedder = base.dsn, base.embedder
-        memories = {
-            layout: Memory.open(
-                dsn, embedder, schema=layout, tenant_index_min_facts=THRESHOLD, layout=layout, pool_size=threads
+    with tenant_stores({layout: {"schema": layout, "layout": layout} for layout in LAYOUTS}, threads) as stores:
+        memories, conns = stores.memories, stores.conns
+        for layout, conn in conns.items():
+            started = time.perf_counter()
+            load(conn, layout, 0, tenants - 1, small_facts)
+            lines.append(f"- loaded {layout}: {time.perf_counter() - started:.1f} s")
+        made = dict.fromkeys(LAYOUTS, 0)
+        builds: list[list[Any]] = []
+        rows: list[list[Any]] = []
+        for step in steps:
+            active = {layout: memories[layout] for layout in LAYOUTS if layout != "plain" or step <= plain_max}
+            for layout in active:
+                conn = conns[layout]
+                load(conn, layout, made[layout], step - 1, large_facts - small_facts, offset=small_facts)
+                seconds_each: list[float] = []
+                slowest: list[float] = []
+                while made[layout] < step:
+                    scope = _tenant(made[layout])
+                    if step - made[layout] <= 5:
+                        with Probe(memories[layout], _tenant(tenants - 1)) as probe:
+                            seconds_each.append(make_large(memories[layout], conn, scope))
+                        slowest.append(probe.slowest_ms)
+                    else:
+                        make_large(memories[layout], conn, scope)
+                    made[layout] += 1
+                builds.append([layout, step, f"{statistics.mean(seconds_each) * 1000:.0f}", f"{max(slowest):.0f}"])
+            for (case, layout), ms in timed_calls(active, step, tenants, calls, rng).items():
+                rows.append([step, case, layout, f"{ms:.2f}"])
+        lines.append("\nMaking one more tenant large (memsoda's operation; mean of the last 5 at each step):\n")
+        lines.append(
+            markdown_table(
+                ["layout", "large tenants", "ms per tenant", "slowest small-tenant read meanwhile, ms"], builds
             )
-            for layout in LAYOUTS
-        }
-        conns = {layout: connect(dsn, autocommit=True) for layout in LAYOUTS}
-        try:
-            for layout, conn in conns.items():
-                started = time.perf_counter()
-                _pool_table(conn, pool)
-                load(conn, layout, 0, tenants - 1, small_facts)
-                lines.append(f"- loaded {layout}: {time.perf_counter() - started:.1f} s")
-            made = dict.fromkeys(LAYOUTS, 0)
-            builds: list[list[Any]] = []
-            rows: list[list[Any]] = []
-            for step in steps:
-                active = {layout: memories[layout] for layout in LAYOUTS if layout != "plain" or step <= plain_max}
-                for layout in active:
-                    conn = conns[layout]
-                    load(conn, layout, made[layout], step - 1, large_facts - small_facts, offset=small_facts)
-                    seconds_each: list[float] = []
-                    slowest: list[float] = []
-                    while made[layout] < step:
-                        scope = _tenant(made[layout])
-                        if step - made[layout] <= 5:
-                            with Probe(memories[layout], _tenant(tenants - 1)) as probe:
-                                seconds_each.append(make_large(memories[layout], conn, scope))
-                            slowest.append(probe.slowest_ms)
-                        else:
-                            make_large(memories[layout], conn, scope)
-                        made[layout] += 1
-                    builds.append([layout, step, f"{statistics.mean(seconds_each) * 1000:.0f}", f"{max(slowest):.0f}"])
-                for (case, layout), ms in timed_calls(active, step, tenants, calls, rng).items():
-                    rows.append([step, case, layout, f"{ms:.2f}"])
-            lines.append("\nMaking one more tenant large (memsoda's operation; mean of the last 5 at each step):\n")
-            lines.append(
-                markdown_table(
-                    ["layout", "large tenants", "ms per tenant", "slowest small-tenant read meanwhile, ms"], builds
-                )
-            )
-            lines.append("\nmemsoda's calls, p50 ms, the layouts alternating call by call:\n")
-            lines.append(markdown_table(["large tenants", "call", "layout", "p50 ms"], rows))
-            writes, recalls, errors = concurrent(memories["partitioned"], tenants, seconds, threads)
-            lines.append(
-                f"\nConcurrency, partitioned, {made['partitioned']} large tenants:"
-                f" {threads} threads for {seconds:.0f} s, {writes} add_facts and {recalls} recalls,"
-                f" {len(errors)} errors {sorted(set(errors))[:3]}"
-            )
-        finally:
-            for conn in conns.values():
-                conn.close()
-            for memory in memories.values():
-                memory.close()
+        )
+        lines.append("\nmemsoda's calls, p50 ms, the layouts alternating call by call:\n")
+        lines.append(markdown_table(["large tenants", "call", "layout", "p50 ms"], rows))
+        writes, recalls, errors = concurrent(memories["partitioned"], tenants, seconds, threads)
+        lines.append(
+            f"\nConcurrency, partitioned, {made['partitioned']} large tenants:"
+            f" {threads} threads for {seconds:.0f} s, {writes} add_facts and {recalls} recalls,"
+            f" {len(errors)} errors {sorted(set(errors))[:3]}"
+        )
     return "\n".join(lines) + "\n"

@@ -59,8 +59,10 @@ from memsoda_core.options import DEFAULT_OPTIONS, RecallOptions
 from memsoda_core.recall import calls as recall_calls
 from memsoda_core.recall.profile import DEFAULT_MAX_FACTS as DEFAULT_PROFILE_FACTS
 from memsoda_core.recall.profile import Profile
-from memsoda_core.reembed.async_api import AsyncReembedMethods
-from memsoda_core.runner.async_runner import AsyncRunner
+from memsoda_core.reembed import operation as reembed_ops
+from memsoda_core.reembed.async_api import reembed_store
+from memsoda_core.reembed.operation import DEFAULT_BATCH_SIZE, ReembedReport
+from memsoda_core.runner.async_runner import Advance, AsyncRunner, Sink
 from memsoda_core.runner.policy import check_pool_args
 from memsoda_core.runner.steps import Operation
 from memsoda_core.runner.target import Target, release_target
@@ -71,7 +73,19 @@ from memsoda_core.validation import check_scope
 T = TypeVar("T")
 
 
-class AsyncMemory(AsyncReembedMethods):
+class _EmittedLines:
+    """A sink that counts what it passed on: an operation that wrote lines cannot run again."""
+
+    def __init__(self, sink: Sink) -> None:
+        self._sink = sink
+        self.count = 0
+
+    def write(self, lines: Sequence[str]) -> None:
+        self._sink(lines)
+        self.count += len(lines)
+
+
+class AsyncMemory:
     # sync: """Long-term memory of facts in PostgreSQL + pgvector. Open with `Memory.open()`."""
     """Long-term memory of facts for asyncio: `await AsyncMemory.open()`, then `Memory`'s methods."""
 
@@ -193,15 +207,25 @@ class AsyncMemory(AsyncReembedMethods):
     ) -> None:
         await self.close()
 
-    async def _run(self, op: Operation[T] | Callable[[], Operation[T]], *, read_only: bool = False) -> T:
-        """Have the runner perform `op`, or the operation `op()` builds (see `AsyncRunner.run`); a
-        write (not `read_only`) is refused at once on a read-only store.
+    async def _run(
+        self,
+        op: Operation[T] | Callable[[], Operation[T]],
+        *,
+        read_only: bool = False,
+        sink: Sink | None = None,
+        advance: Advance | None = None,
+    ) -> T:
+        """Have the runner perform `op`, or the operation `op()` builds (see `AsyncRunner.run`, which
+        also takes `sink` and `advance`); a write (not `read_only`) is refused at once on a read-only store.
 
         The store's layout may have changed since the open (`memsoda distribute` in another
         process): its generation is read first (a read of its own, so no transaction is open while
         the operation's model runs; at most once every `generation.CHECK_EVERY_S`, and at once after
         a failed statement), and when it changed, the store's layout is read again and `op()` built
-        and run with the new statements (`LayoutChangedError` for an `op` given built)."""
+        and run with the new statements (`LayoutChangedError` for an `op` given built, or one that
+        already sent lines to `sink`: a second run would write them twice)."""
+        emitted = _EmittedLines(sink) if sink is not None else None
+        out = emitted.write if emitted is not None else None
         if not read_only:
             self._check_writable("this operation")
         if time.monotonic() >= self._layout_due and await self._layout_changed(after_failure=False):
@@ -209,19 +233,19 @@ class AsyncMemory(AsyncReembedMethods):
             if not callable(op):  # built with the old layout
                 raise LayoutChangedError(f"the layout of schema {self._context.info.schema!r} changed: run it again")
         try:
-            return await self._runner.run(op, read_only=read_only)
+            return await self._runner.run(op, read_only=read_only, sink=out, advance=advance)
         except (StoreUnavailableError, StoreBusyError):
             raise  # the server, not the statements
         except StoreError:  # a statement of the old layout may fail on the new one
             if not await self._layout_changed():
                 raise
         await self._reload_layout()
-        if not callable(op):  # built with the old layout: cannot run again
+        if not callable(op) or (emitted is not None and emitted.count):  # cannot run again
             raise LayoutChangedError(
                 f"the layout of schema {self._context.info.schema!r} changed meanwhile: run it again"
             )
         try:
-            return await self._runner.run(op, read_only=read_only)
+            return await self._runner.run(op, read_only=read_only, sink=out, advance=advance)
         except StoreError as exc:
             if isinstance(exc, (StoreUnavailableError, StoreBusyError)) or not await self._layout_changed():
                 raise
@@ -541,9 +565,13 @@ class AsyncMemory(AsyncReembedMethods):
 
     async def export_jsonl(self, target: str | os.PathLike[str] | TextIO, *, dataset: str, project: str) -> int:
         """Write the scope's facts and episodes as JSON lines; returns the number of lines."""
-        op = fact_calls.export_op(self._context, dataset, project)
+        scope = check_scope(dataset, project)  # before the file is opened
         with open_sink(target) as sink:
-            return await self._runner.run(op, sink=sink.writelines)
+            return await self._run(
+                lambda: fact_calls.export_op(self._context, scope.dataset, scope.project),
+                read_only=True,
+                sink=sink.writelines,
+            )
 
     async def import_jsonl(
         self,
@@ -569,15 +597,59 @@ class AsyncMemory(AsyncReembedMethods):
         self._check_writable("import_jsonl")
         scope = check_scope(dataset, project)
         parsed = parse_jsonl(lines, now=self._context.now(), on_error=on_error)
-        op = fact_calls.import_op(self._context, scope, parsed, batch_size, rebuild_index)
         with progress_callback(parsed.total, progress) as advance:
             try:
-                counts = await self._runner.run(op, advance=advance)
+                counts = await self._run(
+                    lambda: fact_calls.import_op(self._context, scope, parsed, batch_size, rebuild_index),
+                    advance=advance,
+                )
             except Exception:
                 with suppress(MemsodaError):  # best effort; the next write or open retries it
                     await self._run(lambda: fact_calls.restore_indexes_op(self._context, scope))
                 raise
         return parsed.report(counts)
+
+    # --- the embedding model: moved online (`memsoda_core.reembed`) ---------------------------------
+
+    async def reembed(
+        self, embedder: Embedder, *, batch_size: int = DEFAULT_BATCH_SIZE, progress: bool = False
+    ) -> ReembedReport:
+        """Re-embed every fact (its anchor-enriched text), entity name and episode with `embedder`,
+        then switch the store to its model and dimension in one transaction; items are searched
+        through their facts. Recall keeps reading the old vectors until the switch; writes made
+        meanwhile (with the old model) are re-embedded before it, the last ones while writers
+        wait for the switch. Resumable: after a crash, a kill or an error, calling it again with
+        the same model goes on where it stopped, embedding no committed row again. With the
+        store already on that model, it does nothing (`switched` False). From the switch on, this
+        memory embeds with `embedder`; other processes must reopen the store with it.
+
+        Raises EmbeddingError when the new embedder fails or returns bad vectors (the store stays
+        on its model; run it again to resume), ConfigurationError for a bad `batch_size` or
+        dimension. `progress` shows a bar on stderr."""
+        self._context.check_writable("reembed")
+        return await reembed_store(
+            self._runner,
+            self._context.info,
+            embedder,
+            batch_size=batch_size,
+            progress=progress,
+            switched=self._switched_to,
+        )
+
+    async def abandon_reembed(self) -> bool:
+        """Drop a re-embed in progress (its new vectors, columns and indexes); the store stays on
+        its model. False when none was in progress."""
+        self._context.check_writable("abandon_reembed")
+        return await self._runner.run(lambda: reembed_ops.abandon(self._context.info))
+
+    async def _switched_to(self, runner: AsyncRunner) -> None:
+        """From a re-embed's switch on, this memory embeds with `runner`'s embedder into its space."""
+        old, built = self._runner.embedder, self._built_embedder
+        info = replace(self._context.info, model=runner.info.model, dimensions=runner.info.dimensions)
+        self._context = replace(self._context, info=info)
+        self._runner = self._runner.with_embedder(runner.embedder, info)
+        self._embedder, self._built_embedder = runner.embedder, False
+        await aclose_built(old if built else None)
 
     # --- items: key-addressed JSON documents with searchable text (`memsoda_core.items.values`) --------
 

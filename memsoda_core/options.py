@@ -2,21 +2,23 @@
 `dataclasses.replace`).
 
 `RecallOptions` holds the knobs of the whole recall and one group per signal, each declared in its
-signal's module (`recall.signals.anchor.AnchorOptions`, ...): `RecallOptions(anchor=AnchorOptions(
-hops=1))`. Every knob has one name, the group's and its own joined by a dot (`"anchor.hops"`; a
-cross-cutting knob alone, `"rrf_k"`): `OPTION_NAMES`, what `with_overrides`, `value` and `ADAPTIVE`
+signal's module (`recall.signals.anchor.AnchorOptions`, ...) and taken from the signal registry
+(`recall.signals.SignalOptions`, one line per signal): `RecallOptions(anchor=AnchorOptions(hops=1))`.
+Every knob has one name, the group's and its own joined by a dot (`"anchor.hops"`; a cross-cutting
+knob alone, `"rrf_k"`): `OPTION_NAMES`, what `with_overrides`, `value` and `ADAPTIVE`
 take."""
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, fields, replace
 from typing import Any
 
 from memsoda_core.errors import ArgumentTypeError, ConfigurationError, LimitError
 from memsoda_core.limits import MAX_K
 from memsoda_core.option_checks import MAX_OPTION_INT, check_between, check_cosine, check_not_negative, check_types
+from memsoda_core.recall.signals import SignalOptions
 from memsoda_core.recall.signals.anchor import AnchorOptions
 from memsoda_core.recall.signals.conversation import ConversationOptions
 from memsoda_core.recall.signals.date import DateOptions
@@ -27,10 +29,8 @@ from memsoda_core.recall.signals.vector import VectorOptions
 
 
 @dataclass(frozen=True, kw_only=True)
-class RecallOptions:
-    """Every knob of a recall: the cross-cutting ones, then one group per signal (each field named
-    like its group's `group`). `facts_in_context`, `min_confidence`, `rrf_k`, `anchor.vector_top_k`
-    and `anchor.vector_min` are also keyword arguments of `Memory.recall`."""
+class _Overall:
+    """The knobs of the whole recall (`RecallOptions` puts them before the signals' groups)."""
 
     facts_in_context: int = 8
     min_confidence: float = 0.5
@@ -47,14 +47,15 @@ class RecallOptions:
     embed_timeout_s: float = 10.0
     """An embedder slower than this makes the recall degrade instead of waiting."""
 
-    vector: VectorOptions = field(default_factory=VectorOptions)
-    anchor: AnchorOptions = field(default_factory=AnchorOptions)
-    entities: EntitiesOptions = field(default_factory=EntitiesOptions)
-    """When an entity is a hub, for the anchor and keyword signals."""
-    keyword: KeywordOptions = field(default_factory=KeywordOptions)
-    date: DateOptions = field(default_factory=DateOptions)
-    conversation: ConversationOptions = field(default_factory=ConversationOptions)
-    recent: RecentOptions = field(default_factory=RecentOptions)
+
+@dataclass(frozen=True, kw_only=True)
+class RecallOptions(SignalOptions, _Overall):
+    """Every knob of a recall: the cross-cutting ones (`facts_in_context`, `min_confidence`,
+    `rrf_k`, `relevance_floor`, `as_of_from_question`, `episodes_k`, `embed_timeout_s`), then one
+    group per signal, each field named like its group's `group` (`vector`, `anchor`, `entities`,
+    `keyword`, `date`, `conversation`, `recent`: the signal registry, `recall.signals.SignalOptions`).
+    `facts_in_context`, `min_confidence`, `rrf_k`, `anchor.vector_top_k` and `anchor.vector_min`
+    are also keyword arguments of `Memory.recall`."""
 
     def __post_init__(self) -> None:
         check_types(self)

@@ -27,6 +27,7 @@ from memsoda_core.recall.signals import (
     SIGNAL_NAMES,
     RecallPlan,
     RecallRequest,
+    SignalOptions,
     SignalSpec,
     planned_signals,
     signal_order,
@@ -89,6 +90,15 @@ def test_a_hit_names_a_signal_of_the_registry() -> None:
     assert SIGNAL_NAMES == ("vector", "anchor", "keyword", "date", "conversation", "recent")
     with pytest.raises(KeyError, match="temporal"):
         explain(HitRow("temporal", 1, 1, 10))
+
+
+def test_a_signal_is_registered_by_its_options_line_and_its_knobs_are_recall_options() -> None:
+    # one line of SignalOptions is a signal's place in the registry and its typed group of knobs
+    registered = [f for f in dataclasses.fields(SignalOptions) if "signal" in f.metadata]
+    assert tuple(f.metadata["signal"] for f in registered) == REGISTRY
+    assert [f.name for f in registered] == [spec.name for spec in REGISTRY]  # each group named after its signal
+    assert {f.name for f in dataclasses.fields(SignalOptions)} <= {f.name for f in dataclasses.fields(RecallOptions)}
+    assert issubclass(RecallOptions, SignalOptions)
 
 
 def test_the_cli_and_the_demo_read_the_registry() -> None:

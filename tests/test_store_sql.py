@@ -6,6 +6,8 @@ import dataclasses
 import inspect
 from datetime import UTC, datetime
 
+import pytest
+
 from memsoda_core import Fact
 from memsoda_core.forgetting import deleting
 from memsoda_core.layouts.write_form import WriteForm
@@ -52,6 +54,28 @@ def test_decode_fact_by_position_and_by_name_agree() -> None:
     assert (row.fact, row.subject_type) == (fact, "PERSON")
 
 
+def test_an_exported_line_is_the_export_format_byte_for_byte() -> None:
+    # the keys and their order come from the fact's columns (`fact_columns.EXPORTED_FIELDS`)
+    from memsoda_core.ops.transfer import fact_record, jsonl_line
+
+    when = datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC)
+    stored = {column.name: None for column in FACT_COLUMNS}
+    stored |= {"id": 1, "subject": "Sam", "predicate": "likes", "object": "tea", "object_type": "OTHER"}
+    stored |= {"anchor": "sam", "mentions": ["a"], "valid_at": when, "confidence": 0.75, "times_seen": 3}
+    line = jsonl_line(fact_record(statements.ExportedFact(subject_type="PERSON", **stored)))
+    assert line == (
+        '{"kind": "fact", "id": 1, "subject": "Sam", "subject_type": "PERSON", "predicate": "likes", '
+        '"object": "tea", "object_type": "OTHER", "mentions": ["a"], "anchor": "sam", '
+        '"valid_at": "2024-01-02T03:04:05+00:00", "invalid_at": null, "confidence": 0.75, '
+        '"source_quote": null, "times_seen": 3}\n'
+    )
+    from memsoda_core.models import FactInput
+    from memsoda_core.store.fact_columns import EXPORTED_FIELDS
+
+    # what is exported is read back: a fact's input field, or the id and count the import takes apart
+    assert set(EXPORTED_FIELDS) - {"id", "times_seen"} <= {f.name for f in dataclasses.fields(FactInput)}
+
+
 def test_the_tenant_predicate_is_written_once() -> None:
     assert tenant_predicate("f").as_string(None) == "f.dataset = %(dataset)s AND f.project = %(project)s"
     for module in (statements, lexemes):
@@ -78,3 +102,22 @@ def test_every_lexeme_count_uses_one_definition() -> None:
     assert definition in lexemes.recount_lexemes("s", scoped=False).as_string(None)
     assert "tsvector_to_array(tsv) AS lexemes" in inserts.FACTS.statement("s", WriteForm.ARRAYS).as_string(None)
     assert "tsvector_to_array(g.tsv)" in deleting.delete_facts("s", statements.entity_facts("s")).as_string(None)
+
+
+def test_the_layout_registry_chooses_a_new_stores_layout_and_refuses_partitioned_on_citus() -> None:
+    from memsoda_core.errors import ConfigurationError
+    from memsoda_core.layouts import REGISTRY, new_store_layout
+
+    assert (new_store_layout(None, citus=False).name, new_store_layout(None, citus=True).name) == (
+        "partitioned",
+        "plain",
+    )
+    assert new_store_layout("plain", citus=False) is REGISTRY["plain"]
+    with pytest.raises(ConfigurationError, match="the partitioned layout is not for a Citus database"):
+        new_store_layout("partitioned", citus=True)
+    analyzed = [s.as_string(None) for s in REGISTRY["partitioned"].analyze_statements("m")]
+    assert analyzed[:3] == [
+        'ANALYZE "m"."facts_shared"',
+        'ANALYZE "m"."entities_shared"',
+        'ANALYZE "m"."fact_entities_shared"',
+    ]

@@ -533,3 +533,37 @@ def test_a_layout_change_with_nothing_to_fail_is_noticed_by_the_generation_read(
     memory._layout_due = 0.0
     assert memory.list_facts(**vars(BIG)).facts
     assert memory.info.layout_generation == 1 and memory.info.layout == "partitioned"
+
+
+@pytest.mark.parametrize("noticed", ["by the generation read", "by the first failed statement"])
+def test_export_switches_when_the_layout_changed_under_it(
+    memory: Memory, pg_dsn: str, schema: str, noticed: str, tmp_path: Any
+) -> None:
+    """`export_jsonl` runs through the same layout check as every operation: after another
+    process turned the store into plain tables, it exports from them, each line once (its
+    statements read the parent tables, which stay, so only the generation read notices)."""
+    memory.add_facts(_facts(4), **vars(BIG))
+    _unpartition(pg_dsn, schema)
+    memory._layout_due = 0.0 if noticed == "by the generation read" else float("inf")
+    path = tmp_path / "big.jsonl"
+    lines = memory.export_jsonl(path, **vars(BIG))
+    assert memory.info.layout == ("plain" if noticed == "by the generation read" else "partitioned")
+    assert lines == len(path.read_text().splitlines()) >= 4
+
+
+@pytest.mark.parametrize("noticed", ["by the generation read", "by the first failed statement"])
+def test_import_switches_when_the_layout_changed_under_it(
+    memory: Memory, pg_dsn: str, schema: str, noticed: str, tmp_path: Any
+) -> None:
+    """`import_jsonl` too: its lines land in the tables as they now are (here each one is a
+    fact the scope holds, read from the plain tables and merged; as with the export, only the
+    generation read notices this change)."""
+    memory.add_facts(_facts(4), **vars(BIG))
+    path = tmp_path / "big.jsonl"
+    memory.export_jsonl(path, **vars(BIG))
+    _unpartition(pg_dsn, schema)
+    memory._layout_due = 0.0 if noticed == "by the generation read" else float("inf")
+    report = memory.import_jsonl(path, **vars(BIG))
+    assert memory.info.layout == ("plain" if noticed == "by the generation read" else "partitioned")
+    assert (report.facts, report.facts_merged, report.facts_new) == (4, 4, 0)
+    assert len(memory.list_facts(**vars(BIG), limit=100).facts) == 4

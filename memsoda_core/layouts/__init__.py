@@ -15,6 +15,16 @@ OPENED_WITH = tuple(sorted(name for name, layout in REGISTRY.items() if layout.o
 """The layouts `Memory.open(layout=...)` accepts for a new store."""
 
 
+def new_store_layout(asked: str | None, *, citus: bool) -> Layout:
+    """The layout a new store is created in: `asked`, else plain where Citus is installed (Citus
+    distributes plain tables) and partitioned elsewhere. One not for a Citus database
+    (`Layout.on_citus`) is refused there."""
+    chosen = REGISTRY[asked or ("plain" if citus else "partitioned")]
+    if citus and not chosen.on_citus:
+        raise ConfigurationError(f"the {chosen.name} layout is not for a Citus database: open it with layout='plain'")
+    return chosen
+
+
 def layout_of(info: StoreInfo) -> Layout:
     """The strategy of an open store's layout."""
     try:

@@ -33,6 +33,7 @@ def scope_fact_count(info: StoreInfo, scope: Scope, planning: Planning = Plannin
 class PlainLayout:
     name = "plain"
     opened_with = True
+    on_citus = True
     write_form = WriteForm.ARRAYS
 
     def access(self, info: StoreInfo, scope: Scope, size: ScopeSize | None) -> ScopeAccess:

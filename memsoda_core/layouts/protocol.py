@@ -23,6 +23,8 @@ class Layout(Protocol):
     """As `StoreInfo.layout` and the meta table record it."""
     opened_with: bool
     """`Memory.open(layout=name)` creates a store in it (a Citus store comes from `distribute`)."""
+    on_citus: bool
+    """A new store may be created in it on a Citus database (`layouts.new_store_layout`)."""
     write_form: WriteForm
     """How its writes send a batch of rows (`writing.inserts` builds either form)."""
 

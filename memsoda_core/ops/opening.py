@@ -15,7 +15,7 @@ from memsoda_core.errors import (
     ReadOnlyStoreError,
     SchemaError,
 )
-from memsoda_core.layouts import REGISTRY
+from memsoda_core.layouts import new_store_layout
 from memsoda_core.ops.maintenance import ensure_all_tenant_indexes
 from memsoda_core.runner.steps import Operation, execute, execute_as
 from memsoda_core.store import layout as sql_layout
@@ -133,7 +133,7 @@ def open_store(
     `tenant_index_min_facts` if given (else use the recorded one, or the default), then build any
     tenant indexes a large scope lacks (after an upgrade, or an interrupted build). The layout
     (`layouts.OPENED_WITH`) is chosen once, when the store is created or upgraded to it: `layout`,
-    else plain where Citus is installed and partitioned elsewhere.
+    else plain where Citus is installed and partitioned elsewhere (`layouts.new_store_layout`).
 
     An up-to-date store opened with its recorded settings is only read (no lock, no DDL, no meta
     write). `read_only`, or a read-only session, opens it for reads (`StoreInfo.read_only`), and
@@ -184,14 +184,10 @@ def open_store(
     if recorded is not None and layout not in (None, recorded):
         raise ConfigurationError(f"schema {schema!r} has the {recorded} layout; open it with layout=None")
     if recorded is None:
-        # Citus distributes plain tables and gives a large tenant a shard of its own instead (rows
-        # written to a DEFAULT partition of a distributed table were not found again in a probe).
-        chosen = layout or ("plain" if citus else "partitioned")
-        if chosen == "partitioned" and citus:
-            raise ConfigurationError("the partitioned layout is not for a Citus database: open it with layout='plain'")
-        for statement_ in REGISTRY[chosen].create_statements(schema):
+        chosen = new_store_layout(layout, citus=citus)
+        for statement_ in chosen.create_statements(schema):
             yield from execute(statement_)
-        meta[sql_layout.LAYOUT_KEY] = chosen
+        meta[sql_layout.LAYOUT_KEY] = chosen.name
     for key, value in sorted(meta.items()):
         if stored_meta.get(key) != value:
             yield from execute(ddl.write_meta_statement(schema), (key, value))

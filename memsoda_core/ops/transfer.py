@@ -19,6 +19,7 @@ from memsoda_core.ops.editing import write_episodes
 from memsoda_core.ops.maintenance import ensure_tenant_indexes, set_aside_fact_index
 from memsoda_core.runner.steps import Operation, emit, execute, execute_as, progress
 from memsoda_core.store import statements as sql_store
+from memsoda_core.store.fact_columns import EXPORTED_FIELDS
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import (
     Scope,
@@ -32,31 +33,24 @@ from memsoda_core.validation import (
 )
 from memsoda_core.writing import statements as sql_write
 from memsoda_core.writing.counts import CountDeltas, bump_counts
-from memsoda_core.writing.operation import insert_fact_rows, lock_facts
+from memsoda_core.writing.operation import lock_facts, write_facts
 
 _EXPORT_PAGE = 1000
 
 
 def fact_record(row: sql_store.ExportedFact) -> dict[str, Any]:
-    """An exported line: the fact's fields, ready for `import_jsonl`."""
-    fact = row.fact
-    record: dict[str, Any] = {
-        "kind": "fact",
-        "id": fact.id,
-        "subject": fact.subject,
-        "subject_type": row.subject_type,
-        "predicate": fact.predicate,
-        "object": fact.object,
-        "object_type": fact.object_type,
-        "mentions": list(fact.mentions),
-        "anchor": fact.anchor,
-        "valid_at": fact.valid_at.isoformat() if fact.valid_at is not None else None,
-        "invalid_at": fact.invalid_at.isoformat() if fact.invalid_at else None,
-        "confidence": fact.confidence,
-        "source_quote": fact.source_quote,
-        "times_seen": fact.times_seen,
-    }
-    return record
+    """An exported line: the fact's exported columns (`fact_columns.EXPORTED_FIELDS`), ready for
+    `import_jsonl`."""
+    values = {**{name: getattr(row.fact, name) for name in EXPORTED_FIELDS if name != "subject_type"}}
+    values["subject_type"] = row.subject_type
+    return {"kind": "fact", **{name: _json_value(values[name]) for name in EXPORTED_FIELDS}}
+
+
+def _json_value(value: Any) -> Any:
+    """A field's value in JSON: a time in ISO 8601, a tuple as a list."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return list(value) if isinstance(value, tuple) else value
 
 
 _LINE_BREAKS = {"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"}
@@ -242,14 +236,13 @@ def import_records(
         learned = yield from lock_facts(info, scope, facts)
     for start in range(0, len(facts), batch_size):
         batch = facts[start : start + batch_size]
-        _, added = yield from insert_fact_rows(info, scope, batch, None, standalone=False, learned=learned)
-        deltas.add(added)
+        yield from write_facts(info, scope, batch, None, standalone=False, learned=learned, counts=deltas)
         yield from progress(len(batch))
     yield from bump_counts(info, scope, deltas)  # once, at the end: see `CountDeltas`
     episodes_new = yield from _import_episodes(info, scope, episodes, batch_size)
     if facts or episodes:
         # Built once, after the rows: much faster than maintaining HNSW row by row. (Statistics are
-        # refreshed by `insert_fact_rows` whenever the table has doubled, as for any write.)
+        # refreshed by `write_facts` whenever the table has doubled, as for any write.)
         yield from ensure_tenant_indexes(info, scope)
     return ImportCounts(
         facts_new=deltas.facts,

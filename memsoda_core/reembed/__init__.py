@@ -2,8 +2,8 @@
 
 statements.py     SQL: the next vector column, batches and their cursor, next indexes, the switch
 operation.py      the operations: start or resume, a batch, the next indexes, the switch
-async_api.py  AsyncMemory.reembed, the driver (the source)
-sync_api.py   Memory.reembed, generated from async_api.py (do not edit)
+async_api.py  reembed_store, the driver AsyncMemory.reembed calls (the source)
+sync_api.py   its sync twin, which Memory.reembed calls, generated from async_api.py (do not edit)
 """
 
 from memsoda_core.reembed.operation import ReembedReport

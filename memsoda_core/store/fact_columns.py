@@ -42,6 +42,9 @@ class FactColumn:
     shard: a correlated tenant is not narrowed by Citus; or the scope's names, see `fact_columns`)."""
     decode: Callable[[Any], Any] = _as_is
     """The stored value -> the field's."""
+    exported: int = 0
+    """Its place in an exported line (`EXPORTED_FIELDS`); 0: not exported (the store sets it again
+    on import: the tenant, the anchor's type, the times of learning and of ending)."""
 
 
 _MENTIONS = """ARRAY(SELECT m.name FROM {fact_entities} fm
@@ -50,28 +53,42 @@ _MENTIONS = """ARRAY(SELECT m.name FROM {fact_entities} fm
              ORDER BY m.name)"""
 
 FACT_COLUMNS: tuple[FactColumn, ...] = (
-    FactColumn("id", "f.id", int),
+    FactColumn("id", "f.id", int, exported=1),
     FactColumn("dataset", "f.dataset"),
     FactColumn("project", "f.project"),
-    FactColumn("subject", "f.subject"),
-    FactColumn("predicate", "f.predicate"),
-    FactColumn("object", "f.object"),
-    FactColumn("object_type", "f.object_type"),
-    FactColumn("anchor", "a.name"),
+    FactColumn("subject", "f.subject", exported=2),
+    FactColumn("predicate", "f.predicate", exported=4),
+    FactColumn("object", "f.object", exported=5),
+    FactColumn("object_type", "f.object_type", exported=6),
+    FactColumn("anchor", "a.name", exported=8),
     FactColumn("anchor_type", "a.type"),
-    FactColumn("mentions", _MENTIONS, _names),
-    FactColumn("valid_at", "NULLIF(f.valid_at, " + UNKNOWN_START + ")"),
-    FactColumn("invalid_at", "f.invalid_at"),
-    FactColumn("confidence", "f.confidence", _confidence),
-    FactColumn("source_quote", "f.source_quote"),
+    FactColumn("mentions", _MENTIONS, _names, exported=7),
+    FactColumn("valid_at", "NULLIF(f.valid_at, " + UNKNOWN_START + ")", exported=9),
+    FactColumn("invalid_at", "f.invalid_at", exported=10),
+    FactColumn("confidence", "f.confidence", _confidence, exported=11),
+    FactColumn("source_quote", "f.source_quote", exported=12),
     FactColumn("created_at", "f.created_at"),
     FactColumn("superseded_by", "f.superseded_by"),
-    FactColumn("times_seen", "f.times_seen", int),
+    FactColumn("times_seen", "f.times_seen", int, exported=13),
     FactColumn("expired_at", "f.expired_at"),
 )
 """Every field of `Fact`, in the order of the select list (a test holds it to `Fact`)."""
 
 _NAMES = tuple(column.name for column in FACT_COLUMNS)
+
+SUBJECT_TYPE_PLACE = 3
+"""The place in an exported line of the subject's type, which is no `Fact` field (the export reads
+it beside the fact's columns, `statements.ExportedFact`)."""
+
+EXPORTED_FIELDS: tuple[str, ...] = tuple(
+    name
+    for _, name in sorted(
+        [(column.exported, column.name) for column in FACT_COLUMNS if column.exported]
+        + [(SUBJECT_TYPE_PLACE, "subject_type")]
+    )
+)
+"""The keys of an exported fact line after its "kind", in order (the export format's order, older
+than the select list's, so each exported column says its place): what `import_jsonl` reads back."""
 
 
 def fact_columns(schema: str, *, default_partitions: bool = False, named: Scope | None = None) -> sql.Composed:

@@ -5,6 +5,7 @@ values are always bound. (The write path's statements are in `memsoda_core.writi
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -25,12 +26,14 @@ def tenant_statement(template: str, schema: str, **parts: sql.Composable) -> sql
     return sql.SQL(template).format(s=sql.Identifier(schema), **tenants, **parts)
 
 
-def analyze(schema: str, *, partitioned: bool = False) -> list[sql.Composed]:
-    """Refresh planner statistics of the tables recall reads; on a partitioned store, of the
-    DEFAULT partitions (ANALYZE of a partitioned table would sample every tenant's partition too,
-    which autovacuum analyzes by itself)."""
+TENANT_TABLES = ("facts", "entities", "fact_entities")
+"""The tables whose rows a layout places by tenant, as `analyze` takes them."""
+
+
+def analyze(schema: str, tenant_tables: Sequence[str] = TENANT_TABLES) -> list[sql.Composed]:
+    """Refresh planner statistics of the tables recall reads: `tenant_tables` (`TENANT_TABLES` as
+    the store's layout names the ones to sample: `Layout.analyze_statements`), then the others."""
     s = sql.Identifier(schema)
-    tenant_tables = [f"{t}_shared" if partitioned else t for t in ("facts", "entities", "fact_entities")]
     return [
         sql.SQL("ANALYZE {s}.{t}").format(s=s, t=sql.Identifier(table))
         for table in (*tenant_tables, "lexemes", "episodes", "scopes")

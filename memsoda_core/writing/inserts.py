@@ -259,6 +259,20 @@ their ids ascend in it), learned at
 %(learned_at)s (`created_at`; a NULL start is stored as `UNKNOWN_START`); each row returned as a
 `statements.InsertedFact`."""
 
+
+def fact_arrays(facts: Sequence[ValidFact], fields: Sequence[str]) -> dict[str, list[Any]]:
+    """The array parameters `FACTS` binds for the `fields` of `facts` (`subjects` for "subject",
+    ...), for a statement that reads those fields of a batch as `FACTS` writes them."""
+    columns = {column.name: column for column in FACTS.columns}
+    return {str(columns[name].param): [getattr(fact, name) for fact in facts] for name in fields}
+
+
+def fact_unnest(fields: Sequence[str]) -> str:
+    """SQL: `FACTS`' array parameters of `fields`, typed, as `unnest` takes them."""
+    columns = {column.name: column for column in FACTS.columns}
+    return ", ".join(f"%({columns[name].param})b::{columns[name].type}[]" for name in fields)
+
+
 FACT_ENTITIES = TableInsert(
     "fact_entities",
     "fe",

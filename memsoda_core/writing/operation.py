@@ -47,33 +47,17 @@ def write_facts(
     standalone: bool,
     also_lock: Sequence[tuple[str, str, str]] = (),
     guard: Callable[[datetime], Operation[None]] | None = None,
-) -> Operation[list[int]]:
-    """`insert_fact_rows` then `bump_counts`: one whole write of a batch."""
-    ids, deltas = yield from insert_fact_rows(
-        info, scope, facts, vectors, standalone=standalone, also_lock=also_lock, guard=guard
-    )
-    yield from bump_counts(info, scope, deltas)
-    return ids
-
-
-def insert_fact_rows(
-    info: StoreInfo,
-    scope: Scope,
-    facts: Sequence[ValidFact],
-    vectors: Sequence[Vector] | None,
-    *,
-    standalone: bool,
-    also_lock: Sequence[tuple[str, str, str]] = (),
-    guard: Callable[[datetime], Operation[None]] | None = None,
     learned: datetime | None = None,
-) -> Operation[tuple[list[int], CountDeltas]]:
-    """One embedding call for the batch (the facts, unless their `vectors` are given, and the
-    names of entities the scope does not have yet), then, under the locks of the batch's relations
-    (and `also_lock`'s; `guard` runs once they are held, given the time memory learns the write,
-    `writing.reconcile_statements.Locked`), the reconciliation with the facts they
-    hold (`writing.decisions`), the inserts of entities the scope lacks, facts and links, and the
-    ends and merges it decided; returns each input's fact id and what the new facts add to the
-    counts.
+    counts: CountDeltas | None = None,
+) -> Operation[list[int]]:
+    """One whole write of a batch. One embedding call for the batch (the facts, unless their
+    `vectors` are given, and the names of entities the scope does not have yet), then, under the
+    locks of the batch's relations (and `also_lock`'s; `guard` runs once they are held, given the
+    time memory learns the write, `writing.reconcile_statements.Locked`), the reconciliation with
+    the facts they hold (`writing.decisions`), the inserts of entities the scope lacks, facts and
+    links, the ends and merges it decided, and last what the new facts add to the counts
+    (`bump_counts`); returns each input's fact id. Given `counts` (an import's batches, which bump
+    once after them all), what they add is added to it instead.
 
     `standalone`: a write of its own, not one batch of an import. Then, as the operation's first
     step, which entities exist is read on a borrowed connection (`ReadAside`), so neither a
@@ -84,7 +68,7 @@ def insert_fact_rows(
     reconciliation, the embedding runs inside that transaction, and repeats do not count (an import
     restores, it does not observe), and `learned` is the time its locks were taken."""
     if not facts:
-        return [], CountDeltas()
+        return []
     base = {"dataset": scope.dataset, "project": scope.project}
     all_names = entity_rows(facts).names
     known: dict[str, int] = {}
@@ -133,7 +117,11 @@ def insert_fact_rows(
         deltas.types = dict(zip(entities.names, entities.types, strict=True))
         deltas.touches = Counter(dict(zip(entities.names, entities.touches, strict=True)))
     yield from apply_plan(info, scope, plan, fact_ids, learned)
-    return [fact_ids[ref.number] if ref.kind == "new" else ref.number for ref in plan.resolved], deltas
+    if counts is None:
+        yield from bump_counts(info, scope, deltas)
+    else:
+        counts.add(deltas)
+    return [fact_ids[ref.number] if ref.kind == "new" else ref.number for ref in plan.resolved]
 
 
 def hold_dataset(info: StoreInfo, scope: Scope) -> Operation[None]:
@@ -160,9 +148,10 @@ def lock_facts(
             "dataset": scope.dataset,
             "project": scope.project,
             "schema": info.schema,
-            "subjects": [f.subject for f in facts] + [key[0] for key in also],
-            "predicates": [f.predicate for f in facts] + [key[1] for key in also],
-            "objects": [f.object for f in facts] + [key[2] for key in also],
+            **{
+                param: values + [key[i] for key in also]
+                for i, (param, values) in enumerate(inserts.fact_arrays(facts, sql_reconcile.KEY_FIELDS).items())
+            },
             "singles": [f.single_valued for f in facts] + [True for _ in also],
         },
     )
@@ -179,11 +168,7 @@ def reconcile(
         {
             "dataset": scope.dataset,
             "project": scope.project,
-            "subjects": [f.subject for f in facts],
-            "predicates": [f.predicate for f in facts],
-            "objects": [f.object for f in facts],
-            "valid_ats": [f.valid_at for f in facts],
-            "invalid_ats": [f.invalid_at for f in facts],
+            **inserts.fact_arrays(facts, sql_reconcile.MET_FIELDS),
             "singles": [f.single_valued for f in facts],
         },
     )

@@ -26,6 +26,15 @@ from psycopg import sql
 
 from memsoda_core.store.fact_columns import UNKNOWN_START
 from memsoda_core.store.statements import tenant_statement
+from memsoda_core.writing.inserts import fact_unnest
+
+KEY_FIELDS = ("subject", "predicate", "object")
+"""The fields of a fact its locks are taken on (`lock_relations`), bound as `inserts.FACTS` binds
+them (`inserts.fact_arrays`)."""
+
+MET_FIELDS = (*KEY_FIELDS, "valid_at", "invalid_at")
+"""The fields of a batch's facts `met_facts` compares with the stored ones, bound as
+`inserts.FACTS` binds them."""
 
 LOCK_BUCKETS = 512
 """Keys are hashed into this many advisory locks per scope, so that an import, which takes the
@@ -52,8 +61,7 @@ def lock_relations(schema: str) -> sql.Composed:
                         hashtext(concat_ws(chr(31), u.subject, lower(u.predicate),
                                            CASE WHEN r.whole THEN NULL ELSE lower(u.object) END))
                           & {mask} AS bucket
-                 FROM unnest(%(subjects)b::text[], %(predicates)b::text[], %(objects)b::text[],
-                             %(singles)b::boolean[]) AS u(subject, predicate, object, single)
+                 FROM unnest({keys}, %(singles)b::boolean[]) AS u({key_fields}, single)
                  CROSS JOIN (VALUES (false), (true)) AS r(whole)
                  WHERE NOT r.whole OR u.single
                     OR EXISTS (SELECT 1 FROM {s}.single_valued sv
@@ -61,6 +69,8 @@ def lock_relations(schema: str) -> sql.Composed:
                  ORDER BY 2) k""",
         schema,
         mask=sql.Literal(LOCK_BUCKETS - 1),
+        keys=sql.SQL(fact_unnest(KEY_FIELDS)),
+        key_fields=sql.SQL(", ".join(KEY_FIELDS)),
     )
 
 
@@ -119,10 +129,8 @@ def met_facts(schema: str) -> sql.Composed:
     the store are grouped by one definition of case folding."""
     return tenant_statement(
         """WITH u AS (
-               SELECT * FROM unnest(%(subjects)b::text[], %(predicates)b::text[], %(objects)b::text[],
-                                    %(valid_ats)b::timestamptz[], %(invalid_ats)b::timestamptz[],
-                                    %(singles)b::boolean[])
-                    WITH ORDINALITY AS u(subject, predicate, object, valid_at, invalid_at, single, ord)),
+               SELECT * FROM unnest({met}, %(singles)b::boolean[])
+                    WITH ORDINALITY AS u({met_fields}, single, ord)),
            k AS (
                SELECT u.*, lower(u.predicate) AS pkey, lower(u.object) AS okey,
                       dense_rank() OVER (ORDER BY u.subject, lower(u.predicate)) AS relation,
@@ -144,6 +152,8 @@ def met_facts(schema: str) -> sql.Composed:
            ORDER BY k.ord, m.id""",
         schema,
         unknown=sql.SQL(UNKNOWN_START),
+        met=sql.SQL(fact_unnest(MET_FIELDS)),
+        met_fields=sql.SQL(", ".join(MET_FIELDS)),
     )
 
 

@@ -1,25 +1,38 @@
 """The recall signals, one module each, and the one ordered registry everything else reads.
 
-The order is fusion's order of a fact's hits and the order of the hit rows within a statement;
-`SignalSpec.statement` groups the signals into the statements a recall runs at once. To add a
-signal, see docs/ARCHITECTURE.md, "Adding a signal".
+The registry is `SignalOptions`: one line per signal, its options group (its knobs, declared in its
+module) carrying its spec, so a signal is registered and its knobs are typed `RecallOptions` fields
+in the one line (`options.RecallOptions` takes its groups from it). Its order is fusion's order of
+a fact's hits and the order of the hit rows within a statement; `SignalSpec.statement` groups the
+signals into the statements a recall runs at once. To add a signal, see docs/ARCHITECTURE.md,
+"Adding a signal".
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
 
-from memsoda_core.recall.signals import anchor, conversation, date, keyword, recency, vector
-from memsoda_core.recall.signals.spec import RecallPlan, RecallRequest, SharedCtes, SignalSpec
+from memsoda_core.recall.signals import anchor, conversation, date, entities, keyword, recency, vector
+from memsoda_core.recall.signals.spec import RecallPlan, RecallRequest, SharedCtes, SignalSpec, signal
 
-REGISTRY: tuple[SignalSpec, ...] = (
-    vector.SIGNAL,
-    anchor.SIGNAL,
-    keyword.SIGNAL,
-    date.SIGNAL,
-    conversation.SIGNAL,
-    recency.SIGNAL,
-)
+
+@dataclass(frozen=True, kw_only=True)
+class SignalOptions:
+    """The registry, in fusion's order of a fact's hits: one options group per signal (`signal`),
+    and the groups no one signal owns (plain fields). `RecallOptions` holds these groups."""
+
+    vector: vector.VectorOptions = signal(vector.SIGNAL, vector.VectorOptions)
+    anchor: anchor.AnchorOptions = signal(anchor.SIGNAL, anchor.AnchorOptions)
+    entities: entities.EntitiesOptions = field(default_factory=entities.EntitiesOptions)
+    """When an entity is a hub, for the anchor and keyword signals."""
+    keyword: keyword.KeywordOptions = signal(keyword.SIGNAL, keyword.KeywordOptions)
+    date: date.DateOptions = signal(date.SIGNAL, date.DateOptions)
+    conversation: conversation.ConversationOptions = signal(conversation.SIGNAL, conversation.ConversationOptions)
+    recent: recency.RecentOptions = signal(recency.SIGNAL, recency.RecentOptions)
+
+
+REGISTRY: tuple[SignalSpec, ...] = tuple(f.metadata["signal"] for f in fields(SignalOptions) if "signal" in f.metadata)
 
 SIGNAL_NAMES: tuple[str, ...] = tuple(spec.name for spec in REGISTRY)
 
@@ -65,10 +78,12 @@ __all__ = [
     "RecallPlan",
     "RecallRequest",
     "SharedCtes",
+    "SignalOptions",
     "SignalSpec",
     "by_name",
     "plan_for",
     "planned_signals",
+    "signal",
     "signal_order",
     "statement_groups",
 ]

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 from psycopg import sql
@@ -118,3 +118,13 @@ class SignalSpec:
     def hits(self) -> str:
         """The name of its last CTE, one row per hit."""
         return f"{self.name}_hits"
+
+
+Group = TypeVar("Group")
+
+
+def signal(spec: SignalSpec, group: Callable[[], Group]) -> Group:
+    """A field of the registry (`signals.SignalOptions`): the signal `spec` at this place, its knobs the
+    options group `group` (a frozen dataclass whose `group` is the field's name), made with its
+    defaults. Typed as the group, so `options.anchor.hops` is an int to mypy."""
+    return field(default_factory=group, metadata={"signal": spec})
