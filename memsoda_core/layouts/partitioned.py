@@ -29,7 +29,10 @@ def scope_size(info: StoreInfo, scope: Scope, planning: Planning = Planning.FRES
     rows = yield from execute(
         sql_placement.scope_size_statement(info.schema), {"dataset": scope.dataset, "project": scope.project}, planning
     )
-    return ScopeSize(int(rows[0][0]), bool(rows[0][1]), bool(rows[0][2])) if rows else ScopeSize(0)
+    if not rows:
+        return ScopeSize(0)
+    facts, placed, moved = rows[0]
+    return ScopeSize(facts=int(facts), placed=bool(placed), moved=bool(moved))
 
 
 def leaf_fact_index(scope: Scope) -> TenantIndex:
