@@ -437,6 +437,7 @@ def test_named_statements_are_the_ones_composed_for_the_scope_itself() -> None:
     from memsoda_core.recall.fragments import fragment
     from memsoda_core.recall.statements import TEMPLATE_SCOPE, facts_statement, rendered
     from memsoda_core.store.fact_columns import fact_columns
+    from memsoda_core.store.tenant_index import tenant_key
 
     scopes = [
         Scope(dataset="a'b\\c%(x)s", project="é$1 %%"),
@@ -445,12 +446,12 @@ def test_named_statements_are_the_ones_composed_for_the_scope_itself() -> None:
     ]
     for plan in _every_recall_plan():
         for scope in scopes:
-            for default_partitions in (False, True):
-                access = ScopeAccess(named=scope, default_partitions=default_partitions)
+            for default_partitions, leaves in ((False, False), (True, False), (False, True)):
+                access = ScopeAccess(named=scope, default_partitions=default_partitions, leaves=leaves)
                 composed = tuple(rendered(hits_statement("s", plan, group, access)) for group in recall_groups(plan))
                 assert recall_statements("s", plan, access) == composed
-    for scope in scopes:
-        kept = ScopeAccess(named=scope)
+    for scope, leaves in [(scope, leaves) for scope in scopes for leaves in (False, True)]:
+        kept = ScopeAccess(named=scope, leaves=leaves)
         direct = rendered(
             fragment(
                 """SELECT {fact_columns}
@@ -459,10 +460,11 @@ def test_named_statements_are_the_ones_composed_for_the_scope_itself() -> None:
            WHERE {scope_f} AND f.id = ANY(%(fact_ids)b::bigint[])""",
                 "s",
                 access=kept,
-                fact_columns=fact_columns("s", named=scope),
+                fact_columns=fact_columns("s", named=scope, leaves=leaves),
             )
         )
-        assert facts_statement("s", ScopeAccess(kept_named=scope)) == direct
+        assert facts_statement("s", ScopeAccess(named=scope, kept_named=scope, leaves=leaves)) == direct
+        assert (tenant_key(scope) in direct.query.decode()) is leaves  # its leaves named
 
 
 def test_compiling_reads_placeholders_in_sql_text_only() -> None:
@@ -493,9 +495,9 @@ def test_scope_sizes_expire_forget_and_stay_bounded() -> None:
     assert sizes.get(a) is None
     sizes.put(a, ScopeSize(10))
     sizes.put(b, ScopeSize(20))
-    assert sizes.get(a) == (10, False)  # a is now the most recently used
+    assert sizes.get(a) == ScopeSize(10)  # a is now the most recently used
     sizes.put(c, ScopeSize(30))  # over the bound: b, the least recently used, goes
-    assert (sizes.get(a), sizes.get(b), sizes.get(c)) == ((10, False), None, (30, False))
+    assert (sizes.get(a), sizes.get(b), sizes.get(c)) == (ScopeSize(10), None, ScopeSize(30))
     sizes.forget(a)
     assert sizes.get(a) is None
     expired = ScopeSizes(ttl_s=0.0)

@@ -153,6 +153,22 @@ def test_the_other_projects_of_a_moved_dataset_share_its_rest_partition(
     assert len(_texts(memory, "who visited Town101?", sibling)) == 8
 
 
+def test_a_moved_tenant_s_recall_reads_its_leaves_and_a_sibling_project_the_partitioned_tables(
+    memory: Memory,
+) -> None:
+    from memsoda_core.layouts.partitioned import LAYOUT
+
+    sibling = Scope(dataset=BIG.dataset, project="notes")
+    memory.add_facts(_facts(THRESHOLD + 1), **vars(BIG))
+    memory.add_facts(_facts(3), **vars(sibling))
+    assert _texts(memory, "who visited Town1?", BIG) and _texts(memory, "who visited Town1?", sibling)
+    big, small = memory._context.scope_sizes.get(BIG), memory._context.scope_sizes.get(sibling)
+    assert big is not None and small is not None
+    assert (big.moved, small.moved, small.placed) == (True, False, True)
+    assert LAYOUT.access(memory.info, BIG, big).leaves  # its rows are in its leaves: named
+    assert not LAYOUT.access(memory.info, sibling, small).leaves  # in its dataset's rest partition
+
+
 def test_a_size_remembered_from_before_the_move_still_finds_the_rows(
     memory: Memory, pg_dsn: str, embedder: Any, schema: str
 ) -> None:
@@ -387,7 +403,7 @@ def _generic_plan_relations(conn: psycopg.Connection[Any], statement: Compiled) 
     return {str(node["Relation Name"]) for node in plan_nodes(generic_plan(conn, statement)) if "Relation Name" in node}
 
 
-@pytest.mark.parametrize("which", ["moved", "small"])
+@pytest.mark.parametrize("which", ["moved", "leaves", "small"])
 def test_the_plans_recall_keeps_hold_one_tenant_s_partitions_only(memory: Memory, pg_dsn: str, which: str) -> None:
     from memsoda_core.layouts.access import ScopeAccess
     from memsoda_core.recall.signals import SIGNAL_NAMES, RecallPlan
@@ -405,8 +421,17 @@ def test_the_plans_recall_keeps_hold_one_tenant_s_partitions_only(memory: Memory
     schema = memory.info.schema
     own, default = ScopeAccess(named=scope, kept_named=scope), ScopeAccess(default_partitions=True)
     access = own if which == "moved" else default
+    if which == "leaves":
+        scope = Scope(dataset="large-1", project="p")
+        access = ScopeAccess(named=scope, kept_named=scope, leaves=True)
+        which = "moved"
     statements = [st for p in plans for st in recall_statements(schema, p, access)]
     statements.append(facts_statement(schema, access))
+    if access.leaves:  # no partitioned table named: its leaves only
+        text = b" ".join(statement.query for statement in statements).decode()
+        named = set(re.findall(rf'"{schema}"\.(\w+)', text))
+        assert named & set(sql_layout.PARTITIONED) == set()
+        assert {sql_layout.tenant_tables(t, scope).leaf for t in ("facts", "entities", "fact_entities")} <= named
     with psycopg.connect(pg_dsn) as conn:
         relations = set().union(*(_generic_plan_relations(conn, statement) for statement in statements))
     tenant_relations = {name for name in relations if TENANT_RELATION.search(name)}

@@ -22,6 +22,9 @@ class ScopeSize(NamedTuple):
     placed: bool = False
     """Its dataset has partitions of its own (`store.layout`): its rows are not in the DEFAULT
     partitions, so it runs its own statements whatever its size."""
+    moved: bool = False
+    """It has leaves of its own (`store.layout.tenant_tables`): its reads may name them. A scope
+    never moves back, so this stays true for as long as it is remembered."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,6 +41,11 @@ class ScopeAccess:
     of a partitioned store, whose kept plan must not hold (and lock) every partition."""
     planning: Planning = Planning.CACHED
     """How the scope's statements are planned (a signal may plan afresh: `recall.planning`)."""
+    leaves: bool = False
+    """The tables are `named`'s own leaves, by name (`store.layout.table_refs`): its rows are there
+    (its place was read: `ScopeSize.moved`). Planning such a statement opens no partitioned table
+    and prunes nothing, a third less planning and first-touch catalog work for a tenant whose plans
+    this connection does not keep (bench/RESULTS.md section 10)."""
     kept_named: Scope | None = None
     """As `named`, for the read of the facts recall kept."""
     kept_planning: Planning = Planning.CACHED
@@ -50,11 +58,12 @@ class ScopeAccess:
     def form(self) -> ScopeAccess:
         """Only what the signals' statement text depends on (their memo key: the plan modes, the kept
         read's and the moved access do not change it)."""
-        return ScopeAccess(named=self.named, default_partitions=self.default_partitions)
+        return ScopeAccess(named=self.named, default_partitions=self.default_partitions, leaves=self.leaves)
 
     def tables(self, schema: str) -> dict[str, sql.Composable]:
         """{facts}, {entities}, {fact_entities} of a read's template (`store.layout.table_refs`)."""
-        return table_refs(schema, default_partitions=self.default_partitions)
+        leaves = self.named if self.leaves else None
+        return table_refs(schema, default_partitions=self.default_partitions, leaves=leaves)
 
     def tenant(self, alias: str | None = None) -> sql.Composed:
         """The tenant predicate on `alias`: the scope's names as literals (`named`), or bound."""

@@ -29,7 +29,10 @@ def scope_size(info: StoreInfo, scope: Scope, planning: Planning = Planning.FRES
     rows = yield from execute(
         sql_placement.scope_size_statement(info.schema), {"dataset": scope.dataset, "project": scope.project}, planning
     )
-    return ScopeSize(int(rows[0][0]), bool(rows[0][1])) if rows else ScopeSize(0)
+    if not rows:
+        return ScopeSize(0)
+    facts, placed, moved = rows[0]
+    return ScopeSize(facts=int(facts), placed=bool(placed), moved=bool(moved))
 
 
 def leaf_fact_index(scope: Scope) -> TenantIndex:
@@ -105,8 +108,12 @@ def ensure_all_own_partitions(info: StoreInfo, *, move: bool) -> Operation[list[
     return built
 
 
-def _own(scope: Scope) -> ScopeAccess:
-    return ScopeAccess(named=scope, planning=Planning.GENERIC, kept_named=scope, kept_planning=Planning.GENERIC)
+def _own(scope: Scope, *, leaves: bool = False) -> ScopeAccess:
+    """A scope's own statements: its names as literals, on generic plans; with `leaves` (it has
+    moved: `ScopeSize.moved`) reading its leaves by name."""
+    return ScopeAccess(
+        named=scope, leaves=leaves, planning=Planning.GENERIC, kept_named=scope, kept_planning=Planning.GENERIC
+    )
 
 
 class PartitionedLayout:
@@ -118,13 +125,15 @@ class PartitionedLayout:
     write_form = WriteForm.ARRAYS
 
     def access(self, info: StoreInfo, scope: Scope, size: ScopeSize | None) -> ScopeAccess:
-        """Its own partitions (named, generic plans) for a large or placed scope; else the DEFAULT
-        partitions (kept plans), and its own partitions should another process have moved it since
-        its size was read. Without a size: the partitioned tables, planned afresh (pruned)."""
+        """Its own partitions (named, generic plans) for a large or placed scope, its leaves by name
+        once it has moved; else the DEFAULT partitions (kept plans), and its own partitions should
+        another process have moved it since its size was read (through the partitioned tables:
+        finding no rows does not prove it has leaves). Without a size: the partitioned tables,
+        planned afresh (pruned)."""
         if size is None:
             return ScopeAccess(planning=Planning.FRESH)
         if size.facts >= info.tenant_index_min_facts or size.placed:
-            return _own(scope)
+            return _own(scope, leaves=size.moved)
         return ScopeAccess(default_partitions=True, moved=_own(scope))
 
     def scope_size(self, info: StoreInfo, scope: Scope, planning: Planning) -> Operation[ScopeSize]:

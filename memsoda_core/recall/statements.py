@@ -25,6 +25,7 @@ from memsoda_core.recall.planning import PLANNED_AFRESH
 from memsoda_core.recall.signals import REGISTRY, RecallPlan, SignalSpec, by_name, planned_signals, statement_groups
 from memsoda_core.runner.compiled import Compiled, compiled
 from memsoda_core.store.fact_columns import fact_columns
+from memsoda_core.store.tenant_index import tenant_key
 from memsoda_core.validation import Scope
 
 _COMMON = "{signal} AS signal, fact_id, rank, (extract(epoch FROM valid_at)*1e6)::float8 AS valid_at_us"
@@ -116,7 +117,9 @@ def _kept_hits_statement(
     schema: str, plan: RecallPlan, access: ScopeAccess, registry: tuple[SignalSpec, ...]
 ) -> Compiled:
     ctes, hits = _ctes_and_hits(schema, plan, planned_signals(plan, registry), access, registry)
-    columns = fact_columns(schema, default_partitions=access.default_partitions, named=access.named)
+    columns = fact_columns(
+        schema, default_partitions=access.default_partitions, named=access.named, leaves=access.leaves
+    )
     tail = _fragment(_KEPT_HITS, schema, access=access, hits=hits, fact_columns=columns)
     return rendered(sql.Composed([sql.SQL("WITH"), ctes, tail]))
 
@@ -134,16 +137,24 @@ TEMPLATE_SCOPE = Scope(dataset="memsoda:template-dataset:7d3f0c", project="memso
 _TEMPLATE_LITERALS = tuple(
     sql.Literal(name).as_bytes(None) for name in (TEMPLATE_SCOPE.dataset, TEMPLATE_SCOPE.project)
 )
-_TEMPLATE_NAMES = re.compile(b"|".join(re.escape(literal) for literal in _TEMPLATE_LITERALS))
+_TEMPLATE_KEY = tenant_key(TEMPLATE_SCOPE).encode()
+"""The template's key in the names of its leaves (`store.layout.tenant_tables`, `ScopeAccess.leaves`):
+16 hex digits that occur in the text only there."""
+_TEMPLATE_NAMES = re.compile(b"|".join(re.escape(name) for name in (*_TEMPLATE_LITERALS, _TEMPLATE_KEY)))
 
 
 def for_scope(template: Compiled, scope: Scope) -> Compiled:
     """`template` (a statement naming `TEMPLATE_SCOPE`) naming `scope` instead: each quoted name
-    replaced by the scope's, quoted as composing for `scope` quotes it (`sql.Literal`), in one pass
-    (a scope's names may hold the template's), so the text is the one composed for `scope` itself.
-    Quoted names hold no placeholders, so the parameters stay as they are."""
+    replaced by the scope's, quoted as composing for `scope` quotes it (`sql.Literal`), and its
+    leaves' key by the scope's, in one pass (a scope's names may hold the template's), so the text
+    is the one composed for `scope` itself. Neither holds placeholders, so the parameters stay as
+    they are."""
     dataset, project = _TEMPLATE_LITERALS
-    quoted = {dataset: sql.Literal(scope.dataset).as_bytes(None), project: sql.Literal(scope.project).as_bytes(None)}
+    quoted = {
+        dataset: sql.Literal(scope.dataset).as_bytes(None),
+        project: sql.Literal(scope.project).as_bytes(None),
+        _TEMPLATE_KEY: tenant_key(scope).encode(),
+    }
     query = _TEMPLATE_NAMES.sub(lambda match: quoted[match[0]], template.query)
     return Compiled(query, template.names, template.binary)
 
@@ -199,7 +210,11 @@ def facts_statement(schema: str, access: ScopeAccess = SHARED) -> Compiled:
     (`ScopeAccess.tables`), the tenant `ScopeAccess.kept_named` or bound, so that the plan kept for
     a large scope of a partitioned store holds its own partitions only."""
     named = access.kept_named
-    kept = ScopeAccess(named=None if named is None else TEMPLATE_SCOPE, default_partitions=access.default_partitions)
+    kept = ScopeAccess(
+        named=None if named is None else TEMPLATE_SCOPE,
+        default_partitions=access.default_partitions,
+        leaves=access.leaves and named is not None,
+    )
     template = _facts_statement(schema, kept)
     return template if named is None else for_scope(template, named)
 
@@ -214,7 +229,9 @@ def _facts_statement(schema: str, kept: ScopeAccess) -> Compiled:
            WHERE {scope_f} AND f.id = ANY(%(fact_ids)b::bigint[])""",
             schema,
             access=kept,
-            fact_columns=fact_columns(schema, default_partitions=kept.default_partitions, named=kept.named),
+            fact_columns=fact_columns(
+                schema, default_partitions=kept.default_partitions, named=kept.named, leaves=kept.leaves
+            ),
         )
     )
 

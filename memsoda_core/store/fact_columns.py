@@ -91,12 +91,15 @@ EXPORTED_FIELDS: tuple[str, ...] = tuple(
 than the select list's, so each exported column says its place): what `import_jsonl` reads back."""
 
 
-def fact_columns(schema: str, *, default_partitions: bool = False, named: Scope | None = None) -> sql.Composed:
+def fact_columns(
+    schema: str, *, default_partitions: bool = False, named: Scope | None = None, leaves: bool = False
+) -> sql.Composed:
     """The select list of FACT_COLUMNS, each named by its field. Needs `f` (facts) and `a` (the
     anchor entity) in the FROM clause. For a recall's kept read, whose plan is kept: with
     `default_partitions` the links are read from the DEFAULT partitions, with `named` the tenant
-    is the scope's names, so that the plan holds no other tenant's partitions (`store.layout`)."""
-    parts = table_refs(schema, default_partitions=default_partitions)
+    is the scope's names, so that the plan holds no other tenant's partitions (`store.layout`), and
+    with `leaves` too the links are read from its leaf."""
+    parts = table_refs(schema, default_partitions=default_partitions, leaves=named if leaves else None)
     parts["tenant_fm"] = tenant_predicate("fm") if named is None else scope_predicate(named, "fm")
     return sql.SQL(", ").join(
         sql.SQL("{} AS {}").format(sql.SQL(column.expression).format(**parts), sql.Identifier(column.name))

@@ -106,11 +106,20 @@ def shared(table: str) -> str:
     return f"{table}_shared"
 
 
-def table_refs(schema: str, *, default_partitions: bool = False) -> dict[str, sql.Composable]:
+def table_refs(
+    schema: str, *, default_partitions: bool = False, leaves: Scope | None = None
+) -> dict[str, sql.Composable]:
     """{facts}, {entities}, {fact_entities} for a read's template: the partitioned tables, or with
     `default_partitions` their DEFAULT partitions by name (a small scope's reads: a kept plan over
-    a partitioned table would lock every partition at each run). memsoda's own plain table names,
-    unquoted as they always were."""
+    a partitioned table would lock every partition at each run), or with `leaves` that moved
+    scope's own leaves by name (`tenant_tables`: planning then opens no partitioned table and
+    prunes nothing). memsoda's own plain table names, unquoted as they always were (a leaf's name
+    is lower-case letters, digits and underscores)."""
+    if leaves is not None:
+        return {
+            name: sql.SQL("{}.{}").format(sql.Identifier(schema), sql.SQL(tenant_tables(name, leaves).leaf))
+            for name in ("facts", "entities", "fact_entities")
+        }
     return {
         name: sql.SQL("{}.{}").format(sql.Identifier(schema), sql.SQL(shared(name) if default_partitions else name))
         for name in ("facts", "entities", "fact_entities")

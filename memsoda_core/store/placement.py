@@ -14,10 +14,14 @@ from memsoda_core.validation import Scope
 
 
 def scope_size_statement(schema: str) -> sql.Composed:
-    """The fact count of scope %(dataset)s / %(project)s and whether its dataset has partitions of
-    its own, so that its rows are not in the DEFAULT partitions (no row for a scope never written)."""
+    """The fact count of scope %(dataset)s / %(project)s, whether its dataset has partitions of
+    its own, so that its rows are not in the DEFAULT partitions, and whether it has leaves of its
+    own (no row for a scope never written)."""
     return schema_sql(
-        """SELECT sc.fact_count, EXISTS (SELECT 1 FROM {s}.tenant_partitions tp WHERE tp.dataset = sc.dataset)
+        """SELECT sc.fact_count,
+                  EXISTS (SELECT 1 FROM {s}.tenant_partitions tp WHERE tp.dataset = sc.dataset),
+                  EXISTS (SELECT 1 FROM {s}.tenant_partitions tp
+                          WHERE tp.dataset = sc.dataset AND tp.project = sc.project)
            FROM {s}.scopes sc WHERE {tenant}""",
         schema,
         tenant=tenant_predicate("sc"),
