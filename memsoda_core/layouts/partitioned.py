@@ -13,7 +13,7 @@ from psycopg import sql
 from memsoda_core.layouts.access import ScopeAccess, ScopeSize
 from memsoda_core.layouts.ddl import index_ddl, took_lock
 from memsoda_core.layouts.write_form import WriteForm
-from memsoda_core.runner.steps import Operation, Planning, execute, execute_as, outside_transaction, own_transaction
+from memsoda_core.runner.steps import Operation, Planning, execute_as, outside_transaction, own_transaction
 from memsoda_core.store import layout as sql_layout
 from memsoda_core.store import placement as sql_placement
 from memsoda_core.store import statements as sql_store
@@ -26,13 +26,13 @@ from memsoda_core.validation import Scope
 def scope_size(info: StoreInfo, scope: Scope, planning: Planning = Planning.FRESH) -> Operation[ScopeSize]:
     """The size of `scope`, placed when its dataset has partitions of its own, so that its rows are
     not in the DEFAULT partitions; (0, False) for a scope never written."""
-    rows = yield from execute(
-        sql_placement.scope_size_statement(info.schema), {"dataset": scope.dataset, "project": scope.project}, planning
+    rows = yield from execute_as(
+        ScopeSize,
+        sql_placement.scope_size_statement(info.schema),
+        {"dataset": scope.dataset, "project": scope.project},
+        planning,
     )
-    if not rows:
-        return ScopeSize(0)
-    facts, placed, moved = rows[0]
-    return ScopeSize(facts=int(facts), placed=bool(placed), moved=bool(moved))
+    return rows[0] if rows else ScopeSize(0)
 
 
 def leaf_fact_index(scope: Scope) -> TenantIndex:

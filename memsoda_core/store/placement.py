@@ -16,12 +16,12 @@ from memsoda_core.validation import Scope
 def scope_size_statement(schema: str) -> sql.Composed:
     """The fact count of scope %(dataset)s / %(project)s, whether its dataset has partitions of
     its own, so that its rows are not in the DEFAULT partitions, and whether it has leaves of its
-    own (no row for a scope never written)."""
+    own (no row for a scope never written), named as `layouts.access.ScopeSize`'s fields."""
     return schema_sql(
-        """SELECT sc.fact_count,
-                  EXISTS (SELECT 1 FROM {s}.tenant_partitions tp WHERE tp.dataset = sc.dataset),
+        """SELECT sc.fact_count AS facts,
+                  EXISTS (SELECT 1 FROM {s}.tenant_partitions tp WHERE tp.dataset = sc.dataset) AS placed,
                   EXISTS (SELECT 1 FROM {s}.tenant_partitions tp
-                          WHERE tp.dataset = sc.dataset AND tp.project = sc.project)
+                          WHERE tp.dataset = sc.dataset AND tp.project = sc.project) AS moved
            FROM {s}.scopes sc WHERE {tenant}""",
         schema,
         tenant=tenant_predicate("sc"),
