@@ -49,8 +49,6 @@ RENAMES = (
     (r"\basync_pool\b", "sync_pool"),
     (r"\bAsyncMemory\b", "Memory"),
     (r"\basync_memory\b", "memory"),
-    (r"\bAsyncForgettingMethods\b", "ForgettingMethods"),
-    (r"\bAsyncReembedMethods\b", "ReembedMethods"),
     (r"\basync_api\b", "sync_api"),
     (r"\b__aenter__\b", "__enter__"),
     (r"\b__aexit__\b", "__exit__"),

@@ -41,7 +41,7 @@ _EXPORT_PAGE = 1000
 def fact_record(row: sql_store.ExportedFact) -> dict[str, Any]:
     """An exported line: the fact's exported columns (`fact_columns.EXPORTED_FIELDS`), ready for
     `import_jsonl`."""
-    values = {**{name: getattr(row.fact, name) for name in EXPORTED_FIELDS if name != "subject_type"}}
+    values = {name: getattr(row.fact, name) for name in EXPORTED_FIELDS if name != "subject_type"}
     values["subject_type"] = row.subject_type
     return {"kind": "fact", **{name: _json_value(values[name]) for name in EXPORTED_FIELDS}}
 
