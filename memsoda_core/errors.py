@@ -174,8 +174,8 @@ class LayoutChangedError(StoreError):
     process) and the operation could not be run with the new statements: nothing of it was kept.
     Memory reloads the store's layout when it notices the change and runs the operation once more
     with the new statements, so this is raised only when that run failed too and the layout had
-    changed yet again (or for an operation given built, which cannot be built again); call it
-    again."""
+    changed yet again (or for an operation given built, which cannot be built again, or an export
+    that had already written lines); call it again."""
 
 
 class SchemaError(StoreError):
