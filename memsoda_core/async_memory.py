@@ -625,8 +625,20 @@ class AsyncMemory:
 
         Raises EmbeddingError when the new embedder fails or returns bad vectors (the store stays
         on its model; run it again to resume), ConfigurationError for a bad `batch_size` or
-        dimension. `progress` shows a bar on stderr."""
+        dimension, LayoutChangedError when another process changed the store's layout (`memsoda
+        distribute`) twice during it (once, it resumes with the new layout). `progress` shows a
+        bar on stderr."""
         self._context.check_writable("reembed")
+        # read now, not when due: a re-embed builds the indexes of the layout it starts with
+        if await self._layout_changed(after_failure=False):
+            await self._reload_layout()
+        try:
+            return await self._reembed_once(embedder, batch_size, progress)
+        except LayoutChangedError:  # noticed by the switch, which changed nothing
+            await self._reload_layout()
+            return await self._reembed_once(embedder, batch_size, progress)  # resumes where it stopped
+
+    async def _reembed_once(self, embedder: Embedder, batch_size: int, progress: bool) -> ReembedReport:
         return await reembed_store(
             self._runner,
             self._context.info,
@@ -640,7 +652,7 @@ class AsyncMemory:
         """Drop a re-embed in progress (its new vectors, columns and indexes); the store stays on
         its model. False when none was in progress."""
         self._context.check_writable("abandon_reembed")
-        return await self._runner.run(lambda: reembed_ops.abandon(self._context.info))
+        return await self._run(lambda: reembed_ops.abandon(self._context.info))
 
     async def _switched_to(self, runner: AsyncRunner) -> None:
         """From a re-embed's switch on, this memory embeds with `runner`'s embedder into its space."""

@@ -620,8 +620,20 @@ class Memory:
 
         Raises EmbeddingError when the new embedder fails or returns bad vectors (the store stays
         on its model; run it again to resume), ConfigurationError for a bad `batch_size` or
-        dimension. `progress` shows a bar on stderr."""
+        dimension, LayoutChangedError when another process changed the store's layout (`memsoda
+        distribute`) twice during it (once, it resumes with the new layout). `progress` shows a
+        bar on stderr."""
         self._context.check_writable("reembed")
+        # read now, not when due: a re-embed builds the indexes of the layout it starts with
+        if self._layout_changed(after_failure=False):
+            self._reload_layout()
+        try:
+            return self._reembed_once(embedder, batch_size, progress)
+        except LayoutChangedError:  # noticed by the switch, which changed nothing
+            self._reload_layout()
+            return self._reembed_once(embedder, batch_size, progress)  # resumes where it stopped
+
+    def _reembed_once(self, embedder: Embedder, batch_size: int, progress: bool) -> ReembedReport:
         return reembed_store(
             self._runner,
             self._context.info,
@@ -635,7 +647,7 @@ class Memory:
         """Drop a re-embed in progress (its new vectors, columns and indexes); the store stays on
         its model. False when none was in progress."""
         self._context.check_writable("abandon_reembed")
-        return self._runner.run(lambda: reembed_ops.abandon(self._context.info))
+        return self._run(lambda: reembed_ops.abandon(self._context.info))
 
     def _switched_to(self, runner: Runner) -> None:
         """From a re-embed's switch on, this memory embeds with `runner`'s embedder into its space."""

@@ -592,3 +592,43 @@ def test_import_switches_when_the_layout_changed_under_it(
     assert memory.info.layout == ("plain" if noticed == "by the generation read" else "partitioned")
     assert (report.facts, report.facts_merged, report.facts_new) == (4, 4, 0)
     assert len(memory.list_facts(**vars(BIG), limit=100).facts) == 4
+
+
+def test_reembed_reads_the_layout_before_it_starts(memory: Memory, pg_dsn: str, schema: str) -> None:
+    """`reembed` reads the store's layout at once, not when due: after another process turned
+    the partitioned store into plain tables, it re-embeds them and the memory goes on with the
+    plain forms on the new model."""
+    from test_reembed import NewModel
+
+    memory.add_facts(_facts(4), **vars(BIG))
+    _unpartition(pg_dsn, schema)
+    memory._layout_due = float("inf")
+    report = memory.reembed(NewModel())
+    assert report.switched and memory.info.layout == "plain"
+    with psycopg.connect(pg_dsn) as conn:
+        statement = sql.SQL("SELECT count(*) FROM {}.facts WHERE vector_dims(embedding) <> %s").format(
+            sql.Identifier(schema)
+        )
+        assert conn.execute(statement, (report.dimensions,)).fetchone() == (0,)
+    assert _texts(memory, "Town3", BIG)[0].lower() == "person3 visited town3"
+
+
+def test_a_layout_change_during_a_reembed_is_noticed_by_its_switch_which_resumes(
+    memory: Memory, pg_dsn: str, schema: str
+) -> None:
+    """The switch reads the layout generation under its lock: a change committed during the
+    passes rolls the switch back, and the re-embed resumes with the layout read again."""
+    from test_reembed import NewModel
+
+    memory.add_facts(_facts(4), **vars(BIG))
+
+    def bump_once(texts: list[str]) -> None:
+        if model.calls == 1:
+            with psycopg.connect(pg_dsn, autocommit=True) as conn:
+                conn.execute(bump_layout_generation_statement(schema))
+
+    model = NewModel(hook=bump_once)
+    report = memory.reembed(model)
+    assert report.switched and report.resumed
+    assert memory.info.layout_generation == 1 and memory.info.model == report.model
+    assert _texts(memory, "Town3", BIG)[0].lower() == "person3 visited town3"

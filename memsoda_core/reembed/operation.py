@@ -15,8 +15,9 @@ from dataclasses import asdict, dataclass, field
 from itertools import groupby
 
 from memsoda_core.embedders.protocol import Vector
-from memsoda_core.errors import ConfigurationError, StoreBusyError
+from memsoda_core.errors import ConfigurationError, LayoutChangedError, StoreBusyError
 from memsoda_core.layouts.ddl import index_ddl
+from memsoda_core.layouts.generation import current_generation
 from memsoda_core.ops.opening import check_index_dimensions, read_meta
 from memsoda_core.reembed import statements as sql_reembed
 from memsoda_core.reembed.statements import Cursor, PendingRow
@@ -266,10 +267,17 @@ def build_next_indexes(info: StoreInfo) -> Operation[list[str]]:
 def switch(info: StoreInfo, state: ReembedState, renamed: Sequence[str], batch_size: int) -> Operation[int]:
     """The switch, one transaction: writers wait (a SHARE lock on the vector tables), the rows
     written since the last pass are embedded, then the columns swap, the next indexes take the old
-    ones' names and meta records the new model. Returns how many rows it embedded."""
+    ones' names and meta records the new model. Returns how many rows it embedded. Raises
+    LayoutChangedError, having changed nothing, when the store's layout is no longer `info`'s."""
     yield from execute(sql_reembed.lock_timeout_statement())
     yield from _check_state(info, state)
     yield from execute(sql_reembed.lock_tables_statement(info.schema))
+    # the layout is read after the lock: a change committed before it would leave this run's
+    # statements and next indexes those of the old layout
+    if (yield from current_generation(info.schema)) != info.layout_generation:
+        raise LayoutChangedError(
+            f"the layout of schema {info.schema!r} changed during the re-embed: run it again (it resumes)"
+        )
     caught = 0
     cursor = Cursor()
     while True:
