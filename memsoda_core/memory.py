@@ -84,6 +84,26 @@ class _EmittedLines:
         self.count += len(lines)
 
 
+class _FurthestProgress:
+    """Progress that shows the furthest point any run reached: an operation run again after a
+    rollback counts from zero, and its first items are not shown twice."""
+
+    def __init__(self, advance: Advance) -> None:
+        self._advance = advance
+        self._shown = 0
+        self._done = 0
+
+    def restart(self) -> None:
+        """A new run of the operation begins (the previous one was rolled back)."""
+        self._done = 0
+
+    def add(self, done: int) -> None:
+        self._done += done
+        if self._done > self._shown:
+            self._advance(self._done - self._shown)
+            self._shown = self._done
+
+
 class Memory:
     """Long-term memory of facts in PostgreSQL + pgvector. Open with `Memory.open()`."""
 
@@ -221,9 +241,12 @@ class Memory:
         the operation's model runs; at most once every `generation.CHECK_EVERY_S`, and at once after
         a failed statement), and when it changed, the store's layout is read again and `op()` built
         and run with the new statements (`LayoutChangedError` for an `op` given built, or one that
-        already sent lines to `sink`: a second run would write them twice)."""
+        already sent lines to `sink`: a second run would write them twice; a second run's progress
+        shows past the first's furthest point only)."""
         emitted = _EmittedLines(sink) if sink is not None else None
         out = emitted.write if emitted is not None else None
+        progress = _FurthestProgress(advance) if advance is not None else None
+        counted = progress.add if progress is not None else None
         if not read_only:
             self._check_writable("this operation")
         if time.monotonic() >= self._layout_due and self._layout_changed(after_failure=False):
@@ -231,7 +254,7 @@ class Memory:
             if not callable(op):  # built with the old layout
                 raise LayoutChangedError(f"the layout of schema {self._context.info.schema!r} changed: run it again")
         try:
-            return self._runner.run(op, read_only=read_only, sink=out, advance=advance)
+            return self._runner.run(op, read_only=read_only, sink=out, advance=counted)
         except (StoreUnavailableError, StoreBusyError):
             raise  # the server, not the statements
         except StoreError:  # a statement of the old layout may fail on the new one
@@ -242,8 +265,10 @@ class Memory:
             raise LayoutChangedError(
                 f"the layout of schema {self._context.info.schema!r} changed meanwhile: run it again"
             )
+        if progress is not None:
+            progress.restart()
         try:
-            return self._runner.run(op, read_only=read_only, sink=out, advance=advance)
+            return self._runner.run(op, read_only=read_only, sink=out, advance=counted)
         except StoreError as exc:
             if isinstance(exc, (StoreUnavailableError, StoreBusyError)) or not self._layout_changed():
                 raise

@@ -632,3 +632,55 @@ def test_a_layout_change_during_a_reembed_is_noticed_by_its_switch_which_resumes
     assert report.switched and report.resumed
     assert memory.info.layout_generation == 1 and memory.info.model == report.model
     assert _texts(memory, "Town3", BIG)[0].lower() == "person3 visited town3"
+
+
+def _fails_once_after(handed_out: Any, pg_dsn: str, schema: str, runs: list[int]) -> Any:
+    """An operation whose first run hands something out, then meets the store's layout changed
+    by another process (its generation bumped) and a statement failing; later runs succeed."""
+    from memsoda_core.runner.steps import execute
+
+    def op() -> Any:
+        runs.append(len(runs) + 1)
+        yield from handed_out
+        if len(runs) == 1:
+            with psycopg.connect(pg_dsn, autocommit=True) as conn:
+                conn.execute(bump_layout_generation_statement(schema))
+            yield from execute(sql.SQL("SELECT 1 / 0"))
+        return len(runs)
+
+    return op
+
+
+def test_an_operation_that_sent_lines_is_not_run_again_when_the_layout_changed(
+    memory: Memory, pg_dsn: str, schema: str
+) -> None:
+    """An export whose first lines already reached the caller's file cannot run again after a
+    layout change (the lines would be written twice): `LayoutChangedError`, the lines sent once."""
+    from memsoda_core import LayoutChangedError
+    from memsoda_core.runner.steps import emit
+
+    memory._layout_due = float("inf")
+    written: list[str] = []
+    runs: list[int] = []
+    with pytest.raises(LayoutChangedError, match="changed meanwhile"):
+        memory._run(
+            lambda: _fails_once_after(emit(["a", "b"]), pg_dsn, schema, runs)(),
+            read_only=True,
+            sink=written.extend,
+        )
+    assert (written, runs) == (["a", "b"], [1])
+    assert memory.info.layout_generation == 1
+
+
+def test_an_operation_run_again_after_a_layout_change_shows_its_progress_once(
+    memory: Memory, pg_dsn: str, schema: str
+) -> None:
+    """An import run again after a layout change (its first run rolled back) counts from zero:
+    the caller's progress shows each item once, never past the total."""
+    from memsoda_core.runner.steps import progress
+
+    memory._layout_due = float("inf")
+    shown: list[int] = []
+    runs: list[int] = []
+    result = memory._run(lambda: _fails_once_after(progress(3), pg_dsn, schema, runs)(), advance=shown.append)
+    assert (result, runs, sum(shown)) == (2, [1, 2], 3)
