@@ -53,16 +53,28 @@ def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = Fal
         WHERE t.term NOT IN {hub_terms}
           AND l.n <= greatest(%(common_term_min_facts)s, %(common_term_share)s * sc.n)
         GROUP BY 1),
+    keyword_hubs AS MATERIALIZED (
+        SELECT h.name, h.q
+        FROM (SELECT n.name, n.fact_count, plainto_tsquery(%(tsconfig)s::regconfig, n.name) AS q
+              FROM named n WHERE n.is_hub) h
+        CROSS JOIN (SELECT coalesce((SELECT sc.fact_count FROM {s}.scopes sc WHERE {scope_sc}), 0) AS n OFFSET 0) sc
+        WHERE numnode(h.q) > 0
+          AND h.fact_count <= greatest(%(common_term_min_facts)s, %(common_term_share)s * sc.n)),
     keyword_any AS MATERIALIZED (
         SELECT least((count(*) + 1) / 2, %(keyword_min_terms)s) AS m,
                coalesce(CASE WHEN least((count(*) + 1) / 2, %(keyword_min_terms)s) < 2
                              THEN string_agg(lexeme, ' | ')
-                             ELSE (SELECT string_agg(a.lexeme||' & '||b.lexeme, ' | ')
-                                   FROM keyword_terms a JOIN keyword_terms b ON a.lexeme < b.lexeme) END,
+                             ELSE concat_ws(' | ',
+                                  (SELECT string_agg(a.lexeme||' & '||b.lexeme, ' | ')
+                                   FROM keyword_terms a JOIN keyword_terms b ON a.lexeme < b.lexeme),
+                                  '('||string_agg(lexeme, ' | ')||') & ('||
+                                  (SELECT string_agg('('||h.q::text||')', ' | ') FROM keyword_hubs h)||')') END,
                         '')::tsquery AS q,
                coalesce(string_agg(lexeme, ' | '), '')::tsquery AS q_any,
                array_agg(lexeme::tsquery ORDER BY i) AS qs, array_agg(idf ORDER BY i) AS idfs,
-               array_agg(term ORDER BY i) AS terms
+               array_agg(term ORDER BY i) AS terms,
+               (SELECT array_agg(h.q ORDER BY h.name) FROM keyword_hubs h) AS hub_qs,
+               (SELECT array_agg(h.name ORDER BY h.name) FROM keyword_hubs h) AS hub_names
         FROM keyword_terms),
     keyword_pool AS (
         SELECT f.id, f.valid_at, f.tsv, m.score
@@ -70,7 +82,8 @@ def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = Fal
         JOIN {facts} f ON {index_where_f} AND f.tsv @@ ka.q_any AND f.tsv @@ ka.q
         CROSS JOIN LATERAL (SELECT count(*) AS n, sum(u.idf) AS score
                             FROM unnest(ka.qs, ka.idfs) AS u(q, idf) WHERE f.tsv @@ u.q) m
-        WHERE m.n >= ka.m),
+        CROSS JOIN LATERAL (SELECT count(*) AS n FROM unnest(ka.hub_qs) AS h(q) WHERE f.tsv @@ h.q) h
+        WHERE m.n + h.n >= ka.m),
     keyword_ranked AS (
         SELECT id, valid_at, tsv, row_number() OVER (ORDER BY score DESC, valid_at DESC, id DESC) AS rank
         FROM keyword_pool
@@ -78,7 +91,8 @@ def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = Fal
         LIMIT %(keyword_candidates)s),
     keyword_hits AS (
         SELECT r.id AS fact_id, r.valid_at, r.rank,
-               (SELECT array_agg(u.term) FROM unnest(ka.qs, ka.terms) AS u(q, term) WHERE r.tsv @@ u.q) AS matched
+               (SELECT array_agg(u.term) FROM unnest(ka.qs || ka.hub_qs, ka.terms || ka.hub_names) AS u(q, term)
+                WHERE r.tsv @@ u.q) AS matched
         FROM keyword_ranked r CROSS JOIN keyword_any ka
         ORDER BY r.rank)""",
         schema,
