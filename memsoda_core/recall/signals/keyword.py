@@ -25,17 +25,27 @@ def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = Fal
     hold min(ceil(n/2), `keyword.min_terms`), ranked by the summed BM25 IDF of those it holds (from
     the scope's per-lexeme fact counts, `lexemes`).
 
+    A hub the query names (`keyword_hubs`) counts as one held term for a fact holding its whole
+    name, but only toward that count, and only beside a lexeme of the query's own: the query asks
+    about that person or thing, so a fact about it that shares one of the query's other words is
+    the fact asked for as much as one sharing two of them ("where is Melanie going camping next":
+    "Melanie is planning to camp at ..."), while the name alone still places nothing, and the hub
+    adds nothing to the rank (it is in a fifth or more of the scope's facts). n and the rule's count
+    are those of the other lexemes, so the hub never makes the rule stricter. A hub linked to more
+    facts than the common-term bound allows is left out like any common term.
+
     A small fixed number rather than half the query, so a long message still finds notes sharing two
     of its words while one common word alone places nothing; IDF, because a rare shared word says
     which fact is meant and a frequent one does not (`ts_rank` has no IDF). The GIN index answers the
-    rule's necessary part in one tsquery (`keyword_any.q`: any lexeme, or any pair), so only those
-    facts are scored. A scope searched without that index tests each live fact: there the pairs
-    (n(n-1)/2 of them) cost more than the facts' other tests together for a long query (a
-    `remember` window's user turns), so `q_any` (any lexeme, implied by `q`: the result is the
-    same) is tested first and turns most facts away in n lookups (bench/RESULTS.md section 8).
+    rule's necessary part in one tsquery (`keyword_any.q`: any lexeme, or any pair, or any lexeme
+    with a named hub), so only those facts are scored. A scope searched without that index tests
+    each live fact: there the pairs (n(n-1)/2 of them) cost more than the facts' other tests
+    together for a long query (a `remember` window's user turns), so `q_any` (any lexeme, implied
+    by `q`: the result is the same) is tested first and turns most facts away in n lookups
+    (bench/RESULTS.md section 8).
 
-    Both CTEs are MATERIALIZED so the lookups and the tsquery are built once; each lexeme's count
-    and the scope's size sit behind `OFFSET 0` (pulled up, each lookup ran once per reference to it:
+    The CTEs of terms and hubs are MATERIALIZED so the lookups and the tsquery are built once; each
+    lexeme's count and the scope's size sit behind `OFFSET 0` (pulled up, each lookup ran once per reference to it:
     four times a lexeme). Every pool fact is scored by its count and IDF sum alone; its matched
     terms are listed only for the facts kept. The term array is read through a subquery so the
     planner's estimate, and a small scope's generic plan, do not depend on the query's terms
