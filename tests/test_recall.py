@@ -541,6 +541,24 @@ async def test_hub_is_not_an_anchor_and_its_name_is_not_a_keyword(memory: Either
     assert any("anchor" in s.ranks for s in not_hub.facts)
 
 
+async def test_a_named_hub_completes_the_keyword_term_count(memory: Either, scope: dict[str, str]) -> None:
+    facts = [
+        {"subject": "caroline", "predicate": "likes", "object": f"hobby {i}", "object_type": "HOBBY"} for i in range(20)
+    ]
+    facts += [
+        {"subject": "caroline", "predicate": "is planning to camp at", "object": "craters of the moon"},
+        {"subject": "melanie", "predicate": "went camping at", "object": "lake tahoe"},
+    ]
+    await memory.add_facts(facts, **scope)
+    # go, camp, next: a fact holds two of them, or one and the name of the hub the query names
+    result = await memory.recall("where is caroline going camping next", **scope)
+    keyword_hits = sorted((s for s in result.facts if "keyword" in s.ranks), key=lambda s: s.ranks["keyword"])
+    assert [s.fact.text for s in keyword_hits] == ["caroline is planning to camp at craters of the moon"]
+    assert keyword_hits[0].reasons["keyword"] == "matched terms: camping, caroline"
+    alone = await memory.recall("caroline", **scope)  # the hub's name alone places nothing
+    assert all("keyword" not in s.ranks for s in alone.facts)
+
+
 async def test_a_term_common_in_the_scope_is_left_out_of_the_keyword_search(
     memory: Either, scope: dict[str, str]
 ) -> None:

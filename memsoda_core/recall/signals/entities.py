@@ -1,5 +1,6 @@
 """The entities the query names, and the fact count from which an entity is a hub: read by the
-anchor signal (its named anchors) and the keyword signal (a hub's name is not a search term)."""
+anchor signal (its named anchors) and the keyword signal (a hub's name is not a search term, only
+a term a fact may hold besides one)."""
 
 from __future__ import annotations
 
@@ -45,7 +46,8 @@ HUB_TERMS = (
     "(SELECT string_to_table(s.terms, ' ') FROM unnest(%(spans)b::text[], %(span_terms)b::text[]) AS s(span, terms)"
     " JOIN named n ON n.name = s.span WHERE n.is_hub)"
 )
-"""SQL: the search terms of the hubs the query names (the keyword signal leaves them out)."""
+"""SQL: the search terms of the hubs the query names (the keyword signal leaves them out of its
+search terms and counts each named hub apart, `keyword.keyword_ctes`)."""
 
 
 def hub_floor_cte(schema: str, access: ScopeAccess = SHARED) -> sql.Composed:

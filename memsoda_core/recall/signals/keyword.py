@@ -25,17 +25,27 @@ def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = Fal
     hold min(ceil(n/2), `keyword.min_terms`), ranked by the summed BM25 IDF of those it holds (from
     the scope's per-lexeme fact counts, `lexemes`).
 
+    A hub the query names (`keyword_hubs`) counts as one held term for a fact holding its whole
+    name, but only toward that count, and only beside a lexeme of the query's own: the query asks
+    about that person or thing, so a fact about it that shares one of the query's other words is
+    the fact asked for as much as one sharing two of them ("where is Melanie going camping next":
+    "Melanie is planning to camp at ..."), while the name alone still places nothing, and the hub
+    adds nothing to the rank (it is in a fifth or more of the scope's facts). n and the rule's count
+    are those of the other lexemes, so the hub never makes the rule stricter. A hub linked to more
+    facts than the common-term bound allows is left out like any common term.
+
     A small fixed number rather than half the query, so a long message still finds notes sharing two
     of its words while one common word alone places nothing; IDF, because a rare shared word says
     which fact is meant and a frequent one does not (`ts_rank` has no IDF). The GIN index answers the
-    rule's necessary part in one tsquery (`keyword_any.q`: any lexeme, or any pair), so only those
-    facts are scored. A scope searched without that index tests each live fact: there the pairs
-    (n(n-1)/2 of them) cost more than the facts' other tests together for a long query (a
-    `remember` window's user turns), so `q_any` (any lexeme, implied by `q`: the result is the
-    same) is tested first and turns most facts away in n lookups (bench/RESULTS.md section 8).
+    rule's necessary part in one tsquery (`keyword_any.q`: any lexeme, or any pair, or any lexeme
+    with a named hub), so only those facts are scored. A scope searched without that index tests
+    each live fact: there the pairs (n(n-1)/2 of them) cost more than the facts' other tests
+    together for a long query (a `remember` window's user turns), so `q_any` (any lexeme, implied
+    by `q`: the result is the same) is tested first and turns most facts away in n lookups
+    (bench/RESULTS.md section 8).
 
-    Both CTEs are MATERIALIZED so the lookups and the tsquery are built once; each lexeme's count
-    and the scope's size sit behind `OFFSET 0` (pulled up, each lookup ran once per reference to it:
+    The CTEs of terms and hubs are MATERIALIZED so the lookups and the tsquery are built once; each
+    lexeme's count and the scope's size sit behind `OFFSET 0` (pulled up, each lookup ran once per reference to it:
     four times a lexeme). Every pool fact is scored by its count and IDF sum alone; its matched
     terms are listed only for the facts kept. The term array is read through a subquery so the
     planner's estimate, and a small scope's generic plan, do not depend on the query's terms
@@ -53,16 +63,28 @@ def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = Fal
         WHERE t.term NOT IN {hub_terms}
           AND l.n <= greatest(%(common_term_min_facts)s, %(common_term_share)s * sc.n)
         GROUP BY 1),
+    keyword_hubs AS MATERIALIZED (
+        SELECT h.name, h.q
+        FROM (SELECT n.name, n.fact_count, plainto_tsquery(%(tsconfig)s::regconfig, n.name) AS q
+              FROM named n WHERE n.is_hub) h
+        CROSS JOIN (SELECT coalesce((SELECT sc.fact_count FROM {s}.scopes sc WHERE {scope_sc}), 0) AS n OFFSET 0) sc
+        WHERE numnode(h.q) > 0
+          AND h.fact_count <= greatest(%(common_term_min_facts)s, %(common_term_share)s * sc.n)),
     keyword_any AS MATERIALIZED (
         SELECT least((count(*) + 1) / 2, %(keyword_min_terms)s) AS m,
                coalesce(CASE WHEN least((count(*) + 1) / 2, %(keyword_min_terms)s) < 2
                              THEN string_agg(lexeme, ' | ')
-                             ELSE (SELECT string_agg(a.lexeme||' & '||b.lexeme, ' | ')
-                                   FROM keyword_terms a JOIN keyword_terms b ON a.lexeme < b.lexeme) END,
+                             ELSE concat_ws(' | ',
+                                  (SELECT string_agg(a.lexeme||' & '||b.lexeme, ' | ')
+                                   FROM keyword_terms a JOIN keyword_terms b ON a.lexeme < b.lexeme),
+                                  '('||string_agg(lexeme, ' | ')||') & ('||
+                                  (SELECT string_agg('('||h.q::text||')', ' | ') FROM keyword_hubs h)||')') END,
                         '')::tsquery AS q,
                coalesce(string_agg(lexeme, ' | '), '')::tsquery AS q_any,
                array_agg(lexeme::tsquery ORDER BY i) AS qs, array_agg(idf ORDER BY i) AS idfs,
-               array_agg(term ORDER BY i) AS terms
+               array_agg(term ORDER BY i) AS terms,
+               (SELECT array_agg(h.q ORDER BY h.name) FROM keyword_hubs h) AS hub_qs,
+               (SELECT array_agg(h.name ORDER BY h.name) FROM keyword_hubs h) AS hub_names
         FROM keyword_terms),
     keyword_pool AS (
         SELECT f.id, f.valid_at, f.tsv, m.score
@@ -70,7 +92,8 @@ def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = Fal
         JOIN {facts} f ON {index_where_f} AND f.tsv @@ ka.q_any AND f.tsv @@ ka.q
         CROSS JOIN LATERAL (SELECT count(*) AS n, sum(u.idf) AS score
                             FROM unnest(ka.qs, ka.idfs) AS u(q, idf) WHERE f.tsv @@ u.q) m
-        WHERE m.n >= ka.m),
+        CROSS JOIN LATERAL (SELECT count(*) AS n FROM unnest(ka.hub_qs) AS h(q) WHERE f.tsv @@ h.q) h
+        WHERE m.n + h.n >= ka.m),
     keyword_ranked AS (
         SELECT id, valid_at, tsv, row_number() OVER (ORDER BY score DESC, valid_at DESC, id DESC) AS rank
         FROM keyword_pool
@@ -78,7 +101,8 @@ def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = Fal
         LIMIT %(keyword_candidates)s),
     keyword_hits AS (
         SELECT r.id AS fact_id, r.valid_at, r.rank,
-               (SELECT array_agg(u.term) FROM unnest(ka.qs, ka.terms) AS u(q, term) WHERE r.tsv @@ u.q) AS matched
+               (SELECT array_agg(u.term) FROM unnest(ka.qs || ka.hub_qs, ka.terms || ka.hub_names) AS u(q, term)
+                WHERE r.tsv @@ u.q) AS matched
         FROM keyword_ranked r CROSS JOIN keyword_any ka
         ORDER BY r.rank)""",
         schema,
