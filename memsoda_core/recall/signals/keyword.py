@@ -44,14 +44,18 @@ def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = Fal
     by `q`: the result is the same) is tested first and turns most facts away in n lookups
     (bench/RESULTS.md section 8).
 
-    The CTEs of terms and hubs are MATERIALIZED so the lookups and the tsquery are built once; each
-    lexeme's count and the scope's size sit behind `OFFSET 0` (pulled up, each lookup ran once per reference to it:
-    four times a lexeme). Every pool fact is scored by its count and IDF sum alone; its matched
-    terms are listed only for the facts kept. The term array is read through a subquery so the
+    The scope's size and the common-term bound (`keyword_scope`), the terms and the hubs are
+    MATERIALIZED CTEs, so each lookup and the tsquery are built once; each lexeme's count sits
+    behind `OFFSET 0` (pulled up, its lookup ran once per reference to it: four times a lexeme).
+    Every pool fact is scored by its count and IDF sum alone; its matched terms are listed only for
+    the facts kept. The term array is read through a subquery so the
     planner's estimate, and a small scope's generic plan, do not depend on the query's terms
     (bench/RESULTS.md, "Keyword signal")."""
     return fragment(
         """
+    keyword_scope AS MATERIALIZED (
+        SELECT sc.n, greatest(%(common_term_min_facts)s, %(common_term_share)s * sc.n) AS common
+        FROM (SELECT coalesce((SELECT sc.fact_count FROM {s}.scopes sc WHERE {scope_sc}), 0) AS n) sc),
     keyword_terms AS MATERIALIZED (
         SELECT quote_literal(x.lexeme) AS lexeme, min(t.i) AS i, (array_agg(t.term ORDER BY t.i))[1] AS term,
                ln(1 + (greatest(min(sc.n), min(l.n)) - min(l.n) + 0.5) / (min(l.n) + 0.5)) AS idf
@@ -59,17 +63,15 @@ def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = Fal
         CROSS JOIN LATERAL unnest(tsvector_to_array(to_tsvector(%(tsconfig)s::regconfig, t.term))) AS x(lexeme)
         CROSS JOIN LATERAL (SELECT coalesce((SELECT l.facts FROM {s}.lexemes l
                                              WHERE {scope_l} AND l.lexeme = x.lexeme), 0) AS n OFFSET 0) l
-        CROSS JOIN (SELECT coalesce((SELECT sc.fact_count FROM {s}.scopes sc WHERE {scope_sc}), 0) AS n OFFSET 0) sc
-        WHERE t.term NOT IN {hub_terms}
-          AND l.n <= greatest(%(common_term_min_facts)s, %(common_term_share)s * sc.n)
+        CROSS JOIN keyword_scope sc
+        WHERE t.term NOT IN {hub_terms} AND l.n <= sc.common
         GROUP BY 1),
     keyword_hubs AS MATERIALIZED (
         SELECT h.name, h.q
         FROM (SELECT n.name, n.fact_count, plainto_tsquery(%(tsconfig)s::regconfig, n.name) AS q
               FROM named n WHERE n.is_hub) h
-        CROSS JOIN (SELECT coalesce((SELECT sc.fact_count FROM {s}.scopes sc WHERE {scope_sc}), 0) AS n OFFSET 0) sc
-        WHERE numnode(h.q) > 0
-          AND h.fact_count <= greatest(%(common_term_min_facts)s, %(common_term_share)s * sc.n)),
+        CROSS JOIN keyword_scope sc
+        WHERE numnode(h.q) > 0 AND h.fact_count <= sc.common),
     keyword_any AS MATERIALIZED (
         SELECT least((count(*) + 1) / 2, %(keyword_min_terms)s) AS m,
                coalesce(CASE WHEN least((count(*) + 1) / 2, %(keyword_min_terms)s) < 2
