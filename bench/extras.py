@@ -22,7 +22,9 @@ import psycopg
 from memsoda_core.options import RecallOptions
 from memsoda_core.recall.dates import question_window
 from memsoda_core.recall.hits import HitRow, hit_rows
+from memsoda_core.recall.relevance import Calibration, calibrate, latest_vectors_statement
 from memsoda_core.recall.result import statement_params
+from memsoda_core.recall.scope_stats import SAMPLE_FACTS
 from memsoda_core.recall.signals import RecallPlan, RecallRequest
 from memsoda_core.recall.signals.conversation import conversation_text
 from memsoda_core.recall.statements import hits_statement, rendered
@@ -101,6 +103,24 @@ def top_similarity(conn: psycopg.Connection[Any], schema: str, params: dict[str,
     """The cosine similarity of the live fact nearest the query (what `relevance_floor` reads)."""
     similarities = [row.similarity for row in _rows(conn, schema, "vector", params) if row.similarity is not None]
     return max(similarities) if similarities else None
+
+
+def scope_calibration(conn: psycopg.Connection[Any], schema: str, scope: Scope) -> Calibration | None:
+    """The scope's relevance levels as a recall with `min_relevance` reads them."""
+    rows = conn.execute(
+        latest_vectors_statement(schema),
+        {"dataset": scope.dataset, "project": scope.project, "sample_facts": SAMPLE_FACTS},
+    ).fetchall()
+    if len(rows) < 3:
+        return None
+    return calibrate(np.stack([np.asarray(row[0], dtype=np.float32) for row in rows]), "bench")
+
+
+def relevance_of(similarity: float | None, calibration: Calibration | None) -> float | None:
+    """A nearest-fact similarity's relevance under `calibration` (None when either is missing)."""
+    if similarity is None or calibration is None:
+        return None
+    return calibration.relevance(similarity)
 
 
 FLOORS = (0.1, 0.2, 0.3, 0.4, 0.5)

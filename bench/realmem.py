@@ -91,6 +91,10 @@ class Replay:
     """Per question: the cosine similarity of its nearest live fact (None: empty memory)."""
     negatives: list[float] = field(default_factory=list)
     """Per user turn needing no memory, asked of a non-empty memory: the same similarity."""
+    relevance: list[float | None] = field(default_factory=list)
+    """Per question: its nearest fact's relevance (`recall.relevance`; None: no calibration yet)."""
+    negative_relevance: list[float | None] = field(default_factory=list)
+    """Per user turn in `negatives`: the same relevance."""
     agreement: tuple[int, int] = (0, 0)
     full_agreement: tuple[int, int] = (0, 0)
     """`FULL_SIGNALS` fused against `Memory.recall(..., conversation=...)`."""
@@ -204,6 +208,7 @@ def replay(
             windows: list[dict[str, Sequence[float]]] = [{} for _ in said]
             for (index, label, _), window_vector in zip(flat, embedded, strict=True):
                 windows[index][label] = window_vector
+            calibration = extras.scope_calibration(conn, memory.info.schema, scope)
             for (query_id, category, text, gold, prior), vector, window in zip(
                 session.questions, vectors, windows, strict=False
             ):
@@ -250,6 +255,7 @@ def replay(
                     out.lists[config][-1]["recent_among"] = variants.recent_among(out.lists[config][-1], out.recency)
                 out.lists["default"][-1] = variants.drop_unchosen(out.lists["default"][-1], options)
                 out.top.append(top)
+                out.relevance.append(extras.relevance_of(top, calibration))
                 if out.keys:
                     recalled = memory.recall(
                         text, dataset=scope.dataset, project=scope.project, query_embedding=vector, as_of=session.at
@@ -304,6 +310,7 @@ def replay(
                     top = extras.top_similarity(conn, memory.info.schema, params)
                     if top is not None:
                         out.negatives.append(top)
+                        out.negative_relevance.append(extras.relevance_of(top, calibration))
             if session.memories:
                 records = [fact_record(content, session.at) for content in session.memories]
                 ids = memory.add_facts(records, dataset=scope.dataset, project=scope.project)
@@ -426,6 +433,22 @@ def run(
     full_agree = sum(r.full_agreement[0] for r in replays)
     preset_agree = sum(r.preset_agreement[0] for r in replays)
     negatives = [top for r in replays for top in r.negatives]
+    import json
+    import os  # TEMP experiment dump
+
+    if os.environ.get("FLOOR_DUMP"):
+        with open(os.environ["FLOOR_DUMP"], "a") as dump:
+            json.dump(
+                {
+                    "top": [t for r in replays for t in r.top],
+                    "rel": [t for r in replays for t in r.relevance],
+                    "recall": table[next(row.label for row in rows if row.label.startswith("**"))]["recall@all"],
+                    "neg": negatives,
+                    "negrel": [t for r in replays for t in r.negative_relevance],
+                },
+                dump,
+            )
+            dump.write("\n")
     bold = next(row.label for row in rows if row.label.startswith("**"))
     floors = extras.floor_rows([t for r in replays for t in r.top], table[bold]["recall@all"], negatives)
     names = ", ".join(

@@ -10,6 +10,7 @@ from memsoda_core.errors import ReadOnlyStoreError
 from memsoda_core.learning.extractors import Extractor
 from memsoda_core.options import DEFAULT_OPTIONS, RecallOptions
 from memsoda_core.recall.planning import ScopeSizes
+from memsoda_core.recall.relevance import CalibrationCache
 from memsoda_core.recall.scope_stats import ScopeStatsCache
 from memsoda_core.runner.steps import Operation
 from memsoda_core.store.info import StoreInfo
@@ -31,6 +32,7 @@ class MemoryContext:
     options: RecallOptions = DEFAULT_OPTIONS
     scope_sizes: ScopeSizes = field(default_factory=ScopeSizes)
     scope_stats: ScopeStatsCache = field(default_factory=ScopeStatsCache)
+    calibrations: CalibrationCache = field(default_factory=CalibrationCache)
     synthesizer: Synthesizer | None = None
     extractor: Extractor | None = None
 
@@ -40,7 +42,7 @@ class MemoryContext:
 
     def resizing(self, scope: Scope, op: Operation[T]) -> Operation[T]:
         """`op`, a write that changes what `scope` holds; what is remembered of the scope (its size,
-        its statistics) is dropped once the write is done."""
+        its statistics, its relevance levels) is dropped once the write is done."""
         result = yield from op
         self.forget_scope(scope)
         return result
@@ -49,6 +51,7 @@ class MemoryContext:
         """Drop what is remembered of `scope` (it was just written to)."""
         self.scope_sizes.forget(scope)
         self.scope_stats.forget(scope)
+        self.calibrations.forget(scope)
 
     def check_writable(self, what: str) -> None:
         """Refuse a write before anything is sent when the store is open read-only."""

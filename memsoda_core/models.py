@@ -242,6 +242,10 @@ class RecallResult:
     fusion: FusionChoice | None = None
     """Which fusion the memory chose from its statistics for the options the caller left to it;
     None when the caller set them all."""
+    relevance: float | None = None
+    """The query's nearest fact's relevance (`RecallOptions.min_relevance`, `recall.relevance`: 0 at
+    two typical facts of the scope, 1 at a fact's nearest neighbour), measured when the caller set
+    `min_relevance` and the scope has at least 3 facts; else None."""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-serializable data."""
@@ -259,6 +263,7 @@ class RecallResult:
             "as_of_reason": self.as_of_reason,
             "scope_empty": self.scope_empty,
             "fusion": None if self.fusion is None else self.fusion.to_dict(),
+            "relevance": self.relevance,
         }
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from memsoda_core.errors import ArgumentTypeError, ConfigurationError, LimitError
 from memsoda_core.limits import MAX_K
-from memsoda_core.option_checks import MAX_OPTION_INT, check_between, check_cosine, check_not_negative, check_types
+from memsoda_core.option_checks import MAX_OPTION_INT, check_between, check_not_negative, check_types
 from memsoda_core.recall.signals import SignalOptions
 from memsoda_core.recall.signals.anchor import AnchorOptions
 from memsoda_core.recall.signals.conversation import ConversationOptions
@@ -35,11 +35,12 @@ class _Overall:
     facts_in_context: int = 8
     min_confidence: float = 0.5
     rrf_k: int = 60
-    relevance_floor: float = -1.0
-    """When the query's nearest fact has a cosine similarity below this, the recall finds nothing
-    (no facts, context ""). -1 (the default): off, as it must stay: a cosine is on the embedder's
-    own scale, so only a caller who knows theirs can set one. Only a recall with a query embedding
-    is judged."""
+    min_relevance: float | None = None
+    """When the query's nearest fact is less relevant than this, the recall finds nothing (no facts,
+    context ""). Relevance is on a scale the embedder cannot move (`recall.relevance`): 0 is how
+    alike two of the scope's facts typically are, 1 how alike a fact and its nearest neighbour
+    are. None (the default): off. Only a recall with a query embedding, of a scope with at least
+    3 facts, is judged."""
     as_of_from_question: bool = True
     """A question asking what held in a past window ("where did I live in 2019?") reads memory as
     of the window's end, unless the caller gives `as_of` or `known_at` (`recall.asof`)."""
@@ -51,7 +52,7 @@ class _Overall:
 @dataclass(frozen=True, kw_only=True)
 class RecallOptions(SignalOptions, _Overall):
     """Every knob of a recall: the cross-cutting ones (`facts_in_context`, `min_confidence`,
-    `rrf_k`, `relevance_floor`, `as_of_from_question`, `episodes_k`, `embed_timeout_s`), then one
+    `rrf_k`, `min_relevance`, `as_of_from_question`, `episodes_k`, `embed_timeout_s`), then one
     group per signal, each field named like its group's `group` (`vector`, `anchor`, `entities`,
     `keyword`, `date`, `conversation`, `recent`: the signal registry, `recall.signals.SignalOptions`).
     `facts_in_context`, `min_confidence`, `rrf_k`, `anchor.vector_top_k` and `anchor.vector_min`
@@ -65,7 +66,7 @@ class RecallOptions(SignalOptions, _Overall):
         check_between("facts_in_context (k)", self.facts_in_context, 1, MAX_K)
         check_between("min_confidence", self.min_confidence, 0, 1)
         check_not_negative("rrf_k", self.rrf_k)
-        check_cosine("relevance_floor", self.relevance_floor)
+        check_between("min_relevance", self.min_relevance, 0, 1)
         check_not_negative("episodes_k", self.episodes_k)
         if self.embed_timeout_s <= 0:
             raise LimitError(f"embed_timeout_s must be positive, got {self.embed_timeout_s}")

@@ -11,8 +11,10 @@ import pytest
 from conftest import Either
 
 from memsoda_core import (
+    ArgumentTypeError,
     ConversationOptions,
     DateOptions,
+    LimitError,
     LocalEmbedder,
     Memory,
     RecallOptions,
@@ -167,16 +169,28 @@ async def test_a_malformed_conversation_is_refused(memory: Either, scope: dict[s
         await memory.recall(FOLLOW_UP, **scope, conversation=conversation)
 
 
-async def test_the_relevance_floor_empties_an_unrelated_recall_only(memory: Either, scope: dict[str, str]) -> None:
+async def test_min_relevance_empties_an_unrelated_recall_only(memory: Either, scope: dict[str, str]) -> None:
     await memory.add_facts([PLAN, *OTHERS], **scope)
-    floor = RecallOptions(relevance_floor=0.3)
     unrelated = "lattice quantum chromodynamics on GPUs"
-    assert (await memory.recall(unrelated, **scope)).facts  # off by default: always a block
+    temples = "which temples will I see in kyoto?"
+    off = await memory.recall(unrelated, **scope)
+    assert off.facts and off.relevance is None  # off by default: always a block, nothing measured
+    measured = RecallOptions(min_relevance=0.0)
+    far = (await memory.recall(unrelated, **scope, options=measured)).relevance
+    near = (await memory.recall(temples, **scope, options=measured)).relevance
+    assert far is not None and near is not None and far < near
+    floor = RecallOptions(min_relevance=0.3)
     empty = await memory.recall(unrelated, **scope, options=floor)
-    assert empty.context == "" and empty.facts == ()
-    related = await memory.recall("which temples will I see in kyoto?", **scope, options=floor)
-    default = await memory.recall("which temples will I see in kyoto?", **scope)
-    assert related.context == default.context != ""
+    assert empty.context == "" and empty.facts == () and empty.relevance == far < 0.3
+    related = await memory.recall(temples, **scope, options=floor)
+    assert related.context == (await memory.recall(temples, **scope)).context != ""
+    assert related.relevance == near >= 0.3
+
+
+@pytest.mark.parametrize("floor", [-0.1, 1.5, float("nan")])
+def test_min_relevance_is_a_share(floor: float) -> None:
+    with pytest.raises((LimitError, ArgumentTypeError), match="min_relevance"):
+        RecallOptions(min_relevance=floor)
 
 
 def test_the_adapters_pass_the_conversation(pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]) -> None:

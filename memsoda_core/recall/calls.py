@@ -70,6 +70,7 @@ def recall_op(
         now=context.now(),
         scope_sizes=context.scope_sizes,
         scope_stats=context.scope_stats,
+        calibrations=context.calibrations,
         known_at=times.known_at,
         conversation=turns,
         exclude=excluded,

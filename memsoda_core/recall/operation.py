@@ -22,13 +22,15 @@ from memsoda_core.recall.asof import question_as_of
 from memsoda_core.recall.dates import question_window
 from memsoda_core.recall.hits import HitRow, hit_rows
 from memsoda_core.recall.planning import ScopeSizes, statement_planning
+from memsoda_core.recall.relevance import CalibrationCache, nearest_relevance
+from memsoda_core.recall.relevance import calibration as read_calibration
 from memsoda_core.recall.result import (
     assemble,
-    below_floor,
     decode_episodes,
     fuse_hits,
     scored_facts,
     statement_params,
+    vector_similarities,
 )
 from memsoda_core.recall.scope_stats import ScopeStatsCache
 from memsoda_core.recall.scope_stats import scope_stats as read_stats
@@ -78,6 +80,7 @@ def recall(
     conversation: Sequence[tuple[str, str]] | None = None,
     exclude: frozenset[int] = frozenset(),
     scope_stats: ScopeStatsCache | None = None,
+    calibrations: CalibrationCache | None = None,
 ) -> Operation[RecallResult]:
     """The signals (one statement for a small scope, else two run at once), RRF, the kept facts
     read, grouping and rendering; see `recall.result`. A scope searched exactly (under the tenant-index threshold)
@@ -147,11 +150,12 @@ def recall(
     mark = time.perf_counter()
     rows = [row for statement_rows in results for row in statement_rows]
     scope_empty = not scope_facts and not rows  # a size remembered as 0 is out of date once it has hits
-    kept = (
-        []
-        if below_floor(rows, options, has_embedding=embedding is not None)
-        else fuse_hits(rows, options, exclude=exclude)
-    )
+    relevance = None  # judged only when asked for: the levels cost one read per scope and minute
+    if options.min_relevance is not None and embedding is not None:
+        levels = yield from read_calibration(info, scope, calibrations)
+        relevance = nearest_relevance(vector_similarities(rows), levels)
+    irrelevant = relevance is not None and options.min_relevance is not None and relevance < options.min_relevance
+    kept = [] if irrelevant else fuse_hits(rows, options, exclude=exclude)
     timings["fuse"] = _ms(mark)
     mark = time.perf_counter()
     read = {row.fact_id: row.fact for row in rows if row.fact is not None}
@@ -189,6 +193,7 @@ def recall(
         as_of_reason=None if held is None else held.reason,
         scope_empty=scope_empty,
         fusion=fusion,
+        relevance=relevance,
     )
 
 

@@ -44,14 +44,9 @@ def statement_params(request: RecallRequest, registry: Sequence[SignalSpec] = RE
     return params
 
 
-def below_floor(rows: Sequence[HitRow], options: RecallOptions, *, has_embedding: bool) -> bool:
-    """The relevance floor (`RecallOptions.relevance_floor`) says nothing in memory is relevant: the
-    vector signal ran and its nearest fact is less similar to the query than the floor (an empty
-    vector list too). Off at -1; a recall without a query embedding is never judged."""
-    if options.relevance_floor <= -1.0 or not has_embedding:
-        return False
-    similarities = [row.similarity for row in rows if row.signal == "vector" and row.similarity is not None]
-    return not similarities or max(similarities) < options.relevance_floor
+def vector_similarities(rows: Iterable[HitRow]) -> list[float]:
+    """The query's similarity to each fact the vector signal found (what relevance is judged by)."""
+    return [row.similarity for row in rows if row.signal == "vector" and row.similarity is not None]
 
 
 def explain(hit: HitRow, registry: Sequence[SignalSpec] = REGISTRY) -> SignalHit:

@@ -1,0 +1,50 @@
+"""Relevance (`recall.relevance`): the nearest fact's similarity placed between the scope's own levels,
+so that a floor on it means the same under any embedder's scale. Pure: no database."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from memsoda_core.recall.relevance import Calibration, calibrate, nearest_relevance
+
+
+def _unit(rows: np.ndarray) -> np.ndarray:
+    return rows / np.linalg.norm(rows, axis=-1, keepdims=True)
+
+
+def _lifted(rows: np.ndarray, c: float) -> np.ndarray:
+    """Unit vectors with a constant coordinate appended: every cosine becomes (1 - c) * cos + c,
+    the upward squeeze of a model whose unrelated texts already score high."""
+    return np.hstack([rows * np.sqrt(1 - c), np.full((len(rows), 1), np.sqrt(c))])
+
+
+def _relevance(facts: np.ndarray, query: np.ndarray) -> float | None:
+    levels = calibrate(facts, "m")
+    return nearest_relevance((facts @ query).tolist(), levels)
+
+
+@pytest.mark.parametrize("c", [0.3, 0.6, 0.9])
+def test_relevance_does_not_move_when_the_embedders_scale_does(c: float) -> None:
+    rng = np.random.default_rng(7)
+    facts = _unit(rng.normal(size=(40, 16)))
+    queries = _unit(np.vstack([facts[3] + 0.3 * rng.normal(size=16), rng.normal(size=16)]))
+    for query in queries:
+        plain = _relevance(facts, query)
+        lifted = _relevance(_lifted(facts, c), _lifted(query[None, :], c)[0])
+        assert plain is not None and lifted == pytest.approx(plain, abs=1e-3)
+    near, far = (_relevance(facts, query) for query in queries)
+    assert near is not None and far is not None and near > far
+
+
+def test_a_scope_too_small_or_all_alike_has_no_levels() -> None:
+    assert calibrate(_unit(np.eye(4)[:2]), "m") is None
+    assert calibrate(np.ones((5, 4)), "m") is None
+    assert nearest_relevance([0.9], None) is None
+
+
+def test_nothing_found_is_not_judged() -> None:
+    levels = Calibration(unrelated=0.2, related=0.6, sampled=10, model="m")
+    assert nearest_relevance([], levels) is None
+    assert nearest_relevance([0.2, 0.4], levels) == pytest.approx(0.5)
+    assert levels.relevance(0.6) == pytest.approx(1.0)
