@@ -1,8 +1,8 @@
 """The opt-in lists of a recall, run with memsoda's own statements for the quality variants: the
 recency list (`recent.candidates`), the date signal (a window the question names), the
 conversation signal (the session's recent user turns, as its own list), a bench-only design that
-blends the conversation into the query vector, and the query's nearest-fact similarity that the
-relevance floor reads.
+blends the conversation into the query vector, and the query's nearest-fact similarity and the scope's
+levels that `min_relevance` reads (`recall.relevance`).
 
 Every statement is `memsoda_core.recall.statements.hits_statement` over one signal, with the
 parameters of `memsoda_core.recall.result.statement_params`, so a row here is what `Memory.recall`
@@ -22,7 +22,13 @@ import psycopg
 from memsoda_core.options import RecallOptions
 from memsoda_core.recall.dates import question_window
 from memsoda_core.recall.hits import HitRow, hit_rows
-from memsoda_core.recall.relevance import Calibration, calibrate, latest_vectors_statement
+from memsoda_core.recall.relevance import (
+    MIN_SAMPLE,
+    Calibration,
+    calibrate,
+    latest_vectors_statement,
+    nearest_relevance,
+)
 from memsoda_core.recall.result import statement_params
 from memsoda_core.recall.scope_stats import SAMPLE_FACTS
 from memsoda_core.recall.signals import RecallPlan, RecallRequest
@@ -100,52 +106,62 @@ def lists(
 
 
 def top_similarity(conn: psycopg.Connection[Any], schema: str, params: dict[str, Any]) -> float | None:
-    """The cosine similarity of the live fact nearest the query (what `relevance_floor` reads)."""
+    """The cosine similarity of the live fact nearest the query (what `min_relevance` places)."""
     similarities = [row.similarity for row in _rows(conn, schema, "vector", params) if row.similarity is not None]
     return max(similarities) if similarities else None
 
 
 def scope_calibration(conn: psycopg.Connection[Any], schema: str, scope: Scope) -> Calibration | None:
-    """The scope's relevance levels as a recall with `min_relevance` reads them."""
+    """The scope's relevance levels, read as a recall with `min_relevance` reads them."""
     rows = conn.execute(
         latest_vectors_statement(schema),
         {"dataset": scope.dataset, "project": scope.project, "sample_facts": SAMPLE_FACTS},
     ).fetchall()
-    if len(rows) < 3:
+    if len(rows) < MIN_SAMPLE:
         return None
     return calibrate(np.stack([np.asarray(row[0], dtype=np.float32) for row in rows]), "bench")
 
 
 def relevance_of(similarity: float | None, calibration: Calibration | None) -> float | None:
     """A nearest-fact similarity's relevance under `calibration` (None when either is missing)."""
-    if similarity is None or calibration is None:
-        return None
-    return calibration.relevance(similarity)
+    return nearest_relevance([] if similarity is None else [similarity], calibration)
 
 
-FLOORS = (0.1, 0.2, 0.3, 0.4, 0.5)
-"""The relevance floors the bench reports (`RecallOptions.relevance_floor`)."""
+MIN_RELEVANCES = (0.0, 0.1, 0.2, 0.3, 0.4)
+"""The floors the bench reports for `RecallOptions.min_relevance`."""
+
+RAW_COSINES = (0.2, 0.3, 0.4, 0.5)
+"""Raw cosine floors, for contrast only (no option takes one): their trade-off moves with the
+embedder's scale, where `min_relevance`'s should not."""
 
 
-def floor_rows(tops: Sequence[float | None], recalls: Sequence[float], negatives: Sequence[float]) -> list[list[str]]:
-    """Per floor: the share of user turns needing no memory that get an empty context, the share of
-    questions that do, and recall@8 over the questions with and without the floor."""
+def floor_rows(
+    floors: Sequence[float],
+    questions: Sequence[float | None],
+    recalls: Sequence[float],
+    negatives: Sequence[float | None],
+) -> list[list[str]]:
+    """Per floor on a per-query value (relevance, or a raw cosine; None: not judged): the share of
+    user turns needing no memory that get an empty context, the share of questions that do, and
+    recall@8 over the questions with the floor and what it lost."""
     base = sum(recalls) / len(recalls) if recalls else 0.0
     body = [["off", "0.000", "0.000", f"{base:.3f}", "0.000"]]
-    for floor in FLOORS:
-        empty = [top is None or top < floor for top in tops]
+    for floor in floors:
+        empty = [value is not None and value < floor for value in questions]
         kept = [0.0 if gone else value for gone, value in zip(empty, recalls, strict=True)]
         recall = sum(kept) / len(kept) if kept else 0.0
-        silent = sum(top < floor for top in negatives) / len(negatives) if negatives else 0.0
+        silent = sum(value is not None and value < floor for value in negatives) / len(negatives) if negatives else 0.0
         share = sum(empty) / len(empty) if empty else 0.0
         body.append([f"{floor:.2f}", f"{silent:.3f}", f"{share:.3f}", f"{recall:.3f}", f"{base - recall:.3f}"])
     return body
 
 
-FLOOR_HEADER = [
-    "relevance_floor",
-    "turns needing no memory: empty context",
-    "questions: empty context",
-    "recall@8 (all questions)",
-    "recall@8 lost",
-]
+def floor_header(floor: str) -> list[str]:
+    """The columns of `floor_rows`, the first named after the floor."""
+    return [
+        floor,
+        "turns needing no memory: empty context",
+        "questions: empty context",
+        "recall@8 (all questions)",
+        "recall@8 lost",
+    ]

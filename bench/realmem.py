@@ -433,24 +433,15 @@ def run(
     full_agree = sum(r.full_agreement[0] for r in replays)
     preset_agree = sum(r.preset_agreement[0] for r in replays)
     negatives = [top for r in replays for top in r.negatives]
-    import json
-    import os  # TEMP experiment dump
-
-    if os.environ.get("FLOOR_DUMP"):
-        with open(os.environ["FLOOR_DUMP"], "a") as dump:
-            json.dump(
-                {
-                    "top": [t for r in replays for t in r.top],
-                    "rel": [t for r in replays for t in r.relevance],
-                    "recall": table[next(row.label for row in rows if row.label.startswith("**"))]["recall@all"],
-                    "neg": negatives,
-                    "negrel": [t for r in replays for t in r.negative_relevance],
-                },
-                dump,
-            )
-            dump.write("\n")
     bold = next(row.label for row in rows if row.label.startswith("**"))
-    floors = extras.floor_rows([t for r in replays for t in r.top], table[bold]["recall@all"], negatives)
+    recalled = table[bold]["recall@all"]
+    relevant = extras.floor_rows(
+        extras.MIN_RELEVANCES,
+        [t for r in replays for t in r.relevance],
+        recalled,
+        [t for r in replays for t in r.negative_relevance],
+    )
+    cosines = extras.floor_rows(extras.RAW_COSINES, [t for r in replays for t in r.top], recalled, negatives)
     names = ", ".join(
         f"{r.questions[0].persona if r.questions else '-'} ({len(r.questions)} q, {r.facts} facts, {r.seconds:.0f} s)"
         for r in replays
@@ -468,7 +459,11 @@ def run(
         "",
         f"Relevance floor on the default row: {len(negatives)} user turns that need no memory (`is_query` "
         f"false, asked of a non-empty memory) against the {len(questions)} questions.\n",
-        markdown_table(extras.FLOOR_HEADER, floors),
+        markdown_table(extras.floor_header("min_relevance"), relevant),
+        "",
+        "The same with a floor on the raw cosine of the nearest fact, for contrast (no option takes one: "
+        "its trade-off moves with the embedder's scale).\n",
+        markdown_table(extras.floor_header("raw cosine"), cosines),
         "",
     ]
     if details is not None:
