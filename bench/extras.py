@@ -27,7 +27,7 @@ from memsoda_core.recall.relevance import (
     Calibration,
     calibrate,
     latest_vectors_statement,
-    nearest_relevance,
+    typical_statement,
 )
 from memsoda_core.recall.result import statement_params
 from memsoda_core.recall.scope_stats import SAMPLE_FACTS
@@ -122,12 +122,31 @@ def scope_calibration(conn: psycopg.Connection[Any], schema: str, scope: Scope) 
     return calibrate(np.stack([np.asarray(row[0], dtype=np.float32) for row in rows]), "bench")
 
 
-def relevance_of(similarity: float | None, calibration: Calibration | None) -> float | None:
-    """A nearest-fact similarity's relevance under `calibration` (None when either is missing)."""
-    return nearest_relevance([] if similarity is None else [similarity], calibration)
+def relevance_of(
+    conn: psycopg.Connection[Any],
+    schema: str,
+    scope: Scope,
+    embedding: Sequence[float],
+    nearest: float | None,
+    calibration: Calibration | None,
+) -> float | None:
+    """The query's relevance as `Memory.recall` measures it (`recall.relevance.query_relevance`),
+    with the scope's levels read once per session; None when nothing is judged."""
+    if nearest is None or calibration is None:
+        return None
+    row = conn.execute(
+        typical_statement(schema),
+        {
+            "dataset": scope.dataset,
+            "project": scope.project,
+            "sample_facts": SAMPLE_FACTS,
+            "qvec": np.asarray(embedding, dtype=np.float32),
+        },
+    ).fetchone()
+    return None if row is None or row[0] is None else calibration.relevance(nearest, row[0])
 
 
-MIN_RELEVANCES = (0.0, 0.1, 0.2, 0.3, 0.4)
+MIN_RELEVANCES = (0.2, 0.25, 0.3, 0.35, 0.4, 0.5)
 """The floors the bench reports for `RecallOptions.min_relevance`."""
 
 RAW_COSINES = (0.2, 0.3, 0.4, 0.5)

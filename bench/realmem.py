@@ -255,7 +255,7 @@ def replay(
                     out.lists[config][-1]["recent_among"] = variants.recent_among(out.lists[config][-1], out.recency)
                 out.lists["default"][-1] = variants.drop_unchosen(out.lists["default"][-1], options)
                 out.top.append(top)
-                out.relevance.append(extras.relevance_of(top, calibration))
+                out.relevance.append(extras.relevance_of(conn, memory.info.schema, scope, vector, top, calibration))
                 if out.keys:
                     recalled = memory.recall(
                         text, dataset=scope.dataset, project=scope.project, query_embedding=vector, as_of=session.at
@@ -310,7 +310,9 @@ def replay(
                     top = extras.top_similarity(conn, memory.info.schema, params)
                     if top is not None:
                         out.negatives.append(top)
-                        out.negative_relevance.append(extras.relevance_of(top, calibration))
+                        out.negative_relevance.append(
+                            extras.relevance_of(conn, memory.info.schema, scope, vector, top, calibration)
+                        )
             if session.memories:
                 records = [fact_record(content, session.at) for content in session.memories]
                 ids = memory.add_facts(records, dataset=scope.dataset, project=scope.project)

@@ -86,7 +86,7 @@ def test_realmem_smoke(bench_dsn: str, capsys: pytest.CaptureFixture[str]) -> No
     assert preset and preset[0][0] == preset[0][1] == asked
     assert "| **first-person options (`FIRST_PERSON_OPTIONS`" in out
     assert "| defaults + recency list (recent.candidates=50) |" in out
-    assert "| relevance_floor |" in out and "| 0.30 |" in out
+    assert "| min_relevance |" in out and "| 0.30 |" in out and "| raw cosine |" in out
 
 
 @pytest.mark.skipif(not realmem_available(), reason="no realmem-dev data beside the repository")

@@ -179,15 +179,15 @@ async def test_min_relevance_empties_an_unrelated_recall_only(memory: Either, sc
     far = (await memory.recall(unrelated, **scope, options=measured)).relevance
     near = (await memory.recall(temples, **scope, options=measured)).relevance
     assert far is not None and near is not None and far < near
-    floor = RecallOptions(min_relevance=0.3)
+    floor = RecallOptions(min_relevance=1.0)  # as far above the rest as a fact beside its neighbour
     empty = await memory.recall(unrelated, **scope, options=floor)
-    assert empty.context == "" and empty.facts == () and empty.relevance == far < 0.3
+    assert empty.context == "" and empty.facts == () and empty.relevance == far < 1.0
     related = await memory.recall(temples, **scope, options=floor)
     assert related.context == (await memory.recall(temples, **scope)).context != ""
-    assert related.relevance == near >= 0.3
+    assert related.relevance == near >= 1.0
 
 
-@pytest.mark.parametrize("floor", [-0.1, 1.5, float("nan")])
+@pytest.mark.parametrize("floor", [-0.1, float("nan")])
 def test_min_relevance_is_a_share(floor: float) -> None:
     with pytest.raises((LimitError, ArgumentTypeError), match="min_relevance"):
         RecallOptions(min_relevance=floor)

@@ -1,12 +1,13 @@
-"""Relevance (`recall.relevance`): the nearest fact's similarity placed between the scope's own levels,
-so that a floor on it means the same under any embedder's scale. Pure: no database."""
+"""Relevance (`recall.relevance`): how far the query's nearest fact stands above its typical one, in
+units of the scope's own spread, so that a floor on it means the same under any embedder's scale.
+Pure: no database (the typical similarity, SQL's `percentile_cont(0.5)`, is numpy's median here)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from memsoda_core.recall.relevance import Calibration, calibrate, nearest_relevance
+from memsoda_core.recall.relevance import Calibration, calibrate
 
 
 def _unit(rows: np.ndarray) -> np.ndarray:
@@ -19,9 +20,11 @@ def _lifted(rows: np.ndarray, c: float) -> np.ndarray:
     return np.hstack([rows * np.sqrt(1 - c), np.full((len(rows), 1), np.sqrt(c))])
 
 
-def _relevance(facts: np.ndarray, query: np.ndarray) -> float | None:
+def _relevance(facts: np.ndarray, query: np.ndarray) -> float:
     levels = calibrate(facts, "m")
-    return nearest_relevance((facts @ query).tolist(), levels)
+    assert levels is not None
+    similarities = facts @ query
+    return levels.relevance(float(similarities.max()), float(np.median(similarities)))
 
 
 @pytest.mark.parametrize("c", [0.3, 0.6, 0.9])
@@ -32,19 +35,17 @@ def test_relevance_does_not_move_when_the_embedders_scale_does(c: float) -> None
     for query in queries:
         plain = _relevance(facts, query)
         lifted = _relevance(_lifted(facts, c), _lifted(query[None, :], c)[0])
-        assert plain is not None and lifted == pytest.approx(plain, abs=1e-3)
+        assert lifted == pytest.approx(plain, abs=1e-9)
     near, far = (_relevance(facts, query) for query in queries)
-    assert near is not None and far is not None and near > far
+    assert near > far
 
 
 def test_a_scope_too_small_or_all_alike_has_no_levels() -> None:
     assert calibrate(_unit(np.eye(4)[:2]), "m") is None
     assert calibrate(np.ones((5, 4)), "m") is None
-    assert nearest_relevance([0.9], None) is None
 
 
-def test_nothing_found_is_not_judged() -> None:
+def test_relevance_is_the_query_gap_in_units_of_the_memory_gap() -> None:
     levels = Calibration(unrelated=0.2, related=0.6, sampled=10, model="m")
-    assert nearest_relevance([], levels) is None
-    assert nearest_relevance([0.2, 0.4], levels) == pytest.approx(0.5)
-    assert levels.relevance(0.6) == pytest.approx(1.0)
+    assert levels.relevance(0.7, 0.3) == pytest.approx(1.0)  # stands out as a fact beside its neighbour
+    assert levels.relevance(0.5, 0.4) == pytest.approx(0.25)

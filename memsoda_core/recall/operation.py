@@ -22,8 +22,7 @@ from memsoda_core.recall.asof import question_as_of
 from memsoda_core.recall.dates import question_window
 from memsoda_core.recall.hits import HitRow, hit_rows
 from memsoda_core.recall.planning import ScopeSizes, statement_planning
-from memsoda_core.recall.relevance import CalibrationCache, nearest_relevance
-from memsoda_core.recall.relevance import calibration as read_calibration
+from memsoda_core.recall.relevance import CalibrationCache, query_relevance
 from memsoda_core.recall.result import (
     assemble,
     decode_episodes,
@@ -150,10 +149,12 @@ def recall(
     mark = time.perf_counter()
     rows = [row for statement_rows in results for row in statement_rows]
     scope_empty = not scope_facts and not rows  # a size remembered as 0 is out of date once it has hits
-    relevance = None  # judged only when asked for: the levels cost one read per scope and minute
+    relevance = None  # measured only when a floor asks: one small statement, the levels remembered
     if options.min_relevance is not None and embedding is not None:
-        levels = yield from read_calibration(info, scope, calibrations)
-        relevance = nearest_relevance(vector_similarities(rows), levels)
+        nearest = max(vector_similarities(rows), default=None)
+        relevance = yield from query_relevance(info, scope, params, nearest, calibrations)
+        timings["relevance"] = _ms(mark)
+        mark = time.perf_counter()
     irrelevant = relevance is not None and options.min_relevance is not None and relevance < options.min_relevance
     kept = [] if irrelevant else fuse_hits(rows, options, exclude=exclude)
     timings["fuse"] = _ms(mark)

@@ -1,20 +1,25 @@
 """How relevant memory is to a query, on a scale the embedder cannot move (`RecallOptions.min_relevance`).
 
 A raw cosine means nothing across embedders: two unrelated sentences score about 0.05 under one
-model and 0.75 under another. So the query's similarity to its nearest fact is placed between
-two levels the scope's own facts show under the same embedder: how alike two of its facts are
-(`unrelated`, the median over pairs of its latest facts) and how alike a fact and its nearest
-neighbour among them are (`related`, the median over those facts). A query's relevance is
-`(similarity - unrelated) / (related - unrelated)`: 0 at a typical pair of the memory's facts, 1
-at a typical fact's nearest neighbour. Both levels move with the embedder's scale as the query's
-similarity does, so a floor on relevance means the same under any model (an affine change of the
-similarities leaves it unchanged exactly). The levels are read from the scope's latest
-`SAMPLE_FACTS` facts, live or not (one index range scan), and remembered per scope for
-`CALIBRATION_TTL_S`; a write through the same store forgets them."""
+model and 0.8 under another, and a model may place questions apart from statements. So relevance
+compares two gaps, each measured under the same embedder on the scope's own latest
+`SAMPLE_FACTS` facts:
+
+- the query's: how far its nearest fact stands above its *typical* fact (its median similarity to
+  the sample), which cancels both the model's scale and where it places questions;
+- the memory's (`Calibration`): how far a fact's nearest neighbour among the sample stands above
+  two typical facts of it (medians), the unit.
+
+`relevance = (nearest - typical) / (related - unrelated)`: 1 when the query stands out from the
+memory as a stored fact stands out beside its nearest neighbour, near 0 when nothing stands out.
+Any affine change of the similarities leaves it unchanged exactly. The memory's levels are one read
+of the sample's embeddings, remembered per scope and model for `CALIBRATION_TTL_S` (a write through
+the same store forgets them); the query's typical similarity is one small statement per recall,
+sent only when the floor is set."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,9 +57,17 @@ class Calibration:
     model: str
     """The embedder whose vectors they come from: another model's levels are read again."""
 
-    def relevance(self, similarity: float) -> float:
-        """Where `similarity` falls: 0 at `unrelated`, 1 at `related` (beyond either end too)."""
-        return (similarity - self.unrelated) / (self.related - self.unrelated)
+    def relevance(self, nearest: float, typical: float) -> float:
+        """How far the query's `nearest` similarity stands above its `typical` one, in units of
+        `related - unrelated`."""
+        return (nearest - typical) / (self.related - self.unrelated)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TypicalRow:
+    """The query's median similarity to the sample, by column name (None: no facts)."""
+
+    typical: float | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,6 +104,15 @@ def latest_vectors_statement(schema: str) -> sql.Composed:
     ).format(s=sql.Identifier(schema), tenant=tenant_predicate("f"))
 
 
+def typical_statement(schema: str) -> sql.Composed:
+    """The median similarity of the query embedding %(qvec)s to scope %(dataset)s / %(project)s's
+    latest %(sample_facts)s facts (the sample `latest_vectors_statement` reads)."""
+    return sql.SQL(
+        "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY 1 - (f.embedding <=> %(qvec)s)) AS typical "
+        "FROM (SELECT f.embedding FROM {s}.facts f WHERE {tenant} ORDER BY f.id DESC LIMIT %(sample_facts)s) f"
+    ).format(s=sql.Identifier(schema), tenant=tenant_predicate("f"))
+
+
 class CalibrationCache(ScopeMemo[Calibration]):
     """scope -> its `Calibration`, for `CALIBRATION_TTL_S` (a scope without one is read again: it
     has a few facts at most)."""
@@ -123,8 +145,20 @@ def calibration(info: StoreInfo, scope: Scope, cache: CalibrationCache | None) -
     return found
 
 
-def nearest_relevance(similarities: Iterable[float], levels: Calibration | None) -> float | None:
-    """The relevance of the most similar of the vector signal's facts; None when the scope has no
-    levels or the signal found nothing (nothing is judged then)."""
-    best = max(similarities, default=None)
-    return None if best is None or levels is None else round(levels.relevance(best), 4)
+def query_relevance(
+    info: StoreInfo, scope: Scope, params: Mapping[str, Any], nearest: float | None, cache: CalibrationCache | None
+) -> Operation[float | None]:
+    """The relevance of the query (embedding `params["qvec"]`) whose nearest fact has similarity
+    `nearest`; None when nothing is judged (no nearest fact, or a scope without levels)."""
+    if nearest is None:
+        return None
+    levels = yield from calibration(info, scope, cache)
+    if levels is None:
+        return None
+    rows = yield from execute_as(
+        TypicalRow,
+        typical_statement(info.schema),
+        {"dataset": scope.dataset, "project": scope.project, "sample_facts": SAMPLE_FACTS, "qvec": params["qvec"]},
+    )
+    typical = rows[0].typical if rows else None
+    return None if typical is None else round(levels.relevance(nearest, typical), 4)
