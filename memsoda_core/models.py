@@ -243,9 +243,10 @@ class RecallResult:
     """Which fusion the memory chose from its statistics for the options the caller left to it;
     None when the caller set them all."""
     relevance: float | None = None
-    """The query's nearest fact's relevance (`RecallOptions.min_relevance`, `recall.relevance`: 0 at
-    two typical facts of the scope, 1 at a fact's nearest neighbour), measured when the caller set
-    `min_relevance` and the scope has at least 3 facts; else None."""
+    """The query's relevance (`RecallOptions.min_relevance`, `recall.relevance`: how far its nearest
+    fact stands above its typical one, in units of the scope's own gap between a fact's nearest
+    neighbour and a typical pair), measured when the caller set `min_relevance` and the scope has
+    at least 3 facts; else None."""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-serializable data."""
