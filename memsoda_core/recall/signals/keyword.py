@@ -13,12 +13,13 @@ from memsoda_core.option_checks import check_between, check_not_negative, check_
 from memsoda_core.recall.fragments import fragment
 from memsoda_core.recall.hits import HitRow
 from memsoda_core.recall.signals.entities import HUB_TERMS, NAMED_ENTITIES
+from memsoda_core.recall.signals.live import LIVE_FACTS, reads_live
 from memsoda_core.recall.signals.spec import RecallPlan, RecallRequest, SignalSpec
 from memsoda_core.store.params import TextArray
 from memsoda_core.text import normalized_terms
 
 
-def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = False) -> sql.Composed:
+def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = False, live: bool = False) -> sql.Composed:
     """Full-text search for the query's lexemes (its terms stemmed by the store's config), minus the
     terms of any hub named in the query (a match on nothing but a hub's name is noise) and the terms
     too common in the scope (`keyword.common_term_share`). Of the n lexemes left, a fact must
@@ -42,7 +43,8 @@ def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = Fal
     each live fact: there the pairs (n(n-1)/2 of them) cost more than the facts' other tests
     together for a long query (a `remember` window's user turns), so `q_any` (any lexeme, implied
     by `q`: the result is the same) is tested first and turns most facts away in n lookups
-    (bench/RESULTS.md section 8).
+    (bench/RESULTS.md section 8). With `live` (a scope searched exactly) the pool is drawn from the
+    scope's live facts as read once for every signal (`signals.live`).
 
     The scope's size and the common-term bound (`keyword_scope`), the terms and the hubs are
     MATERIALIZED CTEs, so each lookup and the tsquery are built once; each lexeme's count sits
@@ -91,7 +93,7 @@ def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = Fal
     keyword_pool AS (
         SELECT f.id, f.valid_at, f.tsv, m.score
         FROM keyword_any ka
-        JOIN {facts} f ON {index_where_f} AND f.tsv @@ ka.q_any AND f.tsv @@ ka.q
+        JOIN {pool_facts} AND f.tsv @@ ka.q_any AND f.tsv @@ ka.q
         CROSS JOIN LATERAL (SELECT count(*) AS n, sum(u.idf) AS score
                             FROM unnest(ka.qs, ka.idfs) AS u(q, idf) WHERE f.tsv @@ u.q) m
         CROSS JOIN LATERAL (SELECT count(*) AS n FROM unnest(ka.hub_qs) AS h(q) WHERE f.tsv @@ h.q) h
@@ -111,11 +113,14 @@ def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = Fal
         access=access,
         known=known,
         hub_terms=sql.SQL(HUB_TERMS),
+        pool_facts=sql.SQL("live f ON true")
+        if live
+        else fragment("{facts} f ON {index_where_f}", schema, access=access, known=known),
     )
 
 
 def _ctes(schema: str, plan: RecallPlan, access: ScopeAccess) -> Sequence[sql.Composable]:
-    return (keyword_ctes(schema, access, known=plan.known),)
+    return (keyword_ctes(schema, access, known=plan.known, live=reads_live(plan)),)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -169,5 +174,5 @@ SIGNAL = SignalSpec(
     details=(("matched", "matched"),),
     params=_params,
     explain=_explain,
-    requires=(NAMED_ENTITIES,),
+    requires=(LIVE_FACTS, NAMED_ENTITIES),
 )
