@@ -18,6 +18,52 @@ from memsoda_core.recall.signals.spec import RecallPlan, RecallRequest, SignalSp
 from memsoda_core.store.params import TextArray
 from memsoda_core.text import normalized_terms
 
+_POOL = """
+    keyword_pool AS (
+        SELECT f.id, f.valid_at, f.tsv, m.score
+        FROM keyword_any ka
+        JOIN {facts} f ON {index_where_f} AND f.tsv @@ ka.q_any AND f.tsv @@ ka.q
+        CROSS JOIN LATERAL (SELECT count(*) AS n, sum(u.idf) AS score
+                            FROM unnest(ka.qs, ka.idfs) AS u(q, idf) WHERE f.tsv @@ u.q) m
+        CROSS JOIN LATERAL (SELECT count(*) AS n FROM unnest(ka.hub_qs) AS h(q) WHERE f.tsv @@ h.q) h
+        WHERE m.n + h.n >= ka.m),
+    keyword_ranked AS (
+        SELECT id, valid_at, tsv, row_number() OVER (ORDER BY score DESC, valid_at DESC, id DESC) AS rank
+        FROM keyword_pool
+        ORDER BY rank
+        LIMIT %(keyword_candidates)s),
+    keyword_hits AS (
+        SELECT r.id AS fact_id, r.valid_at, r.rank,
+               (SELECT array_agg(u.term) FROM unnest(ka.qs || ka.hub_qs, ka.terms || ka.hub_names) AS u(q, term)
+                WHERE r.tsv @@ u.q) AS matched
+        FROM keyword_ranked r CROSS JOIN keyword_any ka
+        ORDER BY r.rank)"""
+"""The pool, its ranks and the matched terms of those kept (see `keyword_ctes`)."""
+
+_LIVE_POOL = """
+    keyword_pool AS (
+        SELECT f.id, f.valid_at, m.score, m.matched
+        FROM keyword_any ka
+        JOIN live f ON f.tsv @@ ka.q_any AND f.tsv @@ ka.q
+        CROSS JOIN LATERAL (SELECT count(u.idf) AS n, count(*) - count(u.idf) AS h, sum(u.idf) AS score,
+                                   array_agg(u.term) AS matched
+                            FROM unnest(ka.qs || ka.hub_qs, ka.idfs, ka.terms || ka.hub_names) AS u(q, idf, term)
+                            WHERE f.tsv @@ u.q) m
+        WHERE m.n + m.h >= ka.m),
+    keyword_ranked AS (
+        SELECT id, valid_at, matched, row_number() OVER (ORDER BY score DESC, valid_at DESC, id DESC) AS rank
+        FROM keyword_pool
+        ORDER BY rank
+        LIMIT %(keyword_candidates)s),
+    keyword_hits AS (
+        SELECT r.id AS fact_id, r.valid_at, r.rank, r.matched
+        FROM keyword_ranked r
+        ORDER BY r.rank)"""
+"""`_POOL` over the scope's live facts (`signals.live`), each pool fact's terms listed as it is
+scored (one test of each term; the hubs are those terms without an IDF, `unnest` padding the IDFs
+with NULLs): a scope searched exactly has few pool facts, so listing them all costs less than
+testing the kept ones again, and the pool carries no `tsv` through its sort."""
+
 
 def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = False, live: bool = False) -> sql.Composed:
     """Full-text search for the query's lexemes (its terms stemmed by the store's config), minus the
@@ -89,33 +135,12 @@ def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = Fal
                array_agg(term ORDER BY i) AS terms,
                (SELECT array_agg(h.q ORDER BY h.name) FROM keyword_hubs h) AS hub_qs,
                (SELECT array_agg(h.name ORDER BY h.name) FROM keyword_hubs h) AS hub_names
-        FROM keyword_terms),
-    keyword_pool AS (
-        SELECT f.id, f.valid_at, f.tsv, m.score
-        FROM keyword_any ka
-        JOIN {pool_facts} AND f.tsv @@ ka.q_any AND f.tsv @@ ka.q
-        CROSS JOIN LATERAL (SELECT count(*) AS n, sum(u.idf) AS score
-                            FROM unnest(ka.qs, ka.idfs) AS u(q, idf) WHERE f.tsv @@ u.q) m
-        CROSS JOIN LATERAL (SELECT count(*) AS n FROM unnest(ka.hub_qs) AS h(q) WHERE f.tsv @@ h.q) h
-        WHERE m.n + h.n >= ka.m),
-    keyword_ranked AS (
-        SELECT id, valid_at, tsv, row_number() OVER (ORDER BY score DESC, valid_at DESC, id DESC) AS rank
-        FROM keyword_pool
-        ORDER BY rank
-        LIMIT %(keyword_candidates)s),
-    keyword_hits AS (
-        SELECT r.id AS fact_id, r.valid_at, r.rank,
-               (SELECT array_agg(u.term) FROM unnest(ka.qs || ka.hub_qs, ka.terms || ka.hub_names) AS u(q, term)
-                WHERE r.tsv @@ u.q) AS matched
-        FROM keyword_ranked r CROSS JOIN keyword_any ka
-        ORDER BY r.rank)""",
+        FROM keyword_terms),{pool}""",
         schema,
         access=access,
         known=known,
         hub_terms=sql.SQL(HUB_TERMS),
-        pool_facts=sql.SQL("live f ON true")
-        if live
-        else fragment("{facts} f ON {index_where_f}", schema, access=access, known=known),
+        pool=sql.SQL(_LIVE_POOL) if live else fragment(_POOL, schema, access=access, known=known),
     )
 
 
