@@ -41,15 +41,18 @@ _POOL = """
 """The pool, its ranks and the matched terms of those kept (see `keyword_ctes`)."""
 
 _LIVE_POOL = """
+    keyword_term_qs AS MATERIALIZED (
+        SELECT u.i, u.q, u.idf, u.term
+        FROM keyword_any ka
+        CROSS JOIN LATERAL unnest(ka.qs || ka.hub_qs, ka.idfs, ka.terms || ka.hub_names)
+                           WITH ORDINALITY AS u(q, idf, term, i)),
     keyword_pool AS (
-        SELECT f.id, f.valid_at, m.score, m.matched
+        SELECT f.id, f.valid_at, sum(u.idf) AS score, array_agg(u.term ORDER BY u.i) AS matched
         FROM keyword_any ka
         JOIN live f ON f.tsv @@ ka.q_any AND f.tsv @@ ka.q
-        CROSS JOIN LATERAL (SELECT count(u.idf) AS n, count(*) - count(u.idf) AS h, sum(u.idf) AS score,
-                                   array_agg(u.term) AS matched
-                            FROM unnest(ka.qs || ka.hub_qs, ka.idfs, ka.terms || ka.hub_names) AS u(q, idf, term)
-                            WHERE f.tsv @@ u.q) m
-        WHERE m.n + m.h >= ka.m),
+        JOIN keyword_term_qs u ON f.tsv @@ u.q
+        GROUP BY f.id, f.valid_at, ka.m
+        HAVING count(*) >= ka.m),
     keyword_ranked AS (
         SELECT id, valid_at, matched, row_number() OVER (ORDER BY score DESC, valid_at DESC, id DESC) AS rank
         FROM keyword_pool
@@ -59,10 +62,13 @@ _LIVE_POOL = """
         SELECT r.id AS fact_id, r.valid_at, r.rank, r.matched
         FROM keyword_ranked r
         ORDER BY r.rank)"""
-"""`_POOL` over the scope's live facts (`signals.live`), each pool fact's terms listed as it is
-scored (one test of each term; the hubs are those terms without an IDF, `unnest` padding the IDFs
-with NULLs): a scope searched exactly has few pool facts, so listing them all costs less than
-testing the kept ones again, and the pool carries no `tsv` through its sort."""
+"""`_POOL` over the scope's live facts (`signals.live`): the query's terms (its lexemes, then the
+named hubs', which have no IDF: `unnest` pads the IDFs with NULLs) listed once, and each pool fact
+joined to those it holds, so a fact's count (lexemes and hubs), IDF sum and matched terms (in the
+terms' order) come from one test of each term. A fact holding none is not in the join, where the
+rule's count (at least 1) would drop it anyway. A scope searched exactly has few pool facts, so
+listing every one's terms costs less than testing the kept ones again, and the pool carries no
+`tsv` through its sort (bench/RESULTS.md, "One scan of a small scope")."""
 
 
 def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = False, live: bool = False) -> sql.Composed:
