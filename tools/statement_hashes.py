@@ -366,7 +366,10 @@ def _inserts() -> Iterator[Entry]:
 
 
 def _constants() -> Iterator[Entry]:
-    yield from _defined((sql.Composable, Compiled))
+    """Module-level statements, and tuples of them (`runner.policy.SESSION_SETTINGS`)."""
+    for name, value in _defined((sql.Composable, Compiled, tuple)):
+        if not isinstance(value, tuple) or (value and len(_statements(value)) == len(value)):
+            yield from _named(name, value)
 
 
 def _layouts_and_migrations() -> Iterator[Entry]:
