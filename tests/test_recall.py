@@ -694,10 +694,15 @@ def test_a_small_scopes_one_statement_finds_what_the_two_statements_and_the_read
         {"subject": "user", "predicate": "visited", "object": f"town number {i}", "object_type": "PLACE"}
         for i in range(30)
     ]
-    sync_memory.add_facts(BRIDGE_WITH_MENTION + towns, **scope)
+    hub = [  # caroline is a hub: her name completes a keyword hit's term count (the live pool's hub terms)
+        {"subject": "caroline", "predicate": "likes", "object": f"hobby {i}", "object_type": "HOBBY"} for i in range(20)
+    ]
+    hub.append({"subject": "caroline", "predicate": "is planning to camp at", "object": "craters of the moon"})
+    sync_memory.add_facts(BRIDGE_WITH_MENTION + towns + hub, **scope)
     options = RecallOptions(facts_in_context=5).filled(GENERAL_OPTIONS)
     schema = sync_memory.info.schema
-    for query in (NETFLIX_QUERY, "which town did the user visit with netflix"):
+    queries = (NETFLIX_QUERY, "which town did the user visit with netflix", "where is caroline going camping next")
+    for query in queries:
         request = RecallRequest(
             scope=Scope(**scope),
             query=query,
@@ -724,3 +729,4 @@ def test_a_small_scopes_one_statement_finds_what_the_two_statements_and_the_read
         columns = {row.fact_id: row.fact for row in one if row.fact is not None}
         assert len(kept) == options.facts_in_context and set(columns) == set(kept)  # read: those fusion keeps
         assert {row[0]: tuple(row) for row in read} == columns
+    assert ["camping", "caroline"] in [row.matched for row in one if row.signal == "keyword"]  # a hub's name counted

@@ -11,6 +11,8 @@ moves the choice. Options the caller set are never changed: only those left at N
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from memsoda_core.models import FusionChoice, ScopeStats
 from memsoda_core.options import FIRST_PERSON_OPTIONS, GENERAL_OPTIONS, RecallOptions
 
@@ -62,10 +64,17 @@ def choose(options: RecallOptions, stats: ScopeStats | None) -> tuple[RecallOpti
         return options, None
     if stats is None:
         choice = FusionChoice(preset="general", chosen=left, reason="no query: the latest facts", stats=None)
-        return options.filled(GENERAL_OPTIONS), choice
+        return _filled(options, GENERAL_OPTIONS), choice
     chosen = first_person(stats)
     preset = FIRST_PERSON_OPTIONS if chosen else GENERAL_OPTIONS
     choice = FusionChoice(
         preset="first_person" if chosen else "general", chosen=left, reason=_reason(stats, chosen), stats=stats
     )
-    return options.filled(preset), choice
+    return _filled(options, preset), choice
+
+
+@lru_cache(maxsize=64)
+def _filled(options: RecallOptions, preset: RecallOptions) -> RecallOptions:
+    """`options.filled(preset)`, memoized: a memory's recalls ask it for the same few pairs, and
+    making the options again checks every group."""
+    return options.filled(preset)

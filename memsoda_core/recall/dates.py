@@ -23,6 +23,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
+from functools import lru_cache
 
 MONTHS = {
     name: number
@@ -104,9 +105,11 @@ def _day_text(moment: datetime) -> str:
     return moment.date().isoformat()
 
 
+@lru_cache(maxsize=256)
 def question_window(text: str | None, at: datetime) -> Window | None:
     """The window `text` names, resolved against `at` (the time of the question, timezone-aware;
-    naive means UTC); None when it names no date, or only dates after `at`."""
+    naive means UTC); None when it names no date, or only dates after `at`. Memoized: pure, and
+    a recall asks it three times (`recall.asof`, the date signal's `runs` and `params`)."""
     if not text:
         return None
     if at.tzinfo is None:

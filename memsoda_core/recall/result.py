@@ -23,7 +23,9 @@ def statement_params(request: RecallRequest, registry: Sequence[SignalSpec] = RE
     """Every bound value of the recall statements (those of every signal, whichever run: each
     derives its own from the request), and of the episodes' read. Options still left to the memory
     (`recall.adaptive` did not choose: a caller outside a recall) take the general values."""
-    request = replace(request, options=request.options.filled(GENERAL_OPTIONS))
+    options = request.options.filled(GENERAL_OPTIONS)
+    if options is not request.options:
+        request = replace(request, options=options)
     scope = request.scope
     params: dict[str, Any] = {
         "dataset": scope.dataset,

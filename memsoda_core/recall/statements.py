@@ -105,6 +105,7 @@ def kept_hits_statement(
     statement's ranks (k %(rrf_k)s) puts first, ties as `result.fuse_hits` breaks them; NULLs for
     the others. Fusion itself stays `result.fuse_hits`'s: a fact it keeps without columns (one left
     out by `exclude`, a tie at the cut) is read after it, as every kept fact is in the other form."""
+    plan = replace(plan, exact=True)  # its signals read the scope's live facts once (`signals.live`)
     form = access.form
     if form.named is None:
         return _kept_hits_statement(schema, plan, form, registry)

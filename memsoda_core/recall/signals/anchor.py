@@ -16,6 +16,7 @@ from memsoda_core.option_checks import check_between, check_cosine, check_not_ne
 from memsoda_core.recall.fragments import fragment
 from memsoda_core.recall.hits import HitRow
 from memsoda_core.recall.signals.entities import NAMED_ENTITIES, name_like, real_name
+from memsoda_core.recall.signals.live import LIVE_FACTS, reads_live
 from memsoda_core.recall.signals.spec import RecallPlan, RecallRequest, SignalSpec
 
 NEAR_MIN_POOL = 10
@@ -85,12 +86,16 @@ _HOP2 = """
             WHERE fe.fact_id NOT IN (SELECT fact_id FROM hop1)
             GROUP BY fe.fact_id
         ) AS t
-        CROSS JOIN LATERAL (
+        {hop_facts}),"""
+
+_HOP_FACTS = """CROSS JOIN LATERAL (
             SELECT {distance} AS distance, f.valid_at
             FROM {facts} f
             WHERE {where_f} AND f.id = t.fact_id
             OFFSET 0
-        ) AS f),"""
+        ) AS f"""
+"""Each hop's fact (live, with its distance to the query) looked up by id; in a scope searched
+exactly, joined from its live facts instead (`signals.live`), read once for every signal."""
 
 _HIT_COLUMNS = "fact_id, matches, via, via_named, via_similarity, distance, valid_at"
 """The columns of each hop's rows, in the order `anchor_hits` unites them."""
@@ -121,12 +126,7 @@ _ANCHOR = """
             ) AS fe
             GROUP BY fe.fact_id
         ) AS t
-        CROSS JOIN LATERAL (
-            SELECT {distance} AS distance, f.valid_at
-            FROM {facts} f
-            WHERE {where_f} AND f.id = t.fact_id
-            OFFSET 0
-        ) AS f),{hop2}
+        {hop_facts}),{hop2}
     anchor_hits AS (
         SELECT x.hop, x.fact_id, x.matches, x.via, x.via_named, x.via_similarity, x.distance, x.valid_at,
                row_number() OVER (ORDER BY x.hop, x.matches DESC, x.distance NULLS LAST,
@@ -160,12 +160,20 @@ def anchor_ctes(schema: str, plan: RecallPlan, access: ScopeAccess = SHARED) -> 
     each fact, in a LATERAL subquery behind `OFFSET 0`, which PostgreSQL does not
     flatten. As a plain join, the generic plan of a 100k-fact tenant merged the anchors with all
     172,823 of its links (28-48 ms, a tenth of the recalls; 4-6 ms with the fence), and on a store
-    of many small scopes the facts were read by a scan of the scope."""
+    of many small scopes the facts were read by a scan of the scope. A scope searched exactly
+    (`RecallPlan.exact`) is scanned once for every signal (`signals.live`): both hops join those
+    rows."""
     distance = sql.SQL("f.embedding <=> %(qvec)s" if plan.embedding else "NULL::float8")
     near_union = sql.SQL("UNION ALL SELECT id, name, false, s FROM near" if plan.embedding else "")
     two_hops = plan.hops >= 2
     columns = sql.SQL(_HIT_COLUMNS)
-    part = partial(fragment, access=access, known=plan.known, distance=distance)
+    live = reads_live(plan)
+    hop_facts = (
+        sql.SQL("JOIN live f ON f.id = t.fact_id")
+        if live
+        else fragment(_HOP_FACTS, schema, access=access, known=plan.known, distance=distance)
+    )
+    part = partial(fragment, access=access, known=plan.known, hop_facts=hop_facts)
     hop2 = part(_HOP2, schema, real=sql.SQL(real_name("b.name")))
     return part(
         _ANCHOR,
@@ -277,5 +285,5 @@ SIGNAL = SignalSpec(
     ),
     params=_params,
     explain=_explain,
-    requires=(NAMED_ENTITIES,),
+    requires=(LIVE_FACTS, NAMED_ENTITIES),
 )

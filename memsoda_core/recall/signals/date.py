@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import lru_cache
 from typing import Any, ClassVar
 
 from psycopg import sql
@@ -78,12 +77,7 @@ class DateOptions:
 def asked_window(request: RecallRequest) -> Window | None:
     """The window the question names, resolved against the time it is asked; None when it names
     none or `date.candidates` is 0 (the signal is off)."""
-    return _question_window(request.query, request.question_time) if request.options.date.candidates else None
-
-
-@lru_cache(maxsize=256)
-def _question_window(query: str | None, at: datetime) -> Window | None:
-    return question_window(query, at)  # pure: asked by `runs`, `params` and `recall.asof` alike
+    return question_window(request.query, request.question_time) if request.options.date.candidates else None
 
 
 def _params(inputs: RecallRequest) -> Mapping[str, Any]:

@@ -13,12 +13,65 @@ from memsoda_core.option_checks import check_between, check_not_negative, check_
 from memsoda_core.recall.fragments import fragment
 from memsoda_core.recall.hits import HitRow
 from memsoda_core.recall.signals.entities import HUB_TERMS, NAMED_ENTITIES
+from memsoda_core.recall.signals.live import LIVE_FACTS, reads_live
 from memsoda_core.recall.signals.spec import RecallPlan, RecallRequest, SignalSpec
 from memsoda_core.store.params import TextArray
 from memsoda_core.text import normalized_terms
 
+_POOL = """
+    keyword_pool AS (
+        SELECT f.id, f.valid_at, f.tsv, m.score
+        FROM keyword_any ka
+        JOIN {facts} f ON {index_where_f} AND f.tsv @@ ka.q_any AND f.tsv @@ ka.q
+        CROSS JOIN LATERAL (SELECT count(*) AS n, sum(u.idf) AS score
+                            FROM unnest(ka.qs, ka.idfs) AS u(q, idf) WHERE f.tsv @@ u.q) m
+        CROSS JOIN LATERAL (SELECT count(*) AS n FROM unnest(ka.hub_qs) AS h(q) WHERE f.tsv @@ h.q) h
+        WHERE m.n + h.n >= ka.m),
+    keyword_ranked AS (
+        SELECT id, valid_at, tsv, row_number() OVER (ORDER BY score DESC, valid_at DESC, id DESC) AS rank
+        FROM keyword_pool
+        ORDER BY rank
+        LIMIT %(keyword_candidates)s),
+    keyword_hits AS (
+        SELECT r.id AS fact_id, r.valid_at, r.rank,
+               (SELECT array_agg(u.term) FROM unnest(ka.qs || ka.hub_qs, ka.terms || ka.hub_names) AS u(q, term)
+                WHERE r.tsv @@ u.q) AS matched
+        FROM keyword_ranked r CROSS JOIN keyword_any ka
+        ORDER BY r.rank)"""
+"""The pool, its ranks and the matched terms of those kept (see `keyword_ctes`)."""
 
-def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = False) -> sql.Composed:
+_LIVE_POOL = """
+    keyword_term_qs AS MATERIALIZED (
+        SELECT u.i, u.q, u.idf, u.term
+        FROM keyword_any ka
+        CROSS JOIN LATERAL unnest(ka.qs || ka.hub_qs, ka.idfs, ka.terms || ka.hub_names)
+                           WITH ORDINALITY AS u(q, idf, term, i)),
+    keyword_pool AS (
+        SELECT f.id, f.valid_at, sum(u.idf) AS score, array_agg(u.term ORDER BY u.i) AS matched
+        FROM keyword_any ka
+        JOIN live f ON f.tsv @@ ka.q_any AND f.tsv @@ ka.q
+        JOIN keyword_term_qs u ON f.tsv @@ u.q
+        GROUP BY f.id, f.valid_at, ka.m
+        HAVING count(*) >= ka.m),
+    keyword_ranked AS (
+        SELECT id, valid_at, matched, row_number() OVER (ORDER BY score DESC, valid_at DESC, id DESC) AS rank
+        FROM keyword_pool
+        ORDER BY rank
+        LIMIT %(keyword_candidates)s),
+    keyword_hits AS (
+        SELECT r.id AS fact_id, r.valid_at, r.rank, r.matched
+        FROM keyword_ranked r
+        ORDER BY r.rank)"""
+"""`_POOL` over the scope's live facts (`signals.live`): the query's terms (its lexemes, then the
+named hubs', which have no IDF: `unnest` pads the IDFs with NULLs) listed once, and each pool fact
+joined to those it holds, so a fact's count (lexemes and hubs), IDF sum and matched terms (in the
+terms' order) come from one test of each term. A fact holding none is not in the join, where the
+rule's count (at least 1) would drop it anyway. A scope searched exactly has few pool facts, so
+listing every one's terms costs less than testing the kept ones again, and the pool carries no
+`tsv` through its sort (bench/RESULTS.md, "One scan of a small scope")."""
+
+
+def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = False, live: bool = False) -> sql.Composed:
     """Full-text search for the query's lexemes (its terms stemmed by the store's config), minus the
     terms of any hub named in the query (a match on nothing but a hub's name is noise) and the terms
     too common in the scope (`keyword.common_term_share`). Of the n lexemes left, a fact must
@@ -42,7 +95,8 @@ def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = Fal
     each live fact: there the pairs (n(n-1)/2 of them) cost more than the facts' other tests
     together for a long query (a `remember` window's user turns), so `q_any` (any lexeme, implied
     by `q`: the result is the same) is tested first and turns most facts away in n lookups
-    (bench/RESULTS.md section 8).
+    (bench/RESULTS.md section 8). With `live` (a scope searched exactly) the pool is drawn from the
+    scope's live facts as read once for every signal (`signals.live`).
 
     The scope's size and the common-term bound (`keyword_scope`), the terms and the hubs are
     MATERIALIZED CTEs, so each lookup and the tsquery are built once; each lexeme's count sits
@@ -87,35 +141,17 @@ def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = Fal
                array_agg(term ORDER BY i) AS terms,
                (SELECT array_agg(h.q ORDER BY h.name) FROM keyword_hubs h) AS hub_qs,
                (SELECT array_agg(h.name ORDER BY h.name) FROM keyword_hubs h) AS hub_names
-        FROM keyword_terms),
-    keyword_pool AS (
-        SELECT f.id, f.valid_at, f.tsv, m.score
-        FROM keyword_any ka
-        JOIN {facts} f ON {index_where_f} AND f.tsv @@ ka.q_any AND f.tsv @@ ka.q
-        CROSS JOIN LATERAL (SELECT count(*) AS n, sum(u.idf) AS score
-                            FROM unnest(ka.qs, ka.idfs) AS u(q, idf) WHERE f.tsv @@ u.q) m
-        CROSS JOIN LATERAL (SELECT count(*) AS n FROM unnest(ka.hub_qs) AS h(q) WHERE f.tsv @@ h.q) h
-        WHERE m.n + h.n >= ka.m),
-    keyword_ranked AS (
-        SELECT id, valid_at, tsv, row_number() OVER (ORDER BY score DESC, valid_at DESC, id DESC) AS rank
-        FROM keyword_pool
-        ORDER BY rank
-        LIMIT %(keyword_candidates)s),
-    keyword_hits AS (
-        SELECT r.id AS fact_id, r.valid_at, r.rank,
-               (SELECT array_agg(u.term) FROM unnest(ka.qs || ka.hub_qs, ka.terms || ka.hub_names) AS u(q, term)
-                WHERE r.tsv @@ u.q) AS matched
-        FROM keyword_ranked r CROSS JOIN keyword_any ka
-        ORDER BY r.rank)""",
+        FROM keyword_terms),{pool}""",
         schema,
         access=access,
         known=known,
         hub_terms=sql.SQL(HUB_TERMS),
+        pool=sql.SQL(_LIVE_POOL) if live else fragment(_POOL, schema, access=access, known=known),
     )
 
 
 def _ctes(schema: str, plan: RecallPlan, access: ScopeAccess) -> Sequence[sql.Composable]:
-    return (keyword_ctes(schema, access, known=plan.known),)
+    return (keyword_ctes(schema, access, known=plan.known, live=reads_live(plan)),)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -169,5 +205,5 @@ SIGNAL = SignalSpec(
     details=(("matched", "matched"),),
     params=_params,
     explain=_explain,
-    requires=(NAMED_ENTITIES,),
+    requires=(LIVE_FACTS, NAMED_ENTITIES),
 )

@@ -37,6 +37,9 @@ class RecallPlan:
     bitemporal one (`fragments.where`)."""
     signals: frozenset[str] = frozenset()
     """The signals that run (`SignalSpec.runs` of the request)."""
+    exact: bool = False
+    """The scope is searched exactly, in one statement (`statements.kept_hits_statement`): the
+    signals read its live facts once (`signals.live`)."""
 
 
 Vector = Sequence[float] | np.ndarray[Any, Any]

@@ -12,6 +12,7 @@ from memsoda_core.layouts.access import SHARED, ScopeAccess
 from memsoda_core.option_checks import check_between, check_types
 from memsoda_core.recall.fragments import fragment
 from memsoda_core.recall.hits import HitRow
+from memsoda_core.recall.signals.live import LIVE_FACTS, reads_live
 from memsoda_core.recall.signals.spec import RecallPlan, RecallRequest, SignalSpec
 
 NEAREST = """
@@ -54,7 +55,20 @@ def vector_cte(schema: str, access: ScopeAccess = SHARED, *, known: bool = False
     return nearest_cte(schema, "vector", "qvec", "vector_candidates", access, known=known)
 
 
+LIVE_NEAREST = """
+    vector_hits AS (
+        SELECT id AS fact_id, distance, valid_at,
+               row_number() OVER (ORDER BY distance, id DESC) AS rank
+        FROM (SELECT l.id, l.distance, l.valid_at
+              FROM live l
+              ORDER BY l.distance
+              LIMIT %(vector_candidates)s) v)"""
+"""`vector_cte` over the scope's live facts, their distances computed once (`signals.live`)."""
+
+
 def _ctes(schema: str, plan: RecallPlan, access: ScopeAccess) -> Sequence[sql.Composable]:
+    if reads_live(plan):
+        return (sql.SQL(LIVE_NEAREST),)
     return (vector_cte(schema, access, known=plan.known),)
 
 
@@ -87,4 +101,5 @@ SIGNAL = SignalSpec(
     details=(("similarity", "1 - distance"),),
     params=_params,
     explain=_explain,
+    requires=(LIVE_FACTS,),
 )

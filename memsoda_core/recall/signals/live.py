@@ -1,0 +1,50 @@
+"""The scope's live facts, read once for the signals of a scope searched exactly.
+
+A scope under the tenant-index threshold has no vector or text index of its own: the vector signal
+ranks every live fact by distance, the keyword signal tests every live fact's `tsv`, and the anchor
+signal looks each fact it reaches up again. In the one statement such a scope runs
+(`statements.kept_hits_statement`, `RecallPlan.exact`) they all read `live` instead: one scan of the
+scope, each fact's distance to the query computed once. Its predicate is the one each of them
+carried (`fragments.where`), so their lists are those of their own reads (bench/RESULTS.md,
+"One scan of a small scope").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from psycopg import sql
+
+from memsoda_core.layouts.access import ScopeAccess
+from memsoda_core.recall.fragments import fragment
+from memsoda_core.recall.signals.spec import RecallPlan, SharedCtes
+
+
+def reads_live(plan: RecallPlan) -> bool:
+    """The signals of `plan` read the `live` CTE rather than the facts table."""
+    return plan.exact
+
+
+def live_cte(schema: str, plan: RecallPlan, access: ScopeAccess) -> Sequence[sql.Composable]:
+    """`live` (id, valid_at, distance to %(qvec)s or NULL without a query embedding, tsv): the
+    scope's live facts, MATERIALIZED so it is read once however many signals read it. Nothing
+    for a plan whose signals read the facts themselves (a scope with indexes of its own)."""
+    if not reads_live(plan):
+        return ()
+    distance = sql.SQL("f.embedding <=> %(qvec)s" if plan.embedding else "NULL::float8")
+    return (
+        fragment(
+            """
+    live AS MATERIALIZED (
+        SELECT f.id, f.valid_at, {distance} AS distance, f.tsv
+        FROM {facts} f
+        WHERE {where_f})""",
+            schema,
+            access=access,
+            known=plan.known,
+            distance=distance,
+        ),
+    )
+
+
+LIVE_FACTS = SharedCtes(name="live facts", ctes=live_cte, params=lambda request: {})
