@@ -75,6 +75,21 @@ def test_recall_statements_name_the_scope_and_are_routed(memory: Memory, cluster
     check_routing(kinds, lambda text: False)  # every one a router plan, none on all 32 shards
 
 
+def test_a_small_scope_recall_is_one_statement(memory: Memory) -> None:
+    """Once the scope's size and statistics are remembered, a recall of a small scope sends one
+    statement: its signals and the kept facts' columns together, with no setting, transaction or
+    second read around it (on Citus each statement is parsed and planned again on the worker:
+    bench/RESULTS.md, "Where a small tenant's recall goes on Citus")."""
+    scope = new_scope()
+    memory.add_facts(FACTS, **scope)
+    assert memory.recall("where does Maya work?", **scope).facts  # remembers the size and statistics
+    with statements_sent() as sent:
+        assert memory.recall("where does Maya work?", **scope).facts
+    assert len(sent) == 1
+    ((text, _),) = sent
+    assert text.lstrip().startswith("WITH")
+
+
 def test_kept_plans_of_recall_statements_are_routed(memory: Memory, cluster: Any) -> None:
     """The plans PostgreSQL keeps for prepared statements (generic, planned without the values):
     Citus raises for any that would run on more than one shard (`multi_task_query_log_level`),
