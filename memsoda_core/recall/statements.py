@@ -93,7 +93,7 @@ LEFT JOIN (SELECT {fact_columns}
 WHERE h.rank = 1
    OR h.fact_id IN (SELECT fact_id FROM fused WHERE score >= (SELECT min(score) FROM kept) - {tie})"""
 
-TIE = sql.Literal(Decimal("1e-9"))
+TIE = Decimal("1e-9")
 """How far below the last kept fact's RRF sum a fact's rows are still returned: far wider than the
 difference rounding makes between SQL's sums and Python's (`fusion.rrf_ranks`, about 1e-17 at
 sums under 0.2); a wider margin only returns more rows."""
@@ -139,7 +139,7 @@ def _kept_hits_statement(
     columns = fact_columns(
         schema, default_partitions=access.default_partitions, named=access.named, leaves=access.leaves
     )
-    tail = _fragment(_KEPT_HITS, schema, access=access, hits=hits, fact_columns=columns, tie=TIE)
+    tail = _fragment(_KEPT_HITS, schema, access=access, hits=hits, fact_columns=columns, tie=sql.Literal(TIE))
     return rendered(sql.Composed([sql.SQL("WITH"), ctes, tail]))
 
 
