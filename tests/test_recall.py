@@ -677,7 +677,8 @@ def test_a_small_scopes_one_statement_finds_what_the_two_statements_and_the_read
     sync_memory: Memory, scope: dict[str, str]
 ) -> None:
     """`kept_hits_statement` (a scope searched exactly) returns the hit rows of the statements run
-    at once, and the columns the read after fusion gives for the facts that fusion keeps."""
+    at once that fusion reads (every row of the facts within reach of its cut, each list's first),
+    fusing as they do, and the columns the read after fusion gives for the facts that fusion keeps."""
     from datetime import UTC, datetime
 
     from memsoda_core.options import GENERAL_OPTIONS
@@ -724,8 +725,11 @@ def test_a_small_scopes_one_statement_finds_what_the_two_statements_and_the_read
             kept = [k.fact_id for k in fuse_hits(two, options)]
             read = _fetch(conn, Execute(facts_statement(schema), {**params, "fact_ids": BigintArray(kept)}))
             conn.set_autocommit(False)
-        key = lambda row: (row.signal, row.fact_id)  # noqa: E731
-        assert sorted((row._replace(fact=None) for row in one), key=key) == sorted(two, key=key)
+        returned = [row._replace(fact=None) for row in one]  # unhashable: `matched` is a list
+        assert all(row in two for row in returned) and len({(row.signal, row.fact_id) for row in one}) == len(one)
+        assert all(row in returned for row in two if row.fact_id in kept or row.rank == 1)  # each list's first
+        assert fuse_hits(one, options) == fuse_hits(two, options)
+        assert len(one) < len(two)  # the rows of facts out of reach of the cut are not returned
         columns = {row.fact_id: row.fact for row in one if row.fact is not None}
         assert len(kept) == options.facts_in_context and set(columns) == set(kept)  # read: those fusion keeps
         assert {row[0]: tuple(row) for row in read} == columns

@@ -95,8 +95,10 @@ def _maker(names: tuple[str, ...]) -> RowMaker[HitRow]:
 
 
 def hit_rows(cursor: BaseCursor[Any, Any]) -> RowMaker[HitRow]:
-    """psycopg row factory: each row of a recall statement as a `HitRow`, by column name."""
-    description = cursor.description
-    if description is None:
+    """psycopg row factory: each row of a recall statement as a `HitRow`, by column name (read from
+    the result itself: `cursor.description` builds an object per column, ~30 of them, at each
+    recall)."""
+    result = cursor.pgresult
+    if result is None or not result.nfields:
         return no_result
-    return _maker(tuple(column.name for column in description))
+    return _maker(tuple(bytes(result.fname(i) or b"").decode() for i in range(result.nfields)))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import replace
+from decimal import Decimal
 from functools import lru_cache
 
 from psycopg import sql
@@ -75,17 +76,27 @@ def _ctes_and_hits(
 
 _KEPT_HITS = """,
     hits AS ({hits}),
+    fused AS (
+        SELECT fact_id, sum(1.0 / (%(rrf_k)s::int + rank)) AS score, min(rank) AS best, max(valid_at_us) AS recent
+        FROM hits
+        GROUP BY fact_id),
     kept AS (
-        SELECT fact_id FROM hits
-        GROUP BY fact_id
-        ORDER BY sum(1.0 / (%(rrf_k)s::int + rank)) DESC, min(rank), max(valid_at_us) DESC, fact_id DESC
+        SELECT fact_id, score FROM fused
+        ORDER BY score DESC, best, recent DESC, fact_id DESC
         LIMIT %(kept_candidates)s)
 SELECT h.*, k.*
 FROM hits h
 LEFT JOIN (SELECT {fact_columns}
            FROM {facts} f
            JOIN {entities} a ON {scope_a} AND a.id = f.anchor_id
-           WHERE {scope_f} AND f.id IN (SELECT fact_id FROM kept)) AS k ON k.id = h.fact_id"""
+           WHERE {scope_f} AND f.id IN (SELECT fact_id FROM kept)) AS k ON k.id = h.fact_id
+WHERE h.rank = 1
+   OR h.fact_id IN (SELECT fact_id FROM fused WHERE score >= (SELECT min(score) FROM kept) - {tie})"""
+
+TIE = Decimal("1e-9")
+"""How far below the last kept fact's RRF sum a fact's rows are still returned: far wider than the
+difference rounding makes between SQL's sums and Python's (`fusion.rrf_ranks`, about 1e-17 at
+sums under 0.2); a wider margin only returns more rows."""
 
 
 def one_statement(scope_facts: int, tenant_index_min_facts: int, signals: Sequence[str]) -> bool:
@@ -104,7 +115,14 @@ def kept_hits_statement(
     its fact (`HitRow.fact`) when the fact is among the %(kept_candidates)s that RRF over the
     statement's ranks (k %(rrf_k)s) puts first, ties as `result.fuse_hits` breaks them; NULLs for
     the others. Fusion itself stays `result.fuse_hits`'s: a fact it keeps without columns (one left
-    out by `exclude`, a tie at the cut) is read after it, as every kept fact is in the other form."""
+    out by `exclude`, a tie at the cut) is read after it, as every kept fact is in the other form.
+
+    Only the rows fusion can use are returned: every row of a fact whose RRF sum reaches the last of
+    those %(kept_candidates)s (less `TIE`), and each list's first (the relevance floor reads the
+    vector list's). A fact below that has %(kept_candidates)s facts above it by more than rounding
+    in either sum, so fusion, which keeps fewer (`operation.KEPT_MARGIN`, `exclude`), never keeps
+    it: most of a recall's ~110 rows, left undecoded and unfused (bench/RESULTS.md, "One scan of a
+    small scope")."""
     plan = replace(plan, exact=True)  # its signals read the scope's live facts once (`signals.live`)
     form = access.form
     if form.named is None:
@@ -121,7 +139,7 @@ def _kept_hits_statement(
     columns = fact_columns(
         schema, default_partitions=access.default_partitions, named=access.named, leaves=access.leaves
     )
-    tail = _fragment(_KEPT_HITS, schema, access=access, hits=hits, fact_columns=columns)
+    tail = _fragment(_KEPT_HITS, schema, access=access, hits=hits, fact_columns=columns, tie=sql.Literal(TIE))
     return rendered(sql.Composed([sql.SQL("WITH"), ctes, tail]))
 
 
