@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from pgvector.psycopg import register_vector
 
-from memsoda_core import LocalEmbedder, Memory
+from memsoda_core import LocalEmbedder, Memory, RecallOptions
 from memsoda_core.distributed import distribute
 from memsoda_core.recall.scope_stats import stats_statement
 from memsoda_core.runner.policy import PREPARE_ONLY_WHEN_ASKED
@@ -141,3 +141,17 @@ def test_kept_plans_stay_right_when_the_tenant_moves(memory: Memory, cluster: An
     (moved,) = distribute(cluster.dsn, SCHEMA, isolate=[scope["dataset"]], transfer_mode="block_writes").isolated
     assert moved[0] == scope["dataset"]
     assert recalled() == before
+
+
+def test_the_relevance_floor_is_measured_with_routed_statements(memory: Memory, cluster: Any) -> None:
+    """`min_relevance` adds two reads (the scope's latest embeddings, the query's typical
+    similarity): each names the tenant, so each is a router plan."""
+    scope = new_scope()
+    memory.add_facts(FACTS, **scope)
+    floor = RecallOptions(min_relevance=0.3)
+    with statements_sent() as sent:
+        result = memory.recall("where does Maya work?", **scope, options=floor)
+    assert result.facts and result.relevance is not None and result.relevance >= 0.3
+    texts = [text if isinstance(text, str) else text.as_string(None) for text, _ in sent]
+    assert any("percentile_cont" in text for text in texts)  # the typical similarity was read here
+    check_routing(plans(cluster, sent), lambda text: False)
