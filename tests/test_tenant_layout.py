@@ -14,7 +14,7 @@ import pytest
 from helpers import generic_plan, plan_nodes
 from psycopg import sql
 
-from memsoda_core import ConfigurationError, Memory
+from memsoda_core import ConfigurationError, Memory, RecallOptions
 from memsoda_core.runner.compiled import Compiled
 from memsoda_core.store import layout as sql_layout
 from memsoda_core.store.schema import bump_layout_generation_statement
@@ -167,6 +167,19 @@ def test_a_moved_tenant_s_recall_reads_its_leaves_and_a_sibling_project_the_part
     assert (big.moved, small.moved, small.placed) == (True, False, True)
     assert LAYOUT.access(memory.info, BIG, big).leaves  # its rows are in its leaves: named
     assert not LAYOUT.access(memory.info, sibling, small).leaves  # in its dataset's rest partition
+
+
+def test_the_relevance_floor_reads_a_moved_tenant_and_a_small_one_alike(memory: Memory) -> None:
+    """`min_relevance` reads the scope's latest embeddings from the partitioned tables: a tenant in
+    its own leaves and one in its dataset's rest partition are both measured, off topic lower."""
+    sibling = Scope(dataset=BIG.dataset, project="notes")
+    memory.add_facts(_facts(THRESHOLD + 1), **vars(BIG))
+    memory.add_facts(_facts(5), **vars(sibling))
+    floor = RecallOptions(min_relevance=0.0)
+    for scope in (BIG, sibling):
+        near = memory.recall("who visited Town1?", **vars(scope), options=floor).relevance
+        far = memory.recall("lattice quantum chromodynamics on GPUs", **vars(scope), options=floor).relevance
+        assert near is not None and far is not None and far < near
 
 
 def test_a_size_remembered_from_before_the_move_still_finds_the_rows(
