@@ -23,7 +23,6 @@ from memsoda_core.options import RecallOptions
 from memsoda_core.recall.dates import question_window
 from memsoda_core.recall.hits import HitRow, hit_rows
 from memsoda_core.recall.relevance import (
-    MIN_SAMPLE,
     Calibration,
     calibrate,
     latest_vectors_statement,
@@ -117,9 +116,7 @@ def scope_calibration(conn: psycopg.Connection[Any], schema: str, scope: Scope) 
         latest_vectors_statement(schema),
         {"dataset": scope.dataset, "project": scope.project, "sample_facts": SAMPLE_FACTS},
     ).fetchall()
-    if len(rows) < MIN_SAMPLE:
-        return None
-    return calibrate(np.stack([np.asarray(row[0], dtype=np.float32) for row in rows]), "bench")
+    return calibrate([row[0] for row in rows], "bench")
 
 
 def relevance_of(

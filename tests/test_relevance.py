@@ -46,6 +46,6 @@ def test_a_scope_too_small_or_all_alike_has_no_levels() -> None:
 
 
 def test_relevance_is_the_query_gap_in_units_of_the_memory_gap() -> None:
-    levels = Calibration(unrelated=0.2, related=0.6, sampled=10, model="m")
+    levels = Calibration(unrelated=0.2, related=0.6, model="m")
     assert levels.relevance(0.7, 0.3) == pytest.approx(1.0)  # stands out as a fact beside its neighbour
     assert levels.relevance(0.5, 0.4) == pytest.approx(0.25)

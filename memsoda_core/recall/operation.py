@@ -62,8 +62,7 @@ from memsoda_core.validation import (
 KEPT_MARGIN = 1
 """Facts read beyond those fusion keeps (`kept_hits_statement`): SQL's RRF sums are not Python's, so a
 tie at the cut may fall the other way; a kept fact left unread is read after fusion. Both break
-ties alike, so one is enough: with none, 900 recalls of a 1,000-fact scope left no kept fact unread
-(4, the margin before, read a third more facts and returned more rows)."""
+ties alike, so one is enough (bench/RESULTS.md, "One scan of a small scope")."""
 
 
 def recall(
@@ -151,13 +150,13 @@ def recall(
     mark = time.perf_counter()
     rows = [row for statement_rows in results for row in statement_rows]
     scope_empty = not scope_facts and not rows  # a size remembered as 0 is out of date once it has hits
-    relevance = None  # measured only when a floor asks: one small statement, the levels remembered
+    relevance, irrelevant = None, False  # measured only when a floor asks: the levels remembered
     if options.min_relevance is not None and embedding is not None:
         nearest = max(vector_similarities(rows), default=None)
         relevance = yield from query_relevance(info, scope, params, nearest, calibrations)
+        irrelevant = relevance is not None and relevance < options.min_relevance
         timings["relevance"] = _ms(mark)
         mark = time.perf_counter()
-    irrelevant = relevance is not None and options.min_relevance is not None and relevance < options.min_relevance
     kept = [] if irrelevant else fuse_hits(rows, options, exclude=exclude)
     timings["fuse"] = _ms(mark)
     mark = time.perf_counter()

@@ -19,7 +19,7 @@ sent only when the floor is set."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,8 +52,6 @@ class Calibration:
     """The median similarity of two distinct facts among the scope's latest."""
     related: float
     """The median, over those facts, of the similarity to their nearest other one."""
-    sampled: int
-    """How many facts the levels were read from."""
     model: str
     """The embedder whose vectors they come from: another model's levels are read again."""
 
@@ -77,14 +75,13 @@ class VectorRow:
     embedding: Any
 
 
-def calibrate(vectors: np.ndarray[Any, Any], model: str) -> Calibration | None:
-    """The levels of the rows of `vectors` (one fact each, embedded by `model`), or None when they
-    cannot tell a related pair from an unrelated one (fewer than `MIN_SAMPLE` facts, or every pair
-    alike)."""
-    count = len(vectors)
+def calibrate(embeddings: Sequence[Any], model: str) -> Calibration | None:
+    """The levels of `embeddings` (one fact each, embedded by `model`), or None when they cannot
+    tell a related pair from an unrelated one (fewer than `MIN_SAMPLE` facts, or every pair alike)."""
+    count = len(embeddings)
     if count < MIN_SAMPLE:
         return None
-    unit = vectors.astype(np.float64)
+    unit = np.stack([np.asarray(embedding, dtype=np.float64) for embedding in embeddings])
     unit /= np.maximum(np.linalg.norm(unit, axis=1, keepdims=True), np.finfo(np.float64).tiny)
     similarities = unit @ unit.T
     pairs = similarities[np.triu_indices(count, k=1)]
@@ -93,7 +90,7 @@ def calibrate(vectors: np.ndarray[Any, Any], model: str) -> Calibration | None:
     related = float(np.median(similarities.max(axis=1)))
     if not related > unrelated:
         return None
-    return Calibration(unrelated=unrelated, related=related, sampled=count, model=model)
+    return Calibration(unrelated=unrelated, related=related, model=model)
 
 
 def latest_vectors_statement(schema: str) -> sql.Composed:
@@ -105,12 +102,12 @@ def latest_vectors_statement(schema: str) -> sql.Composed:
 
 
 def typical_statement(schema: str) -> sql.Composed:
-    """The median similarity of the query embedding %(qvec)s to scope %(dataset)s / %(project)s's
-    latest %(sample_facts)s facts (the sample `latest_vectors_statement` reads)."""
+    """The median similarity of the query embedding %(qvec)s to the sample `latest_vectors_statement`
+    reads."""
     return sql.SQL(
         "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY 1 - (f.embedding <=> %(qvec)s)) AS typical "
-        "FROM (SELECT f.embedding FROM {s}.facts f WHERE {tenant} ORDER BY f.id DESC LIMIT %(sample_facts)s) f"
-    ).format(s=sql.Identifier(schema), tenant=tenant_predicate("f"))
+        "FROM ({latest}) f"
+    ).format(latest=latest_vectors_statement(schema))
 
 
 class CalibrationCache(ScopeMemo[Calibration]):
@@ -129,9 +126,7 @@ def read_calibration(info: StoreInfo, scope: Scope) -> Operation[Calibration | N
         {"dataset": scope.dataset, "project": scope.project, "sample_facts": SAMPLE_FACTS},
         Planning.FRESH,
     )
-    if len(rows) < MIN_SAMPLE:
-        return None
-    return calibrate(np.stack([np.asarray(row.embedding, dtype=np.float32) for row in rows]), info.model)
+    return calibrate([row.embedding for row in rows], info.model)
 
 
 def calibration(info: StoreInfo, scope: Scope, cache: CalibrationCache | None) -> Operation[Calibration | None]:

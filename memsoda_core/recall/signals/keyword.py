@@ -18,6 +18,21 @@ from memsoda_core.recall.signals.spec import RecallPlan, RecallRequest, SignalSp
 from memsoda_core.store.params import TextArray
 from memsoda_core.text import normalized_terms
 
+_RANKED = """
+    keyword_ranked AS (
+        SELECT id, valid_at, {carried}, row_number() OVER (ORDER BY score DESC, valid_at DESC, id DESC) AS rank
+        FROM keyword_pool
+        ORDER BY rank
+        LIMIT %(keyword_candidates)s),"""
+"""The pool's first %(keyword_candidates)s by IDF sum, then recency and id, carrying {carried} (what
+`keyword_hits` reads: a fact's `tsv`, or its matched terms)."""
+
+
+def _ranked(carried: str) -> sql.Composed:
+    """`_RANKED` carrying the pool's column `carried` (memsoda's own name)."""
+    return sql.SQL(_RANKED).format(carried=sql.SQL(carried))
+
+
 _POOL = """
     keyword_pool AS (
         SELECT f.id, f.valid_at, f.tsv, m.score
@@ -26,12 +41,7 @@ _POOL = """
         CROSS JOIN LATERAL (SELECT count(*) AS n, sum(u.idf) AS score
                             FROM unnest(ka.qs, ka.idfs) AS u(q, idf) WHERE f.tsv @@ u.q) m
         CROSS JOIN LATERAL (SELECT count(*) AS n FROM unnest(ka.hub_qs) AS h(q) WHERE f.tsv @@ h.q) h
-        WHERE m.n + h.n >= ka.m),
-    keyword_ranked AS (
-        SELECT id, valid_at, tsv, row_number() OVER (ORDER BY score DESC, valid_at DESC, id DESC) AS rank
-        FROM keyword_pool
-        ORDER BY rank
-        LIMIT %(keyword_candidates)s),
+        WHERE m.n + h.n >= ka.m),{ranked}
     keyword_hits AS (
         SELECT r.id AS fact_id, r.valid_at, r.rank,
                (SELECT array_agg(u.term) FROM unnest(ka.qs || ka.hub_qs, ka.terms || ka.hub_names) AS u(q, term)
@@ -52,12 +62,7 @@ _LIVE_POOL = """
         JOIN live f ON f.tsv @@ ka.q_any AND f.tsv @@ ka.q
         JOIN keyword_term_qs u ON f.tsv @@ u.q
         GROUP BY f.id, f.valid_at, ka.m
-        HAVING count(*) >= ka.m),
-    keyword_ranked AS (
-        SELECT id, valid_at, matched, row_number() OVER (ORDER BY score DESC, valid_at DESC, id DESC) AS rank
-        FROM keyword_pool
-        ORDER BY rank
-        LIMIT %(keyword_candidates)s),
+        HAVING count(*) >= ka.m),{ranked}
     keyword_hits AS (
         SELECT r.id AS fact_id, r.valid_at, r.rank, r.matched
         FROM keyword_ranked r
@@ -146,7 +151,11 @@ def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = Fal
         access=access,
         known=known,
         hub_terms=sql.SQL(HUB_TERMS),
-        pool=sql.SQL(_LIVE_POOL) if live else fragment(_POOL, schema, access=access, known=known),
+        pool=(
+            sql.SQL(_LIVE_POOL).format(ranked=_ranked("matched"))
+            if live
+            else fragment(_POOL, schema, access=access, known=known, ranked=_ranked("tsv"))
+        ),
     )
 
 
