@@ -61,6 +61,10 @@ def _explained(hit: HitRow, spec: SignalSpec) -> SignalHit:
     return SignalHit(signal=hit.signal, rank=int(hit.rank), reason=spec.explain(hit), similarity=similarity)
 
 
+_SPECS = by_name(REGISTRY)
+_ORDER = signal_order(REGISTRY)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Kept:
     """A fact fusion kept, before its columns are read: its id, RRF score and signal hits."""
@@ -96,8 +100,7 @@ def fuse_hits(
             hits.append(row)
             ranks[fact_id][row.signal] = row.rank
     fused = rrf_ranks(ranks, k=options.rrf_k, tiebreak=recency, limit=options.facts_in_context)
-    specs = by_name(registry)
-    order = signal_order(registry)
+    specs, order = (_SPECS, _ORDER) if registry is REGISTRY else (by_name(registry), signal_order(registry))
     return [
         Kept(
             fact_id=int(entry.fact_id),
