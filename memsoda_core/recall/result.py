@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 import numpy as np
 
-from memsoda_core.models import Episode, RecallResult, ScoredFact, SignalHit
+from memsoda_core.models import Entity, Episode, ScoredFact, SignalHit
 from memsoda_core.options import GENERAL_OPTIONS, RecallOptions
-from memsoda_core.recall.fusion import rrf_ranks
+from memsoda_core.recall.fusion import rrf_scores
 from memsoda_core.recall.hits import HitRow
 from memsoda_core.recall.render import anchor_entities, group_by_anchor, render
 from memsoda_core.recall.signals import REGISTRY, RecallRequest, SignalSpec, by_name, signal_order
@@ -99,18 +99,17 @@ def fuse_hits(
         else:
             hits.append(row)
             ranks[fact_id][row.signal] = row.rank
-    fused = rrf_ranks(ranks, k=options.rrf_k, tiebreak=recency, limit=options.facts_in_context)
+    fused = rrf_scores(ranks, k=options.rrf_k, tiebreak=recency, limit=options.facts_in_context)
     specs, order = (_SPECS, _ORDER) if registry is REGISTRY else (by_name(registry), signal_order(registry))
     return [
         Kept(
-            fact_id=int(entry.fact_id),
-            score=round(entry.score, 9),
+            fact_id=int(fact_id),
+            score=round(score, 9),
             hits=tuple(  # explained only for the facts kept
-                _explained(hit, specs[hit.signal])
-                for hit in sorted(found[entry.fact_id], key=lambda hit: order[hit.signal])
+                _explained(hit, specs[hit.signal]) for hit in sorted(found[fact_id], key=lambda hit: order[hit.signal])
             ),
         )
-        for entry in fused
+        for fact_id, score in fused
     ]
 
 
@@ -143,22 +142,9 @@ def decode_episodes(rows: Sequence[Sequence[Any]]) -> list[Episode]:
     ]
 
 
-def assemble(
-    scored: Sequence[ScoredFact],
-    *,
-    episodes: Sequence[Episode] = (),
-    degraded_reason: str | None = None,
-    timings_ms: Mapping[str, float] | None = None,
-) -> RecallResult:
-    """Group, render and package a recall."""
+def rendered(scored: Sequence[ScoredFact], episodes: Sequence[Episode] = ()) -> tuple[str, list[Entity]]:
+    """The context block of a recall's facts (grouped by anchor) and episodes, and the anchor
+    entities it lists: what the operation packages, once, into its `RecallResult`."""
     groups = group_by_anchor(scored)
     entities = anchor_entities(groups)
-    return RecallResult(
-        context=render(groups, entities, episodes),
-        facts=tuple(scored),
-        entities=tuple(entities),
-        episodes=tuple(episodes),
-        degraded=degraded_reason is not None,
-        degraded_reason=degraded_reason,
-        timings_ms=dict(timings_ms or {}),
-    )
+    return render(groups, entities, episodes), entities
