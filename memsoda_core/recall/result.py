@@ -14,9 +14,17 @@ from memsoda_core.options import GENERAL_OPTIONS, RecallOptions
 from memsoda_core.recall.fusion import rrf_scores
 from memsoda_core.recall.hits import HitRow
 from memsoda_core.recall.render import anchor_entities, group_by_anchor, render
-from memsoda_core.recall.signals import REGISTRY, RecallRequest, SignalSpec, by_name, signal_order
+from memsoda_core.recall.signals import REGISTRY, RecallRequest, SharedCtes, SignalSpec, by_name, signal_order
 from memsoda_core.recall.signals import plan_for as plan_for  # the registry's, beside statement_params
 from memsoda_core.store.fact_columns import decode_fact
+
+
+def shared_ctes(registry: Sequence[SignalSpec]) -> tuple[SharedCtes, ...]:
+    """The CTEs the signals of `registry` share, each once, in the order they first require them."""
+    return tuple(dict.fromkeys(required for spec in registry for required in spec.requires))
+
+
+_SHARED = shared_ctes(REGISTRY)
 
 
 def statement_params(request: RecallRequest, registry: Sequence[SignalSpec] = REGISTRY) -> dict[str, Any]:
@@ -37,7 +45,7 @@ def statement_params(request: RecallRequest, registry: Sequence[SignalSpec] = RE
     }
     if request.known_at is not None:  # only the statements of a `RecallPlan.known` take it
         params["known_at"] = request.known_at
-    for shared in dict.fromkeys(required for spec in registry for required in spec.requires):
+    for shared in _SHARED if registry is REGISTRY else shared_ctes(registry):
         params.update(shared.params(request))
     for spec in registry:
         params.update(spec.params(request))
@@ -101,12 +109,16 @@ def fuse_hits(
             ranks[fact_id][row.signal] = row.rank
     fused = rrf_scores(ranks, k=options.rrf_k, tiebreak=recency, limit=options.facts_in_context)
     specs, order = (_SPECS, _ORDER) if registry is REGISTRY else (by_name(registry), signal_order(registry))
+
+    def position(hit: HitRow) -> int:
+        return order[hit.signal]
+
     return [
         Kept(
             fact_id=int(fact_id),
             score=round(score, 9),
             hits=tuple(  # explained only for the facts kept
-                _explained(hit, specs[hit.signal]) for hit in sorted(found[fact_id], key=lambda hit: order[hit.signal])
+                _explained(hit, specs[hit.signal]) for hit in sorted(found[fact_id], key=position)
             ),
         )
         for fact_id, score in fused
