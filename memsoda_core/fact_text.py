@@ -9,9 +9,15 @@ from memsoda_core.models import Fact
 from memsoda_core.text import collapse_line
 
 
+def day(value: datetime) -> str:
+    """A day as rendered: `strftime("%Y-%m-%d")`, whose year has no leading zeros (`isoformat`, the
+    common case's cheaper form, pads it to four digits)."""
+    return value.date().isoformat() if value.year >= 1000 else value.strftime("%Y-%m-%d")
+
+
 def day_or_present(value: datetime | None) -> str:
     """A day as rendered, `present` for an end not reached."""
-    return "present" if value is None else value.strftime("%Y-%m-%d")
+    return "present" if value is None else day(value)
 
 
 UNKNOWN_START = "unknown"
@@ -20,7 +26,7 @@ UNKNOWN_START = "unknown"
 
 def start_day(value: datetime | None) -> str:
     """A fact's start as rendered: its day, or `UNKNOWN_START`."""
-    return UNKNOWN_START if value is None else value.strftime("%Y-%m-%d")
+    return UNKNOWN_START if value is None else day(value)
 
 
 def validity(fact: Fact) -> str:

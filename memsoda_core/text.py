@@ -65,14 +65,16 @@ def name_spans_with_terms(normalized_query: str) -> dict[str, str]:
     tokens = [(m.start(), m.end(), _TERM.findall(m.group())) for m in _TOKEN.finditer(normalized_query)]
     spans: dict[str, str] = {}
     for i, (start, _, _) in enumerate(tokens):
-        terms: dict[str, None] = {}
+        terms: set[str] = set()
+        joined = ""  # the span's distinct terms so far, joined: each longer span adds its last token's
         for _, end, token_terms in tokens[i : i + MAX_NAME_TOKENS]:
             if end - start > MAX_NAME_CHARS:
                 break
             for term in token_terms:
-                if len(terms) < _MAX_TERMS:
-                    terms.setdefault(term, None)
-            spans.setdefault(normalized_query[start:end], " ".join(terms))
+                if len(terms) < _MAX_TERMS and term not in terms:
+                    terms.add(term)
+                    joined = f"{joined} {term}" if joined else term
+            spans.setdefault(normalized_query[start:end], joined)
             if len(spans) >= _MAX_SPANS:
                 return spans
     return spans

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from memsoda_core.recall.dates import question_window
+from memsoda_core.recall.dates import _CUE, _PATTERNS, question_window
 
 AT = datetime(2023, 5, 20, 15, 0, tzinfo=UTC)
 """A Saturday afternoon."""
@@ -105,3 +105,11 @@ def test_a_year_less_date_is_its_nearest_occurrence() -> None:
     january = datetime(2024, 1, 3, tzinfo=UTC)
     window = question_window("on 28 December", january)
     assert window is not None and window.start == _day("2023-12-28")
+
+
+@pytest.mark.parametrize("text", [text for text, _, _ in CASES] + [t for t in NO_WINDOW if t])
+def test_every_date_holds_the_cue(text: str) -> None:
+    """`question_window` reads only a question holding `_CUE`: every match of a pattern holds it."""
+    for _, pattern in _PATTERNS:
+        for match in pattern.finditer(text):
+            assert _CUE.search(match.group()), (text, match.group())

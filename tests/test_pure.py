@@ -18,6 +18,7 @@ from psycopg import sql
 
 from memsoda_core import Fact, RecallOptions, ScoredFact, SignalHit
 from memsoda_core.errors import ArgumentTypeError, ConfigurationError, LimitError
+from memsoda_core.fact_text import day
 from memsoda_core.layouts.access import ScopeAccess
 from memsoda_core.limits import MAX_NAME_CHARS, MAX_NAME_TOKENS
 from memsoda_core.ops.maintenance import statistics_stale
@@ -249,6 +250,11 @@ def test_spans_with_their_terms_match_the_span_by_span_definition(query: str) ->
     normalized = normalize_query(query)
     assert name_spans_with_terms(normalized) == spans_one_by_one(normalized)
     assert name_spans(normalized) == list(spans_one_by_one(normalized))
+
+
+@given(st.datetimes(timezones=st.just(UTC)))
+def test_a_rendered_day_is_strftimes(moment: datetime) -> None:
+    assert day(moment) == moment.strftime("%Y-%m-%d")
 
 
 def test_normalize_name() -> None:

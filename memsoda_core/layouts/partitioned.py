@@ -108,12 +108,15 @@ def ensure_all_own_partitions(info: StoreInfo, *, move: bool) -> Operation[list[
     return built
 
 
-def _own(scope: Scope, *, leaves: bool = False) -> ScopeAccess:
+def _own(scope: Scope, *, leaves: bool = False, exact: bool = False) -> ScopeAccess:
     """A scope's own statements: its names as literals, on generic plans; with `leaves` (it has
-    moved: `ScopeSize.moved`) reading its leaves by name."""
-    return ScopeAccess(
-        named=scope, leaves=leaves, planning=Planning.GENERIC, kept_named=scope, kept_planning=Planning.GENERIC
-    )
+    moved: `ScopeSize.moved`) reading its leaves by name. With `exact` (a scope under the
+    tenant-index threshold, searched exactly in one statement) planned as the shared statements of
+    a small scope are (`CACHED`): PostgreSQL's custom plans, which know the values, ran faster than
+    the generic plan, their planning included (bench/RESULTS.md, "Python around the statement").
+    Its names are literals, so any plan of it is pruned to its own partitions."""
+    planning = Planning.CACHED if exact else Planning.GENERIC
+    return ScopeAccess(named=scope, leaves=leaves, planning=planning, kept_named=scope, kept_planning=planning)
 
 
 class PartitionedLayout:
@@ -125,16 +128,17 @@ class PartitionedLayout:
     write_form = WriteForm.ARRAYS
 
     def access(self, info: StoreInfo, scope: Scope, size: ScopeSize | None) -> ScopeAccess:
-        """Its own partitions (named, generic plans) for a large or placed scope, its leaves by name
-        once it has moved; else the DEFAULT partitions (kept plans), and its own partitions should
-        another process have moved it since its size was read (through the partitioned tables:
-        finding no rows does not prove it has leaves). Without a size: the partitioned tables,
-        planned afresh (pruned)."""
+        """Its own partitions (named; generic plans for a large scope, kept ones for a small placed
+        scope) for a large or placed scope, its leaves by name once it has moved; else the DEFAULT
+        partitions (kept plans), and its own partitions should another process have moved it since
+        its size was read (through the partitioned tables: finding no rows does not prove it has
+        leaves). Without a size: the partitioned tables, planned afresh (pruned)."""
         if size is None:
             return ScopeAccess(planning=Planning.FRESH)
-        if size.facts >= info.tenant_index_min_facts or size.placed:
-            return _own(scope, leaves=size.moved)
-        return ScopeAccess(default_partitions=True, moved=_own(scope))
+        small = size.facts < info.tenant_index_min_facts
+        if not small or size.placed:
+            return _own(scope, leaves=size.moved, exact=small)
+        return ScopeAccess(default_partitions=True, moved=_own(scope, exact=True))
 
     def scope_size(self, info: StoreInfo, scope: Scope, planning: Planning) -> Operation[ScopeSize]:
         return (yield from scope_size(info, scope, planning))

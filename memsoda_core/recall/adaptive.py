@@ -58,7 +58,13 @@ def _reason(stats: ScopeStats, chosen: bool) -> str:
 def choose(options: RecallOptions, stats: ScopeStats | None) -> tuple[RecallOptions, FusionChoice | None]:
     """`options` with the ones left to the memory filled in, and the choice (None when the caller
     set them all). `stats` None: not read, for a recall without a query (nothing it fuses depends
-    on them), which takes the general values."""
+    on them), which takes the general values. Memoized: pure, and a memory's recalls ask it for the
+    same options and the statistics it remembers of a scope, whose reason is worded once."""
+    return _choose(options, stats)
+
+
+@lru_cache(maxsize=256)
+def _choose(options: RecallOptions, stats: ScopeStats | None) -> tuple[RecallOptions, FusionChoice | None]:
     left = options.left_to_memory()
     if not left:
         return options, None

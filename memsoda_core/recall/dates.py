@@ -84,6 +84,24 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
 )
 
 
+_CUE = re.compile(
+    r"\d|\b(?:"
+    + "|".join(
+        sorted(
+            {*MONTHS, *WEEKDAYS, "today", "tonight", "morning", "afternoon", "evening", "yesterday"}
+            | {"week", "month", "year", "ago"},
+            key=len,
+            reverse=True,
+        )
+    )
+    + ")",
+    re.IGNORECASE,
+)
+"""What every date of `_PATTERNS` holds: a digit, or a word of a month, a weekday or a relative date
+at a word's start (each pattern has it after a word boundary). A question without one names no date,
+and is answered by this one scan instead of the patterns' eleven."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Window:
     """A span of time a question names: [start, end), whole days, start None when open ("before
@@ -110,7 +128,7 @@ def question_window(text: str | None, at: datetime) -> Window | None:
     """The window `text` names, resolved against `at` (the time of the question, timezone-aware;
     naive means UTC); None when it names no date, or only dates after `at`. Memoized: pure, and
     a recall asks it three times (`recall.asof`, the date signal's `runs` and `params`)."""
-    if not text:
+    if not text or _CUE.search(text) is None:
         return None
     if at.tzinfo is None:
         at = at.replace(tzinfo=UTC)

@@ -44,6 +44,21 @@ def rrf_ranks(
 ) -> list[Fused]:
     """`rrf` over known ranks (fact id -> signal -> 1-based rank), for when only some members of
     each list are at hand; with `limit`, only the best `limit` entries (a partial sort)."""
+    return [
+        Fused(fact_id=i, score=score, ranks=dict(ranks[i]))
+        for i, score in rrf_scores(ranks, k=k, tiebreak=tiebreak, limit=limit)
+    ]
+
+
+def rrf_scores(
+    ranks: Mapping[int, Mapping[str, int]],
+    *,
+    k: int = 60,
+    tiebreak: Mapping[int, float] | None = None,
+    limit: int | None = None,
+) -> list[tuple[int, float]]:
+    """`rrf_ranks`' (fact id, score) pairs alone, in its order: what a recall keeps (its hits say
+    the ranks)."""
     # fsum is exactly rounded, so equal rank sets give equal scores whatever the order the hits
     # arrive in: ties are then broken by `order` alone.
     scores: dict[int, float] = {}
@@ -62,4 +77,4 @@ def rrf_ranks(
         return (-scores[fact_id], best_rank[fact_id], -extra.get(fact_id, 0.0), -fact_id)
 
     best = sorted(scores, key=order) if limit is None else heapq.nsmallest(limit, scores, key=order)
-    return [Fused(fact_id=i, score=scores[i], ranks=dict(ranks[i])) for i in best]
+    return [(i, scores[i]) for i in best]

@@ -94,6 +94,12 @@ def _maker(names: tuple[str, ...]) -> RowMaker[HitRow]:
     return hit_row_with_fact
 
 
+@lru_cache(maxsize=64)
+def _maker_of_fields(fields: tuple[bytes | None, ...]) -> RowMaker[HitRow]:
+    """`_maker` of a result's column names as libpq gives them (decoded once per set of names)."""
+    return _maker(tuple(bytes(name or b"").decode() for name in fields))
+
+
 def hit_rows(cursor: BaseCursor[Any, Any]) -> RowMaker[HitRow]:
     """psycopg row factory: each row of a recall statement as a `HitRow`, by column name (read from
     the result itself: `cursor.description` builds an object per column, ~30 of them, at each
@@ -101,4 +107,4 @@ def hit_rows(cursor: BaseCursor[Any, Any]) -> RowMaker[HitRow]:
     result = cursor.pgresult
     if result is None or not result.nfields:
         return no_result
-    return _maker(tuple(bytes(result.fname(i) or b"").decode() for i in range(result.nfields)))
+    return _maker_of_fields(tuple(result.fname(i) for i in range(result.nfields)))

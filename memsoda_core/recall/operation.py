@@ -24,9 +24,9 @@ from memsoda_core.recall.hits import HitRow, hit_rows
 from memsoda_core.recall.planning import ScopeSizes, statement_planning
 from memsoda_core.recall.relevance import CalibrationCache, query_relevance
 from memsoda_core.recall.result import (
-    assemble,
     decode_episodes,
     fuse_hits,
+    rendered,
     scored_facts,
     statement_params,
     vector_similarities,
@@ -174,20 +174,25 @@ def recall(
         episodes = decode_episodes((yield from execute(statement(info.schema), params)))
         timings["episodes"] = _ms(mark)
     mark = time.perf_counter()
-    result = assemble(scored, episodes=episodes, degraded_reason=degraded)
+    context, entities = rendered(scored, episodes)
     timings["render"] = _ms(mark)
     synthesis: str | None = None
     errors: dict[str, str] = {}
-    if "synthesis" in include and result.context:
+    if "synthesis" in include and context:
         mark = time.perf_counter()
         try:
-            synthesis = yield from synthesize(result.context, query)
+            synthesis = yield from synthesize(context, query)
         except Exception as exc:
             errors["synthesis"] = f"{type(exc).__name__}: {exc}"
         timings["synthesis"] = _ms(mark)
     timings["total"] = _ms(started)
-    return replace(
-        result,
+    return RecallResult(
+        context=context,
+        facts=tuple(scored),
+        entities=tuple(entities),
+        episodes=tuple(episodes),
+        degraded=degraded is not None,
+        degraded_reason=degraded,
         synthesis=synthesis,
         errors=errors,
         timings_ms=timings,

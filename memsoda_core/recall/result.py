@@ -2,21 +2,29 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 import numpy as np
 
-from memsoda_core.models import Episode, RecallResult, ScoredFact, SignalHit
+from memsoda_core.models import Entity, Episode, ScoredFact, SignalHit
 from memsoda_core.options import GENERAL_OPTIONS, RecallOptions
-from memsoda_core.recall.fusion import rrf_ranks
+from memsoda_core.recall.fusion import rrf_scores
 from memsoda_core.recall.hits import HitRow
 from memsoda_core.recall.render import anchor_entities, group_by_anchor, render
-from memsoda_core.recall.signals import REGISTRY, RecallRequest, SignalSpec, by_name, signal_order
+from memsoda_core.recall.signals import REGISTRY, RecallRequest, SharedCtes, SignalSpec, by_name, signal_order
 from memsoda_core.recall.signals import plan_for as plan_for  # the registry's, beside statement_params
 from memsoda_core.store.fact_columns import decode_fact
+
+
+def shared_ctes(registry: Sequence[SignalSpec]) -> tuple[SharedCtes, ...]:
+    """The CTEs the signals of `registry` share, each once, in the order they first require them."""
+    return tuple(dict.fromkeys(required for spec in registry for required in spec.requires))
+
+
+_SHARED = shared_ctes(REGISTRY)
 
 
 def statement_params(request: RecallRequest, registry: Sequence[SignalSpec] = REGISTRY) -> dict[str, Any]:
@@ -37,7 +45,7 @@ def statement_params(request: RecallRequest, registry: Sequence[SignalSpec] = RE
     }
     if request.known_at is not None:  # only the statements of a `RecallPlan.known` take it
         params["known_at"] = request.known_at
-    for shared in dict.fromkeys(required for spec in registry for required in spec.requires):
+    for shared in _SHARED if registry is REGISTRY else shared_ctes(registry):
         params.update(shared.params(request))
     for spec in registry:
         params.update(spec.params(request))
@@ -59,6 +67,10 @@ def explain(hit: HitRow, registry: Sequence[SignalSpec] = REGISTRY) -> SignalHit
 def _explained(hit: HitRow, spec: SignalSpec) -> SignalHit:
     similarity = None if hit.similarity is None else round(float(hit.similarity), 4)
     return SignalHit(signal=hit.signal, rank=int(hit.rank), reason=spec.explain(hit), similarity=similarity)
+
+
+_SPECS = by_name(REGISTRY)
+_ORDER = signal_order(REGISTRY)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,19 +107,21 @@ def fuse_hits(
         else:
             hits.append(row)
             ranks[fact_id][row.signal] = row.rank
-    fused = rrf_ranks(ranks, k=options.rrf_k, tiebreak=recency, limit=options.facts_in_context)
-    specs = by_name(registry)
-    order = signal_order(registry)
+    fused = rrf_scores(ranks, k=options.rrf_k, tiebreak=recency, limit=options.facts_in_context)
+    specs, order = (_SPECS, _ORDER) if registry is REGISTRY else (by_name(registry), signal_order(registry))
+
+    def position(hit: HitRow) -> int:
+        return order[hit.signal]
+
     return [
         Kept(
-            fact_id=int(entry.fact_id),
-            score=round(entry.score, 9),
+            fact_id=int(fact_id),
+            score=round(score, 9),
             hits=tuple(  # explained only for the facts kept
-                _explained(hit, specs[hit.signal])
-                for hit in sorted(found[entry.fact_id], key=lambda hit: order[hit.signal])
+                _explained(hit, specs[hit.signal]) for hit in sorted(found[fact_id], key=position)
             ),
         )
-        for entry in fused
+        for fact_id, score in fused
     ]
 
 
@@ -140,22 +154,9 @@ def decode_episodes(rows: Sequence[Sequence[Any]]) -> list[Episode]:
     ]
 
 
-def assemble(
-    scored: Sequence[ScoredFact],
-    *,
-    episodes: Sequence[Episode] = (),
-    degraded_reason: str | None = None,
-    timings_ms: Mapping[str, float] | None = None,
-) -> RecallResult:
-    """Group, render and package a recall."""
+def rendered(scored: Sequence[ScoredFact], episodes: Sequence[Episode] = ()) -> tuple[str, list[Entity]]:
+    """The context block of a recall's facts (grouped by anchor) and episodes, and the anchor
+    entities it lists: what the operation packages, once, into its `RecallResult`."""
     groups = group_by_anchor(scored)
     entities = anchor_entities(groups)
-    return RecallResult(
-        context=render(groups, entities, episodes),
-        facts=tuple(scored),
-        entities=tuple(entities),
-        episodes=tuple(episodes),
-        degraded=degraded_reason is not None,
-        degraded_reason=degraded_reason,
-        timings_ms=dict(timings_ms or {}),
-    )
+    return render(groups, entities, episodes), entities

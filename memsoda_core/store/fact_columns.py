@@ -112,6 +112,14 @@ def fact_from(columns: Mapping[str, Any]) -> Fact:
     return Fact(**{column.name: column.decode(columns[column.name]) for column in FACT_COLUMNS})
 
 
+_DECODED = tuple((column.name, column.decode) for column in FACT_COLUMNS if column.decode is not _as_is)
+"""The columns whose stored value is not the field's, with their decoders."""
+
+
 def decode_fact(row: Sequence[Any]) -> Fact:
-    """A Fact from a tuple row of exactly `fact_columns`."""
-    return fact_from(dict(zip(_NAMES, row, strict=True)))
+    """A Fact from a tuple row of exactly `fact_columns` (as `fact_from`, the other columns taken as
+    they are: a recall decodes a row per kept fact)."""
+    columns = dict(zip(_NAMES, row, strict=True))
+    for name, decode in _DECODED:
+        columns[name] = decode(columns[name])
+    return Fact(**columns)
