@@ -56,14 +56,15 @@ def vector_cte(schema: str, access: ScopeAccess = SHARED, *, known: bool = False
 
 
 LIVE_NEAREST = """
-    vector_hits AS (
+    vector_hits AS MATERIALIZED (
         SELECT id AS fact_id, distance, valid_at,
                row_number() OVER (ORDER BY distance, id DESC) AS rank
         FROM (SELECT l.id, l.distance, l.valid_at
               FROM live l
               ORDER BY l.distance
               LIMIT %(vector_candidates)s) v)"""
-"""`vector_cte` over the scope's live facts, their distances computed once (`signals.live`)."""
+"""`vector_cte` over the scope's live facts, their distances computed once (`signals.live`), planned
+apart (`live.once`)."""
 
 
 def _ctes(schema: str, plan: RecallPlan, access: ScopeAccess) -> Sequence[sql.Composable]:
