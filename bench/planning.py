@@ -138,9 +138,7 @@ def main() -> None:
         memory.maintain()
         qs = synth.queries(measured, args.warmup + args.queries, words=words, seed=7)
         path = Path(tmp) / "queries.json"
-        path.write_text(
-            json.dumps([{"text": q.text, "values": list(q.values), "dataset": synth.DATASET} for q in qs])
-        )
+        path.write_text(json.dumps([{"text": q.text, "values": list(q.values), "dataset": synth.DATASET} for q in qs]))
         workers = {}
         for name, tree in trees.items():
             env = {**os.environ, "PYTHONPATH": f"{tree}:{Path(__file__).resolve().parent.parent}"}

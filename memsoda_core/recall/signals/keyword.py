@@ -145,11 +145,7 @@ def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = Fal
         access=access,
         known=known,
         hub_terms=sql.SQL(HUB_TERMS),
-        pool=(
-            sql.SQL(_LIVE_POOL)
-            if live
-            else fragment(_POOL, schema, access=access, known=known)
-        ),
+        pool=(sql.SQL(_LIVE_POOL) if live else fragment(_POOL, schema, access=access, known=known)),
     )
 
 
