@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from bench import synth
 from bench.common import bench_memory, connect, percentiles
@@ -146,7 +147,7 @@ def main() -> None:
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=tree)
             assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
             workers[name] = proc
-        replies: dict[str, list[dict[str, object]]] = {name: [] for name in workers}
+        replies: dict[str, list[dict[str, Any]]] = {name: [] for name in workers}
         names = list(workers)
         for i in range(len(qs)):
             measure = int(i < args.warmup + args.plans)
@@ -165,18 +166,18 @@ def main() -> None:
     report(args, replies)
 
 
-def report(args: argparse.Namespace, replies: dict[str, list[dict[str, object]]]) -> None:
+def report(args: argparse.Namespace, replies: dict[str, list[dict[str, Any]]]) -> None:
     """The planning table (p50 ms per part and tree, ratios to the first tree) and the results' agreement."""
     names = list(replies)
     first = names[0]
     print(f"measured tenant {args.facts:,} facts; {args.queries} queries compared, {args.plans} measured (p50 ms)")
     measured = {name: [r for r in rows if "planning" in r] for name, rows in replies.items()}
-    parts = list(dict.fromkeys(p for rows in measured.values() for r in rows for p in r["planning"]))  # type: ignore[attr-defined]
+    parts = list(dict.fromkeys(p for rows in measured.values() for r in rows for p in r["planning"]))
     print("| part | " + " | ".join(names) + " | " + " | ".join(f"{n} / {first}" for n in names[1:]) + " |")
     print("|---|" + "---|" * (2 * len(names) - 1))
 
     def p50(name: str, key: str, part: str | None = None) -> float | None:
-        values = [float(r[key][part] if part else r[key]) for r in measured[name] if part is None or part in r[key]]  # type: ignore[index]
+        values = [float(r[key][part] if part else r[key]) for r in measured[name] if part is None or part in r[key]]
         return percentiles(values)["p50"] if values else None
 
     rows = [(f"planning: {part}", "planning", part) for part in parts]
@@ -185,10 +186,7 @@ def report(args: argparse.Namespace, replies: dict[str, list[dict[str, object]]]
     for label, key, part in rows:
         values = [p50(name, key, part) for name in names]
         shown = ["-" if v is None else (f"{v:,.0f}" if key == "bytes" else f"{v:.3f}") for v in values]
-        ratios = [
-            "-" if v is None or values[0] in (None, 0) else f"{v / values[0]:.2f}x"  # type: ignore[operator]
-            for v in values[1:]
-        ]
+        ratios = ["-" if v is None or values[0] in (None, 0) else f"{v / values[0]:.2f}x" for v in values[1:]]
         print(f"| {label} | " + " | ".join(shown) + " | " + " | ".join(ratios) + " |")
     for name in names[1:]:
         same = sum(a["digest"] == b["digest"] for a, b in zip(replies[first], replies[name], strict=True))
