@@ -172,6 +172,15 @@ def report(args: argparse.Namespace, replies: dict[str, list[dict[str, Any]]]) -
     first = names[0]
     print(f"measured tenant {args.facts:,} facts; {args.queries} queries compared, {args.plans} measured (p50 ms)")
     measured = {name: [r for r in rows if "planning" in r] for name, rows in replies.items()}
+    if args.plans:
+        _table(names, measured)
+    for name in names[1:]:
+        same = sum(a["digest"] == b["digest"] for a, b in zip(replies[first], replies[name], strict=True))
+        print(f"results identical, {name} against {first}: {same}/{len(replies[first])}")
+
+
+def _table(names: list[str], measured: dict[str, list[dict[str, Any]]]) -> None:
+    first = names[0]
     parts = list(dict.fromkeys(p for rows in measured.values() for r in rows for p in r["planning"]))
     print("| part | " + " | ".join(names) + " | " + " | ".join(f"{n} / {first}" for n in names[1:]) + " |")
     print("|---|" + "---|" * (2 * len(names) - 1))
@@ -188,9 +197,6 @@ def report(args: argparse.Namespace, replies: dict[str, list[dict[str, Any]]]) -
         shown = ["-" if v is None else (f"{v:,.0f}" if key == "bytes" else f"{v:.3f}") for v in values]
         ratios = ["-" if v is None or values[0] in (None, 0) else f"{v / values[0]:.2f}x" for v in values[1:]]
         print(f"| {label} | " + " | ".join(shown) + " | " + " | ".join(ratios) + " |")
-    for name in names[1:]:
-        same = sum(a["digest"] == b["digest"] for a, b in zip(replies[first], replies[name], strict=True))
-        print(f"results identical, {name} against {first}: {same}/{len(replies[first])}")
 
 
 if __name__ == "__main__":
