@@ -62,7 +62,7 @@ def near_cte(schema: str, access: ScopeAccess = SHARED, *, exact: bool = False) 
         schema,
         access=access,
         min_pool=sql.Literal(NEAR_MIN_POOL),
-        once=sql.SQL(" MATERIALIZED" if exact else ""),
+        once=once(exact),
     )
 
 
@@ -103,7 +103,7 @@ _HIT_COLUMNS = "fact_id, matches, via, via_named, via_similarity, distance, vali
 """The columns of each hop's rows, in the order `anchor_hits` unites them."""
 
 _ANCHOR = """
-    anchors AS (
+    anchors AS{once} (
         SELECT a.id, min(a.name) AS name, bool_or(a.named) AS named, max(a.similarity) AS similarity
         FROM (
             SELECT id, name, true AS named, NULL::float8 AS similarity
@@ -113,7 +113,7 @@ _ANCHOR = """
         ) AS a
         GROUP BY a.id
         HAVING {real_anchor}),
-    hop1 AS (
+    hop1 AS{once} (
         SELECT t.fact_id, t.matches, t.via, t.via_named, t.via_similarity, f.distance, f.valid_at
         FROM (
             SELECT fe.fact_id, count(*)::numeric AS matches, min(a.name) AS via,
@@ -175,7 +175,7 @@ def anchor_ctes(schema: str, plan: RecallPlan, access: ScopeAccess = SHARED) -> 
         if live
         else fragment(_HOP_FACTS, schema, access=access, known=plan.known, distance=distance)
     )
-    part = partial(fragment, access=access, known=plan.known, hop_facts=hop_facts, once=once(plan))
+    part = partial(fragment, access=access, known=plan.known, hop_facts=hop_facts, once=once(live))
     hop2 = part(_HOP2, schema, real=sql.SQL(real_name("b.name")))
     return part(
         _ANCHOR,
