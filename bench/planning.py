@@ -44,14 +44,16 @@ from dataclasses import replace
 import psycopg
 from bench.common import connect
 from bench.hashembed import HashEmbedder
-from memsoda_core import Memory
+from memsoda_core import Memory, RecallOptions
+from memsoda_core.options import RecentOptions
 from memsoda_core.layouts.access import SHARED, ScopeAccess
 from memsoda_core.recall import operation
 from memsoda_core.recall.signals import planned_signals
 from memsoda_core.recall.statements import hits_statement, kept_hits_statement, rendered
 from memsoda_core.validation import Scope
 
-dsn, schema, path, project, dims = sys.argv[1:6]
+dsn, schema, path, project, dims, recent, talk = sys.argv[1:8]
+options = RecallOptions(recent=RecentOptions(candidates=int(recent))) if int(recent) else None
 queries = json.load(open(path))
 seen = {}
 executes = operation._executes
@@ -99,7 +101,11 @@ with Memory.open(dsn, HashEmbedder(int(dims)), schema=schema) as memory, connect
     for line in sys.stdin:
         i, measure = (int(x) for x in line.split())
         q = queries[i]
-        result = memory.recall(q["text"], dataset=q["dataset"], project=project, query_embedding=q["values"])
+        conversation = [{"role": "user", "content": queries[i - 1]["text"]}] if int(talk) and i else None
+        result = memory.recall(
+            q["text"], dataset=q["dataset"], project=project, query_embedding=q["values"], options=options,
+            conversation=conversation,
+        )
         shown = (result.context, result.facts, result.entities, result.degraded, result.fusion)
         out = {"digest": hashlib.sha256(repr(shown).encode()).hexdigest(), "facts": len(result.facts)}
         if measure:
@@ -122,6 +128,10 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=100, help="queries recalled (results compared)")
     parser.add_argument("--plans", type=int, default=40, help="of which the first N also measure the statement")
     parser.add_argument("--warmup", type=int, default=5, help="queries measured but not counted")
+    parser.add_argument("--recent", type=int, default=0, help="recent.candidates (0: the memory's choice)")
+    parser.add_argument(
+        "--conversation", action="store_true", help="the query before as the conversation (its signal runs)"
+    )
     args = parser.parse_args()
     trees = dict(t.split("=", 1) for t in args.tree)
     embedder = HashEmbedder()
@@ -144,6 +154,7 @@ def main() -> None:
         for name, tree in trees.items():
             env = {**os.environ, "PYTHONPATH": f"{tree}:{Path(__file__).resolve().parent.parent}"}
             argv = [sys.executable, "-c", WORKER, memory.dsn, memory.info.schema, str(path), "measured", str(dims)]
+            argv += [str(args.recent), str(int(args.conversation))]
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=tree)
             assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
             workers[name] = proc
