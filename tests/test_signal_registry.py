@@ -327,3 +327,19 @@ def test_a_fifth_signal_is_planned_assembled_fused_and_explained_from_its_spec_a
         ("temporal", "in the query's time span"),
     ]
     assert signal_order(WITH_TEMPORAL)["temporal"] == 6
+
+
+def test_a_small_scopes_statement_plans_each_cte_read_once_apart() -> None:
+    """In `kept_hits_statement` (planned at every call on a Citus worker) a CTE read once is
+    MATERIALIZED (`signals.live.once`): inlined, it would be planned as part of a larger query,
+    which costs more (bench/RESULTS.md, "Planning a small scope's statement")."""
+    import re
+
+    from memsoda_core.recall.planning import PLANNED_AFRESH
+
+    for plan in (plan for plan in PLANS if not PLANNED_AFRESH & plan.signals):  # those run in one statement
+        text = statements.kept_hits_statement("memsoda", plan).as_string()
+        for match in re.finditer(r"(?:WITH|,)\s+(\w+) AS (MATERIALIZED )?\(", text):
+            name, materialized = match[1], match[2]
+            reads = len(re.findall(rf"\b(?:FROM|JOIN) {name}\b", text))
+            assert reads >= 2 or materialized, (name, plan)

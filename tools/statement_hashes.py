@@ -94,6 +94,7 @@ FRAGMENTS = frozenset(
         "recall.signals.entities.name_like",
         "recall.signals.entities.hub_floor_cte",
         "recall.signals.entities.named_cte",
+        "recall.signals.live.once",
         "recall.signals.keyword.keyword_ctes",
         "recall.signals.recency.recent_cte",
         "recall.signals.vector.nearest_cte",

@@ -83,15 +83,21 @@ _KEPT_HITS = """,
     kept AS (
         SELECT fact_id, score FROM fused
         ORDER BY score DESC, best, recent DESC, fact_id DESC
-        LIMIT %(kept_candidates)s)
+        LIMIT %(kept_candidates)s),
+    kept_facts AS MATERIALIZED (
+        SELECT {fact_columns}
+        FROM {facts} f
+        JOIN {entities} a ON {scope_a} AND a.id = f.anchor_id
+        WHERE {scope_f} AND f.id = ANY(ARRAY(SELECT fact_id FROM kept)))
 SELECT h.*, k.*
 FROM hits h
-LEFT JOIN (SELECT {fact_columns}
-           FROM {facts} f
-           JOIN {entities} a ON {scope_a} AND a.id = f.anchor_id
-           WHERE {scope_f} AND f.id IN (SELECT fact_id FROM kept)) AS k ON k.id = h.fact_id
+LEFT JOIN kept_facts k ON k.id = h.fact_id
 WHERE h.rank = 1
    OR h.fact_id IN (SELECT fact_id FROM fused WHERE score >= (SELECT min(score) FROM kept) - {tie})"""
+"""The tail of `kept_hits_statement`. The kept facts' columns are a CTE of their own, read by the ids
+of `kept` as an array: planned apart from the hits they are joined to, and without a join to
+`kept`, which costs less to plan (the statement is planned at every call on a Citus worker:
+bench/RESULTS.md, "Planning a small scope's statement")."""
 
 TIE = Decimal("1e-9")
 """How far below the last kept fact's RRF sum a fact's rows are still returned: far wider than the

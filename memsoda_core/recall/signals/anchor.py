@@ -16,7 +16,7 @@ from memsoda_core.option_checks import check_between, check_cosine, check_not_ne
 from memsoda_core.recall.fragments import fragment
 from memsoda_core.recall.hits import HitRow
 from memsoda_core.recall.signals.entities import NAMED_ENTITIES, name_like, real_name
-from memsoda_core.recall.signals.live import LIVE_FACTS, reads_live
+from memsoda_core.recall.signals.live import LIVE_FACTS, once, reads_live
 from memsoda_core.recall.signals.spec import RecallPlan, RecallRequest, SignalSpec
 
 NEAR_MIN_POOL = 10
@@ -24,17 +24,18 @@ NEAR_MIN_POOL = 10
 the others by chance (the near entities of a scope of a handful of entities are none)."""
 
 
-def near_cte(schema: str, access: ScopeAccess = SHARED) -> sql.Composed:
+def near_cte(schema: str, access: ScopeAccess = SHARED, *, exact: bool = False) -> sql.Composed:
     """The query's near entities, hubs left out. With `anchor.vector_min`: the `anchor.vector_top_k`
     nearest by name embedding at or above it. Else the gap rule (`AnchorOptions.vector_gap`): the
     pool is the query's `anchor.vector_pool` nearest entities (s the similarity, r its rank, d the
     drop to the next, sp the pool's spread, m its size, at least `NEAR_MIN_POOL`); near are the
     entities ranked up to the last r <= `top_k` whose drop d exceeds `anchor.vector_gap` * sp. The
     cut is the same for any s' = a + b*s (b > 0), so no embedder's scale moves it. One index scan
-    reads the pool; the rest is window arithmetic over its rows."""
+    reads the pool; the rest is window arithmetic over its rows. With `exact` (a scope searched
+    exactly), planned apart (`live.once`)."""
     return fragment(
         """
-    near AS (
+    near AS{once} (
         SELECT n.id, n.name, n.s
         FROM (
             SELECT p.id, p.name, p.fact_count, p.s, p.r,
@@ -61,13 +62,14 @@ def near_cte(schema: str, access: ScopeAccess = SHARED) -> sql.Composed:
         schema,
         access=access,
         min_pool=sql.Literal(NEAR_MIN_POOL),
+        once=once(exact),
     )
 
 
 # Both hops' rows have the same columns, so that `anchor_hits` ranks them as one list; hop 2 has no
 # anchor of its own, so its via_named and via_similarity are NULL.
 _HOP2 = """
-    bridges AS (
+    bridges AS{once} (
         SELECT DISTINCT fe.entity_id, b.name, b.fact_count
         FROM hop1 h
         JOIN {fact_entities} fe ON {scope_fe} AND fe.fact_id = h.fact_id
@@ -76,7 +78,7 @@ _HOP2 = """
           AND fe.entity_id NOT IN (SELECT id FROM anchors)
           AND b.fact_count < (SELECT n FROM hub_floor)
           AND b.fact_count <= %(bridge_max_facts)s AND {real}),
-    hop2 AS (
+    hop2 AS{once} (
         SELECT t.fact_id, t.matches, t.via, t.via_named, t.via_similarity, f.distance, f.valid_at
         FROM (
             SELECT fe.fact_id, sum(1.0 / greatest(b.fact_count, 1)) AS matches, min(b.name) AS via,
@@ -101,7 +103,7 @@ _HIT_COLUMNS = "fact_id, matches, via, via_named, via_similarity, distance, vali
 """The columns of each hop's rows, in the order `anchor_hits` unites them."""
 
 _ANCHOR = """
-    anchors AS (
+    anchors AS{once} (
         SELECT a.id, min(a.name) AS name, bool_or(a.named) AS named, max(a.similarity) AS similarity
         FROM (
             SELECT id, name, true AS named, NULL::float8 AS similarity
@@ -111,7 +113,7 @@ _ANCHOR = """
         ) AS a
         GROUP BY a.id
         HAVING {real_anchor}),
-    hop1 AS (
+    hop1 AS{once} (
         SELECT t.fact_id, t.matches, t.via, t.via_named, t.via_similarity, f.distance, f.valid_at
         FROM (
             SELECT fe.fact_id, count(*)::numeric AS matches, min(a.name) AS via,
@@ -127,7 +129,7 @@ _ANCHOR = """
             GROUP BY fe.fact_id
         ) AS t
         {hop_facts}),{hop2}
-    anchor_hits AS (
+    anchor_hits AS{once} (
         SELECT x.hop, x.fact_id, x.matches, x.via, x.via_named, x.via_similarity, x.distance, x.valid_at,
                row_number() OVER (ORDER BY x.hop, x.matches DESC, x.distance NULLS LAST,
                                            x.valid_at DESC, x.fact_id DESC) AS rank
@@ -162,7 +164,7 @@ def anchor_ctes(schema: str, plan: RecallPlan, access: ScopeAccess = SHARED) -> 
     172,823 of its links (28-48 ms, a tenth of the recalls; 4-6 ms with the fence), and on a store
     of many small scopes the facts were read by a scan of the scope. A scope searched exactly
     (`RecallPlan.exact`) is scanned once for every signal (`signals.live`): both hops join those
-    rows."""
+    rows, and its CTEs read once are planned apart (`live.once`)."""
     distance = sql.SQL("f.embedding <=> %(qvec)s" if plan.embedding else "NULL::float8")
     near_union = sql.SQL("UNION ALL SELECT id, name, false, s FROM near" if plan.embedding else "")
     two_hops = plan.hops >= 2
@@ -173,7 +175,7 @@ def anchor_ctes(schema: str, plan: RecallPlan, access: ScopeAccess = SHARED) -> 
         if live
         else fragment(_HOP_FACTS, schema, access=access, known=plan.known, distance=distance)
     )
-    part = partial(fragment, access=access, known=plan.known, hop_facts=hop_facts)
+    part = partial(fragment, access=access, known=plan.known, hop_facts=hop_facts, once=once(live))
     hop2 = part(_HOP2, schema, real=sql.SQL(real_name("b.name")))
     return part(
         _ANCHOR,
@@ -189,7 +191,7 @@ def anchor_ctes(schema: str, plan: RecallPlan, access: ScopeAccess = SHARED) -> 
 
 def _ctes(schema: str, plan: RecallPlan, access: ScopeAccess) -> Sequence[sql.Composable]:
     anchors = anchor_ctes(schema, plan, access)
-    near = near_cte(schema, access)
+    near = near_cte(schema, access, exact=reads_live(plan))
     return (near, anchors) if plan.embedding else (anchors,)
 
 

@@ -27,7 +27,9 @@ from memsoda_core.recall.signals.vector import nearest_cte
 from memsoda_core.text import clean_query
 
 
-def conversation_cte(schema: str, access: ScopeAccess = SHARED, *, known: bool = False) -> sql.Composed:
+def conversation_cte(
+    schema: str, access: ScopeAccess = SHARED, *, known: bool = False, exact: bool = False
+) -> sql.Composed:
     """The facts nearest the conversation's embedding %(conversation_qvec)s, as the vector signal's."""
     return nearest_cte(
         schema,
@@ -36,11 +38,12 @@ def conversation_cte(schema: str, access: ScopeAccess = SHARED, *, known: bool =
         "conversation_candidates",
         access,
         known=known,
+        exact=exact,
     )
 
 
 def _ctes(schema: str, plan: RecallPlan, access: ScopeAccess) -> Sequence[sql.Composable]:
-    return (conversation_cte(schema, access, known=plan.known),)
+    return (conversation_cte(schema, access, known=plan.known, exact=plan.exact),)
 
 
 @dataclass(frozen=True, kw_only=True)

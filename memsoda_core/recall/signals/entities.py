@@ -13,7 +13,7 @@ from psycopg import sql
 from memsoda_core.layouts.access import SHARED, ScopeAccess
 from memsoda_core.option_checks import check_not_negative, check_share, check_types
 from memsoda_core.recall.fragments import fragment
-from memsoda_core.recall.signals.live import reads_live
+from memsoda_core.recall.signals.live import once, reads_live
 from memsoda_core.recall.signals.spec import RecallRequest, SharedCtes
 from memsoda_core.store.params import TextArray
 from memsoda_core.text import name_spans_with_terms
@@ -51,17 +51,19 @@ HUB_TERMS = (
 search terms and counts each named hub apart, `keyword.keyword_ctes`)."""
 
 
-def hub_floor_cte(schema: str, access: ScopeAccess = SHARED) -> sql.Composed:
-    """The fact count from which an entity is a hub in this scope."""
+def hub_floor_cte(schema: str, access: ScopeAccess = SHARED, *, exact: bool = False) -> sql.Composed:
+    """The fact count from which an entity is a hub in this scope; with `exact` (a scope searched
+    exactly), planned apart (`live.once`)."""
     return fragment(
         """
-    hub_floor AS (
+    hub_floor AS{once} (
         SELECT greatest(%(hub_min_facts)s::bigint,
                         ceil(%(hub_min_share)s::float8*coalesce(
                             (SELECT sc.fact_count FROM {s}.scopes sc WHERE {scope_sc}),0))
                        )::bigint AS n)""",
         schema,
         access=access,
+        once=once(exact),
     )
 
 
@@ -71,9 +73,11 @@ def named_cte(schema: str, access: ScopeAccess = SHARED, *, exact: bool = False)
     instead: see `anchor.anchor_ctes`). With `exact` (a scope searched exactly, `RecallPlan.exact`:
     its entities are few, and its statement and plan are shared by every such scope), all spans
     in one index scan, `name = ANY(spans)`: a query's ~40 spans cost ~0.06 ms less than as many
-    lookups (bench/RESULTS.md, "One scan of a small scope")."""
+    lookups (bench/RESULTS.md, "One scan of a small scope"). The spans are read through a subquery,
+    so the planner does not estimate each against the names' statistics (~0.06 ms of planning, paid
+    at every call on a Citus worker: bench/RESULTS.md, "Planning a small scope's statement")."""
     lookup = (
-        "FROM {entities} e WHERE {scope_e} AND e.name = ANY(%(spans)b::text[])"
+        "FROM {entities} e WHERE {scope_e} AND e.name = ANY((SELECT %(spans)b::text[])::text[])"
         if exact
         else """FROM unnest(%(spans)b::text[]) AS s(span)
         CROSS JOIN LATERAL(SELECT id,name,fact_count FROM {entities} e
@@ -81,12 +85,13 @@ def named_cte(schema: str, access: ScopeAccess = SHARED, *, exact: bool = False)
     )
     return fragment(
         """
-    named AS (
+    named AS{once} (
         SELECT e.id,e.name,e.fact_count,e.fact_count>=(SELECT n FROM hub_floor) AS is_hub
         {lookup})""",
         schema,
         access=access,
         lookup=fragment(lookup, schema, access=access),
+        once=once(exact),
     )
 
 
@@ -122,7 +127,7 @@ def _params(inputs: RecallRequest) -> Mapping[str, Any]:
 NAMED_ENTITIES = SharedCtes(
     name="named entities",
     ctes=lambda schema, plan, access: (
-        hub_floor_cte(schema, access),
+        hub_floor_cte(schema, access, exact=reads_live(plan)),
         named_cte(schema, access, exact=reads_live(plan)),
     ),
     params=_params,

@@ -18,21 +18,6 @@ from memsoda_core.recall.signals.spec import RecallPlan, RecallRequest, SignalSp
 from memsoda_core.store.params import TextArray
 from memsoda_core.text import normalized_terms
 
-_RANKED = """
-    keyword_ranked AS (
-        SELECT id, valid_at, {carried}, row_number() OVER (ORDER BY score DESC, valid_at DESC, id DESC) AS rank
-        FROM keyword_pool
-        ORDER BY rank
-        LIMIT %(keyword_candidates)s),"""
-"""The pool's first %(keyword_candidates)s by IDF sum, then recency and id, carrying {carried} (what
-`keyword_hits` reads: a fact's `tsv`, or its matched terms)."""
-
-
-def _ranked(carried: str) -> sql.Composed:
-    """`_RANKED` carrying the pool's column `carried` (memsoda's own name)."""
-    return sql.SQL(_RANKED).format(carried=sql.SQL(carried))
-
-
 _POOL = """
     keyword_pool AS (
         SELECT f.id, f.valid_at, f.tsv, m.score
@@ -41,14 +26,20 @@ _POOL = """
         CROSS JOIN LATERAL (SELECT count(*) AS n, sum(u.idf) AS score
                             FROM unnest(ka.qs, ka.idfs) AS u(q, idf) WHERE f.tsv @@ u.q) m
         CROSS JOIN LATERAL (SELECT count(*) AS n FROM unnest(ka.hub_qs) AS h(q) WHERE f.tsv @@ h.q) h
-        WHERE m.n + h.n >= ka.m),{ranked}
+        WHERE m.n + h.n >= ka.m),
+    keyword_ranked AS (
+        SELECT id, valid_at, tsv, row_number() OVER (ORDER BY score DESC, valid_at DESC, id DESC) AS rank
+        FROM keyword_pool
+        ORDER BY rank
+        LIMIT %(keyword_candidates)s),
     keyword_hits AS (
         SELECT r.id AS fact_id, r.valid_at, r.rank,
                (SELECT array_agg(u.term) FROM unnest(ka.qs || ka.hub_qs, ka.terms || ka.hub_names) AS u(q, term)
                 WHERE r.tsv @@ u.q) AS matched
         FROM keyword_ranked r CROSS JOIN keyword_any ka
         ORDER BY r.rank)"""
-"""The pool, its ranks and the matched terms of those kept (see `keyword_ctes`)."""
+"""The pool, its first %(keyword_candidates)s by IDF sum, then recency and id, and the matched terms
+of those kept (see `keyword_ctes`)."""
 
 _LIVE_POOL = """
     keyword_term_qs AS MATERIALIZED (
@@ -56,24 +47,27 @@ _LIVE_POOL = """
         FROM keyword_any ka
         CROSS JOIN LATERAL unnest(ka.qs || ka.hub_qs, ka.idfs, ka.terms || ka.hub_names)
                            WITH ORDINALITY AS u(q, idf, term, i)),
-    keyword_pool AS (
+    keyword_pool AS MATERIALIZED (
         SELECT f.id, f.valid_at, sum(u.idf) AS score, array_agg(u.term ORDER BY u.i) AS matched
         FROM keyword_any ka
         JOIN live f ON f.tsv @@ ka.q_any AND f.tsv @@ ka.q
         JOIN keyword_term_qs u ON f.tsv @@ u.q
         GROUP BY f.id, f.valid_at, ka.m
-        HAVING count(*) >= ka.m),{ranked}
-    keyword_hits AS (
-        SELECT r.id AS fact_id, r.valid_at, r.rank, r.matched
-        FROM keyword_ranked r
-        ORDER BY r.rank)"""
+        HAVING count(*) >= ka.m),
+    keyword_hits AS MATERIALIZED (
+        SELECT id AS fact_id, valid_at, matched,
+               row_number() OVER (ORDER BY score DESC, valid_at DESC, id DESC) AS rank
+        FROM keyword_pool
+        ORDER BY rank
+        LIMIT %(keyword_candidates)s)"""
 """`_POOL` over the scope's live facts (`signals.live`): the query's terms (its lexemes, then the
 named hubs', which have no IDF: `unnest` pads the IDFs with NULLs) listed once, and each pool fact
 joined to those it holds, so a fact's count (lexemes and hubs), IDF sum and matched terms (in the
 terms' order) come from one test of each term. A fact holding none is not in the join, where the
 rule's count (at least 1) would drop it anyway. A scope searched exactly has few pool facts, so
 listing every one's terms costs less than testing the kept ones again, and the pool carries no
-`tsv` through its sort (bench/RESULTS.md, "One scan of a small scope")."""
+`tsv` through its sort (bench/RESULTS.md, "One scan of a small scope"). Its hits are the pool's
+first ranks as they are, in one CTE, and each CTE is planned apart (`live.once`)."""
 
 
 def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = False, live: bool = False) -> sql.Composed:
@@ -151,11 +145,7 @@ def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = Fal
         access=access,
         known=known,
         hub_terms=sql.SQL(HUB_TERMS),
-        pool=(
-            sql.SQL(_LIVE_POOL).format(ranked=_ranked("matched"))
-            if live
-            else fragment(_POOL, schema, access=access, known=known, ranked=_ranked("tsv"))
-        ),
+        pool=(sql.SQL(_LIVE_POOL) if live else fragment(_POOL, schema, access=access, known=known)),
     )
 
 

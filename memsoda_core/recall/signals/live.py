@@ -25,6 +25,19 @@ def reads_live(plan: RecallPlan) -> bool:
     return plan.exact
 
 
+def once(exact: bool) -> sql.SQL:
+    """What follows `AS` in a signal's CTE: ` MATERIALIZED` in a scope searched exactly (`exact`:
+    `reads_live`), else nothing. PostgreSQL inlines a CTE read once into its reader, making one
+    larger query to plan; kept apart, each is planned as a small query of its own, which costs less
+    to plan (~0.45 ms of a small scope's ~2.2 ms) and, over the few rows each holds, nothing to run.
+    (A CTE read twice or more is materialized anyway: written on every CTE, it holds whichever are
+    read once in a given plan.) A small scope's statement is planned at every call on a Citus
+    worker (bench/RESULTS.md, "Planning a small scope's statement"). The statements of a scope with
+    indexes of its own are left as they were: their CTEs read the facts through those indexes, and
+    were not measured so."""
+    return sql.SQL(" MATERIALIZED" if exact else "")
+
+
 def live_cte(schema: str, plan: RecallPlan, access: ScopeAccess) -> Sequence[sql.Composable]:
     """`live` (id, valid_at, distance to %(qvec)s or NULL without a query embedding, tsv): the
     scope's live facts, MATERIALIZED so it is read once however many signals read it. Nothing

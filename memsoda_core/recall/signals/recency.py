@@ -14,14 +14,16 @@ from memsoda_core.layouts.access import SHARED, ScopeAccess
 from memsoda_core.option_checks import check_between, check_types
 from memsoda_core.recall.fragments import fragment
 from memsoda_core.recall.hits import HitRow
+from memsoda_core.recall.signals.live import once
 from memsoda_core.recall.signals.spec import RecallPlan, RecallRequest, SignalSpec
 
 
-def recent_cte(schema: str, access: ScopeAccess = SHARED, *, known: bool = False) -> sql.Composed:
-    """The most recent live facts, latest first (ties by id)."""
+def recent_cte(schema: str, access: ScopeAccess = SHARED, *, known: bool = False, exact: bool = False) -> sql.Composed:
+    """The most recent live facts, latest first (ties by id); with `exact` (a scope searched
+    exactly), planned apart (`live.once`)."""
     return fragment(
         """
-    recent_hits AS (
+    recent_hits AS{once} (
         SELECT f.id AS fact_id, f.valid_at, row_number() OVER (ORDER BY f.valid_at DESC, f.id DESC) AS rank
         FROM {facts} f
         WHERE {where_f}
@@ -30,11 +32,12 @@ def recent_cte(schema: str, access: ScopeAccess = SHARED, *, known: bool = False
         schema,
         access=access,
         known=known,
+        once=once(exact),
     )
 
 
 def _ctes(schema: str, plan: RecallPlan, access: ScopeAccess) -> Sequence[sql.Composable]:
-    return (recent_cte(schema, access, known=plan.known),)
+    return (recent_cte(schema, access, known=plan.known, exact=plan.exact),)
 
 
 @dataclass(frozen=True, kw_only=True)

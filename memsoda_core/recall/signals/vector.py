@@ -12,11 +12,11 @@ from memsoda_core.layouts.access import SHARED, ScopeAccess
 from memsoda_core.option_checks import check_between, check_types
 from memsoda_core.recall.fragments import fragment
 from memsoda_core.recall.hits import HitRow
-from memsoda_core.recall.signals.live import LIVE_FACTS, reads_live
+from memsoda_core.recall.signals.live import LIVE_FACTS, once, reads_live
 from memsoda_core.recall.signals.spec import RecallPlan, RecallRequest, SignalSpec
 
 NEAREST = """
-    {name}_hits AS (
+    {name}_hits AS{once} (
         SELECT id AS fact_id, distance, valid_at,
                row_number() OVER (ORDER BY distance, id DESC) AS rank
         FROM (SELECT f.id, f.embedding <=> {vector} AS distance, f.valid_at
@@ -34,11 +34,12 @@ def nearest_cte(
     access: ScopeAccess = SHARED,
     *,
     known: bool = False,
+    exact: bool = False,
 ) -> sql.Composed:
     """`<name>_hits`: cosine kNN of fact embeddings to the bound vector %(<vector>)s, the nearest
     %(<limit>)s (`name` is memsoda's own constant). The inner ORDER BY can use HNSW (with
     iterative scans the order is relaxed); the outer row_number re-sorts exactly and breaks ties
-    by id."""
+    by id. With `exact` (a scope searched exactly), planned apart (`live.once`)."""
     return fragment(
         NEAREST,
         schema,
@@ -47,6 +48,7 @@ def nearest_cte(
         name=sql.SQL(name),
         vector=sql.Placeholder(vector),
         limit=sql.Placeholder(limit),
+        once=once(exact),
     )
 
 
@@ -56,14 +58,15 @@ def vector_cte(schema: str, access: ScopeAccess = SHARED, *, known: bool = False
 
 
 LIVE_NEAREST = """
-    vector_hits AS (
+    vector_hits AS MATERIALIZED (
         SELECT id AS fact_id, distance, valid_at,
                row_number() OVER (ORDER BY distance, id DESC) AS rank
         FROM (SELECT l.id, l.distance, l.valid_at
               FROM live l
               ORDER BY l.distance
               LIMIT %(vector_candidates)s) v)"""
-"""`vector_cte` over the scope's live facts, their distances computed once (`signals.live`)."""
+"""`vector_cte` over the scope's live facts, their distances computed once (`signals.live`), planned
+apart (`live.once`)."""
 
 
 def _ctes(schema: str, plan: RecallPlan, access: ScopeAccess) -> Sequence[sql.Composable]:
