@@ -40,8 +40,8 @@ class _Overall:
     """When the query is less relevant than this, the recall finds nothing (no facts, context "").
     Relevance is on a scale the embedder cannot move (`recall.relevance`): how far the query's
     nearest fact stands above its typical one among the scope's latest facts, in units of how far
-    a fact's nearest neighbour stands above a typical pair of them (1: as much). 0.3 kept 96-99% of
-    realmem's questions under five embedders of four families. None (the default): off. Only a recall with a
+    a fact's nearest neighbour stands above a typical pair of them (1: as much); what each floor
+    empties, per embedder, is in bench/RESULTS.md. None (the default): off. Only a recall with a
     query embedding, of a scope with at least 3 facts, is judged."""
     as_of_from_question: bool = True
     """A question asking what held in a past window ("where did I live in 2019?") reads memory as
