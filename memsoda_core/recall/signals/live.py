@@ -29,7 +29,7 @@ def once(exact: bool) -> sql.SQL:
     """What follows `AS` in a signal's CTE: ` MATERIALIZED` in a scope searched exactly (`exact`:
     `reads_live`), else nothing. PostgreSQL inlines a CTE read once into its reader, making one
     larger query to plan; kept apart, each is planned as a small query of its own, which costs less
-    to plan (~0.45 ms of a small scope's ~2.2 ms) and, over the few rows each holds, nothing to run.
+    to plan and, over the few rows each holds, nothing more to run.
     (A CTE read twice or more is materialized anyway: written on every CTE, it holds whichever are
     read once in a given plan.) A small scope's statement is planned at every call on a Citus
     worker (bench/RESULTS.md, "Planning a small scope's statement"). The statements of a scope with
