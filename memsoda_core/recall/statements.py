@@ -77,7 +77,8 @@ def _ctes_and_hits(
 _KEPT_HITS = """,
     hits AS ({hits}),
     fused AS (
-        SELECT fact_id, sum(1.0 / (%(rrf_k)s::int + rank)) AS score, min(rank) AS best, max(valid_at_us) AS recent
+        SELECT fact_id, sum(1.0 / (%(rrf_k)s::int + rank)) AS score, min(rank) AS best, max(valid_at_us) AS recent,
+               min(signal) AS first_signal
         FROM hits
         GROUP BY fact_id),
     kept AS (
@@ -91,13 +92,17 @@ _KEPT_HITS = """,
         WHERE {scope_f} AND f.id = ANY(ARRAY(SELECT fact_id FROM kept)))
 SELECT h.*, k.*
 FROM hits h
-LEFT JOIN kept_facts k ON k.id = h.fact_id
+JOIN fused fu ON fu.fact_id = h.fact_id
+LEFT JOIN kept_facts k ON k.id = h.fact_id AND h.signal = fu.first_signal
 WHERE h.rank = 1
-   OR h.fact_id IN (SELECT fact_id FROM fused WHERE score >= (SELECT min(score) FROM kept) - {tie})"""
+   OR fu.score >= (SELECT min(score) FROM kept) - {tie}"""
 """The tail of `kept_hits_statement`. The kept facts' columns are a CTE of their own, read by the ids
 of `kept` as an array: planned apart from the hits they are joined to, and without a join to
 `kept`, which costs less to plan (the statement is planned at every call on a Citus worker:
-bench/RESULTS.md, "Planning a small scope's statement")."""
+bench/RESULTS.md, "Planning a small scope's statement"). Each kept fact's columns are sent once,
+on the row of its first signal by name (`fused.first_signal`; NULLs on its other rows, as on an
+unkept fact's): about 20 rows carry some 9 facts, whose 18 columns each were sent on every row
+(`operation.recall` takes a fact's columns from the row that has them)."""
 
 TIE = Decimal("1e-9")
 """How far below the last kept fact's RRF sum a fact's rows are still returned: far wider than the
@@ -168,12 +173,19 @@ _TEMPLATE_KEY = tenant_key(TEMPLATE_SCOPE).encode()
 _TEMPLATE_NAMES = re.compile(b"|".join(re.escape(name) for name in (*_TEMPLATE_LITERALS, _TEMPLATE_KEY)))
 
 
+FOR_SCOPE_CACHE = 256
+"""How many (template, scope) statements `for_scope` keeps: a recall's few templates for the
+tenants recalled lately (~11 KB each), each recall of one of them spared the substitution."""
+
+
+@lru_cache(maxsize=FOR_SCOPE_CACHE)
 def for_scope(template: Compiled, scope: Scope) -> Compiled:
     """`template` (a statement naming `TEMPLATE_SCOPE`) naming `scope` instead: each quoted name
     replaced by the scope's, quoted as composing for `scope` quotes it (`sql.Literal`), and its
     leaves' key by the scope's, in one pass (a scope's names may hold the template's), so the text
     is the one composed for `scope` itself. Neither holds placeholders, so the parameters stay as
-    they are."""
+    they are. Memoized (`FOR_SCOPE_CACHE`): the substitution walks the whole text at each recall of
+    a named scope."""
     dataset, project = _TEMPLATE_LITERALS
     quoted = {
         dataset: sql.Literal(scope.dataset).as_bytes(None),
