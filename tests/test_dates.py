@@ -5,8 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from memsoda_core.recall.dates import _CUE, _PATTERNS, question_window
+from memsoda_core.recall.dates import _CUE, _PATTERNS, MONTHS, NUMBERS, WEEKDAYS, question_window
 
 AT = datetime(2023, 5, 20, 15, 0, tzinfo=UTC)
 """A Saturday afternoon."""
@@ -110,6 +112,49 @@ def test_a_year_less_date_is_its_nearest_occurrence() -> None:
 @pytest.mark.parametrize("text", [text for text, _, _ in CASES] + [t for t in NO_WINDOW if t])
 def test_every_date_holds_the_cue(text: str) -> None:
     """`question_window` reads only a question holding `_CUE`: every match of a pattern holds it."""
+    for _, pattern in _PATTERNS:
+        for match in pattern.finditer(text):
+            assert _CUE.search(match.group()), (text, match.group())
+
+
+_ODD_LETTERS = str.maketrans({"s": "\u017f", "i": "\u0131", "k": "\u212a"})
+"""ASCII letters to non-ASCII ones that `re.IGNORECASE` matches to them."""
+
+
+@pytest.mark.parametrize(
+    ("text", "start", "end"), [case for case in CASES if case[0].translate(_ODD_LETTERS) != case[0]]
+)
+def test_a_letter_the_patterns_match_case_blind_reads_as_its_ascii_one(text: str, start: str | None, end: str) -> None:
+    """ "Auguſt 3", "laſt ſunday": what a pattern matched is read, not a KeyError."""
+    window = question_window(text.translate(_ODD_LETTERS), AT)
+    assert window is not None, text
+    assert (window.start, window.end) == (None if start is None else _day(start), _day(end))
+
+
+_VOCABULARY = [*MONTHS, *WEEKDAYS, *NUMBERS, "ago", "last", "this", "next", "on", "since", "before", "after", "of"]
+_VOCABULARY += [
+    "week",
+    "month",
+    "year",
+    "today",
+    "yesterday",
+    "days",
+    "the",
+    "in",
+    "what",
+    "3rd",
+    "2019",
+    "07",
+    "-",
+    "/",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_VOCABULARY) | st.text(max_size=4), max_size=8))
+def test_every_match_in_any_text_holds_the_cue(words: list[str]) -> None:
+    """Any text a pattern reads a date in holds `_CUE` within that date, so the cue's scan skips no date."""
+    text = " ".join(words)
     for _, pattern in _PATTERNS:
         for match in pattern.finditer(text):
             assert _CUE.search(match.group()), (text, match.group())

@@ -157,8 +157,19 @@ def question_window(text: str | None, at: datetime) -> Window | None:
     )
 
 
+_FOLD = str.maketrans({"\u0130": "i", "\u0131": "i", "\u017f": "s", "\u212a": "k"})
+"""The four non-ASCII letters `re.IGNORECASE` matches to an ASCII one (U+0130, U+0131, U+017F,
+U+212A: the `re` docs), which `str.lower` leaves non-ASCII."""
+
+
+def _word(text: str) -> str:
+    """A word the patterns read, spelled as the tables' keys are (`MONTHS`, `WEEKDAYS`, `NUMBERS`):
+    lower case ASCII wherever the pattern matched an ASCII letter."""
+    return text.translate(_FOLD).lower()
+
+
 def _lead(lead: str | None, span: tuple[datetime, datetime], at: datetime) -> tuple[datetime | None, datetime]:
-    word = (lead or "").split()[0].lower() if lead else ""
+    word = _word((lead or "").split()[0]) if lead else ""
     start, end = span
     if word in ("before", "until", "by"):
         return None, start
@@ -206,37 +217,37 @@ def _resolve(kind: str, match: re.Match[str], at: datetime) -> tuple[datetime, d
                 return _month(year, month, at)
             return _day(date(year, month, int(groups["day"])), at)
         if kind in ("day_month", "month_day"):
-            month, day = MONTHS[groups["month"].lower()], int(groups["day"])
+            month, day = MONTHS[_word(groups["month"])], int(groups["day"])
             if "year" in groups:
                 return _day(date(int(groups["year"]), month, day), at)
             return _nearest(
                 (_day(date(year, month, day), at) for year in (today.year - 1, today.year, today.year + 1)), at
             )
         if kind == "month_year":
-            return _month(int(groups["year"]), MONTHS[groups["month"].lower()], at)
+            return _month(int(groups["year"]), MONTHS[_word(groups["month"])], at)
         if kind == "month":
-            month = MONTHS[groups["month"].lower()]
+            month = MONTHS[_word(groups["month"])]
             lead = (groups.get("lead") or "").split()
             years = range(today.year - 1, today.year + 2)
-            if lead and lead[0].lower() == "last":
+            if lead and _word(lead[0]) == "last":
                 return max((s for s in (_month(y, month, at) for y in years) if s[1] <= at), key=lambda s: s[0])
             return _nearest((_month(year, month, at) for year in years), at)
         if kind == "year":
             year = int(groups["year"])
             return _midnight(date(year, 1, 1), at), _midnight(date(year + 1, 1, 1), at)
         if kind == "relative_day":
-            return _day(today - timedelta(days=1 if groups["word"].lower() == "yesterday" else 0), at)
+            return _day(today - timedelta(days=1 if _word(groups["word"]) == "yesterday" else 0), at)
         if kind == "relative_span":
-            return _relative_span(groups["which"].lower(), groups["unit"].lower(), at)
+            return _relative_span(_word(groups["which"]), _word(groups["unit"]), at)
         if kind == "weekday":
-            back = (today.weekday() - WEEKDAYS[groups["weekday"].lower()]) % 7
-            if groups["which"].lower() == "on":
+            back = (today.weekday() - WEEKDAYS[_word(groups["weekday"])]) % 7
+            if _word(groups["which"]) == "on":
                 ahead = (7 - back) % 7
                 return _day(today - timedelta(days=back) if back <= ahead else today + timedelta(days=ahead), at)
             return _day(today - timedelta(days=back or 7), at)
         if kind == "ago":
-            count = NUMBERS.get(groups["n"].lower()) or int(groups["n"])
-            return _ago(count, groups["unit"].lower(), at)
+            count = NUMBERS.get(_word(groups["n"])) or int(groups["n"])
+            return _ago(count, _word(groups["unit"]), at)
     except ValueError:
         return None  # "31 February", "2023-13-01": not a date
     raise AssertionError(kind)
