@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from psycopg import sql
 
 from memsoda_core.errors import ConfigurationError, StoreError, StoreUnavailableError
-from memsoda_core.runner.policy import SESSION_SETTINGS
+from memsoda_core.runner.policy import KNN_SETTINGS
 from memsoda_core.runner.steps import Operation, execute, execute_as, own_transaction
 from memsoda_core.store import layout as sql_layout
 from memsoda_core.store import placement as sql_placement
@@ -132,8 +132,8 @@ def isolate_statement(schema: str, table: str) -> sql.Composed:
 _SETTING = re.compile(r"SET ([a-z_][a-z0-9_.]*) = ([A-Za-z0-9_.]+)")
 
 
-def worker_settings(statements: Iterable[sql.SQL] = SESSION_SETTINGS) -> tuple[tuple[str, str], ...]:
-    """(name, value) of the runner's session settings (`runner.policy.SESSION_SETTINGS`, the one
+def worker_settings(statements: Iterable[sql.SQL] = KNN_SETTINGS) -> tuple[tuple[str, str], ...]:
+    """(name, value) of the kNN's session settings (`runner.policy.KNN_SETTINGS`, the one
     definition). Citus runs a routed statement on a worker over its own connection, which never
     sees the coordinator session's `SET`; so recall's kNN there would use pgvector's defaults."""
     pairs = []

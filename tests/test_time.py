@@ -23,7 +23,7 @@ from memsoda_core.store import statements as sql_store
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import Scope
 from memsoda_core.writing import reconcile_statements as sql_reconcile
-from tests.conftest import Either
+from tests.conftest import Either, open_memory
 from tests.scripted import Script, drive
 
 MOTHER = {"subject": "user", "predicate": "mother is", "object": "sunita", "object_type": "PERSON"}
@@ -388,3 +388,23 @@ def test_a_new_store_records_no_legacy_starts(pg_dsn: str, embedder: LocalEmbedd
     finally:
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_times_and_rendered_days_do_not_follow_the_session_time_zone(
+    flavour: str, pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client whose default time zone is west of UTC (libpq's PGTZ) reads a fact that starts at
+    midnight UTC as starting that day, not the day before, and gets its times in UTC."""
+    monkeypatch.setenv("PGTZ", "America/New_York")
+    memory = await open_memory(flavour, pg_dsn, embedder)
+    try:
+        fact = {"subject": "user", "predicate": "moved to", "object": "lisbon", "valid_at": "2019-05-10T00:00:00Z"}
+        await memory.add_facts([fact], **scope)
+        result = await memory.recall("where did the user move?", **scope)
+        assert "2019-05-10" in result.context, result.context
+        assert "2019-05-09" not in result.context
+        valid_at = result.facts[0].fact.valid_at
+        assert valid_at is not None and valid_at.utcoffset() == timedelta(0)
+    finally:
+        await memory.close()

@@ -29,10 +29,19 @@ from memsoda_core.runner.steps import OutsideTransaction, OwnTransaction, ReadAs
 logger = logging.getLogger(__name__)
 
 
-SESSION_SETTINGS = (
+KNN_SETTINGS = (
     # Filtered HNSW scans stop early and under-fill a tenant's top-k; iterative scans keep going.
     sql.SQL("SET hnsw.iterative_scan = relaxed_order"),
     sql.SQL("SET hnsw.ef_search = 100"),
+)
+"""What a recall's kNN needs on every node that runs it (a Citus worker too:
+`distributed.worker_settings`)."""
+
+SESSION_SETTINGS = (
+    *KNN_SETTINGS,
+    # Timestamps come back in the session's time zone: in UTC, the datetimes memsoda returns and the
+    # days it renders are the same whatever the server's or the client's default.
+    sql.SQL("SET timezone = 'UTC'"),
 )
 """Run on every new pooled connection."""
 
