@@ -4,6 +4,7 @@ Pure: no database."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -20,6 +21,7 @@ from memsoda_core.recall import statements
 from memsoda_core.recall.dates import question_window
 from memsoda_core.recall.fragments import fragment
 from memsoda_core.recall.hits import COMMON_COLUMNS, DETAIL_TYPES, FACT_NAMES, HitRow, _maker
+from memsoda_core.recall.planning import PLANNED_AFRESH
 from memsoda_core.recall.plans import QUERY_SIGNALS
 from memsoda_core.recall.result import explain, fuse_hits, plan_for, statement_params
 from memsoda_core.recall.signals import (
@@ -333,10 +335,6 @@ def test_a_small_scopes_statement_plans_each_cte_read_once_apart() -> None:
     """In `kept_hits_statement` (planned at every call on a Citus worker) a CTE read once is
     MATERIALIZED (`signals.live.once`): inlined, it would be planned as part of a larger query,
     which costs more (bench/RESULTS.md, "Planning a small scope's statement")."""
-    import re
-
-    from memsoda_core.recall.planning import PLANNED_AFRESH
-
     for plan in (plan for plan in PLANS if not PLANNED_AFRESH & plan.signals):  # those run in one statement
         text = statements.kept_hits_statement("memsoda", plan).as_string()
         for match in re.finditer(r"(?:WITH|,)\s+(\w+) AS (MATERIALIZED )?\(", text):

@@ -108,14 +108,14 @@ def ensure_all_own_partitions(info: StoreInfo, *, move: bool) -> Operation[list[
     return built
 
 
-def _own(scope: Scope, *, leaves: bool = False, exact: bool = False) -> ScopeAccess:
+def _own(scope: Scope, *, leaves: bool = False, cached: bool = False) -> ScopeAccess:
     """A scope's own statements: its names as literals, on generic plans; with `leaves` (it has
-    moved: `ScopeSize.moved`) reading its leaves by name. With `exact` (a scope under the
+    moved: `ScopeSize.moved`) reading its leaves by name. With `cached` (a scope under the
     tenant-index threshold, searched exactly in one statement) planned as the shared statements of
     a small scope are (`CACHED`): PostgreSQL's custom plans, which know the values, ran faster than
     the generic plan, their planning included (bench/RESULTS.md, "Python around the statement").
     Its names are literals, so any plan of it is pruned to its own partitions."""
-    planning = Planning.CACHED if exact else Planning.GENERIC
+    planning = Planning.CACHED if cached else Planning.GENERIC
     return ScopeAccess(named=scope, leaves=leaves, planning=planning, kept_named=scope, kept_planning=planning)
 
 
@@ -137,8 +137,8 @@ class PartitionedLayout:
             return ScopeAccess(planning=Planning.FRESH)
         small = size.facts < info.tenant_index_min_facts
         if not small or size.placed:
-            return _own(scope, leaves=size.moved, exact=small)
-        return ScopeAccess(default_partitions=True, moved=_own(scope, exact=True))
+            return _own(scope, leaves=size.moved, cached=small)
+        return ScopeAccess(default_partitions=True, moved=_own(scope, cached=True))
 
     def scope_size(self, info: StoreInfo, scope: Scope, planning: Planning) -> Operation[ScopeSize]:
         return (yield from scope_size(info, scope, planning))

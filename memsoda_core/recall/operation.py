@@ -26,7 +26,7 @@ from memsoda_core.recall.relevance import CalibrationCache, query_relevance
 from memsoda_core.recall.result import (
     decode_episodes,
     fuse_hits,
-    rendered,
+    render_context,
     scored_facts,
     statement_params,
     vector_similarities,
@@ -174,7 +174,7 @@ def recall(
         episodes = decode_episodes((yield from execute(statement(info.schema), params)))
         timings["episodes"] = _ms(mark)
     mark = time.perf_counter()
-    context, entities = rendered(scored, episodes)
+    context, entities = render_context(scored, episodes)
     timings["render"] = _ms(mark)
     synthesis: str | None = None
     errors: dict[str, str] = {}

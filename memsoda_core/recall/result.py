@@ -14,15 +14,9 @@ from memsoda_core.options import GENERAL_OPTIONS, RecallOptions
 from memsoda_core.recall.fusion import rrf_scores
 from memsoda_core.recall.hits import HitRow
 from memsoda_core.recall.render import anchor_entities, group_by_anchor, render
-from memsoda_core.recall.signals import REGISTRY, RecallRequest, SharedCtes, SignalSpec, by_name, signal_order
+from memsoda_core.recall.signals import REGISTRY, RecallRequest, SignalSpec, by_name, shared_ctes, signal_order
 from memsoda_core.recall.signals import plan_for as plan_for  # the registry's, beside statement_params
 from memsoda_core.store.fact_columns import decode_fact
-
-
-def shared_ctes(registry: Sequence[SignalSpec]) -> tuple[SharedCtes, ...]:
-    """The CTEs the signals of `registry` share, each once, in the order they first require them."""
-    return tuple(dict.fromkeys(required for spec in registry for required in spec.requires))
-
 
 _SHARED = shared_ctes(REGISTRY)
 
@@ -154,7 +148,7 @@ def decode_episodes(rows: Sequence[Sequence[Any]]) -> list[Episode]:
     ]
 
 
-def rendered(scored: Sequence[ScoredFact], episodes: Sequence[Episode] = ()) -> tuple[str, list[Entity]]:
+def render_context(scored: Sequence[ScoredFact], episodes: Sequence[Episode] = ()) -> tuple[str, list[Entity]]:
     """The context block of a recall's facts (grouped by anchor) and episodes, and the anchor
     entities it lists: what the operation packages, once, into its `RecallResult`."""
     groups = group_by_anchor(scored)

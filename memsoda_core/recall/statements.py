@@ -23,7 +23,15 @@ from memsoda_core.layouts.access import SHARED, ScopeAccess
 from memsoda_core.recall.fragments import fragment as _fragment
 from memsoda_core.recall.hits import DETAIL_TYPES
 from memsoda_core.recall.planning import PLANNED_AFRESH
-from memsoda_core.recall.signals import REGISTRY, RecallPlan, SignalSpec, by_name, planned_signals, statement_groups
+from memsoda_core.recall.signals import (
+    REGISTRY,
+    RecallPlan,
+    SignalSpec,
+    by_name,
+    planned_signals,
+    shared_ctes,
+    statement_groups,
+)
 from memsoda_core.runner.compiled import Compiled, compiled
 from memsoda_core.store.fact_columns import fact_columns
 from memsoda_core.store.tenant_index import tenant_key
@@ -65,8 +73,7 @@ def _ctes_and_hits(
     if not signals:
         raise ValueError("a recall statement needs at least one signal")
     specs = [by_name(registry)[name] for name in signals]
-    shared = dict.fromkeys(required for spec in specs for required in spec.requires)
-    ctes: list[sql.Composable] = [cte for required in shared for cte in required.ctes(schema, plan, access)]
+    ctes: list[sql.Composable] = [cte for required in shared_ctes(specs) for cte in required.ctes(schema, plan, access)]
     for spec in specs:
         ctes += spec.ctes(schema, plan, access)
     columns = list(dict.fromkeys(column for spec in specs for column, _ in spec.details))
@@ -101,12 +108,12 @@ of `kept` as an array: planned apart from the hits they are joined to, and witho
 `kept`, which costs less to plan (the statement is planned at every call on a Citus worker:
 bench/RESULTS.md, "Planning a small scope's statement"). Each kept fact's columns are sent once,
 on the row of its first signal by name (`fused.first_signal`; NULLs on its other rows, as on an
-unkept fact's): about 20 rows carry some 9 facts, whose 18 columns each were sent on every row
-(`operation.recall` takes a fact's columns from the row that has them)."""
+unkept fact's), not on each of its rows (`operation.recall` takes a fact's columns from the row
+that has them)."""
 
 TIE = Decimal("1e-9")
 """How far below the last kept fact's RRF sum a fact's rows are still returned: far wider than the
-difference rounding makes between SQL's sums and Python's (`fusion.rrf_ranks`, about 1e-17 at
+difference rounding makes between SQL's sums and Python's (`fusion.rrf_scores`, about 1e-17 at
 sums under 0.2); a wider margin only returns more rows."""
 
 
@@ -175,7 +182,7 @@ _TEMPLATE_NAMES = re.compile(b"|".join(re.escape(name) for name in (*_TEMPLATE_L
 
 FOR_SCOPE_CACHE = 256
 """How many (template, scope) statements `for_scope` keeps: a recall's few templates for the
-tenants recalled lately (~11 KB each), each recall of one of them spared the substitution."""
+tenants recalled lately, each recall of one of them spared the substitution."""
 
 
 @lru_cache(maxsize=FOR_SCOPE_CACHE)

@@ -47,6 +47,11 @@ def signal_order(registry: Sequence[SignalSpec] = REGISTRY) -> dict[str, int]:
     return {spec.name: position for position, spec in enumerate(registry)}
 
 
+def shared_ctes(registry: Sequence[SignalSpec] = REGISTRY) -> tuple[SharedCtes, ...]:
+    """The CTEs the signals of `registry` share, each once, in the order they first require them."""
+    return tuple(dict.fromkeys(required for spec in registry for required in spec.requires))
+
+
 def planned_signals(plan: RecallPlan, registry: Sequence[SignalSpec] = REGISTRY) -> tuple[str, ...]:
     """The signals `plan` runs, in registry order."""
     return tuple(spec.name for spec in registry if spec.name in plan.signals)
@@ -83,6 +88,7 @@ __all__ = [
     "by_name",
     "plan_for",
     "planned_signals",
+    "shared_ctes",
     "signal",
     "signal_order",
     "statement_groups",

@@ -22,6 +22,7 @@ from memsoda_core.limits import MAX_QUERY_CHARS
 from memsoda_core.models import USER_ROLES
 from memsoda_core.option_checks import check_between, check_types
 from memsoda_core.recall.hits import HitRow
+from memsoda_core.recall.signals.live import reads_live
 from memsoda_core.recall.signals.spec import RecallPlan, RecallRequest, SignalSpec
 from memsoda_core.recall.signals.vector import nearest_cte
 from memsoda_core.text import clean_query
@@ -43,7 +44,7 @@ def conversation_cte(
 
 
 def _ctes(schema: str, plan: RecallPlan, access: ScopeAccess) -> Sequence[sql.Composable]:
-    return (conversation_cte(schema, access, known=plan.known, exact=plan.exact),)
+    return (conversation_cte(schema, access, known=plan.known, exact=reads_live(plan)),)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -72,10 +72,10 @@ def named_cte(schema: str, access: ScopeAccess = SHARED, *, exact: bool = False)
     each looked up by name (behind `OFFSET 0`, so a generic plan cannot scan the scope's entities
     instead: see `anchor.anchor_ctes`). With `exact` (a scope searched exactly, `RecallPlan.exact`:
     its entities are few, and its statement and plan are shared by every such scope), all spans
-    in one index scan, `name = ANY(spans)`: a query's ~40 spans cost ~0.06 ms less than as many
-    lookups (bench/RESULTS.md, "One scan of a small scope"). The spans are read through a subquery,
-    so the planner does not estimate each against the names' statistics (~0.06 ms of planning, paid
-    at every call on a Citus worker: bench/RESULTS.md, "Planning a small scope's statement")."""
+    in one index scan, `name = ANY(spans)`, which costs less than a lookup per span (bench/RESULTS.md,
+    "One scan of a small scope"). The spans are read through a subquery, so the planner does not
+    estimate each against the names' statistics (planning paid at every call on a Citus worker:
+    bench/RESULTS.md, "Planning a small scope's statement")."""
     lookup = (
         "FROM {entities} e WHERE {scope_e} AND e.name = ANY((SELECT %(spans)b::text[])::text[])"
         if exact

@@ -14,7 +14,7 @@ from memsoda_core.layouts.access import SHARED, ScopeAccess
 from memsoda_core.option_checks import check_between, check_types
 from memsoda_core.recall.fragments import fragment
 from memsoda_core.recall.hits import HitRow
-from memsoda_core.recall.signals.live import once
+from memsoda_core.recall.signals.live import once, reads_live
 from memsoda_core.recall.signals.spec import RecallPlan, RecallRequest, SignalSpec
 
 
@@ -37,7 +37,7 @@ def recent_cte(schema: str, access: ScopeAccess = SHARED, *, known: bool = False
 
 
 def _ctes(schema: str, plan: RecallPlan, access: ScopeAccess) -> Sequence[sql.Composable]:
-    return (recent_cte(schema, access, known=plan.known, exact=plan.exact),)
+    return (recent_cte(schema, access, known=plan.known, exact=reads_live(plan)),)
 
 
 @dataclass(frozen=True, kw_only=True)
