@@ -60,7 +60,7 @@ CONFIGS: dict[str, Variant] = {  # "default" is resolved per scope as `Memory.re
     "near_gap04": Variant(options=GENERAL_OPTIONS.with_overrides({"anchor.vector_gap": 0.4})),
     "near_050": Variant(options=GENERAL_OPTIONS.with_overrides({"anchor.vector_min": 0.5})),
     "named_only": Variant(options=GENERAL_OPTIONS.with_overrides({"anchor.vector_top_k": 0})),
-    "no_validity": Variant(options=GENERAL_OPTIONS, validity=False),
+    "no_validity": Variant(options=GENERAL_OPTIONS, keyword=KeywordForm.OR, validity=False),
     "bridge8": Variant(options=GENERAL_OPTIONS.with_overrides({"anchor.bridge_max_facts": 8})),
     "common_05": Variant(
         options=GENERAL_OPTIONS.with_overrides({"keyword.common_term_min_facts": 0, "keyword.common_term_share": 0.05})
