@@ -18,8 +18,8 @@ fresh cost of the statement as each tree writes it, on one node:
 One store (an embedded server) holds `small` tenants besides the measured one, loaded with COPY.
 Each tree runs in a worker process of its own (`bench/_planning_worker.py`, its tree first on
 PYTHONPATH) with a Memory on that store. For every query each tree recalls (the result's digest:
-facts, scores, ranks, reasons, context), and for the first `--plans` queries also measures its statement on the plan and
-parameters that recall used; the trees take turns in a rotating order.
+facts, scores, ranks, reasons, context), and for the first `--plans` queries also measures its
+statement on the plan and parameters that recall used; the trees take turns in a rotating order.
 """
 
 from __future__ import annotations
