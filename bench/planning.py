@@ -16,21 +16,23 @@ fresh cost of the statement as each tree writes it, on one node:
 - its text's length.
 
 One store (an embedded server) holds `small` tenants besides the measured one, loaded with COPY.
-Each tree runs in a worker process of its own (its `memsoda_core` on PYTHONPATH) with a Memory on
-that store. For every query each tree recalls (the result's digest: facts, scores, ranks, reasons,
-context), and for the first `--plans` queries also measures its statement on the plan and
-parameters that recall used; the trees take turns in a rotating order.
+Each tree runs in a worker process of its own (`bench/_planning_worker.py`, its tree first on
+PYTHONPATH) with a Memory on that store. For every query each tree recalls (the result's digest:
+facts, scores, ranks, reasons, context), and for the first `--plans` queries also measures its
+statement on the plan and parameters that recall used; the trees take turns in a rotating order.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -38,89 +40,14 @@ from bench import synth
 from bench.common import bench_memory, connect, percentiles
 from bench.hashembed import HashEmbedder
 
-WORKER = """
-import hashlib, json, sys, time
-from dataclasses import replace
-import psycopg
-from bench.common import connect
-from bench.hashembed import HashEmbedder
-from memsoda_core import Memory, RecallOptions
-from memsoda_core.options import RecentOptions
-from memsoda_core.layouts.access import SHARED, ScopeAccess
-from memsoda_core.recall import operation
-from memsoda_core.recall.signals import planned_signals
-from memsoda_core.recall.statements import hits_statement, kept_hits_statement, rendered
-from memsoda_core.validation import Scope
-
-dsn, schema, path, project, dims, recent, talk = sys.argv[1:8]
-options = RecallOptions(recent=RecentOptions(candidates=int(recent))) if int(recent) else None
-queries = json.load(open(path))
-seen = {}
-executes = operation._executes
-
-
-def spy(info, plan, access, params, scope_facts):
-    seen.update(plan=plan, params=params)
-    return executes(info, plan, access, params, scope_facts)
-
-
-operation._executes = spy
-
-
-def parts(plan, scope):
-    named = ScopeAccess(named=scope)
-    exact = replace(plan, exact=True)
-    out = {
-        "whole": kept_hits_statement(schema, plan, named),
-        "whole, tenant bound": kept_hits_statement(schema, plan, SHARED),
-        "signals alone": rendered(hits_statement(schema, exact, planned_signals(plan), named)),
-    }
-    for name in planned_signals(plan):
-        out[name] = rendered(hits_statement(schema, exact, (name,), named))
-    if "anchor" in plan.signals:
-        out["anchor, hops=1"] = rendered(hits_statement(schema, replace(exact, hops=1), ("anchor",), named))
-    return out
-
-
-def planning_ms(conn, statement, params):
-    with psycopg.RawCursor(conn) as cur:
-        cur.execute(b"EXPLAIN (SUMMARY, FORMAT JSON) " + statement.query, statement.bind(params), prepare=False)
-        return cur.fetchone()[0][0]["Planning Time"]
-
-
-def wall_ms(conn, statement, params, prepare):
-    with psycopg.RawCursor(conn) as cur:
-        start = time.perf_counter()
-        cur.execute(statement.query, statement.bind(params), prepare=prepare)
-        cur.fetchall()
-        return (time.perf_counter() - start) * 1000
-
-
-with Memory.open(dsn, HashEmbedder(int(dims)), schema=schema) as memory, connect(dsn) as conn:
-    print("ready", flush=True)
-    for line in sys.stdin:
-        i, measure = (int(x) for x in line.split())
-        q = queries[i]
-        conversation = [{"role": "user", "content": queries[i - 1]["text"]}] if int(talk) and i else None
-        result = memory.recall(
-            q["text"], dataset=q["dataset"], project=project, query_embedding=q["values"], options=options,
-            conversation=conversation,
-        )
-        shown = (result.context, result.facts, result.entities, result.degraded, result.fusion)
-        out = {"digest": hashlib.sha256(repr(shown).encode()).hexdigest(), "facts": len(result.facts)}
-        if measure:
-            plan, params = seen["plan"], seen["params"]
-            statements = parts(plan, Scope(dataset=q["dataset"], project=project))
-            out["planning"] = {name: planning_ms(conn, s, params) for name, s in statements.items()}
-            whole = statements["whole"]
-            out["unnamed"] = min(wall_ms(conn, whole, params, False) for _ in range(2))
-            out["prepared"] = min(wall_ms(conn, whole, params, True) for _ in range(2))
-            out["bytes"] = len(whole.query)
-        print(json.dumps(out), flush=True)
-"""
+WORKER = Path(__file__).resolve().parent / "_planning_worker.py"
+"""Run by path with `python -P`, so neither its directory nor the working directory comes before
+PYTHONPATH: the worker imports `memsoda_core` from the tree it measures."""
 
 
 def main() -> None:
+    """Load the store, start one worker per tree, send every query to each in a rotating order and
+    print the planning table and the results' agreement; the workers are stopped however it ends."""
     parser = argparse.ArgumentParser(prog="python -m bench.planning")
     parser.add_argument("--tree", action="append", required=True, help="NAME=PATH of a source tree")
     parser.add_argument("--small", type=int, default=10, help="tenants besides the measured one")
@@ -150,31 +77,56 @@ def main() -> None:
         qs = synth.queries(measured, args.warmup + args.queries, words=words, seed=7)
         path = Path(tmp) / "queries.json"
         path.write_text(json.dumps([{"text": q.text, "values": list(q.values), "dataset": synth.DATASET} for q in qs]))
-        workers = {}
-        for name, tree in trees.items():
-            env = {**os.environ, "PYTHONPATH": f"{tree}:{Path(__file__).resolve().parent.parent}"}
-            argv = [sys.executable, "-c", WORKER, memory.dsn, memory.info.schema, str(path), "measured", str(dims)]
-            argv += [str(args.recent), str(int(args.conversation))]
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=tree)
-            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-            workers[name] = proc
-        replies: dict[str, list[dict[str, Any]]] = {name: [] for name in workers}
-        names = list(workers)
-        for i in range(len(qs)):
-            measure = int(i < args.warmup + args.plans)
-            for name in names[i % len(names) :] + names[: i % len(names)]:
-                proc = workers[name]
-                assert proc.stdin is not None and proc.stdout is not None
-                proc.stdin.write(f"{i} {measure}\n")
-                proc.stdin.flush()
-                reply = json.loads(proc.stdout.readline())
-                if i >= args.warmup:
-                    replies[name].append(reply)
-        for proc in workers.values():
-            assert proc.stdin is not None
-            proc.stdin.close()
-            proc.wait()
+        workers: dict[str, subprocess.Popen[str]] = {}
+        try:
+            for name, tree in trees.items():
+                env = {**os.environ, "PYTHONPATH": f"{tree}:{WORKER.parent.parent}"}
+                argv = [sys.executable, "-P", str(WORKER), memory.dsn, memory.info.schema, str(path), "measured"]
+                argv += [str(dims), str(args.recent), str(int(args.conversation))]
+                proc = subprocess.Popen(
+                    argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=tree
+                )
+                workers[name] = proc
+                assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+            replies = _run(workers, len(qs), args.warmup, args.plans)
+        finally:
+            _stop(workers.values())
     report(args, replies)
+
+
+def _run(
+    workers: dict[str, subprocess.Popen[str]], queries: int, warmup: int, plans: int
+) -> dict[str, list[dict[str, Any]]]:
+    """Every query to every worker, the trees in a rotating order; the replies after the warmup."""
+    replies: dict[str, list[dict[str, Any]]] = {name: [] for name in workers}
+    names = list(workers)
+    for i in range(queries):
+        measure = int(i < warmup + plans)
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            proc = workers[name]
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write(f"{i} {measure}\n")
+            proc.stdin.flush()
+            reply = json.loads(proc.stdout.readline())
+            if i >= warmup:
+                replies[name].append(reply)
+    return replies
+
+
+def _stop(workers: Iterable[subprocess.Popen[str]]) -> None:
+    """End each worker: its stdin closed (it finishes its query and exits), killed if it does not."""
+    for proc in workers:
+        if proc.stdin is not None:
+            with contextlib.suppress(BrokenPipeError):  # it had exited already
+                proc.stdin.close()
+    for proc in workers:
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 def report(args: argparse.Namespace, replies: dict[str, list[dict[str, Any]]]) -> None:

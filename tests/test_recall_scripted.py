@@ -191,6 +191,20 @@ def test_a_small_scope_reads_after_fusion_only_the_kept_facts_its_statement_did_
     assert {f.fact.object for f in conversation.result.facts} == {"amsterdam", "x"}
 
 
+def test_a_kept_fact_takes_its_columns_from_whichever_of_its_rows_carries_them() -> None:
+    # kept_hits_statement sends a kept fact's columns on one row only (its first signal by name):
+    # here its first row, the vector hit, has none and a later one, the keyword hit, has them all
+    rows = [
+        hit("vector", 1, 1, similarity=0.9),
+        hit("keyword", 1, 1, matched=["tesla"])._replace(fact=fact_row(id=1, object="tesla", predicate="drives")),
+    ]
+    conversation = drive(recall_of("tesla", query_embedding=[0.5] * INFO.dimensions), store(10, [rows]))
+    [scored] = conversation.result.facts
+    assert (scored.fact.id, scored.fact.predicate, scored.fact.object) == (1, "drives", "tesla")
+    assert set(scored.ranks) == {"vector", "keyword"}
+    assert conversation.index(Execute, facts_statement(INFO.schema)) == -1  # whole from the hits: no read after
+
+
 def test_a_fact_deleted_between_the_two_reads_is_left_out() -> None:
     hits = [[hit("vector", 1, 1, similarity=0.9), hit("vector", 2, 2, similarity=0.8)], []]
     conversation = drive(
