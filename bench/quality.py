@@ -208,8 +208,7 @@ COMPACT_ROWS: tuple[Row, ...] = (
     *(
         row
         for row in ROWS
-        if row.config in ("default", "kw_or")
-        and row.embedding == "anchor"
+        if row.embedding == "anchor"
         and row.label
         in (
             "vector only",
