@@ -59,7 +59,8 @@ def choose(options: RecallOptions, stats: ScopeStats | None) -> tuple[RecallOpti
     """`options` with the ones left to the memory filled in, and the choice (None when the caller
     set them all). `stats` None: not read, for a recall without a query (nothing it fuses depends
     on them), which takes the general values. Memoized: pure, and a memory's recalls ask it for the
-    same options and the statistics it remembers of a scope, whose reason is worded once."""
+    same options and the statistics it remembers of a scope, whose reason is worded once. Equal
+    options are the same options to it: it may return an equal object another call passed."""
     return _choose(options, stats)
 
 
