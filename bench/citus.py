@@ -34,7 +34,7 @@ import psycopg
 from psycopg import sql
 
 from bench import synth
-from bench.common import bench_memory, connect, environment, markdown_table, percentiles
+from bench.common import ScopeArgs, bench_memory, connect, environment, markdown_table, percentiles
 from memsoda_core import Memory
 from memsoda_core.distributed import distribute
 from memsoda_core.embedders import Embedder
@@ -189,7 +189,7 @@ def run(
         rows = []
         rng = random.Random(seed)
         for tenant, size in zip(tenants, sizes.values(), strict=True):
-            scope = {"dataset": tenant.dataset, "project": tenant.project}
+            scope: ScopeArgs = {"dataset": tenant.dataset, "project": tenant.project}
             recall_ms: dict[str, list[float]] = {label: [] for label in stores}
             write_ms: dict[str, list[float]] = {label: [] for label in stores}
             for i, query in enumerate(workload[tenant.dataset]):

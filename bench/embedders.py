@@ -153,7 +153,8 @@ class CentredEmbedder(_Base):
     @cached_property
     def mean(self) -> np.ndarray[Any, Any]:
         texts = [f"{f['subject']} {f['predicate']} {f['object']}" for name in MEMORIES for f in load(name).facts]
-        return np.asarray(self._base.embed_documents(texts), dtype=np.float64).mean(axis=0)
+        mean: np.ndarray[Any, Any] = np.asarray(self._base.embed_documents(texts), dtype=np.float64).mean(axis=0)
+        return mean
 
     def _move(self, vectors: Sequence[Sequence[float]]) -> list[list[float]]:
         if not vectors:

@@ -102,7 +102,8 @@ def _add(
 
 def _unit_vectors(count: int, dims: int, seed: int) -> np.ndarray:
     values = np.random.default_rng(seed).standard_normal((count, dims)).astype(np.float32)
-    return values / np.linalg.norm(values, axis=1, keepdims=True)
+    units: np.ndarray = values / np.linalg.norm(values, axis=1, keepdims=True)
+    return units
 
 
 def _jsonl(facts: Sequence[dict[str, Any]]) -> io.StringIO:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import metrics, realmem
-from bench.common import bench_memory, connect, environment, markdown_table, percentiles
+from bench.common import ScopeArgs, bench_memory, connect, environment, markdown_table, percentiles
 from memsoda_core import Memory
 from memsoda_core.embedders import Embedder
 from memsoda_core.learning import ExtractionRequest
@@ -78,7 +78,7 @@ def _window(call: int) -> tuple[list[dict[str, str]], list[dict[str, Any]]]:
 
 
 def cost(memory: Memory, *, calls: int, seed: int) -> str:
-    scope = {"dataset": "bench-learning", "project": f"cost-{time.time_ns()}"}
+    scope: ScopeArgs = {"dataset": "bench-learning", "project": f"cost-{time.time_ns()}"}
     memory.add_facts(
         [{"subject": "user", "predicate": f"noted {i % 13}", "object": f"seed fact {i}"} for i in range(seed)], **scope
     )
@@ -148,7 +148,7 @@ def loop_sessions(path: Path) -> Iterator[LoopSession]:
         questions = []
         for index, turn in enumerate(turns):
             if turn.get("is_query"):
-                answer = next((t for t in turns[index + 1 :] if t.get("speaker") == "Assistant"), {})
+                answer: dict[str, Any] = next((t for t in turns[index + 1 :] if t.get("speaker") == "Assistant"), {})
                 gold = frozenset(m["content"] for m in answer.get("memory_used") or ())
                 if gold:
                     questions.append((str(turn.get("category_name")), turn["content"], gold))
@@ -193,8 +193,8 @@ def replay(memory: Memory, path: Path, *, max_sessions: int | None) -> tuple[Loo
 
     name = path.name.split("_dialogues")[0]
     stamp = time.time_ns()
-    loop_scope = {"dataset": "bench-learning", "project": f"{name}-loop-{stamp}"}
-    direct_scope = {"dataset": "bench-learning", "project": f"{name}-direct-{stamp}"}
+    loop_scope: ScopeArgs = {"dataset": "bench-learning", "project": f"{name}-loop-{stamp}"}
+    direct_scope: ScopeArgs = {"dataset": "bench-learning", "project": f"{name}-direct-{stamp}"}
     extractor = ScriptedExtractor()
     loop, direct = LoopScores(), LoopScores()
     keys: dict[str, dict[int, str]] = {"loop": {}, "direct": {}}
@@ -306,18 +306,19 @@ def run(
                 rows,
             )
         )
-        categories = [["category", "recall@8 loop", "MRR@8 loop", "recall@8 add_facts"]]
+        categories: list[tuple[str, float, float, float]] = []
         for group in (*realmem.CATEGORIES, "all"):
             if group in loop_total.recall:
                 categories.append(
-                    [
+                    (
                         group,
                         _mean(loop_total.recall[group]),
                         _mean(loop_total.mrr[group]),
                         _mean(direct_total.recall[group]),
-                    ]
+                    )
                 )
-        out.append("\n" + markdown_table(categories[0], categories[1:]))
+        header = ["category", "recall@8 loop", "MRR@8 loop", "recall@8 add_facts"]
+        out.append("\n" + markdown_table(header, categories))
         spent = percentiles(loop_total.remember_ms) if loop_total.remember_ms else {"p50": 0.0, "p95": 0.0}
         out.append(
             f"\nremember per session (whole session as the window): p50 {spent['p50']:.1f} ms, "

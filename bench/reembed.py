@@ -13,6 +13,7 @@ import shutil
 import tempfile
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,7 @@ def _recalls(memory: Memory, stop: threading.Event, samples: list[float], errors
     while not stop.is_set():
         query, dataset = QUERIES[n % len(QUERIES)], f"s{n % 2}"
         try:
-            samples.append(timed(lambda q=query, d=dataset: memory.recall(q, dataset=d, project="bench")))
+            samples.append(timed(partial(memory.recall, query, dataset=dataset, project="bench")))
         except MemsodaError as exc:
             errors.append(f"{type(exc).__name__}: {exc}")
         n += 1

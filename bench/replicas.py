@@ -46,18 +46,21 @@ def standby(dsn: str, port: str = "5433") -> Iterator[str]:
     root.chmod(0o755)
     data = root / "data"
     data.mkdir(mode=0o700)
-    user = {"user": "embedded_postgres"} if os.geteuid() == 0 else {}
-    if user:
-        shutil.chown(data, user["user"], user["user"])
-    run = {"check": True, "capture_output": True, "timeout": 300, **user}
+    user = "embedded_postgres" if os.geteuid() == 0 else None
+    if user is not None:
+        shutil.chown(data, user, user)
+
+    def run(*args: str) -> None:
+        subprocess.run(args, check=True, capture_output=True, timeout=300, user=user)
+
     try:
-        subprocess.run([_bin("pg_basebackup"), "-d", dsn, "-D", str(data), "-R", "-X", "stream", "-c", "fast"], **run)
+        run(_bin("pg_basebackup"), "-d", dsn, "-D", str(data), "-R", "-X", "stream", "-c", "fast")
         options = f'-h "" -k {data} -p {port} -c shared_buffers=256MB'
-        subprocess.run([_bin("pg_ctl"), "-D", str(data), "-o", options, "-l", str(data / "log"), "-w", "start"], **run)
+        run(_bin("pg_ctl"), "-D", str(data), "-o", options, "-l", str(data / "log"), "-w", "start")
         try:
             yield make_conninfo(dsn, host=str(data), port=port)
         finally:
-            subprocess.run([_bin("pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"], **run)
+            run(_bin("pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -45,6 +45,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from bench.common import ScopeArgs
 from memsoda_core import AsyncMemory
 from memsoda_core.embedders import Embedder
 
@@ -201,7 +202,7 @@ def seed_facts(rng: random.Random, count: int) -> list[dict[str, Any]]:
 
 @dataclass(kw_only=True)
 class _Tenant:
-    scope: dict[str, str]
+    scope: ScopeArgs
     facts: dict[int, tuple[str, str, str]] = field(default_factory=dict)
     episodes: dict[int, str] = field(default_factory=dict)
 

