@@ -15,9 +15,9 @@ fresh cost of the statement as each tree writes it, on one node:
   does) against prepared (its plan kept, as one node runs it), both the Citus form;
 - its text's length.
 
-One store (an embedded server) holds `small` tenants besides the measured one, loaded with COPY.
-Each tree runs in a worker process of its own (`bench/_planning_worker.py`, its tree first on
-PYTHONPATH) with a Memory on that store. For every query each tree recalls (the result's digest:
+One store (`bench.trees.shared_store`) holds `small` tenants besides the measured one. Each tree
+runs in a worker process of its own (`bench/_planning_worker.py`, its tree first on PYTHONPATH) with
+a Memory on that store. For every query each tree recalls (the result's digest:
 facts, scores, ranks, reasons, context), and for the first `--plans` queries also measures its
 statement on the plan and parameters that recall used; the trees take turns in a rotating order.
 """
@@ -25,24 +25,17 @@ statement on the plan and parameters that recall used; the trees take turns in a
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
-import random
 import subprocess
-import sys
-import tempfile
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from bench import synth
-from bench.common import bench_memory, connect, percentiles
-from bench.hashembed import HashEmbedder
+from bench.common import percentiles
+from bench.trees import MEASURED, shared_store, start_worker, stop_workers
 
 WORKER = Path(__file__).resolve().parent / "_planning_worker.py"
-"""Run by path with `python -P`, so neither its directory nor the working directory comes before
-PYTHONPATH: the worker imports `memsoda_core` from the tree it measures."""
+"""Each tree's worker (`bench.trees.start_worker`)."""
 
 
 def main() -> None:
@@ -61,36 +54,19 @@ def main() -> None:
     )
     args = parser.parse_args()
     trees = dict(t.split("=", 1) for t in args.tree)
-    embedder = HashEmbedder()
-    dims = int(embedder.dimensions)
-    words = synth.vocabulary(3000, random.Random(7))
-    with bench_memory(embedder) as memory, tempfile.TemporaryDirectory() as tmp:
-        tenants = [
-            synth.generate(synth.Tenant(project=f"other{i:03d}", facts=1000), dims=dims, words=words, seed=i)
-            for i in range(args.small)
-        ]
-        measured = synth.generate(synth.Tenant(project="measured", facts=args.facts), dims=dims, words=words, seed=99)
-        tenants.append(measured)
-        with connect(memory.dsn) as conn:
-            synth.load(conn, memory.info.schema, tenants)
-        memory.maintain()
-        qs = synth.queries(measured, args.warmup + args.queries, words=words, seed=7)
-        path = Path(tmp) / "queries.json"
+    with shared_store(small=args.small, facts=args.facts, other_facts=1000, count=args.warmup + args.queries) as store:
+        memory, qs = store.memory, store.queries
+        path = store.directory / "queries.json"
         path.write_text(json.dumps([{"text": q.text, "values": list(q.values), "dataset": synth.DATASET} for q in qs]))
         workers: dict[str, subprocess.Popen[str]] = {}
         try:
             for name, tree in trees.items():
-                env = {**os.environ, "PYTHONPATH": f"{tree}:{WORKER.parent.parent}"}
-                argv = [sys.executable, "-P", str(WORKER), memory.dsn, memory.info.schema, str(path), "measured"]
-                argv += [str(dims), str(args.recent), str(int(args.conversation))]
-                proc = subprocess.Popen(
-                    argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=tree
-                )
-                workers[name] = proc
-                assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+                argv = [memory.dsn, memory.info.schema, str(path), MEASURED]
+                argv += [str(store.dims), str(args.recent), str(int(args.conversation))]
+                workers[name] = start_worker(tree, WORKER, argv)
             replies = _run(workers, len(qs), args.warmup, args.plans)
         finally:
-            _stop(workers.values())
+            stop_workers(workers.values())
     report(args, replies)
 
 
@@ -111,22 +87,6 @@ def _run(
             if i >= warmup:
                 replies[name].append(reply)
     return replies
-
-
-def _stop(workers: Iterable[subprocess.Popen[str]]) -> None:
-    """End each worker: its stdin closed (it finishes its query and exits), killed if it does not."""
-    for proc in workers:
-        if proc.stdin is not None:
-            with contextlib.suppress(BrokenPipeError):  # it had exited already
-                proc.stdin.close()
-    for proc in workers:
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
 
 
 def report(args: argparse.Namespace, replies: dict[str, list[dict[str, Any]]]) -> None:

@@ -95,6 +95,7 @@ FRAGMENTS = frozenset(
         "recall.signals.entities.hub_floor_cte",
         "recall.signals.entities.named_cte",
         "recall.signals.live.once",
+        "recall.scope_stats.latest_facts_query",
         "recall.signals.keyword.keyword_ctes",
         "recall.signals.recency.recent_cte",
         "recall.signals.vector.nearest_cte",

@@ -6,8 +6,8 @@ only when the tenant is a literal in it (a bound one fails to plan generically),
 routed statement afresh on the coordinator cost more than running it (bench/RESULTS.md, "Citus at
 its defaults"). Not `GENERIC`: its setting around the statement makes one implicit transaction,
 which Citus opens on the worker with two more round trips. The worker still parses and plans each
-statement (Citus sends it unnamed and keeps a shard plan for single-table queries only): ~3 ms of
-a small scope's recall, so a small scope's recall stays one statement (bench/RESULTS.md, "Where a
+statement (Citus sends it unnamed and keeps a shard plan for single-table queries only), so a
+small scope's recall stays one statement (bench/RESULTS.md, "Where a
 small tenant's recall goes on Citus")."""
 
 from __future__ import annotations

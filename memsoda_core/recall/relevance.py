@@ -27,10 +27,9 @@ import numpy as np
 from psycopg import sql
 
 from memsoda_core.recall.remembered import ScopeMemo
-from memsoda_core.recall.scope_stats import SAMPLE_FACTS
+from memsoda_core.recall.scope_stats import SAMPLE_FACTS, latest_facts_query
 from memsoda_core.runner.steps import Operation, Planning, execute_as
 from memsoda_core.store.info import StoreInfo
-from memsoda_core.store.tenant_index import tenant_predicate
 from memsoda_core.validation import Scope
 
 CALIBRATION_TTL_S = 60.0
@@ -38,6 +37,7 @@ CALIBRATION_TTL_S = 60.0
 write through this store forgets them at once."""
 
 CALIBRATION_KEPT = 4096
+"""How many scopes' levels are remembered at most (the least recently used go first)."""
 
 MIN_SAMPLE = 3
 """Fewer facts than this give no pair whose nearest neighbour differs from the pair itself: no
@@ -94,11 +94,9 @@ def calibrate(embeddings: Sequence[Any], model: str) -> Calibration | None:
 
 
 def latest_vectors_statement(schema: str) -> sql.Composed:
-    """The embeddings of scope %(dataset)s / %(project)s's latest %(sample_facts)s facts, live or not
-    (a backward scan of the primary key, like `scope_stats.stats_statement`)."""
-    return sql.SQL(
-        "SELECT f.embedding FROM {s}.facts f WHERE {tenant} ORDER BY f.id DESC LIMIT %(sample_facts)s"
-    ).format(s=sql.Identifier(schema), tenant=tenant_predicate("f"))
+    """The embeddings of scope %(dataset)s / %(project)s's latest %(sample_facts)s facts
+    (`scope_stats.latest_facts_query`)."""
+    return latest_facts_query(schema, sql.SQL("f.embedding"))
 
 
 def typical_statement(schema: str) -> sql.Composed:

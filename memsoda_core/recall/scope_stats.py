@@ -40,19 +40,26 @@ class StatsRow:
     restated: int
 
 
+def latest_facts_query(schema: str, columns: sql.Composable) -> sql.Composed:
+    """`columns` (of facts `f`) of scope %(dataset)s / %(project)s's latest %(sample_facts)s facts,
+    live or not: a backward scan of the primary key, the sample a scope's statistics and its
+    relevance levels (`recall.relevance`) are read from."""
+    return sql.SQL("SELECT {columns} FROM {s}.facts f WHERE {tenant} ORDER BY f.id DESC LIMIT %(sample_facts)s").format(
+        columns=columns, s=sql.Identifier(schema), tenant=tenant_predicate("f")
+    )
+
+
 def stats_statement(schema: str) -> sql.Composed:
     """The counts over scope %(dataset)s / %(project)s's latest %(sample_facts)s facts: how many,
     how many have the most common subject, their summed lexeme count (`length(tsv)`), how many
     were written again (`times_seen` > 1)."""
     return sql.SQL(
-        """WITH latest AS (
-    SELECT f.subject_id, length(f.tsv) AS lexemes, f.times_seen
-    FROM {s}.facts f WHERE {tenant} ORDER BY f.id DESC LIMIT %(sample_facts)s)
+        """WITH latest AS ({latest})
 SELECT (SELECT count(*) FROM latest) AS sampled,
        coalesce((SELECT count(*) FROM latest GROUP BY subject_id ORDER BY count(*) DESC LIMIT 1), 0) AS top_subject,
        (SELECT coalesce(sum(lexemes), 0) FROM latest) AS lexemes,
        (SELECT count(*) FROM latest WHERE times_seen > 1) AS restated"""
-    ).format(s=sql.Identifier(schema), tenant=tenant_predicate("f"))
+    ).format(latest=latest_facts_query(schema, sql.SQL("f.subject_id, length(f.tsv) AS lexemes, f.times_seen")))
 
 
 def decode_stats(row: StatsRow) -> ScopeStats:
