@@ -32,6 +32,11 @@ from memsoda_core.runner.steps import Execute
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import Scope
 
+_NOT_COMPARED = frozenset({"timings_ms", "relevance"})
+"""`RecallResult.to_dict` keys left out of a result's digest: times differ at every run, and a tree
+without the relevance floor has no such key (datetimes compare as ISO text, whatever tzinfo object
+each tree's session returns)."""
+
 
 def capture_statements() -> dict[str, Any]:
     """What the latest recall's statements were built from: its `plan` and `params`, filled in at every recall."""
@@ -104,9 +109,9 @@ def main(argv: list[str]) -> None:
                 options=options,
                 conversation=conversation,
             )
-            shown = (result.context, result.facts, result.entities, result.degraded, result.fusion)
+            shown = {key: value for key, value in result.to_dict().items() if key not in _NOT_COMPARED}
             out: dict[str, Any] = {
-                "digest": hashlib.sha256(repr(shown).encode()).hexdigest(),
+                "digest": hashlib.sha256(json.dumps(shown, sort_keys=True, default=str).encode()).hexdigest(),
                 "facts": len(result.facts),
             }
             if measure:

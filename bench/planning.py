@@ -17,8 +17,8 @@ fresh cost of the statement as each tree writes it, on one node:
 
 One store (`bench.trees.shared_store`) holds `small` tenants besides the measured one. Each tree
 runs in a worker process of its own (`bench/_planning_worker.py`, its tree first on PYTHONPATH) with
-a Memory on that store. For every query each tree recalls (the result's digest:
-facts, scores, ranks, reasons, context), and for the first `--plans` queries also measures its
+a Memory on that store. For every query each tree recalls (the digest of the result's `to_dict`
+but its timings: facts, scores, ranks, reasons, context), and for the first `--plans` queries also measures its
 statement on the plan and parameters that recall used; the trees take turns in a rotating order.
 """
 
