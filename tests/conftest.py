@@ -11,7 +11,7 @@ import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 
@@ -45,8 +45,15 @@ def embedder() -> LocalEmbedder:
     return model
 
 
+class ScopeArgs(TypedDict):
+    """A (dataset, project) pair, spread into calls as keyword arguments: `mem.recall(query, **scope)`."""
+
+    dataset: str
+    project: str
+
+
 @pytest.fixture
-def scope() -> dict[str, str]:
+def scope() -> ScopeArgs:
     """A fresh (dataset, project) no other test uses."""
     return {"dataset": f"ds-{uuid.uuid4().hex[:10]}", "project": "proj"}
 

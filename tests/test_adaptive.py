@@ -23,7 +23,7 @@ from memsoda_core.recall.result import statement_params
 from memsoda_core.recall.scope_stats import ScopeStatsCache, StatsRow, decode_stats
 from memsoda_core.recall.signals import RecallRequest
 from memsoda_core.validation import Scope
-from tests.conftest import Either
+from tests.conftest import Either, ScopeArgs
 
 NOTES = ScopeStats(sampled=120, subject_share=1.0, lexemes_per_fact=22.0, restated_share=0.02)
 TRIPLES = ScopeStats(sampled=120, subject_share=0.85, lexemes_per_fact=5.0, restated_share=0.0)
@@ -140,7 +140,7 @@ NOTE_TEXTS = [
 ]
 
 
-async def test_a_first_person_scope_gets_the_first_person_fusion(memory: Either, scope: dict[str, str]) -> None:
+async def test_a_first_person_scope_gets_the_first_person_fusion(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(
         [{"subject": "user", "predicate": "noted", "object": text, "object_type": "LITERAL"} for text in NOTE_TEXTS],
         **scope,
@@ -161,7 +161,7 @@ async def test_a_first_person_scope_gets_the_first_person_fusion(memory: Either,
     assert fixed.fusion is None
 
 
-async def test_a_scope_of_triples_keeps_the_general_fusion(memory: Either, scope: dict[str, str]) -> None:
+async def test_a_scope_of_triples_keeps_the_general_fusion(memory: Either, scope: ScopeArgs) -> None:
     people = ["alice", "bob", "carol", "dave", "erin", "frank"]
     await memory.add_facts(
         [

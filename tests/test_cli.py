@@ -18,6 +18,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from memsoda_core.cli import app, main
+from tests.conftest import ScopeArgs
 
 ENV = {"COLUMNS": "200", "NO_COLOR": "1"}
 
@@ -71,11 +72,11 @@ def write_jsonl(path: Path, records: list[Any]) -> Path:
     return path
 
 
-def scope_args(scope: dict[str, str]) -> list[str]:
+def scope_args(scope: ScopeArgs) -> list[str]:
     return ["--dataset", scope["dataset"], "--project", scope["project"]]
 
 
-def stats_of(cli: Any, scope: dict[str, str]) -> list[dict[str, Any]]:
+def stats_of(cli: Any, scope: ScopeArgs) -> list[dict[str, Any]]:
     result = cli("stats", "--json", *scope_args(scope))
     assert result.exit_code == 0, result.output
     rows: list[dict[str, Any]] = json.loads(result.stdout)
@@ -83,7 +84,7 @@ def stats_of(cli: Any, scope: dict[str, str]) -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-def netflix(cli: Any, scope: dict[str, str], tmp_path: Path) -> dict[str, str]:
+def netflix(cli: Any, scope: ScopeArgs, tmp_path: Path) -> dict[str, str]:
     """A scope holding the Netflix bridge facts and one episode, imported through the CLI."""
     result = cli("import", str(write_jsonl(tmp_path / "netflix.jsonl", NETFLIX)), *scope_args(scope))
     assert result.exit_code == 0, result.output
@@ -155,14 +156,14 @@ def test_recall_without_query_gives_recent_facts(cli: Any, netflix: dict[str, st
     assert all(set(f["ranks"]) == {"recent"} for f in facts)
 
 
-def test_recall_of_an_empty_scope_says_so(cli: Any, scope: dict[str, str]) -> None:
+def test_recall_of_an_empty_scope_says_so(cli: Any, scope: ScopeArgs) -> None:
     result = cli("recall", "anything?", *scope_args(scope))
     assert result.exit_code == 0, result.output
     assert result.stdout == ""
     assert f"{scope['dataset']}/{scope['project']} holds no facts" in result.stderr
 
 
-def test_recall_as_of(cli: Any, scope: dict[str, str], tmp_path: Path) -> None:
+def test_recall_as_of(cli: Any, scope: ScopeArgs, tmp_path: Path) -> None:
     lines = [
         {
             "subject": "user",
@@ -183,12 +184,12 @@ def test_recall_as_of(cli: Any, scope: dict[str, str], tmp_path: Path) -> None:
 # --- bad input --------------------------------------------------------------------------------------
 
 
-def test_bad_date_is_one_red_line(cli: Any, scope: dict[str, str]) -> None:
+def test_bad_date_is_one_red_line(cli: Any, scope: ScopeArgs) -> None:
     result = cli("recall", "x", *scope_args(scope), "--as-of", "yesterday")
     assert_user_error(result, "as_of='yesterday'", "ISO-8601")
 
 
-def test_verbose_shows_the_traceback(runner: CliRunner, pg_dsn: str, scope: dict[str, str]) -> None:
+def test_verbose_shows_the_traceback(runner: CliRunner, pg_dsn: str, scope: ScopeArgs) -> None:
     result = runner.invoke(
         app, ["--dsn", pg_dsn, "--verbose", "recall", "x", *scope_args(scope), "--as-of", "soon"], env=ENV
     )
@@ -210,13 +211,13 @@ def test_blank_dataset_is_rejected(cli: Any) -> None:
     assert "must not be empty" in result.output
 
 
-def test_bad_k_and_include(cli: Any, scope: dict[str, str]) -> None:
+def test_bad_k_and_include(cli: Any, scope: ScopeArgs) -> None:
     assert_user_error(cli("recall", "x", *scope_args(scope), "-k", "0"), "facts_in_context (k)")
     assert_user_error(cli("recall", "x", *scope_args(scope), "--include", "raw,gossip"), "gossip")
     assert cli("recall", "x", *scope_args(scope), "--include", "synthesis").exit_code == 2
 
 
-def test_add_stores_one_fact(cli: Any, scope: dict[str, str]) -> None:
+def test_add_stores_one_fact(cli: Any, scope: ScopeArgs) -> None:
     result = cli(
         "add", *scope_args(scope), "-s", "User", "-P", "drives", "-o", "Honda  Civic", "--object-type", "product",
         "--valid-at", "2026-03-01", "--confidence", "0.8", "--quote", "I drive a Honda Civic",
@@ -241,7 +242,7 @@ def test_add_stores_one_fact(cli: Any, scope: dict[str, str]) -> None:
         (["--subject", "   "], "subject"),
     ],
 )
-def test_add_bad_input_writes_nothing(cli: Any, scope: dict[str, str], options: list[str], needle: str) -> None:
+def test_add_bad_input_writes_nothing(cli: Any, scope: ScopeArgs, options: list[str], needle: str) -> None:
     base = {"--subject": "user", "--predicate": "likes", "--object": "tea"}
     for flag in options[::2]:
         base.pop(flag, None)
@@ -262,14 +263,14 @@ BAD_FILE = [
 ]
 
 
-def test_import_raise_rejects_the_file_and_writes_nothing(cli: Any, scope: dict[str, str], tmp_path: Path) -> None:
+def test_import_raise_rejects_the_file_and_writes_nothing(cli: Any, scope: ScopeArgs, tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "bad.jsonl", BAD_FILE)
     result = cli("import", str(path), *scope_args(scope), "--on-error", "raise")
     assert_user_error(result, "line 2:", "not valid JSON", "nothing was imported")
     assert stats_of(cli, scope) == []
 
 
-def test_import_skip_reports_line_numbers(cli: Any, scope: dict[str, str], tmp_path: Path) -> None:
+def test_import_skip_reports_line_numbers(cli: Any, scope: ScopeArgs, tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "bad.jsonl", BAD_FILE)
     result = cli("import", str(path), *scope_args(scope), "--on-error", "skip")
     assert result.exit_code == 0, result.output
@@ -281,14 +282,14 @@ def test_import_skip_reports_line_numbers(cli: Any, scope: dict[str, str], tmp_p
     assert (row["facts"], row["episodes"]) == (2, 1)
 
 
-def test_import_rejects_unknown_on_error_and_missing_file(cli: Any, scope: dict[str, str], tmp_path: Path) -> None:
+def test_import_rejects_unknown_on_error_and_missing_file(cli: Any, scope: ScopeArgs, tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "ok.jsonl", BAD_FILE[:1])
     assert cli("import", str(path), *scope_args(scope), "--on-error", "ignore").exit_code == 2
     missing = cli("import", str(tmp_path / "nope.jsonl"), *scope_args(scope))
     assert missing.exit_code == 2 and "does not exist" in missing.output
 
 
-def test_import_rejects_non_utf8(cli: Any, scope: dict[str, str], tmp_path: Path) -> None:
+def test_import_rejects_non_utf8(cli: Any, scope: ScopeArgs, tmp_path: Path) -> None:
     path = tmp_path / "latin1.jsonl"
     path.write_bytes('{"subject": "café", "predicate": "is", "object": "open"}\n'.encode("latin-1"))
     assert_user_error(cli("import", str(path), *scope_args(scope)), "not UTF-8")
@@ -370,7 +371,7 @@ def test_doctor_reports_a_schema_not_created_yet(cli: Any) -> None:
     assert "has not been created yet" in result.stdout
 
 
-def test_unreachable_store_is_a_user_error(runner: CliRunner, scope: dict[str, str]) -> None:
+def test_unreachable_store_is_a_user_error(runner: CliRunner, scope: ScopeArgs) -> None:
     result = runner.invoke(app, ["--dsn", "postgresql://x@127.0.0.1:1/y", "stats"], env=ENV)
     assert_user_error(result, "PostgreSQL is unavailable")
 
@@ -445,7 +446,7 @@ def home() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def test_server_start_status_stop(runner: CliRunner, home: Path, scope: dict[str, str]) -> None:
+def test_server_start_status_stop(runner: CliRunner, home: Path, scope: ScopeArgs) -> None:
     def server(*args: str) -> Result:
         return runner.invoke(app, ["--home", str(home), *args], env={**ENV, "MEMSODA_DSN": None})
 

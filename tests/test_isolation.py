@@ -20,13 +20,13 @@ from typing import Any
 
 import psycopg
 import pytest
-from conftest import Either
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
 
 from memsoda_core import AsyncMemory, LocalEmbedder, Memory
 from memsoda_core.limits import MAX_K
+from tests.conftest import Either
 
 # --- the shared world tenants draw from -----------------------------------------------------------
 

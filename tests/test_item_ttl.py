@@ -17,7 +17,7 @@ import pytest
 
 from memsoda_core import AsyncMemory, NotFoundError, ValidationError
 from memsoda_langgraph import MemsodaStore
-from tests.conftest import Either
+from tests.conftest import Either, ScopeArgs
 
 NS = ["notes"]
 
@@ -33,7 +33,7 @@ def item(key: str, text: str | None, ttl: float | None = None) -> dict[str, Any]
     return found if ttl is None else {**found, "ttl_minutes": ttl}
 
 
-async def test_expiry_refresh_and_sweep_of_items(memory: Either, scope: dict[str, str]) -> None:
+async def test_expiry_refresh_and_sweep_of_items(memory: Either, scope: ScopeArgs) -> None:
     kept_id, swept_id, forever_id = await memory.put_items(
         [item("kept", "tea", 60), item("swept", "coffee", 60), item("forever", "water")], **scope
     )
@@ -59,7 +59,7 @@ async def test_expiry_refresh_and_sweep_of_items(memory: Either, scope: dict[str
     assert found.key == "kept" and found.expires_at > refreshed.expires_at and found.score is not None
 
 
-async def test_a_fact_another_item_refers_to_outlives_the_expired_item(memory: Either, scope: dict[str, str]) -> None:
+async def test_a_fact_another_item_refers_to_outlives_the_expired_item(memory: Either, scope: ScopeArgs) -> None:
     fact_id, same = await memory.put_items([item("a", "tea", 1), {**item("b", "tea"), "key": "b"}], **scope)
     assert same == fact_id
     a = await memory.get_item(NS, "a", **scope)
@@ -68,7 +68,7 @@ async def test_a_fact_another_item_refers_to_outlives_the_expired_item(memory: E
     assert (await memory.get_item(NS, "b", **scope)).fact_id == fact_id
 
 
-async def test_ttl_arguments_are_checked(memory: Either, scope: dict[str, str]) -> None:
+async def test_ttl_arguments_are_checked(memory: Either, scope: ScopeArgs) -> None:
     for ttl in (0, -1, float("nan"), True, "5"):
         with pytest.raises(ValidationError):
             await memory.put_items([item("k", "x", ttl)], **scope)

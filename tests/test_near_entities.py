@@ -21,6 +21,7 @@ from memsoda_core.options import DEFAULT_OPTIONS, AnchorOptions, RecallOptions
 from memsoda_core.recall.signals import anchor
 from memsoda_core.recall.signals.spec import RecallRequest
 from memsoda_core.validation import Scope
+from tests.conftest import ScopeArgs
 
 THINGS = (
     "golden retriever",
@@ -140,7 +141,7 @@ def _near(result: RecallResult) -> set[str]:
 
 
 def test_near_entities_do_not_move_with_the_cosine_scale(
-    stores: dict[str, Memory], scope: dict[str, str], embedder: LocalEmbedder
+    stores: dict[str, Memory], scope: ScopeArgs, embedder: LocalEmbedder
 ) -> None:
     facts = [{"subject": "user", "predicate": "mentions", "object": thing, "object_type": "THING"} for thing in THINGS]
     for memory in stores.values():
@@ -179,7 +180,7 @@ def test_near_entities_do_not_move_with_the_cosine_scale(
 
 
 def test_an_explicit_cosine_keeps_the_top_k_at_or_above_it(
-    stores: dict[str, Memory], scope: dict[str, str], embedder: LocalEmbedder
+    stores: dict[str, Memory], scope: ScopeArgs, embedder: LocalEmbedder
 ) -> None:
     memory = stores["minilm"]
     memory.add_facts(

@@ -25,7 +25,7 @@ from memsoda_core import ConfigurationError, ScopeError
 from memsoda_langchain import MemsodaContextMiddleware
 from memsoda_langchain.context import RECALL_NAME
 from memsoda_llamaindex import MemsodaMemoryBlock, MemsodaProfileBlock
-from tests.conftest import Either
+from tests.conftest import Either, ScopeArgs
 
 FACTS = [
     {"subject": "user", "predicate": "lives in", "object": "lisbon", "valid_at": "2024-01-01"},
@@ -57,7 +57,7 @@ def recording(*replies: str) -> RecordingFakeChatModel:
 
 
 async def test_middleware_puts_the_profile_in_the_system_message_and_the_recall_after_the_user(
-    memory: Either, scope: dict[str, str]
+    memory: Either, scope: ScopeArgs
 ) -> None:
     await memory.add_facts(FACTS, **scope)
     profile = await memory.profile(**scope, max_facts=2)
@@ -86,7 +86,7 @@ async def test_middleware_puts_the_profile_in_the_system_message_and_the_recall_
     assert again[4].name == RECALL_NAME and "ana lives in porto" in str(again[4].content)
 
 
-async def test_middleware_with_an_empty_memory_leaves_the_prompt_alone(memory: Either, scope: dict[str, str]) -> None:
+async def test_middleware_with_an_empty_memory_leaves_the_prompt_alone(memory: Either, scope: ScopeArgs) -> None:
     model = recording("Hi.")
     agent = create_agent(
         model, [], system_prompt="Be brief.", middleware=[MemsodaContextMiddleware(memory=memory.raw, **scope)]
@@ -111,7 +111,7 @@ async def engines() -> AsyncIterator[list[AsyncEngine]]:
 
 
 async def test_llamaindex_profile_block_and_recall_without_repeats(
-    memory: Either, scope: dict[str, str], engines: list[AsyncEngine]
+    memory: Either, scope: ScopeArgs, engines: list[AsyncEngine]
 ) -> None:
     await memory.add_facts(FACTS, **scope)
     profile = await memory.profile(**scope, max_facts=2)

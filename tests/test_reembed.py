@@ -22,7 +22,6 @@ from pathlib import Path
 import numpy as np
 import psycopg
 import pytest
-from conftest import Either, open_memory
 from psycopg import sql
 from typer.testing import CliRunner
 
@@ -30,6 +29,7 @@ from bench.hashembed import HashEmbedder
 from memsoda_core import EmbedderMismatchError, EmbeddingError, LocalEmbedder, Memory
 from memsoda_core.cli import app
 from memsoda_core.text import fact_embedding_text
+from tests.conftest import Either, open_memory
 
 ROOT = Path(__file__).resolve().parent.parent
 NEW_DIMENSIONS = 64

@@ -17,8 +17,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from conftest import open_memory
-from helpers import CountingEmbedder, generic_plan, plan_nodes, run_compiled
 from psycopg import sql
 from typer.testing import CliRunner
 
@@ -33,6 +31,8 @@ from memsoda_core.recall.statements import recall_statements
 from memsoda_core.runner.policy import PREPARED_MAX
 from memsoda_core.store.tenant_index import tenant_indexes
 from memsoda_core.validation import Scope
+from tests.conftest import open_memory
+from tests.helpers import CountingEmbedder, generic_plan, plan_nodes, run_compiled
 
 THRESHOLD = 12
 

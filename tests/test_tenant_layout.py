@@ -11,7 +11,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from helpers import generic_plan, plan_nodes
 from psycopg import sql
 
 from memsoda_core import ConfigurationError, Memory, RecallOptions
@@ -20,6 +19,7 @@ from memsoda_core.store import layout as sql_layout
 from memsoda_core.store.schema import bump_layout_generation_statement
 from memsoda_core.store.tenant_index import tenant_indexes
 from memsoda_core.validation import Scope
+from tests.helpers import generic_plan, plan_nodes
 
 THRESHOLD = 12
 BIG = Scope(dataset="user-big", project="p")

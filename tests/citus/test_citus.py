@@ -20,6 +20,7 @@ from memsoda_core import LocalEmbedder, Memory, StoreError
 from memsoda_core.cli import app
 from memsoda_core.distributed import Distribution, distribute, worker_settings
 from tests.citus.citus_setup import BIG, SHARD_COUNT
+from tests.conftest import ScopeArgs
 
 pytestmark = pytest.mark.citus
 
@@ -40,7 +41,7 @@ def new_scope() -> dict[str, str]:
     return {"dataset": f"ds-{uuid.uuid4().hex[:10]}", "project": "proj"}
 
 
-def summary(memory: Memory, query: str | None, scope: dict[str, str]) -> list[tuple[str, str, str, float]]:
+def summary(memory: Memory, query: str | None, scope: ScopeArgs) -> list[tuple[str, str, str, float]]:
     result = memory.recall(query, **scope)
     return [(s.fact.subject, s.fact.predicate, s.fact.object, round(s.score, 6)) for s in result.facts]
 
@@ -247,7 +248,7 @@ def test_a_large_tenant_has_a_shard_of_its_own(citus_memory: Memory, cluster: An
     assert SHARD_COUNT >= 2
 
 
-def _worker_of(cluster: Any, scope: dict[str, str]) -> Any:
+def _worker_of(cluster: Any, scope: ScopeArgs) -> Any:
     with psycopg.connect(cluster.dsn) as conn:
         row = conn.execute(
             """SELECT nodeport FROM pg_dist_shard_placement

@@ -18,6 +18,7 @@ from memsoda_core.distributed import distribute
 from memsoda_core.recall.scope_stats import stats_statement
 from memsoda_core.runner.policy import PREPARE_ONLY_WHEN_ASKED
 from tests.citus.test_citus import FACTS, check_routing, new_scope, plans, statements_sent
+from tests.conftest import ScopeArgs
 
 pytestmark = pytest.mark.citus
 
@@ -38,7 +39,7 @@ def memory(cluster: Any, default_store: str, embedder: LocalEmbedder) -> Iterato
         yield opened
 
 
-def _recall_statements(memory: Memory, scope: dict[str, str]) -> list[tuple[str, Any]]:
+def _recall_statements(memory: Memory, scope: ScopeArgs) -> list[tuple[str, Any]]:
     """The statements (text, parameters) of two recalls of `scope`, with a query and without, that
     keep plans: not the scope's statistics read (`recall.scope_stats`, planned with its values)."""
     with statements_sent() as sent:
