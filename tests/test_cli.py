@@ -305,7 +305,7 @@ def test_export_import_round_trip(cli: Any, netflix: dict[str, str], tmp_path: P
     assert [r["kind"] for r in records] == ["fact", "fact", "fact", "episode"]
     assert not list(tmp_path.glob(".*.part"))
 
-    copy = {"dataset": netflix["dataset"] + "-copy", "project": netflix["project"]}
+    copy: ScopeArgs = {"dataset": netflix["dataset"] + "-copy", "project": netflix["project"]}
     assert cli("import", str(out), *scope_args(copy)).exit_code == 0
     again = tmp_path / "again.jsonl"
     assert cli("export", str(again), *scope_args(copy)).exit_code == 0
@@ -397,7 +397,7 @@ def test_demo_shows_the_netflix_bridge_and_is_idempotent(runner: CliRunner, pg_d
     assert second.exit_code == 0, second.output
     assert "Maya's memory is already in demo-maya/assistant: 86 facts, 3 episodes" in second.stdout
     assert "Sam's memory is already in demo-sam/assistant" in second.stdout
-    maya = {"dataset": "demo-maya", "project": "assistant"}
+    maya: ScopeArgs = {"dataset": "demo-maya", "project": "assistant"}
     assert runner.invoke(app, ["--dsn", pg_dsn, "stats", "--json", *scope_args(maya)]).exit_code == 0
     (row,) = json.loads(runner.invoke(app, ["--dsn", pg_dsn, "stats", "--json", *scope_args(maya)]).stdout)
     assert (row["facts"], row["episodes"]) == (86, 3)

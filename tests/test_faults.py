@@ -536,7 +536,7 @@ def test_writer_killed_mid_transaction_leaves_all_or_nothing_and_the_home_opens(
         # the next open on the same home works, and the same batches now go through whole.
         with Memory.open(home=home, embedder=HashEmbedder()) as memory:
             for mode in ("add_facts", "import"):
-                scope = {"dataset": "killed", "project": mode}
+                scope: ScopeArgs = {"dataset": "killed", "project": mode}
                 assert memory.stats(**scope)[0]["facts"] == 1
                 memory.add_facts(
                     [{"subject": f"person {i}", "predicate": "likes", "object": f"thing {i}"} for i in range(count)],

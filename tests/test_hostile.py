@@ -396,7 +396,7 @@ async def test_hostile_facts_survive_export_and_import_exactly(
     )
     first = io.StringIO()
     await fast.export_jsonl(first, **scope)
-    copy = {"dataset": scope["dataset"] + "-copy", "project": scope["project"]}
+    copy: ScopeArgs = {"dataset": scope["dataset"] + "-copy", "project": scope["project"]}
     report = await fast.import_jsonl(io.StringIO(first.getvalue()), **copy)
     assert report.skipped == 0 and report.facts == len(set(ids))  # equal ones resolved to one (issue 17)
     second = io.StringIO()
@@ -657,7 +657,7 @@ def hostile_facts(draw: st.DrawFn) -> dict[str, Any]:
 def test_no_stored_text_breaks_the_rendered_block(
     fast_sync: Memory, facts: list[dict[str, Any]], episode: tuple[str, str] | None, query: str | None
 ) -> None:
-    scope = {"dataset": f"fuzz-{uuid.uuid4().hex[:10]}", "project": "p"}
+    scope: ScopeArgs = {"dataset": f"fuzz-{uuid.uuid4().hex[:10]}", "project": "p"}
     try:
         ids = fast_sync.add_facts(facts, **scope)
     except ValidationError as exc:

@@ -23,7 +23,7 @@ NS = ["notes"]
 
 
 @pytest.fixture
-def scope() -> dict[str, str]:
+def scope() -> ScopeArgs:
     """A scope in a project of its own: a sweep at a later time would reach other tests' items."""
     return {"dataset": "ds", "project": f"ttl-{uuid.uuid4().hex[:10]}"}
 

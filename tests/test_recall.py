@@ -275,9 +275,9 @@ async def test_ref_invalidated_facts_never_returned_and_as_of_shows_the_past(mem
 
 
 async def test_ref_other_tenants_never_returned(memory: Either, scope: ScopeArgs) -> None:
-    mine = {"dataset": scope["dataset"], "project": "mine"}
-    theirs = {"dataset": scope["dataset"], "project": "theirs"}
-    elsewhere = {"dataset": scope["dataset"] + "-b", "project": "mine"}
+    mine: ScopeArgs = {"dataset": scope["dataset"], "project": "mine"}
+    theirs: ScopeArgs = {"dataset": scope["dataset"], "project": "theirs"}
+    elsewhere: ScopeArgs = {"dataset": scope["dataset"] + "-b", "project": "mine"}
     await memory.add_facts(BRIDGE, **mine)
     await memory.add_facts(
         [{"subject": "user", "predicate": "secretly watches", "object": "netflix", "object_type": "PRODUCT"}] * 3,

@@ -58,7 +58,7 @@ async def test_importing_twice_changes_nothing(memory: Either, scope: ScopeArgs)
     await memory.add_episodes([{"thread_id": "t1", "text": "Stamped now."}], **scope)  # a time to the microsecond
     buffer = io.StringIO()
     await memory.export_jsonl(buffer, **scope)
-    copy = {**scope, "dataset": scope["dataset"] + "-copy"}
+    copy: ScopeArgs = {**scope, "dataset": scope["dataset"] + "-copy"}
     first = await load(memory, buffer.getvalue(), copy)
     assert (first.facts, first.episodes, first.skipped) == (3, 4, 0)
     assert split(first) == (3, 0, 4, 0)

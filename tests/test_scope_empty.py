@@ -19,7 +19,7 @@ from tests.helpers import ADAPTER_FACTS, ADAPTER_QUERY
 LOW = {"subject": "user", "predicate": "likes", "object": "tea", "confidence": 0.3}  # stored, never recalled
 
 
-def misspelt(scope: ScopeArgs) -> dict[str, str]:
+def misspelt(scope: ScopeArgs) -> ScopeArgs:
     return {**scope, "dataset": scope["dataset"] + "x"}
 
 

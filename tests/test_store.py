@@ -469,7 +469,7 @@ async def test_forget_entity_removes_exactly_its_facts(memory: Either, scope: Sc
 
 
 async def test_forget_scope_leaves_other_scopes(memory: Either, scope: ScopeArgs, pg_dsn: str) -> None:
-    other = {"dataset": scope["dataset"], "project": "other"}
+    other: ScopeArgs = {"dataset": scope["dataset"], "project": "other"}
     await memory.add_facts(NETFLIX, **scope)
     await memory.add_facts(NETFLIX, **other)
     await memory.add_episodes([{"text": "we talked about cars"}], **scope)
@@ -699,7 +699,7 @@ async def test_export_import_round_trip(memory: Either, scope: ScopeArgs) -> Non
     await memory.add_episodes([{"thread_id": "t1", "text": "talked about tv", "created_at": "2026-09-01"}], **scope)
     buffer = io.StringIO()
     assert await memory.export_jsonl(buffer, **scope) == 4
-    copy = {"dataset": scope["dataset"] + "-copy", "project": scope["project"]}
+    copy: ScopeArgs = {"dataset": scope["dataset"] + "-copy", "project": scope["project"]}
     report = await memory.import_jsonl(io.StringIO(buffer.getvalue()), **copy)
     assert (report.facts, report.episodes, report.skipped) == (3, 1, 0)
     original = await memory.recall("anything good on netflix tonight?", **scope)

@@ -31,7 +31,7 @@ from memsoda_core.recall.statements import recall_statements
 from memsoda_core.runner.policy import PREPARED_MAX
 from memsoda_core.store.tenant_index import tenant_indexes
 from memsoda_core.validation import Scope
-from tests.conftest import open_memory
+from tests.conftest import ScopeArgs, open_memory
 from tests.helpers import CountingEmbedder, generic_plan, plan_nodes, run_compiled
 
 THRESHOLD = 12
@@ -170,7 +170,7 @@ def test_a_large_import_rebuilds_the_fact_index_after_the_rows_and_a_small_one_k
     small_threshold: Memory, pg_dsn: str
 ) -> None:
     memory = small_threshold
-    scope = {"dataset": "d", "project": "imported"}
+    scope: ScopeArgs = {"dataset": "d", "project": "imported"}
     memory.add_facts(_facts(4 * THRESHOLD), **scope)
     facts_index, entities_index, _ = (index.name for index in tenant_indexes(Scope(**scope)))
     before = _index_oids(pg_dsn, memory.info.schema)
@@ -212,7 +212,7 @@ class FailsOnCall(CountingEmbedder):
 
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 async def test_a_failed_import_gives_back_the_index_it_set_aside(pg_dsn: str, embedder: Any, flavour: str) -> None:
-    scope = {"dataset": "d", "project": "failed"}
+    scope: ScopeArgs = {"dataset": "d", "project": "failed"}
     with dropped_after(pg_dsn, f"tenant_index_failed_import_{flavour}") as schema:
         with Memory.open(pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD, layout="plain") as memory:
             memory.add_facts(_facts(THRESHOLD), **scope)
@@ -615,7 +615,7 @@ async def test_without_pipelines_recall_runs_its_statements_one_after_the_other_
         try:
             await memory.add_facts(_facts(THRESHOLD // 2), dataset="d", project="small")
             await memory.add_facts(_facts(THRESHOLD + 2), dataset="d", project="indexed")
-            scopes = [{"dataset": "d", "project": project} for project in ("small", "indexed")]
+            scopes: list[ScopeArgs] = [{"dataset": "d", "project": project} for project in ("small", "indexed")]
             piped = [await memory.recall("Who visited Town3?", **scope) for scope in scopes]
             runner = memsoda_core.runner.async_runner if memory.is_async else memsoda_core.runner.sync_runner
             monkeypatch.setattr(runner, "PIPELINE_SUPPORTED", False)

@@ -611,7 +611,7 @@ def test_reembed_reads_the_layout_before_it_starts(memory: Memory, pg_dsn: str, 
     """`reembed` reads the store's layout at once, not when due: after another process turned
     the partitioned store into plain tables, it re-embeds them and the memory goes on with the
     plain forms on the new model."""
-    from test_reembed import NewModel
+    from tests.test_reembed import NewModel
 
     memory.add_facts(_facts(4), **vars(BIG))
     _unpartition(pg_dsn, schema)
@@ -631,7 +631,7 @@ def test_a_layout_change_during_a_reembed_is_noticed_by_its_switch_which_resumes
 ) -> None:
     """The switch reads the layout generation under its lock: a change committed during the
     passes rolls the switch back, and the re-embed resumes with the layout read again."""
-    from test_reembed import NewModel
+    from tests.test_reembed import NewModel
 
     memory.add_facts(_facts(4), **vars(BIG))
 

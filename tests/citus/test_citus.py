@@ -37,7 +37,7 @@ FACTS = [
 QUERIES = ["where does Maya work?", "what does Tom work on", "Berlin", "tea", None]
 
 
-def new_scope() -> dict[str, str]:
+def new_scope() -> ScopeArgs:
     return {"dataset": f"ds-{uuid.uuid4().hex[:10]}", "project": "proj"}
 
 
@@ -227,7 +227,7 @@ def test_write_statements_stay_on_one_shard(citus_memory: Memory, cluster: Any) 
 
 
 def test_a_large_tenant_has_a_shard_of_its_own(citus_memory: Memory, cluster: Any, distributed: Distribution) -> None:
-    scope = {"dataset": BIG, "project": "proj"}
+    scope: ScopeArgs = {"dataset": BIG, "project": "proj"}
     many = [{"subject": f"Item {n}", "predicate": "is stored in", "object": f"bin {n % 7}"} for n in range(25)]
     citus_memory.add_facts(many, **scope)
     assert citus_memory.recall("where is item 3 stored", **scope).facts
