@@ -4,6 +4,7 @@ pure rule, and on a real server a first-person scope, a scope of triples, and a 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -64,7 +65,7 @@ def test_triples_keep_the_general_options() -> None:
         ({"sampled": MIN_SAMPLED, "lexemes_per_fact": NOTE_LEXEMES, "subject_share": ONE_SUBJECT_SHARE}, True),
     ],
 )
-def test_each_condition_of_the_rule(change: dict[str, float], expected: bool) -> None:
+def test_each_condition_of_the_rule(change: dict[str, Any], expected: bool) -> None:
     assert first_person(replace(NOTES, **change)) is expected
 
 

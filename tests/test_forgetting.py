@@ -114,6 +114,7 @@ async def test_an_item_over_a_forgotten_fact_goes_with_it(memory: Either, scope:
 
 
 async def test_forget_source_checks_its_arguments(memory: Either, scope: ScopeArgs) -> None:
+    bad: dict[str, Any]
     for bad in ({}, {"thread_id": ""}, {"message_ids": "m1"}, {"message_ids": []}, {"message_ids": [1]}):
         with pytest.raises(ValidationError):
             await memory.forget_source(**scope, **bad)

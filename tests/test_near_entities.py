@@ -14,7 +14,7 @@ import pytest
 from psycopg import sql
 
 from bench.embedders import CompressedEmbedder
-from memsoda_core import Memory, RecallResult
+from memsoda_core import Embedder, Memory, RecallResult
 from memsoda_core.embedders import LocalEmbedder
 from memsoda_core.errors import LimitError
 from memsoda_core.options import DEFAULT_OPTIONS, AnchorOptions, RecallOptions
@@ -118,7 +118,7 @@ def stores(pg_dsn: str, embedder: LocalEmbedder) -> Iterator[dict[str, Memory]]:
     """The same memory under MiniLM and under MiniLM compressed to alpha + (1 - alpha) * cosine,
     each in a schema of its own (a store holds one vector space)."""
     schemas = {"minilm": f"near_{uuid.uuid4().hex[:8]}", "compressed": f"near_{uuid.uuid4().hex[:8]}"}
-    models = {"minilm": embedder, "compressed": CompressedEmbedder(embedder, alpha=0.64)}
+    models: dict[str, Embedder] = {"minilm": embedder, "compressed": CompressedEmbedder(embedder, alpha=0.64)}
     opened = {name: Memory.open(pg_dsn, models[name], schema=schemas[name]) for name in schemas}
     try:
         yield opened

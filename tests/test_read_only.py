@@ -49,7 +49,7 @@ def store(pg_dsn: str, embedder: LocalEmbedder) -> Iterator[dict[str, Any]]:
         memory.put_items([{"namespace": ["notes"], "key": "k1", "value": {"a": 1}, "text": "buy a bike"}], **SCOPE)
         exported = io.StringIO()
         memory.export_jsonl(exported, **SCOPE)
-        answers = {
+        answers: dict[str, Any] = {
             "live": sorted(f.object for f in memory.list_facts(**SCOPE).facts),
             "stats": memory.stats(**SCOPE),
             "export": exported.getvalue(),

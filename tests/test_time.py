@@ -371,7 +371,9 @@ def test_a_store_written_by_schema_version_5_migrates_keeping_its_starts(pg_dsn:
             assert new == 1  # the v5 fact, resolved to as any equal write
             assert memory.get_fact(1, dataset="d", project="p").valid_at is None  # now its start is unknown
         with psycopg.connect(pg_dsn) as conn:
-            meta = dict(conn.execute(sql.SQL("SELECT key, value FROM {}.meta").format(sql.Identifier(schema))))
+            meta: dict[str, str] = dict(
+                conn.execute(sql.SQL("SELECT key, value FROM {}.meta").format(sql.Identifier(schema)))
+            )
         assert meta["schema_version"] == str(ddl.SCHEMA_VERSION) and meta[ddl.LEGACY_STARTS_KEY] == "3"
         with Memory.open(pg_dsn, embedder, schema=schema) as memory:  # opened again: recorded once
             assert memory.info.legacy_starts_through == 3
