@@ -14,10 +14,10 @@ import pytest
 from psycopg import sql
 from typer.testing import CliRunner
 
-from memsoda_core import LocalEmbedder, Memory
+from memsoda_core import LocalEmbedder, Memory, embedders
 from memsoda_core.cli import app
-from memsoda_core.embedders import OpenAIEmbedder
 from memsoda_core.embedders.choice import parse_spec
+from memsoda_core.embedders.openai import OpenAIEmbedder
 from memsoda_core.errors import ConfigurationError, EmbedderMismatchError
 from tests.conftest import ScopeArgs, open_memory
 from tests.fake_openai import FakeOpenAI
@@ -68,6 +68,11 @@ async def close(memory: Any) -> None:
 
 
 @flavours
+def test_the_package_names_the_openai_embedder() -> None:
+    """`memsoda_core.embedders.OpenAIEmbedder` is its module's class, loaded on first use."""
+    assert embedders.OpenAIEmbedder is OpenAIEmbedder
+
+
 async def test_a_local_store_opened_with_an_openai_key_keeps_the_local_model(
     flavour: str, pg_dsn: str, local_store: str, openai: FakeOpenAI, scope: ScopeArgs
 ) -> None:

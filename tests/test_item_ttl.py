@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import uuid
 from datetime import timedelta
-from typing import Any
+from typing import Any, Unpack
 
 import pytest
+from langgraph.store.base import TTLConfig
 
 from memsoda_core import AsyncMemory, NotFoundError, ValidationError
 from memsoda_langgraph import MemsodaStore
@@ -71,7 +72,7 @@ async def test_a_fact_another_item_refers_to_outlives_the_expired_item(memory: E
 async def test_ttl_arguments_are_checked(memory: Either, scope: ScopeArgs) -> None:
     for ttl in (0, -1, float("nan"), True, "5"):
         with pytest.raises(ValidationError):
-            await memory.put_items([item("k", "x", ttl)], **scope)
+            await memory.put_items([item("k", "x", ttl)], **scope)  # type: ignore[arg-type]  # "5": no number, on purpose
     with pytest.raises(ValidationError):
         await memory.get_item(NS, "k", **scope, refresh_ttl="yes")
 
@@ -94,7 +95,7 @@ class Store:
         return call
 
 
-def store_on(memory: Either, **ttl: Any) -> Store:
+def store_on(memory: Either, **ttl: Unpack[TTLConfig]) -> Store:
     store = MemsodaStore(memory.raw, project=f"lg-{uuid.uuid4().hex[:10]}", ttl=ttl or None)
     return Store(store, is_async=isinstance(memory.raw, AsyncMemory))
 

@@ -30,7 +30,7 @@ BRIDGE = [
     {"subject": "user", "predicate": "favourite show is", "object": "breaking bad", "object_type": "SHOW"},
     {"subject": "user", "predicate": "drives", "object": "honda civic", "object_type": "PRODUCT"},
 ]
-BRIDGE_WITH_MENTION = [
+BRIDGE_WITH_MENTION: list[dict[str, Any]] = [
     {
         "subject": "user",
         "predicate": "watches",

@@ -449,8 +449,8 @@ def test_the_plans_recall_keeps_hold_one_tenant_s_partitions_only(memory: Memory
         relations = set().union(*(_generic_plan_relations(conn, statement) for statement in statements))
     tenant_relations = {name for name in relations if TENANT_RELATION.search(name)}
     if which == "moved":
-        own = {sql_layout.tenant_tables(table, scope).leaf for table in sql_layout.PARTITIONED}
-        assert tenant_relations and tenant_relations <= own  # no other tenant's partition is in the plan
+        own_leaves = {sql_layout.tenant_tables(table, scope).leaf for table in sql_layout.PARTITIONED}
+        assert tenant_relations and tenant_relations <= own_leaves  # no other tenant's partition is in the plan
     else:
         assert tenant_relations == set() and "facts_shared" in relations
 
