@@ -12,6 +12,7 @@ import pytest
 from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.prebuilt import create_react_agent
 
 from memsoda_core import ConfigurationError, LimitError, Memory, ScopeError
@@ -119,7 +120,7 @@ async def test_one_agent_serves_many_users_by_the_run_config(memory: Either, sco
     )
 
     async def run(user: str) -> list[str]:
-        config = {"configurable": {"user_id": user}}
+        config: RunnableConfig = {"configurable": {"user_id": user}}
         return tool_answers(await agent.ainvoke({"messages": [{"role": "user", "content": "hi"}]}, config))
 
     assert (await run(alice))[0].startswith("Saved as fact(s)")

@@ -6,7 +6,7 @@ waits for whom, and the row is let go only once both are where the old lock orde
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -133,8 +133,8 @@ def two_threads() -> Iterator[ThreadPoolExecutor]:
 def race(
     dsn: str,
     pool: ThreadPoolExecutor,
-    hold: sql.Composable,
-    params: dict[str, Any],
+    hold: sql.SQL | sql.Composed,
+    params: Mapping[str, Any],
     first: Callable[[], Any],
     second: Callable[[], Any],
 ) -> tuple[Any, Any]:

@@ -17,8 +17,8 @@ from llama_index.core.bridge.pydantic import Field
 from llama_index.core.bridge.pydantic import ValidationError as PydanticValidationError
 from llama_index.core.chat_engine import ContextChatEngine
 from llama_index.core.embeddings import MockEmbedding
-from llama_index.core.llms import ChatMessage, MockLLM
-from llama_index.core.memory import InsertMethod, StaticMemoryBlock
+from llama_index.core.llms import ChatMessage, MockLLM, TextBlock
+from llama_index.core.memory import BaseMemoryBlock, InsertMethod, StaticMemoryBlock
 from llama_index.core.memory import Memory as ChatMemory
 from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
@@ -254,9 +254,9 @@ async def test_memory_block_fixed_scope_and_other_blocks(
     memory: Any, scope: ScopeArgs, chat_memory: ChatMemoryFactory
 ) -> None:
     await memory.add_facts(FACTS, **scope)
-    blocks = [
+    blocks: list[BaseMemoryBlock[Any]] = [
         MemsodaMemoryBlock(memory=memory.raw, **scope, priority=1),
-        StaticMemoryBlock(name="persona", static_content="You are a helpful assistant."),
+        StaticMemoryBlock(name="persona", static_content=[TextBlock(text="You are a helpful assistant.")]),
     ]
     chat = chat_memory(session_id="anything", memory_blocks=blocks)
     assert await MemsodaMemoryBlock(memory=memory.raw, **scope).aget([]) == ""  # no message, no recall
@@ -377,7 +377,7 @@ async def test_react_agent_sees_the_block_with_insert_method_user(
     await memory.add_facts(FACTS, **scope)
 
     async def sent(**memory_kwargs: Any) -> str:
-        llm = RecordingLLM()
+        llm = RecordingLLM(max_tokens=None)  # MockLLM's default, which a type checker does not see
         agent = ReActAgent(tools=[], llm=llm, streaming=False, system_prompt=system_prompt)
         chat = chat_memory(memory_blocks=[MemsodaMemoryBlock(memory=memory.raw, **scope, k=3)], **memory_kwargs)
         answer = await agent.run(user_msg=QUERY, memory=chat)
@@ -392,7 +392,7 @@ async def test_react_agent_sees_the_block_with_insert_method_user(
 
 async def test_the_block_and_the_retriever_need_a_project(memory: Any, scope: ScopeArgs) -> None:
     with pytest.raises(PydanticValidationError, match="project"):
-        MemsodaMemoryBlock(memory=memory.raw, dataset="alice")
+        MemsodaMemoryBlock(memory=memory.raw, dataset="alice")  # type: ignore[call-arg]  # no project, on purpose
     with pytest.raises(TypeError, match="project"):
         MemsodaRetriever(memory=memory.raw, dataset="alice")  # type: ignore[call-arg]
     with pytest.raises(ScopeError, match="project"):
