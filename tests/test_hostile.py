@@ -15,6 +15,7 @@ import math
 import re
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from functools import partial
 from typing import Any
 
 import psycopg
@@ -304,7 +305,7 @@ async def test_hostile_fact_fields_round_trip_or_are_rejected(
     valid, invalid = classify(field)
     assert valid and invalid  # both outcomes are exercised for every field
     for value, fact in invalid:
-        _, error = await attempt(lambda fact=fact: fast.add_facts([fact], **scope))
+        _, error = await attempt(partial(fast.add_facts, [fact], **scope))
         assert error is not None, f"{field}={short(value)} was neither stored nor rejected"
         if "\x00" in value or any(0xD800 <= ord(c) <= 0xDFFF for c in value):
             assert isinstance(error, InvalidTextError), (field, short(value), error)
@@ -336,11 +337,12 @@ def storable(value: str) -> dict[str, Any]:
     mention, quote), or only where it can go when a name field would refuse it."""
 
     everywhere = {"subject": value, "predicate": value, "object": value, "object_type": "LITERAL"}
-    for fact in (
+    placements: list[dict[str, Any]] = [
         {**everywhere, "mentions": [value], "source_quote": value},
         {"subject": "user", "predicate": value, "object": value, "object_type": "LITERAL", "source_quote": value},
         {"subject": "user", "predicate": "said", "object": "something", "source_quote": value},
-    ):
+    ]
+    for fact in placements:
         if not collapse_line(fact["predicate"]) or not collapse_line(fact["object"]):
             continue  # accepted but stored empty, a known bug: test_fields_empty_once_collapsed_are_rejected
         try:
@@ -412,9 +414,7 @@ async def test_hostile_facts_survive_export_and_import_exactly(
 async def test_hostile_episodes_round_trip_or_are_rejected(fast: Either, scope: ScopeArgs) -> None:
     stored: list[tuple[int, str]] = []
     for value in VARIANTS:
-        ids, error = await attempt(
-            lambda value=value: fast.add_episodes([{"text": value, "thread_id": value[:200]}], **scope)
-        )
+        ids, error = await attempt(partial(fast.add_episodes, [{"text": value, "thread_id": value[:200]}], **scope))
         if error is None:
             stored.append((ids[0], value))
         else:
@@ -444,10 +444,10 @@ async def test_hostile_dataset_and_project_names_are_plain_data(fast: Either, pg
     fact = {"subject": "user", "predicate": "drives", "object": "honda civic"}
     for value in HOSTILE:
         for scope in ({"dataset": f"{run}{value}", "project": value},):
-            ids, error = await attempt(lambda scope=scope: fast.add_facts([fact], **scope))
+            ids, error = await attempt(partial(fast.add_facts, [fact], **scope))
             if error is not None:
                 assert isinstance(error, ScopeError), (short(value), error)
-                _, recall_error = await attempt(lambda scope=scope: fast.recall("car", **scope))
+                _, recall_error = await attempt(partial(fast.recall, "car", **scope))
                 assert isinstance(recall_error, ScopeError)
                 continue
             result = await fast.recall("what does the user drive", **scope, include=["raw"])
@@ -493,7 +493,7 @@ async def test_hostile_queries_are_plain_data(memory: Either, scope: ScopeArgs) 
         **scope,
     )
     for query in HOSTILE:
-        result, error = await attempt(lambda query=query: memory.recall(query, **scope, include=["raw", "episodes"]))
+        result, error = await attempt(partial(memory.recall, query, **scope, include=["raw", "episodes"]))
         if error is not None:
             assert isinstance(error, TextTooLongError) and len(query) > 4_000, (short(query), error)
             continue
@@ -543,7 +543,7 @@ async def test_hostile_forget_entity_names(fast: Either, scope: ScopeArgs) -> No
     total = len(valid)  # names that normalize alike (e.g. "\ufb01" and "fi") are one entity
     forgotten = 0
     for value in [*HOSTILE, *names]:
-        count, error = await attempt(lambda value=value: fast.forget(**scope, entity=value))
+        count, error = await attempt(partial(fast.forget, **scope, entity=value))
         if error is not None:
             assert isinstance(error, EmptyFieldError | InvalidTextError | TextTooLongError), (short(value), error)
             continue

@@ -4,6 +4,8 @@ per-lexeme fact counts."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from memsoda_core import AnchorOptions, EntitiesOptions, KeywordOptions, LimitError, RecallOptions, RecallResult
@@ -16,7 +18,7 @@ def keyword(result: RecallResult) -> list[str]:
     return [s.fact.text for s in sorted(hits, key=lambda s: s.ranks["keyword"])]
 
 
-def note(text: str) -> dict[str, str]:
+def note(text: str) -> dict[str, Any]:
     return {"subject": "user", "predicate": "noted", "object": text, "object_type": "LITERAL"}
 
 
@@ -97,10 +99,10 @@ async def test_filler_words_are_never_anchors_or_bridges(memory: Either, scope: 
     reasons = [s.reasons["anchor"] for s in result.facts if "anchor" in s.ranks]
     assert not [r for r in reasons if "named in the query" in r or "'the'" in r or "'i'm'" in r], reasons
     basil = await memory.recall("what do I do with basil", **scope, options=options)
-    reasons = {s.fact.text: s.reasons.get("anchor") for s in basil.facts}
-    assert reasons["user noted user grows basil on the balcony"] == "touches 'basil', named in the query"
+    by_text = {s.fact.text: s.reasons.get("anchor") for s in basil.facts}
+    assert by_text["user noted user grows basil on the balcony"] == "touches 'basil', named in the query"
     # the second hop never goes through "the" (which the pasta fact also touches)
-    assert all(reason is None for text, reason in reasons.items() if text.startswith("meeting"))
+    assert all(reason is None for text, reason in by_text.items() if text.startswith("meeting"))
 
 
 async def test_a_word_the_scope_does_not_use_as_a_name_is_no_named_anchor(memory: Either, scope: ScopeArgs) -> None:

@@ -50,7 +50,7 @@ from memsoda_core.store.schema import ENTITY_FILLFACTOR, SCHEMA_VERSION
 from tests.conftest import Either, ScopeArgs, open_memory
 from tests.helpers import CountingEmbedder, FaultyEmbedder, OtherModel
 
-NETFLIX = [
+NETFLIX: list[dict[str, Any]] = [
     {"subject": "breaking bad", "predicate": "streams on", "object": "netflix", "object_type": "PRODUCT"},
     {
         "subject": "user",
@@ -114,7 +114,7 @@ def test_schema_creation_is_idempotent(pg_dsn: str, embedder: LocalEmbedder, sco
     with Memory.open(pg_dsn, embedder) as second:
         assert second.recall("netflix", **scope).facts
     with psycopg.connect(pg_dsn) as conn:
-        meta = dict(conn.execute("SELECT key, value FROM memsoda.meta").fetchall())
+        meta: dict[str, str] = dict(conn.execute("SELECT key, value FROM memsoda.meta").fetchall())
     assert meta["schema_version"] == str(SCHEMA_VERSION)
     assert meta["model"] == embedder.model
     assert meta["dimensions"] == "384"
@@ -235,7 +235,7 @@ async def test_add_facts_returns_ids_in_order_and_links_entities(memory: Either,
             " WHERE f.dataset = %s ORDER BY f.id",
             (scope["dataset"],),
         ).fetchall()
-        entities = dict(
+        entities: dict[str, str] = dict(
             conn.execute("SELECT name, type FROM memsoda.entities WHERE dataset = %s", (scope["dataset"],)).fetchall()
         )
     assert [(r[0], r[1]) for r in rows] == list(zip(ids, ["breaking bad", "user", "user"], strict=True))
@@ -459,7 +459,7 @@ async def test_forget_entity_removes_exactly_its_facts(memory: Either, scope: Sc
         names = {
             r[0] for r in conn.execute("SELECT name FROM memsoda.entities WHERE dataset = %s", (scope["dataset"],))
         }
-        counts = dict(
+        counts: dict[str, int] = dict(
             conn.execute(
                 "SELECT name, fact_count FROM memsoda.entities WHERE dataset = %s", (scope["dataset"],)
             ).fetchall()
@@ -577,7 +577,7 @@ def test_concurrent_writers_sharing_entities_keep_exact_counts(
         for future in futures:
             future.result()
     with psycopg.connect(pg_dsn) as conn:
-        counts = dict(
+        counts: dict[str, int] = dict(
             conn.execute(
                 "SELECT name, fact_count FROM memsoda.entities WHERE dataset = %s AND project = %s",
                 (scope["dataset"], scope["project"]),
