@@ -11,12 +11,13 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent
+from langchain.agents.middleware import InputAgentState
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.outputs import ChatResult
 from llama_index.core.llms import ChatMessage
-from llama_index.core.memory import InsertMethod
+from llama_index.core.memory import BaseMemoryBlock, InsertMethod
 from llama_index.core.memory import Memory as ChatMemory
 from pydantic import Field
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -64,7 +65,7 @@ async def test_middleware_puts_the_profile_in_the_system_message_and_the_recall_
     model = recording("The Civic.", "Porto.")
     middleware = MemsodaContextMiddleware(memory=memory.raw, **scope, k=3, max_facts=2)
     agent = create_agent(model, [], system_prompt="You are helpful.", middleware=[middleware])
-    first = {"messages": [HumanMessage(QUESTION)]}
+    first: InputAgentState = {"messages": [HumanMessage(QUESTION)]}
     state = await agent.ainvoke(first) if memory.is_async else agent.invoke(first)
     (sent,) = model.seen
     assert isinstance(sent[0], SystemMessage)
@@ -78,7 +79,7 @@ async def test_middleware_puts_the_profile_in_the_system_message_and_the_recall_
         assert f"{fact.subject} {fact.predicate} {fact.object}" not in str(block.content)
     assert all(m.name != RECALL_NAME for m in state["messages"])  # the request only, not the state
     # the next turn: the same system bytes, the earlier turn unchanged before the new message
-    second = {"messages": [*state["messages"], HumanMessage("And Ana?")]}
+    second: InputAgentState = {"messages": [*state["messages"], HumanMessage("And Ana?")]}
     await agent.ainvoke(second) if memory.is_async else agent.invoke(second)
     again = model.seen[1]
     assert again[0].content == sent[0].content
@@ -91,7 +92,7 @@ async def test_middleware_with_an_empty_memory_leaves_the_prompt_alone(memory: E
     agent = create_agent(
         model, [], system_prompt="Be brief.", middleware=[MemsodaContextMiddleware(memory=memory.raw, **scope)]
     )
-    request = {"messages": [HumanMessage("hello")]}
+    request: InputAgentState = {"messages": [HumanMessage("hello")]}
     await agent.ainvoke(request) if memory.is_async else agent.invoke(request)
     (sent,) = model.seen
     assert [m.content for m in sent] == ["Be brief.", "hello"]
@@ -115,7 +116,7 @@ async def test_llamaindex_profile_block_and_recall_without_repeats(
 ) -> None:
     await memory.add_facts(FACTS, **scope)
     profile = await memory.profile(**scope, max_facts=2)
-    blocks = [
+    blocks: list[BaseMemoryBlock[Any]] = [
         MemsodaProfileBlock(memory=memory.raw, **scope, max_facts=2),
         MemsodaMemoryBlock(memory=memory.raw, **scope, k=3, exclude_profile=True, profile_max_facts=2, priority=1),
     ]
