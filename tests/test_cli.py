@@ -84,7 +84,7 @@ def stats_of(cli: Any, scope: ScopeArgs) -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-def netflix(cli: Any, scope: ScopeArgs, tmp_path: Path) -> dict[str, str]:
+def netflix(cli: Any, scope: ScopeArgs, tmp_path: Path) -> ScopeArgs:
     """A scope holding the Netflix bridge facts and one episode, imported through the CLI."""
     result = cli("import", str(write_jsonl(tmp_path / "netflix.jsonl", NETFLIX)), *scope_args(scope))
     assert result.exit_code == 0, result.output
@@ -105,7 +105,7 @@ def assert_user_error(result: Result, *needles: str) -> None:
 # --- recall -----------------------------------------------------------------------------------------
 
 
-def test_recall_prints_the_context(cli: Any, netflix: dict[str, str]) -> None:
+def test_recall_prints_the_context(cli: Any, netflix: ScopeArgs) -> None:
     result = cli("recall", "anything good on Netflix tonight?", *scope_args(netflix))
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("Known facts about the user, most relevant first.")
@@ -113,7 +113,7 @@ def test_recall_prints_the_context(cli: Any, netflix: dict[str, str]) -> None:
     assert result.stdout.index("favourite show is breaking bad") < result.stdout.index("drives honda civic")
 
 
-def test_recall_json_parses(cli: Any, netflix: dict[str, str]) -> None:
+def test_recall_json_parses(cli: Any, netflix: ScopeArgs) -> None:
     result = cli("recall", "anything good on Netflix tonight?", *scope_args(netflix), "--json", "--include", "episodes")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
@@ -127,7 +127,7 @@ def test_recall_json_parses(cli: Any, netflix: dict[str, str]) -> None:
     assert "# EPISODES" in data["context"]
 
 
-def test_recall_explain_shows_ranks_per_signal(cli: Any, netflix: dict[str, str]) -> None:
+def test_recall_explain_shows_ranks_per_signal(cli: Any, netflix: ScopeArgs) -> None:
     result = cli("recall", "what streams on Netflix tonight?", *scope_args(netflix), "--explain", "-k", "2")
     assert result.exit_code == 0, result.output
     table = result.stdout.split("# ENTITIES", 1)[1]
@@ -141,14 +141,14 @@ def test_recall_explain_shows_ranks_per_signal(cli: Any, netflix: dict[str, str]
     assert "fusion: the general options for recent.candidates, keyword.min_terms, anchor.name_share" in table
 
 
-def test_recall_raw_shows_confidence_and_quote(cli: Any, netflix: dict[str, str]) -> None:
+def test_recall_raw_shows_confidence_and_quote(cli: Any, netflix: ScopeArgs) -> None:
     result = cli("recall", "favourite show", *scope_args(netflix), "--include", "raw")
     assert result.exit_code == 0, result.output
     assert "my favourite show is Breaking Bad" in result.stdout
     assert "0.9" in result.stdout and "source quote" in result.stdout
 
 
-def test_recall_without_query_gives_recent_facts(cli: Any, netflix: dict[str, str]) -> None:
+def test_recall_without_query_gives_recent_facts(cli: Any, netflix: ScopeArgs) -> None:
     result = cli("recall", *scope_args(netflix), "--json")
     assert result.exit_code == 0, result.output
     facts = json.loads(result.stdout)["facts"]
@@ -296,7 +296,7 @@ def test_import_rejects_non_utf8(cli: Any, scope: ScopeArgs, tmp_path: Path) -> 
     assert stats_of(cli, scope) == []
 
 
-def test_export_import_round_trip(cli: Any, netflix: dict[str, str], tmp_path: Path) -> None:
+def test_export_import_round_trip(cli: Any, netflix: ScopeArgs, tmp_path: Path) -> None:
     out = tmp_path / "export.jsonl"
     result = cli("export", str(out), *scope_args(netflix))
     assert result.exit_code == 0, result.output
@@ -317,13 +317,13 @@ def test_export_import_round_trip(cli: Any, netflix: dict[str, str], tmp_path: P
     assert [json.loads(line)["kind"] for line in stdout.stdout.splitlines()] == ["fact", "fact", "fact", "episode"]
 
 
-def test_export_to_a_missing_directory(cli: Any, netflix: dict[str, str], tmp_path: Path) -> None:
+def test_export_to_a_missing_directory(cli: Any, netflix: ScopeArgs, tmp_path: Path) -> None:
     result = cli("export", str(tmp_path / "no" / "such" / "dir.jsonl"), *scope_args(netflix))
     assert result.exit_code == 2 and "does not exist" in result.output
     assert not (tmp_path / "no").exists()
 
 
-def test_forget(cli: Any, netflix: dict[str, str]) -> None:
+def test_forget(cli: Any, netflix: ScopeArgs) -> None:
     assert cli("forget", *scope_args(netflix), input="n\n").exit_code == 1  # declined: aborted
     assert stats_of(cli, netflix)[0]["facts"] == 3
     entity = cli("forget", *scope_args(netflix), "--entity", "Honda Civic", "--yes")
@@ -336,7 +336,7 @@ def test_forget(cli: Any, netflix: dict[str, str]) -> None:
 # --- stats and doctor -------------------------------------------------------------------------------
 
 
-def test_stats(cli: Any, netflix: dict[str, str]) -> None:
+def test_stats(cli: Any, netflix: ScopeArgs) -> None:
     (row,) = stats_of(cli, netflix)
     assert row == {**netflix, "facts": 3, "live_facts": 3, "entities": 4, "episodes": 1}
     table = cli("stats", "--dataset", netflix["dataset"])
@@ -425,7 +425,7 @@ def run_memsoda(*args: str, env: dict[str, str] | None = None) -> subprocess.Com
     )
 
 
-def test_subprocess_json_and_user_error(pg_dsn: str, netflix: dict[str, str]) -> None:
+def test_subprocess_json_and_user_error(pg_dsn: str, netflix: ScopeArgs) -> None:
     ok = run_memsoda("--dsn", pg_dsn, "stats", "--json", *scope_args(netflix))
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)[0]["facts"] == 3

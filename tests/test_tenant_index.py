@@ -527,7 +527,7 @@ async def test_a_generic_statement_the_client_abandons_is_reset_before_the_conne
         try:
             with pytest.raises(MemsodaError):
                 await either._run(abandoned(), read_only=True)  # recall's kind of run
-            if flavour == "sync":
+            if isinstance(store, Memory):  # the "sync" flavour
                 with store._runner.pool.connection() as conn:  # the same, only connection
                     assert conn.execute("SHOW plan_cache_mode").fetchone() == ("auto",)
             else:
@@ -565,7 +565,7 @@ def test_the_longest_names_recall_through_own_and_shared_statements(pg_dsn: str,
     schema = "s" * 63  # (`%` is refused in a schema name: the write statements are read by psycopg)
     scope = Scope(dataset="d%(project)s" * 16 + "d" * 8, project="p'" * 100)
     assert (len(schema), len(scope.dataset), len(scope.project)) == (63, 200, 200)
-    names = {"dataset": scope.dataset, "project": scope.project}
+    names: ScopeArgs = {"dataset": scope.dataset, "project": scope.project}
     with (
         dropped_after(pg_dsn, schema),
         Memory.open(pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD, layout="plain") as memory,
@@ -625,9 +625,14 @@ async def test_without_pipelines_recall_runs_its_statements_one_after_the_other_
 
             for connection_class in (psycopg.Connection, psycopg.AsyncConnection):
                 monkeypatch.setattr(connection_class, "pipeline", no_pipeline)
-            lent = []
+            lent: list[int] = []
             getconn = memory.raw._runner.pool.getconn
-            monkeypatch.setattr(memory.raw._runner.pool, "getconn", lambda *a, **k: lent.append(1) or getconn(*a, **k))
+
+            def counted_getconn(*args: Any, **kwargs: Any) -> Any:
+                lent.append(1)
+                return getconn(*args, **kwargs)
+
+            monkeypatch.setattr(memory.raw._runner.pool, "getconn", counted_getconn)
             alone = [await memory.recall("Who visited Town3?", **scope) for scope in scopes]
         finally:
             await memory.close()
