@@ -13,7 +13,7 @@ import pytest
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding, Embeddings
-from langchain_core.runnables import RunnableLambda
+from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_core.tools import create_retriever_tool
 from langchain_tests.integration_tests import RetrieversIntegrationTests
 
@@ -223,11 +223,11 @@ async def test_callbacks_see_the_run(memory: Any, scope: ScopeArgs) -> None:
 
 def test_invalid_arguments(sync_memory: Memory, scope: ScopeArgs) -> None:
     with pytest.raises(pydantic.ValidationError):
-        MemsodaRetriever(memory=sync_memory, **scope, mode="chunks")  # type: ignore[arg-type]
+        MemsodaRetriever(memory=sync_memory, **scope, mode="chunks")
     with pytest.raises(pydantic.ValidationError):
         MemsodaRetriever(memory=sync_memory, **scope, k=0)
     with pytest.raises(pydantic.ValidationError):
-        MemsodaRetriever(memory=object(), **scope)  # type: ignore[arg-type]
+        MemsodaRetriever(memory=object(), **scope)
 
 
 def test_retriever_tool(sync_memory: Memory, scope: ScopeArgs) -> None:
@@ -281,7 +281,7 @@ async def test_one_retriever_serves_many_users_by_the_run_config(memory: Any) ->
     bobs = [{"subject": "user", "predicate": "drives", "object": "tesla model 3", "object_type": "PRODUCT"}]
     await memory.add_facts(bobs, dataset=bob, project="app")
     retriever = MemsodaRetriever(memory=memory.raw, dataset_from="user_id", project="app")
-    of = {user: {"configurable": {"user_id": user}} for user in (alice, bob)}
+    of: dict[str, RunnableConfig] = {user: {"configurable": {"user_id": user}} for user in (alice, bob)}
 
     def text(docs: list[Document]) -> str:
         return " ".join(doc.page_content for doc in docs)
@@ -311,7 +311,7 @@ def test_the_scope_rule_is_checked_when_the_retriever_is_built(sync_memory: Memo
     with pytest.raises(ScopeError, match="project"):
         MemsodaRetriever(memory=sync_memory, dataset="a", project="")
     with pytest.raises(pydantic.ValidationError, match="project"):
-        MemsodaRetriever(memory=sync_memory, dataset="a")  # type: ignore[call-arg]
+        MemsodaRetriever(memory=sync_memory, dataset="a")
     fixed = MemsodaRetriever(memory=sync_memory, **scope)
     sync_memory.add_facts(FACTS, **scope)
     assert fixed.invoke(QUERY, {"configurable": {"user_id": "someone else"}})  # the fixed form ignores it
