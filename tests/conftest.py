@@ -77,7 +77,7 @@ class Either:
         return call
 
 
-async def open_memory(flavour: str, dsn: str, embedder: Any, **kwargs: Any) -> Either:
+async def open_memory(flavour: str, dsn: str | None, embedder: Any, **kwargs: Any) -> Either:
     """A Memory ("sync") or an AsyncMemory ("async") opened with `kwargs`, behind `Either`."""
     if flavour == "sync":
         return Either(Memory.open(dsn, embedder, **kwargs))

