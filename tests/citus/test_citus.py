@@ -24,7 +24,7 @@ from tests.conftest import ScopeArgs
 
 pytestmark = pytest.mark.citus
 
-FACTS = [
+FACTS: list[dict[str, Any]] = [
     {"subject": "Maya", "predicate": "works at", "object": "Acme", "object_type": "ORG", "mentions": ["Berlin"]},
     {"subject": "Maya", "predicate": "lives in", "object": "Berlin", "object_type": "PLACE"},
     {"subject": "Maya", "predicate": "likes", "object": "green tea"},
@@ -148,7 +148,7 @@ def statements_sent() -> Iterator[list[tuple[str, Any]]]:
 
     psycopg.Cursor.execute = record  # type: ignore[method-assign]
     try:
-        yield sent  # type: ignore[misc]
+        yield sent
     finally:
         psycopg.Cursor.execute = original  # type: ignore[method-assign]
 
@@ -157,12 +157,12 @@ def plan_kind(conn: psycopg.Connection[Any], text: str, params: Any) -> str:
     """'router' (one task on one shard), 'one shard, N steps', 'fan-out: N tasks', 'coordinator only'."""
     try:
         cursor = psycopg.RawCursor(conn) if isinstance(params, tuple) else conn.cursor()  # tuple: compiled, $n
-        plan = "\n".join(row[0] for row in cursor.execute("EXPLAIN " + text, params).fetchall())  # type: ignore[arg-type]
+        plan = "\n".join(row[0] for row in cursor.execute("EXPLAIN " + text, params).fetchall())
         if "Could not get remote plan" in plan:
             # Citus cannot EXPLAIN a multi-row VALUES insert's bound parameters on the worker (running
             # it binds them on the coordinator first): the same statement with its values inlined
             client = psycopg.ClientCursor(conn)
-            plan = "\n".join(row[0] for row in client.execute("EXPLAIN " + text, params).fetchall())  # type: ignore[call-overload]
+            plan = "\n".join(row[0] for row in client.execute("EXPLAIN " + text, params).fetchall())
     except psycopg.Error as exc:
         return f"explain failed: {str(exc).splitlines()[0]}"
     tasks = [int(count) for count in re.findall(r"Task Count: (\d+)", plan)]
@@ -318,7 +318,8 @@ def test_langgraph_items_on_citus(citus_memory: Memory, cluster: Any) -> None:
         store.put(ann, "1", {"content": "Ann plays the cello"})
         store.put(ben, "1", {"content": "Ben plays the drums"})
         store.put(ann, "1", {"content": "Ann plays the viola"})
-        assert store.get(ann, "1").value == {"content": "Ann plays the viola"}
+        item = store.get(ann, "1")
+        assert item is not None and item.value == {"content": "Ann plays the viola"}
         assert [i.value["content"] for i in store.search(ann, query="which instrument?")] == ["Ann plays the viola"]
     kinds = plans(cluster, sent)
     print("\nitem plans:", *(f"  {kind:28} {text[:100]}" for text, kind in kinds.items()), sep="\n")

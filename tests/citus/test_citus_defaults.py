@@ -105,7 +105,7 @@ def test_kept_plans_of_recall_statements_are_routed(memory: Memory, cluster: Any
         for text, params in statements:
             cursor = psycopg.RawCursor(conn) if isinstance(params, tuple) else conn.cursor()  # tuple: compiled, $n
             for _ in range(2):
-                cursor.execute(text, params, prepare=True).fetchall()  # type: ignore[arg-type]
+                cursor.execute(text, params, prepare=True).fetchall()
         kept = conn.execute("SELECT statement, generic_plans FROM pg_prepared_statements").fetchall()
     assert len(kept) == len({text for text, _ in statements})
     assert all(generic >= 2 for _, generic in kept)
