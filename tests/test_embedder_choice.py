@@ -14,7 +14,7 @@ import pytest
 from psycopg import sql
 from typer.testing import CliRunner
 
-from memsoda_core import LocalEmbedder, Memory, embedders
+from memsoda_core import AsyncMemory, LocalEmbedder, Memory, embedders
 from memsoda_core.cli import app
 from memsoda_core.embedders.choice import parse_spec
 from memsoda_core.embedders.openai import OpenAIEmbedder
@@ -58,21 +58,22 @@ def local_store(pg_dsn: str, schema: str, embedder: LocalEmbedder, scope: ScopeA
     return schema
 
 
-async def close(memory: Any) -> None:
-    result = memory.close()
-    if hasattr(result, "__await__"):
-        await result
+async def close(memory: Memory | AsyncMemory) -> None:
+    if isinstance(memory, AsyncMemory):
+        await memory.close()
+    else:
+        memory.close()
 
 
 # --- Memory.open -------------------------------------------------------------------------------------
 
 
-@flavours
 def test_the_package_names_the_openai_embedder() -> None:
     """`memsoda_core.embedders.OpenAIEmbedder` is its module's class, loaded on first use."""
     assert embedders.OpenAIEmbedder is OpenAIEmbedder
 
 
+@flavours
 async def test_a_local_store_opened_with_an_openai_key_keeps_the_local_model(
     flavour: str, pg_dsn: str, local_store: str, openai: FakeOpenAI, scope: ScopeArgs
 ) -> None:

@@ -23,6 +23,7 @@ from memsoda_core import (
     FactInput,
     LangChainExtractor,
     LlamaIndexExtractor,
+    Memory,
     OpenAIExtractor,
 )
 from memsoda_core.learning import PROMPT_VERSION, extraction_schema, load_prompt
@@ -172,7 +173,7 @@ def test_the_prompt_is_a_versioned_overridable_file(tmp_path: Path) -> None:
 
 
 def test_the_demo_learns_only_with_a_real_model(
-    sync_memory: Any, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+    sync_memory: Memory, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from rich.console import Console
 

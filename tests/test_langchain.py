@@ -19,7 +19,7 @@ from langchain_tests.integration_tests import RetrieversIntegrationTests
 
 from memsoda_core import AsyncMemory, ConfigurationError, LocalEmbedder, Memory, ScopeError
 from memsoda_langchain import LangChainEmbedder, MemsodaRetriever
-from tests.conftest import ScopeArgs
+from tests.conftest import Either, ScopeArgs
 from tests.helpers import ADAPTER_FACTS as FACTS
 from tests.helpers import ADAPTER_QUERY as QUERY
 from tests.helpers import CountingEmbedder
@@ -52,12 +52,12 @@ class Recorder(BaseCallbackHandler):
         self.ends.append(list(documents))
 
 
-async def seed(memory: Any, scope: ScopeArgs) -> list[int]:
+async def seed(memory: Either, scope: ScopeArgs) -> list[int]:
     ids: list[int] = await memory.add_facts(FACTS, **scope)
     return ids
 
 
-def retriever_for(memory: Any, scope: ScopeArgs, **kwargs: Any) -> MemsodaRetriever:
+def retriever_for(memory: Either, scope: ScopeArgs, **kwargs: Any) -> MemsodaRetriever:
     raw = memory.raw if hasattr(memory, "raw") else memory
     return MemsodaRetriever(memory=raw, **scope, **kwargs)
 
@@ -92,7 +92,7 @@ class TestStandardRetriever(RetrieversIntegrationTests):
         return QUERY
 
 
-async def test_context_mode(memory: Any, scope: ScopeArgs) -> None:
+async def test_context_mode(memory: Either, scope: ScopeArgs) -> None:
     await seed(memory, scope)
     expected = await memory.recall(QUERY, **scope)
     docs = await ask(retriever_for(memory, scope), QUERY)
@@ -108,7 +108,7 @@ async def test_context_mode(memory: Any, scope: ScopeArgs) -> None:
     json.dumps(doc.metadata)
 
 
-async def test_facts_mode(memory: Any, scope: ScopeArgs) -> None:
+async def test_facts_mode(memory: Either, scope: ScopeArgs) -> None:
     await seed(memory, scope)
     expected = await memory.recall(QUERY, **scope, facts_in_context=4)
     docs = await ask(retriever_for(memory, scope, mode="facts", k=4), QUERY)
@@ -120,7 +120,7 @@ async def test_facts_mode(memory: Any, scope: ScopeArgs) -> None:
     json.dumps([doc.metadata for doc in docs])
 
 
-async def test_k_in_constructor_and_per_call(memory: Any, scope: ScopeArgs) -> None:
+async def test_k_in_constructor_and_per_call(memory: Either, scope: ScopeArgs) -> None:
     await seed(memory, scope)
     facts = retriever_for(memory, scope, mode="facts", k=5)
     assert len(await ask(facts, QUERY)) == 5
@@ -166,12 +166,12 @@ async def test_query_embedding_skips_the_embedder(
     assert given[0].page_content == "user drives honda civic"
 
 
-async def test_empty_result(memory: Any, scope: ScopeArgs) -> None:
+async def test_empty_result(memory: Either, scope: ScopeArgs) -> None:
     assert await ask(retriever_for(memory, scope), QUERY) == []
     assert await ask(retriever_for(memory, scope, mode="facts"), QUERY) == []
 
 
-async def test_include_episodes_and_as_of(memory: Any, scope: ScopeArgs) -> None:
+async def test_include_episodes_and_as_of(memory: Either, scope: ScopeArgs) -> None:
     (old,) = await memory.add_facts(
         [
             {
@@ -207,7 +207,7 @@ async def test_async_memory_needs_ainvoke(pg_dsn: str, embedder: LocalEmbedder, 
             retriever.invoke(QUERY)
 
 
-async def test_callbacks_see_the_run(memory: Any, scope: ScopeArgs) -> None:
+async def test_callbacks_see_the_run(memory: Either, scope: ScopeArgs) -> None:
     await seed(memory, scope)
     recorder = Recorder()
     retriever = retriever_for(memory, scope, tags=["memsoda"], metadata={"user": "u1"})
@@ -260,7 +260,7 @@ async def test_langchain_embedder_protocol() -> None:
     assert wrapped.embed_documents(["a", "b"]) == await wrapped.aembed_documents(["a", "b"])
 
 
-async def test_known_at_per_call(memory: Any, scope: ScopeArgs) -> None:
+async def test_known_at_per_call(memory: Either, scope: ScopeArgs) -> None:
     (old,) = await memory.add_facts(
         [{"subject": "user", "predicate": "lives in", "object": "amsterdam", "valid_at": "2020-01-01"}], **scope
     )
@@ -273,7 +273,7 @@ async def test_known_at_per_call(memory: Any, scope: ScopeArgs) -> None:
     assert [d.page_content for d in now] == ["user lives in utrecht"]
 
 
-async def test_one_retriever_serves_many_users_by_the_run_config(memory: Any) -> None:
+async def test_one_retriever_serves_many_users_by_the_run_config(memory: Either) -> None:
     """`dataset_from="user_id"`: each run's `config["configurable"]["user_id"]` is its dataset, on
     a direct call, in an LCEL chain, in a batch and through a retriever tool inside a run."""
     alice, bob = f"alice-{uuid.uuid4().hex[:8]}", f"bob-{uuid.uuid4().hex[:8]}"

@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from memsoda_core import AsyncMemory, ConfigurationError, LimitError, LocalEmbedder, Memory, ScopeError
 from memsoda_llamaindex import LlamaIndexEmbedder, MemsodaMemoryBlock, MemsodaRetriever
-from tests.conftest import ScopeArgs
+from tests.conftest import Either, ScopeArgs
 from tests.helpers import ADAPTER_FACTS as FACTS
 from tests.helpers import ADAPTER_QUERY as QUERY
 from tests.helpers import CountingEmbedder
@@ -79,7 +79,7 @@ def sync_chat_memory() -> Iterator[ChatMemoryFactory]:
         asyncio_run(engine.dispose())
 
 
-def retriever_for(memory: Any, scope: ScopeArgs, **kwargs: Any) -> MemsodaRetriever:
+def retriever_for(memory: Either | Memory | AsyncMemory, scope: ScopeArgs, **kwargs: Any) -> MemsodaRetriever:
     raw = memory.raw if hasattr(memory, "raw") else memory
     return MemsodaRetriever(memory=raw, **scope, **kwargs)
 
@@ -92,7 +92,7 @@ async def ask(retriever: MemsodaRetriever, query: str | QueryBundle) -> list[Nod
     return nodes
 
 
-async def test_context_mode(memory: Any, scope: ScopeArgs) -> None:
+async def test_context_mode(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(FACTS, **scope)
     expected = await memory.recall(QUERY, **scope)
     (hit,) = await ask(retriever_for(memory, scope), QUERY)
@@ -107,7 +107,7 @@ async def test_context_mode(memory: Any, scope: ScopeArgs) -> None:
     json.dumps(hit.node.metadata)
 
 
-async def test_facts_mode(memory: Any, scope: ScopeArgs) -> None:
+async def test_facts_mode(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(FACTS, **scope)
     expected = await memory.recall(QUERY, **scope, facts_in_context=4)
     nodes = await ask(retriever_for(memory, scope, mode="facts", k=4), QUERY)
@@ -119,7 +119,7 @@ async def test_facts_mode(memory: Any, scope: ScopeArgs) -> None:
     json.dumps([n.node.metadata for n in nodes])
 
 
-async def test_k(memory: Any, scope: ScopeArgs) -> None:
+async def test_k(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(FACTS, **scope)
     assert len(await ask(retriever_for(memory, scope, mode="facts", k=1), QUERY)) == 1
     assert len(await ask(retriever_for(memory, scope, mode="facts", k=5), QUERY)) == 5
@@ -127,12 +127,12 @@ async def test_k(memory: Any, scope: ScopeArgs) -> None:
     assert len(hit.node.metadata["facts"]) == 2
 
 
-async def test_empty_result(memory: Any, scope: ScopeArgs) -> None:
+async def test_empty_result(memory: Either, scope: ScopeArgs) -> None:
     assert await ask(retriever_for(memory, scope), QUERY) == []
     assert await ask(retriever_for(memory, scope, mode="facts"), QUERY) == []
 
 
-async def test_episodes(memory: Any, scope: ScopeArgs) -> None:
+async def test_episodes(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_episodes([{"text": "The user talked about buying a new car.", "thread_id": "t1"}], **scope)
     (hit,) = await ask(retriever_for(memory, scope, include=["episodes"]), QUERY)
     assert "# EPISODES" in hit.node.get_content()
@@ -185,7 +185,7 @@ def test_invalid_arguments(sync_memory: Memory, scope: ScopeArgs) -> None:
         MemsodaRetriever(memory=sync_memory, **scope, k=0)
 
 
-async def test_query_engine(memory: Any, scope: ScopeArgs) -> None:
+async def test_query_engine(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(FACTS, **scope)
     engine = RetrieverQueryEngine.from_args(retriever_for(memory, scope, k=3), llm=MockLLM())
     response = await engine.aquery(QUERY)
@@ -197,7 +197,7 @@ async def test_query_engine(memory: Any, scope: ScopeArgs) -> None:
         assert "user drives honda civic" in str(engine.query(QUERY))
 
 
-async def test_chat_engine(memory: Any, scope: ScopeArgs, chat_memory: ChatMemoryFactory) -> None:
+async def test_chat_engine(memory: Either, scope: ScopeArgs, chat_memory: ChatMemoryFactory) -> None:
     await memory.add_facts(FACTS, **scope)
     engine = ContextChatEngine.from_defaults(
         retriever=retriever_for(memory, scope, k=3), llm=MockLLM(), memory=chat_memory()
@@ -208,7 +208,7 @@ async def test_chat_engine(memory: Any, scope: ScopeArgs, chat_memory: ChatMemor
 
 
 async def test_memory_block_fills_the_agent_memory(
-    memory: Any, scope: ScopeArgs, chat_memory: ChatMemoryFactory
+    memory: Either, scope: ScopeArgs, chat_memory: ChatMemoryFactory
 ) -> None:
     await memory.add_facts(FACTS, **scope)
     block = MemsodaMemoryBlock(memory=memory.raw, **scope, k=3)
@@ -223,7 +223,7 @@ async def test_memory_block_fills_the_agent_memory(
     assert [m.content for m in messages[1:]] == ["Hi there", "Hello! How can I help?"]
 
 
-async def test_memory_block_follows_the_session(memory: Any, chat_memory: ChatMemoryFactory) -> None:
+async def test_memory_block_follows_the_session(memory: Either, chat_memory: ChatMemoryFactory) -> None:
     alice, bob = f"alice-{uuid.uuid4().hex[:8]}", f"bob-{uuid.uuid4().hex[:8]}"
     await memory.add_facts([FACTS[0]], dataset=alice, project="app")
     await memory.add_facts(
@@ -251,7 +251,7 @@ async def test_memory_block_follows_the_session(memory: Any, chat_memory: ChatMe
 
 
 async def test_memory_block_fixed_scope_and_other_blocks(
-    memory: Any, scope: ScopeArgs, chat_memory: ChatMemoryFactory
+    memory: Either, scope: ScopeArgs, chat_memory: ChatMemoryFactory
 ) -> None:
     await memory.add_facts(FACTS, **scope)
     blocks: list[BaseMemoryBlock[Any]] = [
@@ -270,7 +270,7 @@ async def test_memory_block_fixed_scope_and_other_blocks(
     assert len((await memory.list_facts(**scope)).facts) == len(FACTS)
 
 
-async def test_memory_block_needs_a_dataset(memory: Any, chat_memory: ChatMemoryFactory) -> None:
+async def test_memory_block_needs_a_dataset(memory: Either, chat_memory: ChatMemoryFactory) -> None:
     chat = chat_memory(memory_blocks=[MemsodaMemoryBlock(memory=memory.raw, project="p")])  # a random session_id
     await chat.aput(ChatMessage(role="user", content=QUERY))
     with pytest.raises(ConfigurationError, match="dataset"):
@@ -278,7 +278,7 @@ async def test_memory_block_needs_a_dataset(memory: Any, chat_memory: ChatMemory
 
 
 async def test_memory_block_learns_from_flushed_messages(
-    memory: Any, scope: ScopeArgs, chat_memory: ChatMemoryFactory
+    memory: Either, scope: ScopeArgs, chat_memory: ChatMemoryFactory
 ) -> None:
     extractor = ScriptedExtractor(answer(add("I", "plays", "the violin", "I play the violin")))
     block = MemsodaMemoryBlock(memory=memory.raw, **scope, extractor=extractor)
@@ -326,7 +326,7 @@ async def test_llamaindex_embedder_protocol() -> None:
     assert wrapped.embed_documents(["a", "b"]) == await wrapped.aembed_documents(["a", "b"])
 
 
-async def test_retriever_settings_per_call(memory: Any, scope: ScopeArgs) -> None:
+async def test_retriever_settings_per_call(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(
         [
             {"subject": "user", "predicate": "lives in", "object": "amsterdam", "valid_at": "2020-01-01",
@@ -346,7 +346,7 @@ async def test_retriever_settings_per_call(memory: Any, scope: ScopeArgs) -> Non
         retriever.with_options(k=10_000)
 
 
-async def test_retriever_known_at(memory: Any, scope: ScopeArgs) -> None:
+async def test_retriever_known_at(memory: Either, scope: ScopeArgs) -> None:
     (old,) = await memory.add_facts(
         [{"subject": "user", "predicate": "lives in", "object": "amsterdam", "valid_at": "2020-01-01"}], **scope
     )
@@ -370,7 +370,7 @@ class RecordingLLM(MockLLM):
 
 @pytest.mark.parametrize("system_prompt", [None, "You are a helpful assistant."])
 async def test_react_agent_sees_the_block_with_insert_method_user(
-    memory: Any, scope: ScopeArgs, chat_memory: ChatMemoryFactory, system_prompt: str | None
+    memory: Either, scope: ScopeArgs, chat_memory: ChatMemoryFactory, system_prompt: str | None
 ) -> None:
     """llama-index-core 0.14's `ReActAgent` drops the first system message, where the block goes by
     default; with `insert_method=USER` (as documented) the block reaches the model."""
@@ -390,7 +390,7 @@ async def test_react_agent_sees_the_block_with_insert_method_user(
         assert "user drives honda civic" not in await sent()
 
 
-async def test_the_block_and_the_retriever_need_a_project(memory: Any, scope: ScopeArgs) -> None:
+async def test_the_block_and_the_retriever_need_a_project(memory: Either, scope: ScopeArgs) -> None:
     with pytest.raises(PydanticValidationError, match="project"):
         MemsodaMemoryBlock(memory=memory.raw, dataset="alice")  # type: ignore[call-arg]  # no project, on purpose
     with pytest.raises(TypeError, match="project"):
@@ -399,7 +399,7 @@ async def test_the_block_and_the_retriever_need_a_project(memory: Any, scope: Sc
         MemsodaRetriever(memory=memory.raw, dataset="alice", project=" ")
 
 
-async def test_retriever_copy_for_another_user(memory: Any, scope: ScopeArgs) -> None:
+async def test_retriever_copy_for_another_user(memory: Either, scope: ScopeArgs) -> None:
     bob = f"bob-{uuid.uuid4().hex[:8]}"
     await memory.add_facts(FACTS, **scope)
     bobs = [{"subject": "user", "predicate": "drives", "object": "tesla model 3", "object_type": "PRODUCT"}]

@@ -22,7 +22,7 @@ from llama_index.core.memory import Memory as ChatMemory
 from pydantic import Field
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from memsoda_core import ConfigurationError, ScopeError
+from memsoda_core import ConfigurationError, Memory, ScopeError
 from memsoda_langchain import MemsodaContextMiddleware
 from memsoda_langchain.context import RECALL_NAME
 from memsoda_llamaindex import MemsodaMemoryBlock, MemsodaProfileBlock
@@ -98,7 +98,7 @@ async def test_middleware_with_an_empty_memory_leaves_the_prompt_alone(memory: E
     assert [m.content for m in sent] == ["Be brief.", "hello"]
 
 
-def test_middleware_needs_a_scope(sync_memory: Any) -> None:
+def test_middleware_needs_a_scope(sync_memory: Memory) -> None:
     with pytest.raises(ConfigurationError):
         MemsodaContextMiddleware(memory=sync_memory, project="p", dataset="a", dataset_from="user_id")
 
@@ -137,7 +137,7 @@ async def test_llamaindex_profile_block_and_recall_without_repeats(
         await MemsodaProfileBlock(memory=memory.raw, project="p").aget([])
 
 
-def test_middleware_reads_the_user_from_the_run_config(sync_memory: Any) -> None:
+def test_middleware_reads_the_user_from_the_run_config(sync_memory: Memory) -> None:
     alice, bob = f"alice-{uuid.uuid4().hex[:8]}", f"bob-{uuid.uuid4().hex[:8]}"
     sync_memory.add_facts([FACTS[0]], dataset=alice, project="app")
     sync_memory.add_facts([{"subject": "user", "predicate": "lives in", "object": "oslo"}], dataset=bob, project="app")

@@ -20,7 +20,15 @@ import pytest
 from psycopg import sql
 from typer.testing import CliRunner
 
-from memsoda_core import ConfigurationError, EmbeddingError, Memory, MemsodaError, RecallOptions, ValidationError
+from memsoda_core import (
+    ConfigurationError,
+    EmbeddingError,
+    LocalEmbedder,
+    Memory,
+    MemsodaError,
+    RecallOptions,
+    ValidationError,
+)
 from memsoda_core.cli import app
 from memsoda_core.layouts.access import SHARED, ScopeAccess, ScopeSize
 from memsoda_core.options import VectorOptions
@@ -71,7 +79,7 @@ def dropped_after(pg_dsn: str, schema: str) -> Iterator[str]:
 
 
 @pytest.fixture
-def small_threshold(pg_dsn: str, embedder: Any) -> Iterator[Memory]:
+def small_threshold(pg_dsn: str, embedder: LocalEmbedder) -> Iterator[Memory]:
     with (
         dropped_after(pg_dsn, "tenant_index_test") as schema,
         Memory.open(pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD, layout="plain") as memory,
@@ -118,7 +126,7 @@ def test_recall_uses_the_tenant_index_and_finds_the_same_facts(small_threshold: 
     assert vector_index in plan
 
 
-def test_an_invalid_index_left_by_a_crash_is_rebuilt_at_open(pg_dsn: str, embedder: Any) -> None:
+def test_an_invalid_index_left_by_a_crash_is_rebuilt_at_open(pg_dsn: str, embedder: LocalEmbedder) -> None:
     index = tenant_indexes(Scope(dataset="d", project="p"))[0].name
     with dropped_after(pg_dsn, "tenant_index_crash") as schema:
         with Memory.open(pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD, layout="plain") as memory:
@@ -211,7 +219,9 @@ class FailsOnCall(CountingEmbedder):
 
 
 @pytest.mark.parametrize("flavour", ["sync", "async"])
-async def test_a_failed_import_gives_back_the_index_it_set_aside(pg_dsn: str, embedder: Any, flavour: str) -> None:
+async def test_a_failed_import_gives_back_the_index_it_set_aside(
+    pg_dsn: str, embedder: LocalEmbedder, flavour: str
+) -> None:
     scope: ScopeArgs = {"dataset": "d", "project": "failed"}
     with dropped_after(pg_dsn, f"tenant_index_failed_import_{flavour}") as schema:
         with Memory.open(pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD, layout="plain") as memory:
@@ -231,7 +241,7 @@ async def test_a_failed_import_gives_back_the_index_it_set_aside(pg_dsn: str, em
         assert after[facts_index] != before  # it was set aside, and is back (valid) after the failure
 
 
-def test_threshold_must_be_a_positive_int(pg_dsn: str, embedder: Any) -> None:
+def test_threshold_must_be_a_positive_int(pg_dsn: str, embedder: LocalEmbedder) -> None:
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ConfigurationError, match="tenant_index_min_facts"):
             Memory.open(pg_dsn, embedder, schema="never_made", tenant_index_min_facts=bad)  # type: ignore[arg-type]
@@ -294,7 +304,9 @@ def test_the_vector_list_is_full_through_a_tenant_index_despite_filtered_rows(sm
     assert len(vector_ids) == 15  # 20 of the 60 facts are live and above the floor; the list asked for 15
 
 
-def test_the_threshold_is_recorded_in_the_store_and_used_by_the_cli_maintain(pg_dsn: str, embedder: Any) -> None:
+def test_the_threshold_is_recorded_in_the_store_and_used_by_the_cli_maintain(
+    pg_dsn: str, embedder: LocalEmbedder
+) -> None:
     index = tenant_indexes(Scope(dataset="d", project="p"))[0].name
     with dropped_after(pg_dsn, "tenant_index_recorded") as schema:
         with Memory.open(pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD, layout="plain") as memory:
@@ -433,7 +445,7 @@ def _signal_statements(memory: Memory) -> dict[str, tuple[int, int]]:
 
 
 @pytest.fixture
-def one_connection(pg_dsn: str, embedder: Any) -> Iterator[Memory]:
+def one_connection(pg_dsn: str, embedder: LocalEmbedder) -> Iterator[Memory]:
     """A store with one pooled connection (so its prepared statements can be read) and a small
     tenant-index threshold."""
     with (
@@ -511,7 +523,7 @@ def test_a_failed_generic_statement_leaves_the_session_setting_alone(pg_dsn: str
 
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 async def test_a_generic_statement_the_client_abandons_is_reset_before_the_connection_is_reused(
-    pg_dsn: str, embedder: Any, flavour: str
+    pg_dsn: str, embedder: LocalEmbedder, flavour: str
 ) -> None:
     """An error raised in the client between the SET and the RESET (here: a missing parameter)
     leaves the SET committed on a recall's autocommit connection; the runner restores it before
@@ -558,7 +570,7 @@ def test_an_indexed_scope_with_any_name_recalls_through_its_own_statements(
     assert [s.fact.text for s in own.facts] == [s.fact.text for s in shared.facts]
 
 
-def test_the_longest_names_recall_through_own_and_shared_statements(pg_dsn: str, embedder: Any) -> None:
+def test_the_longest_names_recall_through_own_and_shared_statements(pg_dsn: str, embedder: LocalEmbedder) -> None:
     """No statement has a length budget: a 63-character schema and an indexed scope with
     200-character names (the limits), which its own statements carry as literals, recall the same
     facts through its own statements and through the shared ones."""
@@ -602,7 +614,7 @@ def test_shared_and_own_statements_return_the_same_recall(small_threshold: Memor
 
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 async def test_without_pipelines_recall_runs_its_statements_one_after_the_other_with_the_same_result(
-    pg_dsn: str, embedder: Any, flavour: str, monkeypatch: pytest.MonkeyPatch
+    pg_dsn: str, embedder: LocalEmbedder, flavour: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """libpq < 14 has no pipelines: no statements at once, no forced generic plans, same facts."""
     import memsoda_core.runner.async_runner
