@@ -7,6 +7,7 @@ import re
 import threading
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -577,7 +578,7 @@ def test_a_layout_change_with_nothing_to_fail_is_noticed_by_the_generation_read(
 
 @pytest.mark.parametrize("noticed", ["by the generation read", "by the first failed statement"])
 def test_export_switches_when_the_layout_changed_under_it(
-    memory: Memory, pg_dsn: str, schema: str, noticed: str, tmp_path: Any
+    memory: Memory, pg_dsn: str, schema: str, noticed: str, tmp_path: Path
 ) -> None:
     """`export_jsonl` runs through the same layout check as every operation: after another
     process turned the store into plain tables, it exports from them, each line once (its
@@ -593,7 +594,7 @@ def test_export_switches_when_the_layout_changed_under_it(
 
 @pytest.mark.parametrize("noticed", ["by the generation read", "by the first failed statement"])
 def test_import_switches_when_the_layout_changed_under_it(
-    memory: Memory, pg_dsn: str, schema: str, noticed: str, tmp_path: Any
+    memory: Memory, pg_dsn: str, schema: str, noticed: str, tmp_path: Path
 ) -> None:
     """`import_jsonl` too: its lines land in the tables as they now are (here each one is a
     fact the scope holds, read from the plain tables and merged; as with the export, only the

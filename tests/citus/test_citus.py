@@ -9,7 +9,7 @@ import re
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
@@ -21,6 +21,9 @@ from memsoda_core.cli import app
 from memsoda_core.distributed import Distribution, distribute, worker_settings
 from tests.citus.citus_setup import BIG, SHARD_COUNT
 from tests.conftest import ScopeArgs
+
+if TYPE_CHECKING:
+    from tools.citus import Cluster  # loaded from its file at run time (tools/ is no package)
 
 pytestmark = pytest.mark.citus
 
@@ -46,7 +49,7 @@ def summary(memory: Memory, query: str | None, scope: ScopeArgs) -> list[tuple[s
     return [(s.fact.subject, s.fact.predicate, s.fact.object, round(s.score, 6)) for s in result.facts]
 
 
-def test_tables_are_distributed_by_tenant_and_colocated(cluster: Any, distributed: Distribution) -> None:
+def test_tables_are_distributed_by_tenant_and_colocated(cluster: Cluster, distributed: Distribution) -> None:
     with psycopg.connect(cluster.dsn) as conn:
         rows = conn.execute(
             """SELECT logicalrelid::regclass::text, partmethod, column_to_column_name(logicalrelid, partkey),
@@ -64,7 +67,7 @@ def test_tables_are_distributed_by_tenant_and_colocated(cluster: Any, distribute
     assert again.isolated == distributed.isolated
 
 
-def test_the_distribute_command(cluster: Any, distributed: Distribution) -> None:
+def test_the_distribute_command(cluster: Cluster, distributed: Distribution) -> None:
     runner = CliRunner()
     done = runner.invoke(app, ["--dsn", cluster.dsn, "distribute", "--json", "--isolate", BIG])
     assert done.exit_code == 0, done.output
@@ -74,7 +77,7 @@ def test_the_distribute_command(cluster: Any, distributed: Distribution) -> None
     assert runner.invoke(app, ["distribute"], env={"MEMSODA_DSN": ""}).exit_code == 1  # needs a DSN
 
 
-def test_the_settings_recall_needs_reach_the_workers(cluster: Any, distributed: Distribution) -> None:
+def test_the_settings_recall_needs_reach_the_workers(cluster: Cluster, distributed: Distribution) -> None:
     """A coordinator session's SET does not reach the worker that runs a routed statement; the
     role settings `distribute` makes do."""
     assert dict(distributed.settings) == {"hnsw.iterative_scan": "relaxed_order", "hnsw.ef_search": "100"}
@@ -96,7 +99,7 @@ def test_the_settings_recall_needs_reach_the_workers(cluster: Any, distributed: 
         assert routed == ("100 relaxed_order",)
 
 
-def test_settings_reach_a_routed_knn(citus_memory: Memory, cluster: Any) -> None:
+def test_settings_reach_a_routed_knn(citus_memory: Memory, cluster: Cluster) -> None:
     """The kNN of a recall runs on the worker with the database's settings, not pgvector's defaults."""
     scope = new_scope()
     citus_memory.add_facts(FACTS[:2], **scope)
@@ -175,7 +178,7 @@ def plan_kind(conn: psycopg.Connection[Any], text: str, params: Any) -> str:
     return f"one shard, {max(len(tasks), 2)} steps"
 
 
-def plans(cluster: Any, sent: list[tuple[Any, Any]]) -> dict[str, str]:
+def plans(cluster: Cluster, sent: list[tuple[Any, Any]]) -> dict[str, str]:
     kinds: dict[str, str] = {}
     with psycopg.connect(cluster.dsn, autocommit=True) as conn:  # EXPLAIN alone runs nothing
         register_vector(conn)
@@ -200,7 +203,7 @@ def _known(text: str) -> bool:
     return any(pattern.match(text) for pattern in NOT_ROUTED.values())
 
 
-def test_recall_statements_are_routed_to_one_shard(citus_memory: Memory, cluster: Any) -> None:
+def test_recall_statements_are_routed_to_one_shard(citus_memory: Memory, cluster: Cluster) -> None:
     scope = new_scope()
     citus_memory.add_facts(FACTS, **scope)
     with statements_sent() as sent:
@@ -212,7 +215,7 @@ def test_recall_statements_are_routed_to_one_shard(citus_memory: Memory, cluster
     assert sum(kind == "router" for kind in kinds.values()) >= 2  # the scope read and the hits statements
 
 
-def test_write_statements_stay_on_one_shard(citus_memory: Memory, cluster: Any) -> None:
+def test_write_statements_stay_on_one_shard(citus_memory: Memory, cluster: Cluster) -> None:
     scope = new_scope()
     citus_memory.add_facts(FACTS[:1], **scope)
     with statements_sent() as sent:
@@ -226,7 +229,9 @@ def test_write_statements_stay_on_one_shard(citus_memory: Memory, cluster: Any) 
 # --- isolation and faults ---------------------------------------------------------------------------------
 
 
-def test_a_large_tenant_has_a_shard_of_its_own(citus_memory: Memory, cluster: Any, distributed: Distribution) -> None:
+def test_a_large_tenant_has_a_shard_of_its_own(
+    citus_memory: Memory, cluster: Cluster, distributed: Distribution
+) -> None:
     scope: ScopeArgs = {"dataset": BIG, "project": "proj"}
     many = [{"subject": f"Item {n}", "predicate": "is stored in", "object": f"bin {n % 7}"} for n in range(25)]
     citus_memory.add_facts(many, **scope)
@@ -248,7 +253,7 @@ def test_a_large_tenant_has_a_shard_of_its_own(citus_memory: Memory, cluster: An
     assert SHARD_COUNT >= 2
 
 
-def _worker_of(cluster: Any, scope: ScopeArgs) -> Any:
+def _worker_of(cluster: Cluster, scope: ScopeArgs) -> Any:
     with psycopg.connect(cluster.dsn) as conn:
         row = conn.execute(
             """SELECT nodeport FROM pg_dist_shard_placement
@@ -260,7 +265,9 @@ def _worker_of(cluster: Any, scope: ScopeArgs) -> Any:
     return node
 
 
-def test_a_worker_stopped_mid_write_leaves_nothing_and_the_memory_recovers(citus_memory: Memory, cluster: Any) -> None:
+def test_a_worker_stopped_mid_write_leaves_nothing_and_the_memory_recovers(
+    citus_memory: Memory, cluster: Cluster
+) -> None:
     scope = new_scope()
     citus_memory.add_facts(FACTS[:1], **scope)
     node = _worker_of(cluster, scope)
@@ -292,7 +299,7 @@ def test_a_worker_stopped_mid_write_leaves_nothing_and_the_memory_recovers(citus
     assert counts["facts"] == len(FACTS)
 
 
-def test_an_indexed_tenant_recalls(cluster: Any, distributed: Distribution, embedder: LocalEmbedder) -> None:
+def test_an_indexed_tenant_recalls(cluster: Cluster, distributed: Distribution, embedder: LocalEmbedder) -> None:
     """An indexed scope's own statements (its name where its partial indexes must match) run on a
     distributed store, planned afresh, and each is routed to the scope's shard. Last in this file:
     it lowers the store's tenant-index threshold."""
@@ -307,7 +314,7 @@ def test_an_indexed_tenant_recalls(cluster: Any, distributed: Distribution, embe
         assert any(f.fact.subject == "item 3" for f in result.facts)
 
 
-def test_langgraph_items_on_citus(citus_memory: Memory, cluster: Any) -> None:
+def test_langgraph_items_on_citus(citus_memory: Memory, cluster: Cluster) -> None:
     """Items (schema v7) live on their tenant's shard: writes with their facts, gets and recalls are
     routed; a prefix over several datasets and a namespace listing run across shards."""
     from memsoda_langgraph import MemsodaStore
@@ -330,7 +337,7 @@ def test_langgraph_items_on_citus(citus_memory: Memory, cluster: Any) -> None:
     assert store.list_namespaces(prefix=("memories",)) == [ann]
 
 
-def test_remember_on_citus_stays_on_one_shard(citus_memory: Memory, cluster: Any) -> None:
+def test_remember_on_citus_stays_on_one_shard(citus_memory: Memory, cluster: Cluster) -> None:
     from tests.scripted_extractor import ScriptedExtractor, add, answer, supersede
 
     scope = new_scope()
@@ -353,7 +360,7 @@ def test_remember_on_citus_stays_on_one_shard(citus_memory: Memory, cluster: Any
     check_routing(kinds, lambda text: _known(text) or kinds[text] == "coordinator only")
 
 
-def test_forget_on_citus_stays_on_one_shard(citus_memory: Memory, cluster: Any) -> None:
+def test_forget_on_citus_stays_on_one_shard(citus_memory: Memory, cluster: Cluster) -> None:
     scope = new_scope()
     citus_memory.add_facts(FACTS, **scope)
     citus_memory.add_episodes([{"text": "Maya talked about Berlin", "thread_id": "t-1"}], **scope)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
@@ -20,13 +20,16 @@ from memsoda_core.runner.policy import PREPARE_ONLY_WHEN_ASKED
 from tests.citus.test_citus import FACTS, check_routing, new_scope, plans, statements_sent
 from tests.conftest import ScopeArgs
 
+if TYPE_CHECKING:
+    from tools.citus import Cluster  # loaded from its file at run time (tools/ is no package)
+
 pytestmark = pytest.mark.citus
 
 SCHEMA = "at_defaults"
 
 
 @pytest.fixture(scope="module")
-def default_store(cluster: Any, embedder: LocalEmbedder) -> str:
+def default_store(cluster: Cluster, embedder: LocalEmbedder) -> str:
     """The store in `SCHEMA`, made by `Memory.open`, distributed with no options."""
     Memory.open(cluster.dsn, embedder, schema=SCHEMA).close()
     distribute(cluster.dsn, SCHEMA)
@@ -34,7 +37,7 @@ def default_store(cluster: Any, embedder: LocalEmbedder) -> str:
 
 
 @pytest.fixture
-def memory(cluster: Any, default_store: str, embedder: LocalEmbedder) -> Iterator[Memory]:
+def memory(cluster: Cluster, default_store: str, embedder: LocalEmbedder) -> Iterator[Memory]:
     with Memory.open(cluster.dsn, embedder, schema=default_store) as opened:
         yield opened
 
@@ -54,7 +57,7 @@ def _recall_statements(memory: Memory, scope: ScopeArgs) -> list[tuple[str, Any]
     ]
 
 
-def test_the_cluster_default_shard_count(cluster: Any, default_store: str) -> None:
+def test_the_cluster_default_shard_count(cluster: Cluster, default_store: str) -> None:
     with psycopg.connect(cluster.dsn) as conn:
         ((default,),) = conn.execute("SELECT current_setting('citus.shard_count')::int").fetchall()
         ((shards,),) = conn.execute(
@@ -63,7 +66,7 @@ def test_the_cluster_default_shard_count(cluster: Any, default_store: str) -> No
     assert shards == default == 32
 
 
-def test_recall_statements_name_the_scope_and_are_routed(memory: Memory, cluster: Any) -> None:
+def test_recall_statements_name_the_scope_and_are_routed(memory: Memory, cluster: Cluster) -> None:
     scope = new_scope()
     memory.add_facts(FACTS, **scope)
     statements = _recall_statements(memory, scope)
@@ -91,7 +94,7 @@ def test_a_small_scope_recall_is_one_statement(memory: Memory) -> None:
     assert text.lstrip().startswith("WITH")
 
 
-def test_kept_plans_of_recall_statements_are_routed(memory: Memory, cluster: Any) -> None:
+def test_kept_plans_of_recall_statements_are_routed(memory: Memory, cluster: Cluster) -> None:
     """The plans PostgreSQL keeps for prepared statements (generic, planned without the values):
     Citus raises for any that would run on more than one shard (`multi_task_query_log_level`),
     and uses the kept plan (`generic_plans`) rather than planning again."""
@@ -111,7 +114,7 @@ def test_kept_plans_of_recall_statements_are_routed(memory: Memory, cluster: Any
     assert all(generic >= 2 for _, generic in kept)
 
 
-def test_a_shared_statement_with_a_bound_tenant_has_no_kept_plan(memory: Memory, cluster: Any) -> None:
+def test_a_shared_statement_with_a_bound_tenant_has_no_kept_plan(memory: Memory, cluster: Cluster) -> None:
     """Why each scope names itself: the same statement with the tenant bound cannot be planned
     generically by Citus, so it would be planned at every run."""
     scope = new_scope()
@@ -129,7 +132,7 @@ def test_a_shared_statement_with_a_bound_tenant_has_no_kept_plan(memory: Memory,
             psycopg.RawCursor(conn).execute(bound, values, prepare=True)
 
 
-def test_kept_plans_stay_right_when_the_tenant_moves(memory: Memory, cluster: Any) -> None:
+def test_kept_plans_stay_right_when_the_tenant_moves(memory: Memory, cluster: Cluster) -> None:
     """A Memory whose connections hold plans routed to a tenant's shard recalls the same facts
     after `distribute --isolate` moved the tenant to a new shard (Citus drops the kept plans)."""
     scope = new_scope()
@@ -144,7 +147,7 @@ def test_kept_plans_stay_right_when_the_tenant_moves(memory: Memory, cluster: An
     assert recalled() == before
 
 
-def test_the_relevance_floor_is_measured_with_routed_statements(memory: Memory, cluster: Any) -> None:
+def test_the_relevance_floor_is_measured_with_routed_statements(memory: Memory, cluster: Cluster) -> None:
     """`min_relevance` adds two reads (the scope's latest embeddings, the query's typical
     similarity): each names the tenant, so each is a router plan."""
     scope = new_scope()
