@@ -15,7 +15,7 @@ from typing import Any, TypedDict
 
 import pytest
 
-from memsoda_core import AsyncMemory, LocalEmbedder, Memory
+from memsoda_core import AsyncMemory, Embedder, LocalEmbedder, Memory
 from memsoda_core import server as embedded
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -77,7 +77,7 @@ class Either:
         return call
 
 
-async def open_memory(flavour: str, dsn: str | None, embedder: Any, **kwargs: Any) -> Either:
+async def open_memory(flavour: str, dsn: str | None, embedder: Embedder | None, **kwargs: Any) -> Either:
     """A Memory ("sync") or an AsyncMemory ("async") opened with `kwargs`, behind `Either`."""
     if flavour == "sync":
         return Either(Memory.open(dsn, embedder, **kwargs))
