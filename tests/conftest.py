@@ -11,11 +11,11 @@ import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 
-from memsoda_core import AsyncMemory, LocalEmbedder, Memory
+from memsoda_core import AsyncMemory, Embedder, LocalEmbedder, Memory
 from memsoda_core import server as embedded
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -45,8 +45,15 @@ def embedder() -> LocalEmbedder:
     return model
 
 
+class ScopeArgs(TypedDict):
+    """A (dataset, project) pair, spread into calls as keyword arguments: `mem.recall(query, **scope)`."""
+
+    dataset: str
+    project: str
+
+
 @pytest.fixture
-def scope() -> dict[str, str]:
+def scope() -> ScopeArgs:
     """A fresh (dataset, project) no other test uses."""
     return {"dataset": f"ds-{uuid.uuid4().hex[:10]}", "project": "proj"}
 
@@ -70,7 +77,7 @@ class Either:
         return call
 
 
-async def open_memory(flavour: str, dsn: str, embedder: Any, **kwargs: Any) -> Either:
+async def open_memory(flavour: str, dsn: str | None, embedder: Embedder | None, **kwargs: Any) -> Either:
     """A Memory ("sync") or an AsyncMemory ("async") opened with `kwargs`, behind `Either`."""
     if flavour == "sync":
         return Either(Memory.open(dsn, embedder, **kwargs))

@@ -11,9 +11,17 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import numpy as np
-from psycopg import sql
 
-from memsoda_core.runner.steps import Concurrently, EmbedDocuments, EmbedQuery, Execute, Operation, ReadAside, Request
+from memsoda_core.runner.steps import (
+    Concurrently,
+    EmbedDocuments,
+    EmbedQuery,
+    Execute,
+    Operation,
+    ReadAside,
+    Request,
+    Statement,
+)
 
 T = TypeVar("T")
 
@@ -35,10 +43,10 @@ class Conversation:
     requests: list[Request] = field(default_factory=list)
     result: Any = None
 
-    def statements(self) -> list[sql.Composable]:
+    def statements(self) -> list[Statement]:
         return [r.statement for r in self.requests if isinstance(r, Execute | ReadAside)]
 
-    def index(self, kind: type, statement: sql.Composable | None = None) -> int:
+    def index(self, kind: type, statement: Statement | None = None) -> int:
         """Position of the first request of `kind` (running `statement`, when given); -1 if none."""
         for position, request in enumerate(self.requests):
             if isinstance(request, kind) and (statement is None or getattr(request, "statement", None) == statement):
@@ -69,12 +77,12 @@ class Script:
     and `default` for any other statement (no rows)."""
 
     dimensions: int = 4
-    rules: list[tuple[sql.Composable, Callable[[Request], Any]]] = field(default_factory=list)
+    rules: list[tuple[Statement, Callable[[Request], Any]]] = field(default_factory=list)
     embed_error: BaseException | None = None
     default: Any = field(default_factory=list)
 
-    def on(self, statement: sql.Composable, reply: Callable[[Request], Any] | Any) -> Script:
-        self.rules.append((statement, reply if callable(reply) else (lambda _request, value=reply: value)))
+    def on(self, statement: Statement, reply: Callable[[Request], Any] | Any) -> Script:
+        self.rules.append((statement, reply if callable(reply) else _constant(reply)))
         return self
 
     def __call__(self, request: Request) -> Any:
@@ -91,6 +99,11 @@ class Script:
             if statement == known:
                 return reply(request)
         return self.default
+
+
+def _constant(value: Any) -> Callable[[Request], Any]:
+    """A rule that answers every request with `value`."""
+    return lambda _request: value
 
 
 def params_of(request: Request) -> dict[str, Any]:

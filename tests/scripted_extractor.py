@@ -12,9 +12,10 @@ Answer = Any
 """A mapping (as structured output returns), JSON text, or an exception to raise."""
 
 
-def add(subject: str, predicate: str, obj: str, quote: str, **fields: Any) -> dict[str, Any]:
-    """An add operation as a model would write it (every schema key present, nulls for unknowns)."""
-    fact = {
+def add(subject: str, predicate: str, obj: str, quote: str | None, **fields: Any) -> dict[str, Any]:
+    """An add operation as a model would write it (every schema key present, nulls for unknowns; a
+    model may leave out the quote too)."""
+    fact: dict[str, Any] = {
         "subject": subject,
         "predicate": predicate,
         "object": obj,
@@ -38,7 +39,8 @@ def end(fact_id: int, quote: str, ended_at: str | None = None) -> dict[str, Any]
     return {"op": "end", "fact_id": fact_id, "fact": None, "ended_at": ended_at, "source_quote": quote}
 
 
-def answer(*operations: dict[str, Any], summary: str | None = None) -> dict[str, Any]:
+def answer(*operations: Any, summary: str | None = None) -> dict[str, Any]:
+    """A model's whole answer; an operation may be any JSON value (a test sends malformed ones too)."""
     return {"operations": list(operations), "summary": summary}
 
 

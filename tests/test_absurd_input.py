@@ -29,7 +29,7 @@ from memsoda_core.learning.operations import check_answer
 from memsoda_core.limits import MAX_TIMES_SEEN
 from memsoda_core.ops import parse_jsonl
 from memsoda_core.validation import validate_fact
-from tests.conftest import Either
+from tests.conftest import Either, ScopeArgs
 from tests.scripted_extractor import ScriptedExtractor, add, answer
 
 HUGE_DIGITS = "1" * 5_000
@@ -59,13 +59,13 @@ def fact(**fields: Any) -> dict[str, Any]:
     [10**400, -(10**400), 10**5_000, float("inf"), float("-inf"), float("nan"), 1e400, nested(5_000)],
     ids=["10**400", "-10**400", "10**5000", "inf", "-inf", "nan", "1e400", "nested"],
 )
-async def test_absurd_confidence_is_a_confidence_error(memory: Either, scope: dict[str, str], confidence: Any) -> None:
+async def test_absurd_confidence_is_a_confidence_error(memory: Either, scope: ScopeArgs, confidence: Any) -> None:
     with pytest.raises(ConfidenceError, match="fact #2: confidence must be"):
         await memory.add_facts([fact(), fact(object="coffee", confidence=confidence)], **scope)
     assert await memory.stats(**scope) == []  # nothing of the batch was written
 
 
-async def test_absurd_vectors_and_options_are_validation_errors(memory: Either, scope: dict[str, str]) -> None:
+async def test_absurd_vectors_and_options_are_validation_errors(memory: Either, scope: ScopeArgs) -> None:
     dims = memory.info.dimensions
     with pytest.raises(ValidationError, match="vectors are not usable"):
         await memory.add_facts([fact()], **scope, vectors=[[10**400] * dims])
@@ -106,7 +106,7 @@ BAD_LINES = {
 
 
 @pytest.mark.parametrize("line", list(BAD_LINES.values()), ids=list(BAD_LINES))
-async def test_absurd_import_lines_are_import_format_errors(memory: Either, scope: dict[str, str], line: str) -> None:
+async def test_absurd_import_lines_are_import_format_errors(memory: Either, scope: ScopeArgs, line: str) -> None:
     source = f"{GOOD}\n{line}\n{OTHER}\n"
     with pytest.raises(ImportFormatError, match="line 2") as raised:
         await memory.import_jsonl(io.StringIO(source), **scope)
@@ -119,7 +119,7 @@ async def test_absurd_import_lines_are_import_format_errors(memory: Either, scop
     assert sorted(f.object for f in page.facts) == ["coffee", "tea"]
 
 
-async def test_the_largest_times_seen_is_imported_exactly(memory: Either, scope: dict[str, str]) -> None:
+async def test_the_largest_times_seen_is_imported_exactly(memory: Either, scope: ScopeArgs) -> None:
     line = json.dumps(fact(times_seen=MAX_TIMES_SEEN))
     report = await memory.import_jsonl(io.StringIO(f"{line}\n"), **scope)
     assert report.facts == 1
@@ -146,7 +146,7 @@ WINDOW = [{"role": "user", "content": "I like tea and I like coffee.", "id": "m1
     ],
     ids=["nested 100000", "operations nested 5000", "5000-digit number", "fenced"],
 )
-async def test_unreadable_model_answers_are_extraction_errors(memory: Either, scope: dict[str, str], raw: str) -> None:
+async def test_unreadable_model_answers_are_extraction_errors(memory: Either, scope: ScopeArgs, raw: str) -> None:
     with pytest.raises(ExtractionError):
         await memory.remember(WINDOW, **scope, extractor=ScriptedExtractor(raw))
     assert await memory.stats(**scope) == []
@@ -169,9 +169,7 @@ def _absurd_operations() -> list[dict[str, Any]]:
     ]
 
 
-async def test_absurd_operations_are_rejected_and_the_good_one_is_written(
-    memory: Either, scope: dict[str, str]
-) -> None:
+async def test_absurd_operations_are_rejected_and_the_good_one_is_written(memory: Either, scope: ScopeArgs) -> None:
     operations = _absurd_operations()
     result = await memory.remember(WINDOW, **scope, extractor=ScriptedExtractor(answer(*operations)))
     assert [r.index for r in result.rejected] == list(range(len(operations) - 1))

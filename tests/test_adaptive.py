@@ -4,6 +4,7 @@ pure rule, and on a real server a first-person scope, a scope of triples, and a 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -23,7 +24,7 @@ from memsoda_core.recall.result import statement_params
 from memsoda_core.recall.scope_stats import ScopeStatsCache, StatsRow, decode_stats
 from memsoda_core.recall.signals import RecallRequest
 from memsoda_core.validation import Scope
-from tests.conftest import Either
+from tests.conftest import Either, ScopeArgs
 
 NOTES = ScopeStats(sampled=120, subject_share=1.0, lexemes_per_fact=22.0, restated_share=0.02)
 TRIPLES = ScopeStats(sampled=120, subject_share=0.85, lexemes_per_fact=5.0, restated_share=0.0)
@@ -64,7 +65,7 @@ def test_triples_keep_the_general_options() -> None:
         ({"sampled": MIN_SAMPLED, "lexemes_per_fact": NOTE_LEXEMES, "subject_share": ONE_SUBJECT_SHARE}, True),
     ],
 )
-def test_each_condition_of_the_rule(change: dict[str, float], expected: bool) -> None:
+def test_each_condition_of_the_rule(change: dict[str, Any], expected: bool) -> None:
     assert first_person(replace(NOTES, **change)) is expected
 
 
@@ -140,7 +141,7 @@ NOTE_TEXTS = [
 ]
 
 
-async def test_a_first_person_scope_gets_the_first_person_fusion(memory: Either, scope: dict[str, str]) -> None:
+async def test_a_first_person_scope_gets_the_first_person_fusion(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(
         [{"subject": "user", "predicate": "noted", "object": text, "object_type": "LITERAL"} for text in NOTE_TEXTS],
         **scope,
@@ -161,7 +162,7 @@ async def test_a_first_person_scope_gets_the_first_person_fusion(memory: Either,
     assert fixed.fusion is None
 
 
-async def test_a_scope_of_triples_keeps_the_general_fusion(memory: Either, scope: dict[str, str]) -> None:
+async def test_a_scope_of_triples_keeps_the_general_fusion(memory: Either, scope: ScopeArgs) -> None:
     people = ["alice", "bob", "carol", "dave", "erin", "frank"]
     await memory.add_facts(
         [

@@ -12,12 +12,13 @@ import pytest
 from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.prebuilt import create_react_agent
 
 from memsoda_core import ConfigurationError, LimitError, Memory, ScopeError
 from memsoda_core.limits import MAX_K
 from memsoda_langchain import memory_tools
-from tests.conftest import Either
+from tests.conftest import Either, ScopeArgs
 from tests.scripted_extractor import ScriptedExtractor, add, answer
 
 
@@ -40,7 +41,7 @@ def tool_answers(state: dict[str, Any]) -> list[str]:
     return [str(m.content) for m in state["messages"] if isinstance(m, ToolMessage)]
 
 
-async def test_an_agent_learns_in_one_session_and_recalls_in_the_next(memory: Either, scope: dict[str, str]) -> None:
+async def test_an_agent_learns_in_one_session_and_recalls_in_the_next(memory: Either, scope: ScopeArgs) -> None:
     tools = memory_tools(memory.raw, **scope)
     saving = create_agent(
         calls(("save_memory", {"subject": "user", "predicate": "drives", "object": "honda civic"})), tools
@@ -54,7 +55,7 @@ async def test_an_agent_learns_in_one_session_and_recalls_in_the_next(memory: Ei
     assert f"[{fact.id}] user drives honda civic (valid " in shown
 
 
-async def test_correct_and_end_by_id(memory: Either, scope: dict[str, str]) -> None:
+async def test_correct_and_end_by_id(memory: Either, scope: ScopeArgs) -> None:
     lives, job = await memory.add_facts(
         [
             {"subject": "user", "predicate": "lives in", "object": "amsterdam", "valid_at": "2020-01-01"},
@@ -80,7 +81,7 @@ async def test_correct_and_end_by_id(memory: Either, scope: dict[str, str]) -> N
     assert (await memory.get_fact(job, **scope)).invalid_at is not None
 
 
-def test_a_sentence_is_saved_through_the_extractor(sync_memory: Memory, scope: dict[str, str]) -> None:
+def test_a_sentence_is_saved_through_the_extractor(sync_memory: Memory, scope: ScopeArgs) -> None:
     extractor = ScriptedExtractor(answer(add("I", "is allergic to", "peanuts", "allergic to peanuts")))
     agent = create_react_agent(
         calls(("save_memory", {"text": "Remember that I am allergic to peanuts."})),
@@ -96,7 +97,7 @@ def test_a_sentence_is_saved_through_the_extractor(sync_memory: Memory, scope: d
     assert len(sync_memory.list_facts(**scope).facts) == 1
 
 
-async def test_one_agent_serves_many_users_by_the_run_config(memory: Either, scope: dict[str, str]) -> None:
+async def test_one_agent_serves_many_users_by_the_run_config(memory: Either, scope: ScopeArgs) -> None:
     """One tool set and one agent: each run's `config["configurable"]["user_id"]` is its dataset."""
     alice, bob = f"alice-{uuid.uuid4().hex[:8]}", f"bob-{uuid.uuid4().hex[:8]}"
     tools = memory_tools(memory.raw, dataset_from="user_id", project=scope["project"])
@@ -119,7 +120,7 @@ async def test_one_agent_serves_many_users_by_the_run_config(memory: Either, sco
     )
 
     async def run(user: str) -> list[str]:
-        config = {"configurable": {"user_id": user}}
+        config: RunnableConfig = {"configurable": {"user_id": user}}
         return tool_answers(await agent.ainvoke({"messages": [{"role": "user", "content": "hi"}]}, config))
 
     assert (await run(alice))[0].startswith("Saved as fact(s)")
@@ -136,7 +137,7 @@ def call(name: str, **args: Any) -> dict[str, Any]:
     return {"name": name, "args": args, "id": f"call-{uuid.uuid4().hex[:6]}"}
 
 
-def test_a_run_without_the_user_key_raises_and_writes_nothing(sync_memory: Memory, scope: dict[str, str]) -> None:
+def test_a_run_without_the_user_key_raises_and_writes_nothing(sync_memory: Memory, scope: ScopeArgs) -> None:
     tools = memory_tools(sync_memory, dataset_from="user_id", project=scope["project"])
     agent = create_agent(calls(("save_memory", {"subject": "user", "predicate": "likes", "object": "tea"})), tools)
     with pytest.raises(ScopeError, match=r"config\['configurable'\]\['user_id'\].*thread_id"):
@@ -151,7 +152,7 @@ def test_a_run_without_the_user_key_raises_and_writes_nothing(sync_memory: Memor
     assert [f.object for f in sync_memory.list_facts(**scope).facts] == ["tea"]
 
 
-def test_the_scope_rule_is_checked_when_the_tools_are_built(sync_memory: Memory, scope: dict[str, str]) -> None:
+def test_the_scope_rule_is_checked_when_the_tools_are_built(sync_memory: Memory, scope: ScopeArgs) -> None:
     with pytest.raises(ConfigurationError, match="not both"):
         memory_tools(sync_memory, dataset="a", dataset_from="user_id", project="p")
     with pytest.raises(ScopeError, match="dataset is required"):
@@ -164,7 +165,7 @@ def test_the_scope_rule_is_checked_when_the_tools_are_built(sync_memory: Memory,
         memory_tools(sync_memory, **scope, k=0)
 
 
-async def test_recall_k_out_of_range_is_an_error_the_model_sees(memory: Either, scope: dict[str, str]) -> None:
+async def test_recall_k_out_of_range_is_an_error_the_model_sees(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(
         [{"subject": "user", "predicate": "drives", "object": f"car {n}", "valid_at": "2020-01-01"} for n in range(5)],
         **scope,
@@ -187,7 +188,7 @@ async def test_recall_k_out_of_range_is_an_error_the_model_sees(memory: Either, 
     assert two.count("\n[") == 2 and default.count("\n[") == 3
 
 
-async def test_recall_in_an_empty_memory_says_it_holds_no_facts(memory: Either, scope: dict[str, str]) -> None:
+async def test_recall_in_an_empty_memory_says_it_holds_no_facts(memory: Either, scope: ScopeArgs) -> None:
     tools = memory_tools(memory.raw, **scope)
     asking = create_agent(calls(("recall_memory", {"query": "what car does the user drive?"})), tools)
     (empty,) = tool_answers(await asking.ainvoke({"messages": [{"role": "user", "content": "What do I drive?"}]}))

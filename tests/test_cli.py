@@ -12,12 +12,13 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 from typer.testing import CliRunner, Result
 
 from memsoda_core.cli import app, main
+from tests.conftest import ScopeArgs
 
 ENV = {"COLUMNS": "200", "NO_COLOR": "1"}
 
@@ -56,8 +57,14 @@ def runner() -> CliRunner:
     return CliRunner()
 
 
+class Cli(Protocol):
+    """The `cli` fixture: `memsoda --dsn <test server>` with `args`, stdin from `input`."""
+
+    def __call__(self, *args: str, input: str | None = None) -> Result: ...
+
+
 @pytest.fixture
-def cli(runner: CliRunner, pg_dsn: str) -> Any:
+def cli(runner: CliRunner, pg_dsn: str) -> Cli:
     """Run `memsoda --dsn <test server> ARGS...`; returns the click Result."""
 
     def invoke(*args: str, input: str | None = None) -> Result:
@@ -71,11 +78,11 @@ def write_jsonl(path: Path, records: list[Any]) -> Path:
     return path
 
 
-def scope_args(scope: dict[str, str]) -> list[str]:
+def scope_args(scope: ScopeArgs) -> list[str]:
     return ["--dataset", scope["dataset"], "--project", scope["project"]]
 
 
-def stats_of(cli: Any, scope: dict[str, str]) -> list[dict[str, Any]]:
+def stats_of(cli: Cli, scope: ScopeArgs) -> list[dict[str, Any]]:
     result = cli("stats", "--json", *scope_args(scope))
     assert result.exit_code == 0, result.output
     rows: list[dict[str, Any]] = json.loads(result.stdout)
@@ -83,7 +90,7 @@ def stats_of(cli: Any, scope: dict[str, str]) -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-def netflix(cli: Any, scope: dict[str, str], tmp_path: Path) -> dict[str, str]:
+def netflix(cli: Cli, scope: ScopeArgs, tmp_path: Path) -> ScopeArgs:
     """A scope holding the Netflix bridge facts and one episode, imported through the CLI."""
     result = cli("import", str(write_jsonl(tmp_path / "netflix.jsonl", NETFLIX)), *scope_args(scope))
     assert result.exit_code == 0, result.output
@@ -104,7 +111,7 @@ def assert_user_error(result: Result, *needles: str) -> None:
 # --- recall -----------------------------------------------------------------------------------------
 
 
-def test_recall_prints_the_context(cli: Any, netflix: dict[str, str]) -> None:
+def test_recall_prints_the_context(cli: Cli, netflix: ScopeArgs) -> None:
     result = cli("recall", "anything good on Netflix tonight?", *scope_args(netflix))
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("Known facts about the user, most relevant first.")
@@ -112,7 +119,7 @@ def test_recall_prints_the_context(cli: Any, netflix: dict[str, str]) -> None:
     assert result.stdout.index("favourite show is breaking bad") < result.stdout.index("drives honda civic")
 
 
-def test_recall_json_parses(cli: Any, netflix: dict[str, str]) -> None:
+def test_recall_json_parses(cli: Cli, netflix: ScopeArgs) -> None:
     result = cli("recall", "anything good on Netflix tonight?", *scope_args(netflix), "--json", "--include", "episodes")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
@@ -126,7 +133,7 @@ def test_recall_json_parses(cli: Any, netflix: dict[str, str]) -> None:
     assert "# EPISODES" in data["context"]
 
 
-def test_recall_explain_shows_ranks_per_signal(cli: Any, netflix: dict[str, str]) -> None:
+def test_recall_explain_shows_ranks_per_signal(cli: Cli, netflix: ScopeArgs) -> None:
     result = cli("recall", "what streams on Netflix tonight?", *scope_args(netflix), "--explain", "-k", "2")
     assert result.exit_code == 0, result.output
     table = result.stdout.split("# ENTITIES", 1)[1]
@@ -140,14 +147,14 @@ def test_recall_explain_shows_ranks_per_signal(cli: Any, netflix: dict[str, str]
     assert "fusion: the general options for recent.candidates, keyword.min_terms, anchor.name_share" in table
 
 
-def test_recall_raw_shows_confidence_and_quote(cli: Any, netflix: dict[str, str]) -> None:
+def test_recall_raw_shows_confidence_and_quote(cli: Cli, netflix: ScopeArgs) -> None:
     result = cli("recall", "favourite show", *scope_args(netflix), "--include", "raw")
     assert result.exit_code == 0, result.output
     assert "my favourite show is Breaking Bad" in result.stdout
     assert "0.9" in result.stdout and "source quote" in result.stdout
 
 
-def test_recall_without_query_gives_recent_facts(cli: Any, netflix: dict[str, str]) -> None:
+def test_recall_without_query_gives_recent_facts(cli: Cli, netflix: ScopeArgs) -> None:
     result = cli("recall", *scope_args(netflix), "--json")
     assert result.exit_code == 0, result.output
     facts = json.loads(result.stdout)["facts"]
@@ -155,14 +162,14 @@ def test_recall_without_query_gives_recent_facts(cli: Any, netflix: dict[str, st
     assert all(set(f["ranks"]) == {"recent"} for f in facts)
 
 
-def test_recall_of_an_empty_scope_says_so(cli: Any, scope: dict[str, str]) -> None:
+def test_recall_of_an_empty_scope_says_so(cli: Cli, scope: ScopeArgs) -> None:
     result = cli("recall", "anything?", *scope_args(scope))
     assert result.exit_code == 0, result.output
     assert result.stdout == ""
     assert f"{scope['dataset']}/{scope['project']} holds no facts" in result.stderr
 
 
-def test_recall_as_of(cli: Any, scope: dict[str, str], tmp_path: Path) -> None:
+def test_recall_as_of(cli: Cli, scope: ScopeArgs, tmp_path: Path) -> None:
     lines = [
         {
             "subject": "user",
@@ -183,12 +190,12 @@ def test_recall_as_of(cli: Any, scope: dict[str, str], tmp_path: Path) -> None:
 # --- bad input --------------------------------------------------------------------------------------
 
 
-def test_bad_date_is_one_red_line(cli: Any, scope: dict[str, str]) -> None:
+def test_bad_date_is_one_red_line(cli: Cli, scope: ScopeArgs) -> None:
     result = cli("recall", "x", *scope_args(scope), "--as-of", "yesterday")
     assert_user_error(result, "as_of='yesterday'", "ISO-8601")
 
 
-def test_verbose_shows_the_traceback(runner: CliRunner, pg_dsn: str, scope: dict[str, str]) -> None:
+def test_verbose_shows_the_traceback(runner: CliRunner, pg_dsn: str, scope: ScopeArgs) -> None:
     result = runner.invoke(
         app, ["--dsn", pg_dsn, "--verbose", "recall", "x", *scope_args(scope), "--as-of", "soon"], env=ENV
     )
@@ -197,26 +204,26 @@ def test_verbose_shows_the_traceback(runner: CliRunner, pg_dsn: str, scope: dict
     assert result.stderr.rstrip().splitlines()[-1].startswith("error: ")
 
 
-def test_missing_dataset_is_a_usage_error(cli: Any) -> None:
+def test_missing_dataset_is_a_usage_error(cli: Cli) -> None:
     result = cli("recall", "x", "--project", "p")
     assert result.exit_code == 2
     assert "Missing option" in result.output and "--dataset" in result.output
     assert "Traceback" not in result.output
 
 
-def test_blank_dataset_is_rejected(cli: Any) -> None:
+def test_blank_dataset_is_rejected(cli: Cli) -> None:
     result = cli("recall", "x", "--dataset", " ", "--project", "p")
     assert result.exit_code == 2
     assert "must not be empty" in result.output
 
 
-def test_bad_k_and_include(cli: Any, scope: dict[str, str]) -> None:
+def test_bad_k_and_include(cli: Cli, scope: ScopeArgs) -> None:
     assert_user_error(cli("recall", "x", *scope_args(scope), "-k", "0"), "facts_in_context (k)")
     assert_user_error(cli("recall", "x", *scope_args(scope), "--include", "raw,gossip"), "gossip")
     assert cli("recall", "x", *scope_args(scope), "--include", "synthesis").exit_code == 2
 
 
-def test_add_stores_one_fact(cli: Any, scope: dict[str, str]) -> None:
+def test_add_stores_one_fact(cli: Cli, scope: ScopeArgs) -> None:
     result = cli(
         "add", *scope_args(scope), "-s", "User", "-P", "drives", "-o", "Honda  Civic", "--object-type", "product",
         "--valid-at", "2026-03-01", "--confidence", "0.8", "--quote", "I drive a Honda Civic",
@@ -241,7 +248,7 @@ def test_add_stores_one_fact(cli: Any, scope: dict[str, str]) -> None:
         (["--subject", "   "], "subject"),
     ],
 )
-def test_add_bad_input_writes_nothing(cli: Any, scope: dict[str, str], options: list[str], needle: str) -> None:
+def test_add_bad_input_writes_nothing(cli: Cli, scope: ScopeArgs, options: list[str], needle: str) -> None:
     base = {"--subject": "user", "--predicate": "likes", "--object": "tea"}
     for flag in options[::2]:
         base.pop(flag, None)
@@ -262,14 +269,14 @@ BAD_FILE = [
 ]
 
 
-def test_import_raise_rejects_the_file_and_writes_nothing(cli: Any, scope: dict[str, str], tmp_path: Path) -> None:
+def test_import_raise_rejects_the_file_and_writes_nothing(cli: Cli, scope: ScopeArgs, tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "bad.jsonl", BAD_FILE)
     result = cli("import", str(path), *scope_args(scope), "--on-error", "raise")
     assert_user_error(result, "line 2:", "not valid JSON", "nothing was imported")
     assert stats_of(cli, scope) == []
 
 
-def test_import_skip_reports_line_numbers(cli: Any, scope: dict[str, str], tmp_path: Path) -> None:
+def test_import_skip_reports_line_numbers(cli: Cli, scope: ScopeArgs, tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "bad.jsonl", BAD_FILE)
     result = cli("import", str(path), *scope_args(scope), "--on-error", "skip")
     assert result.exit_code == 0, result.output
@@ -281,21 +288,21 @@ def test_import_skip_reports_line_numbers(cli: Any, scope: dict[str, str], tmp_p
     assert (row["facts"], row["episodes"]) == (2, 1)
 
 
-def test_import_rejects_unknown_on_error_and_missing_file(cli: Any, scope: dict[str, str], tmp_path: Path) -> None:
+def test_import_rejects_unknown_on_error_and_missing_file(cli: Cli, scope: ScopeArgs, tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "ok.jsonl", BAD_FILE[:1])
     assert cli("import", str(path), *scope_args(scope), "--on-error", "ignore").exit_code == 2
     missing = cli("import", str(tmp_path / "nope.jsonl"), *scope_args(scope))
     assert missing.exit_code == 2 and "does not exist" in missing.output
 
 
-def test_import_rejects_non_utf8(cli: Any, scope: dict[str, str], tmp_path: Path) -> None:
+def test_import_rejects_non_utf8(cli: Cli, scope: ScopeArgs, tmp_path: Path) -> None:
     path = tmp_path / "latin1.jsonl"
     path.write_bytes('{"subject": "café", "predicate": "is", "object": "open"}\n'.encode("latin-1"))
     assert_user_error(cli("import", str(path), *scope_args(scope)), "not UTF-8")
     assert stats_of(cli, scope) == []
 
 
-def test_export_import_round_trip(cli: Any, netflix: dict[str, str], tmp_path: Path) -> None:
+def test_export_import_round_trip(cli: Cli, netflix: ScopeArgs, tmp_path: Path) -> None:
     out = tmp_path / "export.jsonl"
     result = cli("export", str(out), *scope_args(netflix))
     assert result.exit_code == 0, result.output
@@ -304,7 +311,7 @@ def test_export_import_round_trip(cli: Any, netflix: dict[str, str], tmp_path: P
     assert [r["kind"] for r in records] == ["fact", "fact", "fact", "episode"]
     assert not list(tmp_path.glob(".*.part"))
 
-    copy = {"dataset": netflix["dataset"] + "-copy", "project": netflix["project"]}
+    copy: ScopeArgs = {"dataset": netflix["dataset"] + "-copy", "project": netflix["project"]}
     assert cli("import", str(out), *scope_args(copy)).exit_code == 0
     again = tmp_path / "again.jsonl"
     assert cli("export", str(again), *scope_args(copy)).exit_code == 0
@@ -316,13 +323,13 @@ def test_export_import_round_trip(cli: Any, netflix: dict[str, str], tmp_path: P
     assert [json.loads(line)["kind"] for line in stdout.stdout.splitlines()] == ["fact", "fact", "fact", "episode"]
 
 
-def test_export_to_a_missing_directory(cli: Any, netflix: dict[str, str], tmp_path: Path) -> None:
+def test_export_to_a_missing_directory(cli: Cli, netflix: ScopeArgs, tmp_path: Path) -> None:
     result = cli("export", str(tmp_path / "no" / "such" / "dir.jsonl"), *scope_args(netflix))
     assert result.exit_code == 2 and "does not exist" in result.output
     assert not (tmp_path / "no").exists()
 
 
-def test_forget(cli: Any, netflix: dict[str, str]) -> None:
+def test_forget(cli: Cli, netflix: ScopeArgs) -> None:
     assert cli("forget", *scope_args(netflix), input="n\n").exit_code == 1  # declined: aborted
     assert stats_of(cli, netflix)[0]["facts"] == 3
     entity = cli("forget", *scope_args(netflix), "--entity", "Honda Civic", "--yes")
@@ -335,7 +342,7 @@ def test_forget(cli: Any, netflix: dict[str, str]) -> None:
 # --- stats and doctor -------------------------------------------------------------------------------
 
 
-def test_stats(cli: Any, netflix: dict[str, str]) -> None:
+def test_stats(cli: Cli, netflix: ScopeArgs) -> None:
     (row,) = stats_of(cli, netflix)
     assert row == {**netflix, "facts": 3, "live_facts": 3, "entities": 4, "episodes": 1}
     table = cli("stats", "--dataset", netflix["dataset"])
@@ -344,7 +351,7 @@ def test_stats(cli: Any, netflix: dict[str, str]) -> None:
     assert "live facts" in header and netflix["dataset"] in data
 
 
-def test_doctor_passes_on_the_test_server(cli: Any) -> None:
+def test_doctor_passes_on_the_test_server(cli: Cli) -> None:
     result = cli("doctor")
     assert result.exit_code == 0, result.output
     for name in ("postgres", "pgvector", "schema", "embedder", "embedder vs store"):
@@ -364,13 +371,13 @@ def test_doctor_explains_an_unreachable_server(runner: CliRunner) -> None:
     assert "some checks failed" in result.stdout
 
 
-def test_doctor_reports_a_schema_not_created_yet(cli: Any) -> None:
+def test_doctor_reports_a_schema_not_created_yet(cli: Cli) -> None:
     result = cli("--schema", "never_created", "doctor")
     assert result.exit_code == 0, result.output
     assert "has not been created yet" in result.stdout
 
 
-def test_unreachable_store_is_a_user_error(runner: CliRunner, scope: dict[str, str]) -> None:
+def test_unreachable_store_is_a_user_error(runner: CliRunner, scope: ScopeArgs) -> None:
     result = runner.invoke(app, ["--dsn", "postgresql://x@127.0.0.1:1/y", "stats"], env=ENV)
     assert_user_error(result, "PostgreSQL is unavailable")
 
@@ -396,7 +403,7 @@ def test_demo_shows_the_netflix_bridge_and_is_idempotent(runner: CliRunner, pg_d
     assert second.exit_code == 0, second.output
     assert "Maya's memory is already in demo-maya/assistant: 86 facts, 3 episodes" in second.stdout
     assert "Sam's memory is already in demo-sam/assistant" in second.stdout
-    maya = {"dataset": "demo-maya", "project": "assistant"}
+    maya: ScopeArgs = {"dataset": "demo-maya", "project": "assistant"}
     assert runner.invoke(app, ["--dsn", pg_dsn, "stats", "--json", *scope_args(maya)]).exit_code == 0
     (row,) = json.loads(runner.invoke(app, ["--dsn", pg_dsn, "stats", "--json", *scope_args(maya)]).stdout)
     assert (row["facts"], row["episodes"]) == (86, 3)
@@ -424,7 +431,7 @@ def run_memsoda(*args: str, env: dict[str, str] | None = None) -> subprocess.Com
     )
 
 
-def test_subprocess_json_and_user_error(pg_dsn: str, netflix: dict[str, str]) -> None:
+def test_subprocess_json_and_user_error(pg_dsn: str, netflix: ScopeArgs) -> None:
     ok = run_memsoda("--dsn", pg_dsn, "stats", "--json", *scope_args(netflix))
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)[0]["facts"] == 3
@@ -445,7 +452,7 @@ def home() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def test_server_start_status_stop(runner: CliRunner, home: Path, scope: dict[str, str]) -> None:
+def test_server_start_status_stop(runner: CliRunner, home: Path, scope: ScopeArgs) -> None:
     def server(*args: str) -> Result:
         return runner.invoke(app, ["--home", str(home), *args], env={**ENV, "MEMSODA_DSN": None})
 

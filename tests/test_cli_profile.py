@@ -9,11 +9,12 @@ from typer.testing import CliRunner
 
 from memsoda_core import Memory
 from memsoda_core.cli import app
+from tests.conftest import ScopeArgs
 
 ENV = {"COLUMNS": "200", "NO_COLOR": "1"}
 
 
-def test_profile_command(pg_dsn: str, sync_memory: Memory, scope: dict[str, str]) -> None:
+def test_profile_command(pg_dsn: str, sync_memory: Memory, scope: ScopeArgs) -> None:
     runner = CliRunner()
     args = ["--dsn", pg_dsn, "profile", "--dataset", scope["dataset"], "--project", scope["project"], "-n", "2"]
     empty = runner.invoke(app, args, env=ENV)

@@ -18,13 +18,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import FaultyEmbedder
 from typer.testing import CliRunner
 
 from memsoda_core import LocalEmbedder, Memory
 from memsoda_core import embed_service as service
 from memsoda_core.cli import app, server_status
 from memsoda_core.errors import EmbeddingError
+from tests.conftest import ScopeArgs
+from tests.helpers import FaultyEmbedder
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 ENV = {"COLUMNS": "200", "NO_COLOR": "1", "MEMSODA_DSN": None}
@@ -94,9 +95,7 @@ def test_status_shows_the_served_model(served_home: Path) -> None:
     assert (served_home / service.SOCKET_NAME).stat().st_mode & 0o077 == 0  # the owner's alone
 
 
-def test_cli_recall_embeds_through_the_service(
-    served_home: Path, embedder: LocalEmbedder, scope: dict[str, str]
-) -> None:
+def test_cli_recall_embeds_through_the_service(served_home: Path, embedder: LocalEmbedder, scope: ScopeArgs) -> None:
     uri = server_status(served_home)["uri"]
     with Memory.open(uri, embedder) as memory:
         memory.add_facts(FACTS, **scope)

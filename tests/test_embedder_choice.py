@@ -11,16 +11,16 @@ from typing import Any
 
 import psycopg
 import pytest
-from conftest import open_memory
-from fake_openai import FakeOpenAI
 from psycopg import sql
 from typer.testing import CliRunner
 
-from memsoda_core import LocalEmbedder, Memory
+from memsoda_core import AsyncMemory, LocalEmbedder, Memory, embedders
 from memsoda_core.cli import app
-from memsoda_core.embedders import OpenAIEmbedder
 from memsoda_core.embedders.choice import parse_spec
+from memsoda_core.embedders.openai import OpenAIEmbedder
 from memsoda_core.errors import ConfigurationError, EmbedderMismatchError
+from tests.conftest import ScopeArgs, open_memory
+from tests.fake_openai import FakeOpenAI
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 SMALL = "text-embedding-3-small"
@@ -51,25 +51,31 @@ def openai(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
 
 
 @pytest.fixture
-def local_store(pg_dsn: str, schema: str, embedder: LocalEmbedder, scope: dict[str, str]) -> str:
+def local_store(pg_dsn: str, schema: str, embedder: LocalEmbedder, scope: ScopeArgs) -> str:
     """A store made offline (the local model) holding one fact in `scope`."""
     with Memory.open(pg_dsn, embedder, schema=schema) as memory:
         memory.add_facts([FACT], **scope)
     return schema
 
 
-async def close(memory: Any) -> None:
-    result = memory.close()
-    if hasattr(result, "__await__"):
-        await result
+async def close(memory: Memory | AsyncMemory) -> None:
+    if isinstance(memory, AsyncMemory):
+        await memory.close()
+    else:
+        memory.close()
 
 
 # --- Memory.open -------------------------------------------------------------------------------------
 
 
+def test_the_package_names_the_openai_embedder() -> None:
+    """`memsoda_core.embedders.OpenAIEmbedder` is its module's class, loaded on first use."""
+    assert embedders.OpenAIEmbedder is OpenAIEmbedder
+
+
 @flavours
 async def test_a_local_store_opened_with_an_openai_key_keeps_the_local_model(
-    flavour: str, pg_dsn: str, local_store: str, openai: FakeOpenAI, scope: dict[str, str]
+    flavour: str, pg_dsn: str, local_store: str, openai: FakeOpenAI, scope: ScopeArgs
 ) -> None:
     memory = await open_memory(flavour, pg_dsn, None, schema=local_store)
     try:
@@ -84,7 +90,7 @@ async def test_a_local_store_opened_with_an_openai_key_keeps_the_local_model(
 
 @flavours
 async def test_a_new_store_with_the_key_takes_openai(
-    flavour: str, pg_dsn: str, schema: str, openai: FakeOpenAI, scope: dict[str, str]
+    flavour: str, pg_dsn: str, schema: str, openai: FakeOpenAI, scope: ScopeArgs
 ) -> None:
     memory = await open_memory(flavour, pg_dsn, None, schema=schema)
     try:
@@ -97,7 +103,7 @@ async def test_a_new_store_with_the_key_takes_openai(
 
 
 def test_an_openai_store_reopens_with_its_recorded_dimension(
-    pg_dsn: str, schema: str, openai: FakeOpenAI, scope: dict[str, str]
+    pg_dsn: str, schema: str, openai: FakeOpenAI, scope: ScopeArgs
 ) -> None:
     made = OpenAIEmbedder(SMALL, dimensions=256, base_url=openai.base_url)
     with Memory.open(pg_dsn, made, schema=schema) as memory:
@@ -200,12 +206,12 @@ def invoke(pg_dsn: str, schema: str, *args: str) -> Any:
     return CliRunner().invoke(app, ["--dsn", pg_dsn, "--schema", schema, *args], env=ENV)
 
 
-def scope_args(scope: dict[str, str]) -> list[str]:
+def scope_args(scope: ScopeArgs) -> list[str]:
     return ["--dataset", scope["dataset"], "--project", scope["project"]]
 
 
 def test_cli_recall_on_a_local_store_with_the_key_set(
-    pg_dsn: str, local_store: str, openai: FakeOpenAI, scope: dict[str, str]
+    pg_dsn: str, local_store: str, openai: FakeOpenAI, scope: ScopeArgs
 ) -> None:
     result = invoke(pg_dsn, local_store, "recall", "what does the user drink?", *scope_args(scope), "--json")
     assert result.exit_code == 0, result.output
@@ -214,7 +220,7 @@ def test_cli_recall_on_a_local_store_with_the_key_set(
 
 
 def test_cli_embedder_option_against_the_store(
-    pg_dsn: str, local_store: str, openai: FakeOpenAI, scope: dict[str, str]
+    pg_dsn: str, local_store: str, openai: FakeOpenAI, scope: ScopeArgs
 ) -> None:
     result = invoke(pg_dsn, local_store, "--embedder", "openai", "recall", "tea?", *scope_args(scope))
     assert result.exit_code == 1 and "Traceback" not in result.output
@@ -225,7 +231,7 @@ def test_cli_embedder_option_against_the_store(
 
 
 def test_cli_embedder_option_and_env_choose_a_new_store(
-    pg_dsn: str, schema: str, openai: FakeOpenAI, scope: dict[str, str], monkeypatch: pytest.MonkeyPatch
+    pg_dsn: str, schema: str, openai: FakeOpenAI, scope: ScopeArgs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("MEMSODA_EMBEDDER", "openai")  # the option wins over the variable
     added = invoke(pg_dsn, schema, "--embedder", "local", "add", *scope_args(scope), "-s", "user", "-P", "p", "-o", "x")
@@ -239,7 +245,7 @@ def test_cli_embedder_option_and_env_choose_a_new_store(
     assert "MEMSODA_EMBEDDER=openai is set" in doctor.stdout and "set MEMSODA_EMBEDDER=local" in doctor.stdout
 
 
-def test_cli_bad_embedder_option(pg_dsn: str, schema: str, scope: dict[str, str]) -> None:
+def test_cli_bad_embedder_option(pg_dsn: str, schema: str, scope: ScopeArgs) -> None:
     result = invoke(pg_dsn, schema, "--embedder", "bert", "recall", "x", *scope_args(scope))
     assert result.exit_code == 1
     assert "--embedder='bert' is not an embedder" in result.stderr

@@ -23,11 +23,12 @@ from memsoda_core import (
     FactInput,
     LangChainExtractor,
     LlamaIndexExtractor,
+    Memory,
     OpenAIExtractor,
 )
 from memsoda_core.learning import PROMPT_VERSION, extraction_schema, load_prompt
 from memsoda_core.learning.schema import MODEL_FIELDS
-from tests.conftest import Either
+from tests.conftest import Either, ScopeArgs
 from tests.fake_openai import FakeOpenAI, Fault
 from tests.scripted_extractor import add, answer
 
@@ -44,7 +45,7 @@ def fake() -> Iterator[FakeOpenAI]:
 
 
 @pytest.mark.parametrize("mode", ["json_schema", "tools"])
-async def test_openai_extractor_over_http(memory: Either, scope: dict[str, str], fake: FakeOpenAI, mode: Any) -> None:
+async def test_openai_extractor_over_http(memory: Either, scope: ScopeArgs, fake: FakeOpenAI, mode: Any) -> None:
     extractor = OpenAIExtractor("fake-chat", base_url=fake.base_url, mode=mode)
     try:
         result = await memory.remember(WINDOW, **scope, extractor=extractor)
@@ -62,7 +63,7 @@ async def test_openai_extractor_over_http(memory: Either, scope: dict[str, str],
 
 
 async def test_openai_errors_and_timeouts_raise_extraction_error(
-    memory: Either, scope: dict[str, str], fake: FakeOpenAI
+    memory: Either, scope: ScopeArgs, fake: FakeOpenAI
 ) -> None:
     extractor = OpenAIExtractor("fake-chat", base_url=fake.base_url, max_retries=0, timeout=0.5)
     try:
@@ -72,7 +73,7 @@ async def test_openai_errors_and_timeouts_raise_extraction_error(
     assert (await memory.list_facts(**scope)).facts == ()
 
 
-async def failing_calls(memory: Either, scope: dict[str, str], fake: FakeOpenAI, extractor: OpenAIExtractor) -> None:
+async def failing_calls(memory: Either, scope: ScopeArgs, fake: FakeOpenAI, extractor: OpenAIExtractor) -> None:
     fake.fail(500, endpoint="chat")
     with pytest.raises(ExtractionError, match="failed"):
         await memory.remember(WINDOW, **scope, extractor=extractor)
@@ -98,7 +99,7 @@ def tool_call_reply(args: dict[str, Any]) -> AIMessage:
     return AIMessage(content="", tool_calls=[{"name": "memsoda_extraction", "args": args, "id": "call-1"}])
 
 
-async def test_langchain_extractor_uses_structured_output(memory: Either, scope: dict[str, str]) -> None:
+async def test_langchain_extractor_uses_structured_output(memory: Either, scope: ScopeArgs) -> None:
     model = ToolCallingFakeChatModel(messages=iter([tool_call_reply(CELLO)]), bound=[])
     result = await memory.remember(WINDOW, **scope, extractor=model)  # a chat model is taken as it is
     assert len(result.added) == 1
@@ -125,7 +126,7 @@ class ScriptedLLM(MockLLM):
         return self.complete(prompt, formatted, **kwargs)
 
 
-async def test_llamaindex_extractor_reads_json_from_the_completion(memory: Either, scope: dict[str, str]) -> None:
+async def test_llamaindex_extractor_reads_json_from_the_completion(memory: Either, scope: ScopeArgs) -> None:
     llm = ScriptedLLM("Here you go:\n```json\n" + json.dumps(CELLO) + "\n```")
     result = await memory.remember(WINDOW, **scope, extractor=llm)
     assert len(result.added) == 1
@@ -172,7 +173,7 @@ def test_the_prompt_is_a_versioned_overridable_file(tmp_path: Path) -> None:
 
 
 def test_the_demo_learns_only_with_a_real_model(
-    sync_memory: Any, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+    sync_memory: Memory, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from rich.console import Console
 

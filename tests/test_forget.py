@@ -6,7 +6,7 @@ waits for whom, and the row is let go only once both are where the old lock orde
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -15,13 +15,13 @@ import pytest
 from psycopg import sql
 
 from memsoda_core import LocalEmbedder, Memory, NotFoundError, NotLiveError
-from tests.conftest import Either
+from tests.conftest import Either, ScopeArgs
 
 LIVES = {"subject": "user", "predicate": "lives in", "object": "amsterdam", "object_type": "PLACE"}
 MOVED = {**LIVES, "object": "utrecht"}
 
 
-def dangling_pointers(dsn: str, scope: dict[str, str]) -> int:
+def dangling_pointers(dsn: str, scope: ScopeArgs) -> int:
     """Facts of the scope whose `superseded_by` names no fact."""
     with psycopg.connect(dsn) as conn:
         row = conn.execute(
@@ -35,7 +35,7 @@ def dangling_pointers(dsn: str, scope: dict[str, str]) -> int:
     return int(row[0])
 
 
-def miscounted_entities(dsn: str, scope: dict[str, str]) -> list[tuple[str, int, int]]:
+def miscounted_entities(dsn: str, scope: ScopeArgs) -> list[tuple[str, int, int]]:
     """Entities whose fact_count differs from their links (name, count, links)."""
     with psycopg.connect(dsn) as conn:
         return conn.execute(
@@ -48,7 +48,7 @@ def miscounted_entities(dsn: str, scope: dict[str, str]) -> list[tuple[str, int,
         ).fetchall()
 
 
-async def test_forgetting_a_successor_keeps_the_ended_fact_as_history(memory: Either, scope: dict[str, str]) -> None:
+async def test_forgetting_a_successor_keeps_the_ended_fact_as_history(memory: Either, scope: ScopeArgs) -> None:
     old = (await memory.add_facts([{**LIVES, "valid_at": "2020-01-01"}], **scope))[0]
     new = await memory.supersede(old, {**MOVED, "valid_at": "2023-05-01"}, **scope)
     ended = await memory.get_fact(old, **scope)
@@ -64,7 +64,7 @@ async def test_forgetting_a_successor_keeps_the_ended_fact_as_history(memory: Ei
     assert dangling_pointers(memory.raw.dsn, scope) == 0
 
 
-async def test_forgetting_an_entity_deletes_the_items_over_its_facts(memory: Either, scope: dict[str, str]) -> None:
+async def test_forgetting_an_entity_deletes_the_items_over_its_facts(memory: Either, scope: ScopeArgs) -> None:
     """An item is a document over its fact ("user noted ..."): `forget(entity=...)` deletes it with
     the fact, as `forget_source` does, so no item names a deleted fact."""
     (fact_id,) = await memory.put_items(
@@ -78,7 +78,7 @@ async def test_forgetting_an_entity_deletes_the_items_over_its_facts(memory: Eit
 
 
 async def test_forgetting_the_middle_of_a_chain_clears_only_the_pointer_into_it(
-    memory: Either, scope: dict[str, str]
+    memory: Either, scope: ScopeArgs
 ) -> None:
     first = (await memory.add_facts([{**LIVES, "valid_at": "2019-01-01"}], **scope))[0]
     middle = await memory.supersede(first, {**MOVED, "valid_at": "2021-01-01"}, **scope)
@@ -133,8 +133,8 @@ def two_threads() -> Iterator[ThreadPoolExecutor]:
 def race(
     dsn: str,
     pool: ThreadPoolExecutor,
-    hold: sql.Composable,
-    params: dict[str, Any],
+    hold: sql.SQL | sql.Composed,
+    params: Mapping[str, Any],
     first: Callable[[], Any],
     second: Callable[[], Any],
 ) -> tuple[Any, Any]:
@@ -164,7 +164,7 @@ def race(
 
 
 def test_forget_racing_a_writer_that_touches_its_entity_never_deadlocks(
-    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str], two_threads: ThreadPoolExecutor
+    pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs, two_threads: ThreadPoolExecutor
 ) -> None:
     """The old interleaving: the writer has bumped the entity counts (holding the entity's row) and
     waits for a lexeme row; forget (old order) updated the scope row and then waited to delete the
@@ -198,7 +198,7 @@ def test_forget_racing_a_writer_that_touches_its_entity_never_deadlocks(
 
 
 def test_a_supersede_racing_the_forget_of_its_new_fact_leaves_no_dangling_pointer(
-    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str], two_threads: ThreadPoolExecutor
+    pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs, two_threads: ThreadPoolExecutor
 ) -> None:
     """The supersede has stored "lives in utrecht" and waits (for the scope row, held here) before
     it commits the old fact's end; forget("utrecht") starts meanwhile. It waits for the supersede

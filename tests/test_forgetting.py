@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from memsoda_core import ForgetReport, Memory, NotFoundError, RetentionRule, ValidationError
 from memsoda_core.cli import app
-from tests.conftest import Either
+from tests.conftest import Either, ScopeArgs
 from tests.scripted_extractor import ScriptedExtractor, add, answer, supersede
 
 
@@ -21,7 +21,7 @@ def window(text: str, message_id: str) -> list[dict[str, str]]:
 
 
 async def remember(
-    memory: Either, scope: dict[str, str], thread: str, text: str, mid: str, *ops: dict[str, Any], related: int = 0
+    memory: Either, scope: ScopeArgs, thread: str, text: str, mid: str, *ops: dict[str, Any], related: int = 0
 ) -> list[int]:
     extractor = ScriptedExtractor(answer(*ops, summary=f"summary of {thread}"))
     result = await memory.remember(
@@ -31,7 +31,7 @@ async def remember(
     return list(result.added)
 
 
-async def test_forgetting_a_thread_keeps_the_fact_another_thread_taught(memory: Either, scope: dict[str, str]) -> None:
+async def test_forgetting_a_thread_keeps_the_fact_another_thread_taught(memory: Either, scope: ScopeArgs) -> None:
     philips = add("user", "works at", "philips", "I work at Philips", object_type="ORGANIZATION")
     (shared, cat) = await remember(
         memory,
@@ -63,7 +63,7 @@ async def test_forgetting_a_thread_keeps_the_fact_another_thread_taught(memory: 
     )
 
 
-async def test_forgetting_messages_leaves_the_rest_of_the_thread(memory: Either, scope: dict[str, str]) -> None:
+async def test_forgetting_messages_leaves_the_rest_of_the_thread(memory: Either, scope: ScopeArgs) -> None:
     extractor = ScriptedExtractor(
         answer(add("user", "likes", "tea", "I like tea"), add("user", "likes", "chess", "I play chess"))
     )
@@ -82,7 +82,7 @@ async def test_forgetting_messages_leaves_the_rest_of_the_thread(memory: Either,
     assert (await memory.forget_source(**scope, message_ids=["b"])).facts_deleted == 1
 
 
-async def test_a_forgotten_successor_leaves_its_predecessor_as_history(memory: Either, scope: dict[str, str]) -> None:
+async def test_a_forgotten_successor_leaves_its_predecessor_as_history(memory: Either, scope: ScopeArgs) -> None:
     (old,) = await memory.add_facts([{"subject": "user", "predicate": "lives in", "object": "utrecht"}], **scope)
     (new,) = await remember(
         memory,
@@ -100,7 +100,7 @@ async def test_a_forgotten_successor_leaves_its_predecessor_as_history(memory: E
     assert [f.id for f in await memory.history(old, **scope)] == [old]
 
 
-async def test_an_item_over_a_forgotten_fact_goes_with_it(memory: Either, scope: dict[str, str]) -> None:
+async def test_an_item_over_a_forgotten_fact_goes_with_it(memory: Either, scope: ScopeArgs) -> None:
     (fact_id,) = await memory.put_items(
         [{"namespace": ["notes"], "key": "k", "value": {"t": 1}, "text": "tea"}], **scope
     )
@@ -113,7 +113,8 @@ async def test_an_item_over_a_forgotten_fact_goes_with_it(memory: Either, scope:
     assert await memory.get_item(["notes"], "k", **scope) is None
 
 
-async def test_forget_source_checks_its_arguments(memory: Either, scope: dict[str, str]) -> None:
+async def test_forget_source_checks_its_arguments(memory: Either, scope: ScopeArgs) -> None:
+    bad: dict[str, Any]
     for bad in ({}, {"thread_id": ""}, {"message_ids": "m1"}, {"message_ids": []}, {"message_ids": [1]}):
         with pytest.raises(ValidationError):
             await memory.forget_source(**scope, **bad)
@@ -130,7 +131,7 @@ ENDED = {
 }
 
 
-async def test_retention_purges_ended_facts_only_or_all_facts(memory: Either, scope: dict[str, str]) -> None:
+async def test_retention_purges_ended_facts_only_or_all_facts(memory: Either, scope: ScopeArgs) -> None:
     live, other, ended = await memory.add_facts([LIVE, OTHER, ENDED], **scope)
     now = datetime.now(UTC)
     rules = await memory.set_retention(**scope, max_age=timedelta(days=30))
@@ -158,7 +159,7 @@ async def test_retention_purges_ended_facts_only_or_all_facts(memory: Either, sc
     assert (stats["facts"], stats["entities"]) == (0, 0)
 
 
-async def test_maintain_applies_retention(memory: Either, scope: dict[str, str]) -> None:
+async def test_maintain_applies_retention(memory: Either, scope: ScopeArgs) -> None:
     live, ended = await memory.add_facts([LIVE, ENDED], **scope)
     await memory.set_retention(**scope, max_age=timedelta(microseconds=1))
     await memory.maintain(retention=False)
@@ -169,7 +170,7 @@ async def test_maintain_applies_retention(memory: Either, scope: dict[str, str])
     assert (await memory.get_fact(live, **scope)).object == "tea"
 
 
-async def test_retention_checks_its_arguments(memory: Either, scope: dict[str, str]) -> None:
+async def test_retention_checks_its_arguments(memory: Either, scope: ScopeArgs) -> None:
     for bad in (
         {"max_age": 30},
         {"max_age": timedelta(0)},
@@ -184,7 +185,7 @@ async def test_retention_checks_its_arguments(memory: Either, scope: dict[str, s
 
 
 def test_the_cli_forgets_a_thread_and_sets_and_applies_retention(
-    sync_memory: Memory, scope: dict[str, str], pg_dsn: str
+    sync_memory: Memory, scope: ScopeArgs, pg_dsn: str
 ) -> None:
     extractor = ScriptedExtractor(answer(add("user", "has", "cat", "I have a cat")))
     (cat,) = sync_memory.remember(window("I have a cat", "m1"), **scope, thread_id="t1", extractor=extractor).added

@@ -15,11 +15,11 @@ import math
 import re
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from functools import partial
 from typing import Any
 
 import psycopg
 import pytest
-from conftest import Either
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
@@ -41,6 +41,7 @@ from memsoda_core.limits import MAX_K
 from memsoda_core.recall.render import ENTITIES_HEADING, EPISODES_HEADING, FACTS_HEADING, HEADER
 from memsoda_core.text import collapse_line, normalize_name
 from memsoda_core.validation import validate_fact
+from tests.conftest import Either, ScopeArgs
 
 MEGABYTE = 1_000_000
 
@@ -299,12 +300,12 @@ def classify(field: str) -> tuple[list[tuple[str, dict[str, Any]]], list[tuple[s
 
 @pytest.mark.parametrize("field", FIELDS)
 async def test_hostile_fact_fields_round_trip_or_are_rejected(
-    fast: Either, scope: dict[str, str], field: str, pg_dsn: str, hash_schema: str
+    fast: Either, scope: ScopeArgs, field: str, pg_dsn: str, hash_schema: str
 ) -> None:
     valid, invalid = classify(field)
     assert valid and invalid  # both outcomes are exercised for every field
     for value, fact in invalid:
-        _, error = await attempt(lambda fact=fact: fast.add_facts([fact], **scope))
+        _, error = await attempt(partial(fast.add_facts, [fact], **scope))
         assert error is not None, f"{field}={short(value)} was neither stored nor rejected"
         if "\x00" in value or any(0xD800 <= ord(c) <= 0xDFFF for c in value):
             assert isinstance(error, InvalidTextError), (field, short(value), error)
@@ -336,11 +337,12 @@ def storable(value: str) -> dict[str, Any]:
     mention, quote), or only where it can go when a name field would refuse it."""
 
     everywhere = {"subject": value, "predicate": value, "object": value, "object_type": "LITERAL"}
-    for fact in (
+    placements: list[dict[str, Any]] = [
         {**everywhere, "mentions": [value], "source_quote": value},
         {"subject": "user", "predicate": value, "object": value, "object_type": "LITERAL", "source_quote": value},
         {"subject": "user", "predicate": "said", "object": "something", "source_quote": value},
-    ):
+    ]
+    for fact in placements:
         if not collapse_line(fact["predicate"]) or not collapse_line(fact["object"]):
             continue  # accepted but stored empty, a known bug: test_fields_empty_once_collapsed_are_rejected
         try:
@@ -357,7 +359,7 @@ def jsonl_records(text: str) -> list[dict[str, Any]]:
 
 
 async def test_hostile_facts_embed_store_and_export_exactly_with_the_real_model(
-    memory: Either, scope: dict[str, str]
+    memory: Either, scope: ScopeArgs
 ) -> None:
     facts = [fact for fact in map(storable, HOSTILE) if fact]
     assert len(facts) > len(HOSTILE) // 2
@@ -386,7 +388,7 @@ async def test_hostile_facts_embed_store_and_export_exactly_with_the_real_model(
 
 
 async def test_hostile_facts_survive_export_and_import_exactly(
-    fast: Either, scope: dict[str, str], pg_dsn: str, hash_schema: str
+    fast: Either, scope: ScopeArgs, pg_dsn: str, hash_schema: str
 ) -> None:
     facts = [fact for fact in map(storable, VARIANTS) if fact]
     ids = await fast.add_facts(facts, **scope)
@@ -396,7 +398,7 @@ async def test_hostile_facts_survive_export_and_import_exactly(
     )
     first = io.StringIO()
     await fast.export_jsonl(first, **scope)
-    copy = {"dataset": scope["dataset"] + "-copy", "project": scope["project"]}
+    copy: ScopeArgs = {"dataset": scope["dataset"] + "-copy", "project": scope["project"]}
     report = await fast.import_jsonl(io.StringIO(first.getvalue()), **copy)
     assert report.skipped == 0 and report.facts == len(set(ids))  # equal ones resolved to one (issue 17)
     second = io.StringIO()
@@ -409,12 +411,10 @@ async def test_hostile_facts_survive_export_and_import_exactly(
     await fast.forget(**copy)
 
 
-async def test_hostile_episodes_round_trip_or_are_rejected(fast: Either, scope: dict[str, str]) -> None:
+async def test_hostile_episodes_round_trip_or_are_rejected(fast: Either, scope: ScopeArgs) -> None:
     stored: list[tuple[int, str]] = []
     for value in VARIANTS:
-        ids, error = await attempt(
-            lambda value=value: fast.add_episodes([{"text": value, "thread_id": value[:200]}], **scope)
-        )
+        ids, error = await attempt(partial(fast.add_episodes, [{"text": value, "thread_id": value[:200]}], **scope))
         if error is None:
             stored.append((ids[0], value))
         else:
@@ -444,10 +444,10 @@ async def test_hostile_dataset_and_project_names_are_plain_data(fast: Either, pg
     fact = {"subject": "user", "predicate": "drives", "object": "honda civic"}
     for value in HOSTILE:
         for scope in ({"dataset": f"{run}{value}", "project": value},):
-            ids, error = await attempt(lambda scope=scope: fast.add_facts([fact], **scope))
+            ids, error = await attempt(partial(fast.add_facts, [fact], **scope))
             if error is not None:
                 assert isinstance(error, ScopeError), (short(value), error)
-                _, recall_error = await attempt(lambda scope=scope: fast.recall("car", **scope))
+                _, recall_error = await attempt(partial(fast.recall, "car", **scope))
                 assert isinstance(recall_error, ScopeError)
                 continue
             result = await fast.recall("what does the user drive", **scope, include=["raw"])
@@ -465,9 +465,7 @@ async def test_hostile_dataset_and_project_names_are_plain_data(fast: Either, pg
     assert left == (0,)
 
 
-async def test_hostile_schema_name_is_an_identifier(
-    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]
-) -> None:
+async def test_hostile_schema_name_is_an_identifier(pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs) -> None:
     name = f'x{uuid.uuid4().hex[:6]}"; DROP TABLE memsoda.facts;--'
     try:
         with Memory.open(pg_dsn, HashEmbedder(), schema=name) as memory:
@@ -485,7 +483,7 @@ async def test_hostile_schema_name_is_an_identifier(
 METACHAR_NAMES = [".*", "\\b", "c++", "a|b", "(x)", "[a-z]+", "%", "_", "'; drop table x;--", "^$"]
 
 
-async def test_hostile_queries_are_plain_data(memory: Either, scope: dict[str, str]) -> None:
+async def test_hostile_queries_are_plain_data(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(
         [
             {"subject": "user", "predicate": "mentioned", "object": name, "object_type": "THING"}
@@ -495,7 +493,7 @@ async def test_hostile_queries_are_plain_data(memory: Either, scope: dict[str, s
         **scope,
     )
     for query in HOSTILE:
-        result, error = await attempt(lambda query=query: memory.recall(query, **scope, include=["raw", "episodes"]))
+        result, error = await attempt(partial(memory.recall, query, **scope, include=["raw", "episodes"]))
         if error is not None:
             assert isinstance(error, TextTooLongError) and len(query) > 4_000, (short(query), error)
             continue
@@ -519,7 +517,7 @@ PATTERN_LOOKALIKES = [
 ]
 
 
-async def test_metacharacter_names_never_match_as_patterns(fast: Either, scope: dict[str, str]) -> None:
+async def test_metacharacter_names_never_match_as_patterns(fast: Either, scope: ScopeArgs) -> None:
     await fast.add_facts(
         [
             {"subject": "user", "predicate": "mentioned", "object": name, "object_type": "THING"}
@@ -536,7 +534,7 @@ async def test_metacharacter_names_never_match_as_patterns(fast: Either, scope: 
         assert named_reason in [s.reasons.get("anchor") for s in literal.facts], name
 
 
-async def test_hostile_forget_entity_names(fast: Either, scope: dict[str, str]) -> None:
+async def test_hostile_forget_entity_names(fast: Either, scope: ScopeArgs) -> None:
     names = [v for v in VARIANTS if len(v) <= 200]
     valid = [v for v in names if "\x00" not in v and not any(0xD800 <= ord(c) <= 0xDFFF for c in v)]
     valid = [v for v in valid if normalize_name(v)]
@@ -545,7 +543,7 @@ async def test_hostile_forget_entity_names(fast: Either, scope: dict[str, str]) 
     total = len(valid)  # names that normalize alike (e.g. "\ufb01" and "fi") are one entity
     forgotten = 0
     for value in [*HOSTILE, *names]:
-        count, error = await attempt(lambda value=value: fast.forget(**scope, entity=value))
+        count, error = await attempt(partial(fast.forget, **scope, entity=value))
         if error is not None:
             assert isinstance(error, EmptyFieldError | InvalidTextError | TextTooLongError), (short(value), error)
             continue
@@ -576,7 +574,7 @@ async def test_hostile_forget_entity_names(fast: Either, scope: dict[str, str]) 
     ],
 )
 async def test_hostile_import_lines_are_rejected_with_their_line_number(
-    fast: Either, scope: dict[str, str], line: str
+    fast: Either, scope: ScopeArgs, line: str
 ) -> None:
     good = json.dumps({"subject": "user", "predicate": "likes", "object": "tea"})
     with pytest.raises(ImportFormatError, match="line 2"):
@@ -586,7 +584,7 @@ async def test_hostile_import_lines_are_rejected_with_their_line_number(
     assert (report.facts, report.skipped, [n for n, _ in report.errors]) == (2, 1, [2])
 
 
-async def test_deeply_nested_import_line_is_an_import_format_error(fast: Either, scope: dict[str, str]) -> None:
+async def test_deeply_nested_import_line_is_an_import_format_error(fast: Either, scope: ScopeArgs) -> None:
     with pytest.raises(ImportFormatError, match="line 1"):
         await fast.import_jsonl(io.StringIO("[" * 100_000 + "]" * 100_000 + "\n"), **scope)
 
@@ -659,7 +657,7 @@ def hostile_facts(draw: st.DrawFn) -> dict[str, Any]:
 def test_no_stored_text_breaks_the_rendered_block(
     fast_sync: Memory, facts: list[dict[str, Any]], episode: tuple[str, str] | None, query: str | None
 ) -> None:
-    scope = {"dataset": f"fuzz-{uuid.uuid4().hex[:10]}", "project": "p"}
+    scope: ScopeArgs = {"dataset": f"fuzz-{uuid.uuid4().hex[:10]}", "project": "p"}
     try:
         ids = fast_sync.add_facts(facts, **scope)
     except ValidationError as exc:
@@ -706,9 +704,7 @@ async def test_stats_validates_its_scope_arguments(fast: Either, bad: Any) -> No
     ],
     ids=["predicate-control", "predicate-bidi", "literal-control", "object-type-bidi", "subject-type-control"],
 )
-async def test_fields_empty_once_collapsed_are_rejected(
-    fast: Either, scope: dict[str, str], change: dict[str, Any]
-) -> None:
+async def test_fields_empty_once_collapsed_are_rejected(fast: Either, scope: ScopeArgs, change: dict[str, Any]) -> None:
     with pytest.raises(EmptyFieldError):
         await fast.add_facts([{"subject": "user", "predicate": "likes", "object": "tea", **change}], **scope)
     assert await fast.stats(**scope) == []
@@ -722,7 +718,7 @@ async def test_fields_empty_once_collapsed_are_rejected(
         ("as_of", "0001-01-01T00:00:00+05:00"),
     ],
 )
-async def test_dates_out_of_range_are_a_date_error(fast: Either, scope: dict[str, str], where: str, value: str) -> None:
+async def test_dates_out_of_range_are_a_date_error(fast: Either, scope: ScopeArgs, where: str, value: str) -> None:
     with pytest.raises(DateError):
         if where == "as_of":
             await fast.recall("tea", **scope, as_of=value)

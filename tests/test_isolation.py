@@ -20,13 +20,13 @@ from typing import Any
 
 import psycopg
 import pytest
-from conftest import Either
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
 
 from memsoda_core import AsyncMemory, LocalEmbedder, Memory
 from memsoda_core.limits import MAX_K
+from tests.conftest import Either, ScopeArgs
 
 # --- the shared world tenants draw from -----------------------------------------------------------
 
@@ -75,7 +75,7 @@ class Tenant:
     episode_ids: list[int] = field(default_factory=list)
 
     @property
-    def scope(self) -> dict[str, str]:
+    def scope(self) -> ScopeArgs:
         return {"dataset": self.dataset, "project": self.project}
 
     def all_facts(self) -> list[dict[str, Any]]:

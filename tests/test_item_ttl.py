@@ -11,19 +11,20 @@ from __future__ import annotations
 import asyncio
 import uuid
 from datetime import timedelta
-from typing import Any
+from typing import Any, Unpack
 
 import pytest
+from langgraph.store.base import TTLConfig
 
 from memsoda_core import AsyncMemory, NotFoundError, ValidationError
 from memsoda_langgraph import MemsodaStore
-from tests.conftest import Either
+from tests.conftest import Either, ScopeArgs
 
 NS = ["notes"]
 
 
 @pytest.fixture
-def scope() -> dict[str, str]:
+def scope() -> ScopeArgs:
     """A scope in a project of its own: a sweep at a later time would reach other tests' items."""
     return {"dataset": "ds", "project": f"ttl-{uuid.uuid4().hex[:10]}"}
 
@@ -33,7 +34,7 @@ def item(key: str, text: str | None, ttl: float | None = None) -> dict[str, Any]
     return found if ttl is None else {**found, "ttl_minutes": ttl}
 
 
-async def test_expiry_refresh_and_sweep_of_items(memory: Either, scope: dict[str, str]) -> None:
+async def test_expiry_refresh_and_sweep_of_items(memory: Either, scope: ScopeArgs) -> None:
     kept_id, swept_id, forever_id = await memory.put_items(
         [item("kept", "tea", 60), item("swept", "coffee", 60), item("forever", "water")], **scope
     )
@@ -59,7 +60,7 @@ async def test_expiry_refresh_and_sweep_of_items(memory: Either, scope: dict[str
     assert found.key == "kept" and found.expires_at > refreshed.expires_at and found.score is not None
 
 
-async def test_a_fact_another_item_refers_to_outlives_the_expired_item(memory: Either, scope: dict[str, str]) -> None:
+async def test_a_fact_another_item_refers_to_outlives_the_expired_item(memory: Either, scope: ScopeArgs) -> None:
     fact_id, same = await memory.put_items([item("a", "tea", 1), {**item("b", "tea"), "key": "b"}], **scope)
     assert same == fact_id
     a = await memory.get_item(NS, "a", **scope)
@@ -68,10 +69,10 @@ async def test_a_fact_another_item_refers_to_outlives_the_expired_item(memory: E
     assert (await memory.get_item(NS, "b", **scope)).fact_id == fact_id
 
 
-async def test_ttl_arguments_are_checked(memory: Either, scope: dict[str, str]) -> None:
+async def test_ttl_arguments_are_checked(memory: Either, scope: ScopeArgs) -> None:
     for ttl in (0, -1, float("nan"), True, "5"):
         with pytest.raises(ValidationError):
-            await memory.put_items([item("k", "x", ttl)], **scope)
+            await memory.put_items([item("k", "x", ttl)], **scope)  # type: ignore[arg-type]  # "5": no number, on purpose
     with pytest.raises(ValidationError):
         await memory.get_item(NS, "k", **scope, refresh_ttl="yes")
 
@@ -94,7 +95,7 @@ class Store:
         return call
 
 
-def store_on(memory: Either, **ttl: Any) -> Store:
+def store_on(memory: Either, **ttl: Unpack[TTLConfig]) -> Store:
     store = MemsodaStore(memory.raw, project=f"lg-{uuid.uuid4().hex[:10]}", ttl=ttl or None)
     return Store(store, is_async=isinstance(memory.raw, AsyncMemory))
 

@@ -4,10 +4,12 @@ per-lexeme fact counts."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
-from conftest import Either
 
 from memsoda_core import AnchorOptions, EntitiesOptions, KeywordOptions, LimitError, RecallOptions, RecallResult
+from tests.conftest import Either, ScopeArgs
 
 
 def keyword(result: RecallResult) -> list[str]:
@@ -16,7 +18,7 @@ def keyword(result: RecallResult) -> list[str]:
     return [s.fact.text for s in sorted(hits, key=lambda s: s.ranks["keyword"])]
 
 
-def note(text: str) -> dict[str, str]:
+def note(text: str) -> dict[str, Any]:
     return {"subject": "user", "predicate": "noted", "object": text, "object_type": "LITERAL"}
 
 
@@ -26,7 +28,7 @@ LONG_QUERY = (
 )
 
 
-async def test_a_long_message_finds_the_notes_sharing_two_of_its_words(memory: Either, scope: dict[str, str]) -> None:
+async def test_a_long_message_finds_the_notes_sharing_two_of_its_words(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(
         [
             note("sourdough starter is fed twice a day with rye flour"),  # sourdough, starter, fed
@@ -49,7 +51,7 @@ def by_reason(result: RecallResult, word: str) -> str:
     return next(h.reason for h in hit.hits if h.signal == "keyword")
 
 
-async def test_rarer_shared_words_rank_first(memory: Either, scope: dict[str, str]) -> None:
+async def test_rarer_shared_words_rank_first(memory: Either, scope: ScopeArgs) -> None:
     # "walk" is in 6 facts, "dog" in 7, "vet" and "limp" in one each: IDF puts the rare pair first,
     # though the common pair's fact repeats its words (ts_rank would count the repeats)
     facts = [note(f"walk the dog at {hour} o'clock") for hour in range(5)]
@@ -62,7 +64,7 @@ async def test_rarer_shared_words_rank_first(memory: Either, scope: dict[str, st
     assert "user noted dog walk dog walk dog walk every morning" in ranked[1:]
 
 
-async def test_short_queries_keep_the_half_rule(memory: Either, scope: dict[str, str]) -> None:
+async def test_short_queries_keep_the_half_rule(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts([note("green tea in kyoto"), note("green paint"), note("kyoto trip")], **scope)
     two = await memory.recall("green kyoto", **scope)  # n = 2: one term is enough
     assert set(keyword(two)) == {"user noted green tea in kyoto", "user noted green paint", "user noted kyoto trip"}
@@ -80,7 +82,7 @@ def test_keyword_min_terms_is_bounded() -> None:
 # --- anchors only on real names (issue 20, item 3) -------------------------------------------------
 
 
-async def test_filler_words_are_never_anchors_or_bridges(memory: Either, scope: dict[str, str]) -> None:
+async def test_filler_words_are_never_anchors_or_bridges(memory: Either, scope: ScopeArgs) -> None:
     # an extractor took "The", "I'm" and "A" for names; a query's filler words must not reach them
     junk = ["the", "i'm", "a"]
     facts = [
@@ -97,15 +99,13 @@ async def test_filler_words_are_never_anchors_or_bridges(memory: Either, scope: 
     reasons = [s.reasons["anchor"] for s in result.facts if "anchor" in s.ranks]
     assert not [r for r in reasons if "named in the query" in r or "'the'" in r or "'i'm'" in r], reasons
     basil = await memory.recall("what do I do with basil", **scope, options=options)
-    reasons = {s.fact.text: s.reasons.get("anchor") for s in basil.facts}
-    assert reasons["user noted user grows basil on the balcony"] == "touches 'basil', named in the query"
+    by_text = {s.fact.text: s.reasons.get("anchor") for s in basil.facts}
+    assert by_text["user noted user grows basil on the balcony"] == "touches 'basil', named in the query"
     # the second hop never goes through "the" (which the pasta fact also touches)
-    assert all(reason is None for text, reason in reasons.items() if text.startswith("meeting"))
+    assert all(reason is None for text, reason in by_text.items() if text.startswith("meeting"))
 
 
-async def test_a_word_the_scope_does_not_use_as_a_name_is_no_named_anchor(
-    memory: Either, scope: dict[str, str]
-) -> None:
+async def test_a_word_the_scope_does_not_use_as_a_name_is_no_named_anchor(memory: Either, scope: ScopeArgs) -> None:
     # the note writer capitalised "Day" once ("Day 3"), and the extractor took it for a name; the
     # scope's text holds "day" in seven facts, one linked to it. "Kyoto" is linked wherever it is.
     facts = [note(f"walk for {10 + i} minutes every day") for i in range(6)]
@@ -135,7 +135,7 @@ async def test_a_word_the_scope_does_not_use_as_a_name_is_no_named_anchor(
         RecallOptions(anchor=AnchorOptions(name_share=1.5))
 
 
-async def test_a_longer_name_is_never_judged_by_its_shared_words(memory: Either, scope: dict[str, str]) -> None:
+async def test_a_longer_name_is_never_judged_by_its_shared_words(memory: Either, scope: ScopeArgs) -> None:
     # "eva" and "smith" are each in six facts' text, "eva smith" linked to one: the words' counts
     # bound the facts holding the whole name loosely, so a longer name is not tested
     facts = [{**note(f"Anna Smith called about visit {i}"), "mentions": ["Anna Smith"]} for i in range(5)]

@@ -10,18 +10,19 @@ from typing import Any
 
 import pydantic
 import pytest
-from helpers import ADAPTER_FACTS as FACTS
-from helpers import ADAPTER_QUERY as QUERY
-from helpers import CountingEmbedder
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding, Embeddings
-from langchain_core.runnables import RunnableLambda
+from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_core.tools import create_retriever_tool
 from langchain_tests.integration_tests import RetrieversIntegrationTests
 
 from memsoda_core import AsyncMemory, ConfigurationError, LocalEmbedder, Memory, ScopeError
 from memsoda_langchain import LangChainEmbedder, MemsodaRetriever
+from tests.conftest import Either, ScopeArgs
+from tests.helpers import ADAPTER_FACTS as FACTS
+from tests.helpers import ADAPTER_QUERY as QUERY
+from tests.helpers import CountingEmbedder
 
 
 class LocalLangChainEmbeddings(Embeddings):
@@ -51,12 +52,12 @@ class Recorder(BaseCallbackHandler):
         self.ends.append(list(documents))
 
 
-async def seed(memory: Any, scope: dict[str, str]) -> list[int]:
+async def seed(memory: Either, scope: ScopeArgs) -> list[int]:
     ids: list[int] = await memory.add_facts(FACTS, **scope)
     return ids
 
 
-def retriever_for(memory: Any, scope: dict[str, str], **kwargs: Any) -> MemsodaRetriever:
+def retriever_for(memory: Either, scope: ScopeArgs, **kwargs: Any) -> MemsodaRetriever:
     raw = memory.raw if hasattr(memory, "raw") else memory
     return MemsodaRetriever(memory=raw, **scope, **kwargs)
 
@@ -73,7 +74,7 @@ class TestStandardRetriever(RetrieversIntegrationTests):
     """LangChain's own retriever suite, in "facts" mode (one Document per fact)."""
 
     @pytest.fixture(autouse=True)
-    def _store(self, sync_memory: Memory, scope: dict[str, str]) -> Iterator[None]:
+    def _store(self, sync_memory: Memory, scope: ScopeArgs) -> Iterator[None]:
         sync_memory.add_facts(FACTS, **scope)
         self._params: dict[str, Any] = {"memory": sync_memory, **scope, "mode": "facts"}
         yield
@@ -91,7 +92,7 @@ class TestStandardRetriever(RetrieversIntegrationTests):
         return QUERY
 
 
-async def test_context_mode(memory: Any, scope: dict[str, str]) -> None:
+async def test_context_mode(memory: Either, scope: ScopeArgs) -> None:
     await seed(memory, scope)
     expected = await memory.recall(QUERY, **scope)
     docs = await ask(retriever_for(memory, scope), QUERY)
@@ -107,7 +108,7 @@ async def test_context_mode(memory: Any, scope: dict[str, str]) -> None:
     json.dumps(doc.metadata)
 
 
-async def test_facts_mode(memory: Any, scope: dict[str, str]) -> None:
+async def test_facts_mode(memory: Either, scope: ScopeArgs) -> None:
     await seed(memory, scope)
     expected = await memory.recall(QUERY, **scope, facts_in_context=4)
     docs = await ask(retriever_for(memory, scope, mode="facts", k=4), QUERY)
@@ -119,7 +120,7 @@ async def test_facts_mode(memory: Any, scope: dict[str, str]) -> None:
     json.dumps([doc.metadata for doc in docs])
 
 
-async def test_k_in_constructor_and_per_call(memory: Any, scope: dict[str, str]) -> None:
+async def test_k_in_constructor_and_per_call(memory: Either, scope: ScopeArgs) -> None:
     await seed(memory, scope)
     facts = retriever_for(memory, scope, mode="facts", k=5)
     assert len(await ask(facts, QUERY)) == 5
@@ -133,7 +134,7 @@ async def test_k_in_constructor_and_per_call(memory: Any, scope: dict[str, str])
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
 async def test_query_embedding_skips_the_embedder(
-    kind: str, pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]
+    kind: str, pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs
 ) -> None:
     counting = CountingEmbedder(embedder)
     query = f"which car does the user own {uuid.uuid4().hex[:6]}?"  # not in any query cache
@@ -165,12 +166,12 @@ async def test_query_embedding_skips_the_embedder(
     assert given[0].page_content == "user drives honda civic"
 
 
-async def test_empty_result(memory: Any, scope: dict[str, str]) -> None:
+async def test_empty_result(memory: Either, scope: ScopeArgs) -> None:
     assert await ask(retriever_for(memory, scope), QUERY) == []
     assert await ask(retriever_for(memory, scope, mode="facts"), QUERY) == []
 
 
-async def test_include_episodes_and_as_of(memory: Any, scope: dict[str, str]) -> None:
+async def test_include_episodes_and_as_of(memory: Either, scope: ScopeArgs) -> None:
     (old,) = await memory.add_facts(
         [
             {
@@ -199,14 +200,14 @@ async def test_include_episodes_and_as_of(memory: Any, scope: dict[str, str]) ->
     json.dumps(per_call.metadata)
 
 
-async def test_async_memory_needs_ainvoke(pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]) -> None:
+async def test_async_memory_needs_ainvoke(pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs) -> None:
     async with await AsyncMemory.open(pg_dsn, embedder) as async_memory:
         retriever = MemsodaRetriever(memory=async_memory, **scope)
         with pytest.raises(ConfigurationError, match="ainvoke"):
             retriever.invoke(QUERY)
 
 
-async def test_callbacks_see_the_run(memory: Any, scope: dict[str, str]) -> None:
+async def test_callbacks_see_the_run(memory: Either, scope: ScopeArgs) -> None:
     await seed(memory, scope)
     recorder = Recorder()
     retriever = retriever_for(memory, scope, tags=["memsoda"], metadata={"user": "u1"})
@@ -220,16 +221,16 @@ async def test_callbacks_see_the_run(memory: Any, scope: dict[str, str]) -> None
     assert recorder.ends == [docs]
 
 
-def test_invalid_arguments(sync_memory: Memory, scope: dict[str, str]) -> None:
+def test_invalid_arguments(sync_memory: Memory, scope: ScopeArgs) -> None:
     with pytest.raises(pydantic.ValidationError):
-        MemsodaRetriever(memory=sync_memory, **scope, mode="chunks")  # type: ignore[arg-type]
+        MemsodaRetriever(memory=sync_memory, **scope, mode="chunks")
     with pytest.raises(pydantic.ValidationError):
         MemsodaRetriever(memory=sync_memory, **scope, k=0)
     with pytest.raises(pydantic.ValidationError):
-        MemsodaRetriever(memory=object(), **scope)  # type: ignore[arg-type]
+        MemsodaRetriever(memory=object(), **scope)
 
 
-def test_retriever_tool(sync_memory: Memory, scope: dict[str, str]) -> None:
+def test_retriever_tool(sync_memory: Memory, scope: ScopeArgs) -> None:
     sync_memory.add_facts(FACTS, **scope)
     tool = create_retriever_tool(
         MemsodaRetriever(memory=sync_memory, **scope, k=3), "recall_memory", "Facts known about the user."
@@ -239,7 +240,7 @@ def test_retriever_tool(sync_memory: Memory, scope: dict[str, str]) -> None:
     assert "user drives honda civic" in output
 
 
-def test_langchain_embedder_round_trip(pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]) -> None:
+def test_langchain_embedder_round_trip(pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs) -> None:
     wrapped = LangChainEmbedder(LocalLangChainEmbeddings(embedder), model=embedder.model)
     assert wrapped.dimensions == 384  # measured by one embedding
     with Memory.open(pg_dsn, wrapped) as through_langchain:
@@ -259,7 +260,7 @@ async def test_langchain_embedder_protocol() -> None:
     assert wrapped.embed_documents(["a", "b"]) == await wrapped.aembed_documents(["a", "b"])
 
 
-async def test_known_at_per_call(memory: Any, scope: dict[str, str]) -> None:
+async def test_known_at_per_call(memory: Either, scope: ScopeArgs) -> None:
     (old,) = await memory.add_facts(
         [{"subject": "user", "predicate": "lives in", "object": "amsterdam", "valid_at": "2020-01-01"}], **scope
     )
@@ -272,7 +273,7 @@ async def test_known_at_per_call(memory: Any, scope: dict[str, str]) -> None:
     assert [d.page_content for d in now] == ["user lives in utrecht"]
 
 
-async def test_one_retriever_serves_many_users_by_the_run_config(memory: Any) -> None:
+async def test_one_retriever_serves_many_users_by_the_run_config(memory: Either) -> None:
     """`dataset_from="user_id"`: each run's `config["configurable"]["user_id"]` is its dataset, on
     a direct call, in an LCEL chain, in a batch and through a retriever tool inside a run."""
     alice, bob = f"alice-{uuid.uuid4().hex[:8]}", f"bob-{uuid.uuid4().hex[:8]}"
@@ -280,7 +281,7 @@ async def test_one_retriever_serves_many_users_by_the_run_config(memory: Any) ->
     bobs = [{"subject": "user", "predicate": "drives", "object": "tesla model 3", "object_type": "PRODUCT"}]
     await memory.add_facts(bobs, dataset=bob, project="app")
     retriever = MemsodaRetriever(memory=memory.raw, dataset_from="user_id", project="app")
-    of = {user: {"configurable": {"user_id": user}} for user in (alice, bob)}
+    of: dict[str, RunnableConfig] = {user: {"configurable": {"user_id": user}} for user in (alice, bob)}
 
     def text(docs: list[Document]) -> str:
         return " ".join(doc.page_content for doc in docs)
@@ -302,7 +303,7 @@ async def test_one_retriever_serves_many_users_by_the_run_config(memory: Any) ->
         await retriever.ainvoke(QUERY, {"configurable": {"langgraph_user_id": alice}})
 
 
-def test_the_scope_rule_is_checked_when_the_retriever_is_built(sync_memory: Memory, scope: dict[str, str]) -> None:
+def test_the_scope_rule_is_checked_when_the_retriever_is_built(sync_memory: Memory, scope: ScopeArgs) -> None:
     with pytest.raises(ConfigurationError, match="not both"):
         MemsodaRetriever(memory=sync_memory, **scope, dataset_from="user_id")
     with pytest.raises(ScopeError, match="dataset is required"):
@@ -310,7 +311,7 @@ def test_the_scope_rule_is_checked_when_the_retriever_is_built(sync_memory: Memo
     with pytest.raises(ScopeError, match="project"):
         MemsodaRetriever(memory=sync_memory, dataset="a", project="")
     with pytest.raises(pydantic.ValidationError, match="project"):
-        MemsodaRetriever(memory=sync_memory, dataset="a")  # type: ignore[call-arg]
+        MemsodaRetriever(memory=sync_memory, dataset="a")
     fixed = MemsodaRetriever(memory=sync_memory, **scope)
     sync_memory.add_facts(FACTS, **scope)
     assert fixed.invoke(QUERY, {"configurable": {"user_id": "someone else"}})  # the fixed form ignores it

@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent
+from langchain.agents.middleware import InputAgentState
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_store
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.store.base import (
@@ -29,7 +31,7 @@ from langgraph.store.memory import InMemoryStore
 from langmem import create_manage_memory_tool, create_search_memory_tool
 from langmem.errors import ConfigurationError as LangmemConfigurationError
 
-from memsoda_core import AsyncMemory, ConfigurationError, LocalEmbedder, Memory, ScopeError, ValidationError
+from memsoda_core import AsyncMemory, ConfigurationError, Fact, LocalEmbedder, Memory, ScopeError, ValidationError
 from memsoda_langgraph import MemsodaStore
 
 
@@ -85,15 +87,22 @@ async def test_put_get_update_delete_round_trip(store: Store) -> None:
     assert await store.search(namespace) == []
 
 
+async def facts_of(memory: Memory | AsyncMemory, scope: dict[str, str], **options: Any) -> list[Fact]:
+    """`list_facts` of a store's scope (`MemsodaStore.scope`), through either flavour."""
+    dataset, project = scope["dataset"], scope["project"]
+    if isinstance(memory, AsyncMemory):
+        return list((await memory.list_facts(dataset=dataset, project=project, **options)).facts)
+    return list(memory.list_facts(dataset=dataset, project=project, **options).facts)
+
+
 async def test_each_item_has_one_live_fact_and_updates_supersede_it(store: Store, memory: Memory | AsyncMemory) -> None:
     """The fact behind an item follows it: replaced by the new text's fact (history keeps the old
     one, superseded), ended when the item is deleted; equal texts share one fact."""
     namespace = ("memories", "u1")
     scope = store.raw.scope(namespace)
 
-    async def facts() -> list[Any]:
-        page = memory.list_facts(status="all", **scope)
-        return list((await page if isinstance(memory, AsyncMemory) else page).facts)
+    async def facts() -> list[Fact]:
+        return await facts_of(memory, scope, status="all")
 
     await store.put(namespace, "a", {"content": "likes green tea"})
     await store.put(namespace, "b", {"content": "likes green tea"})
@@ -155,8 +164,7 @@ async def test_a_values_other_fields_stay_out_of_its_fact(store: Store, memory: 
     await store.put(namespace, "d", {"content": "User's daughter is called Mia", "kind": "note", "tags": ["family"]})
     await store.put(namespace, "p", {"content": {"name": "Ana", "city": "Porto"}, "kind": "profile"})
     await store.put(namespace, "x", {"title": "Trip plan", "body": "Lisbon in May"})
-    page = memory.list_facts(**store.raw.scope(namespace))
-    facts = (await page if isinstance(memory, AsyncMemory) else page).facts
+    facts = await facts_of(memory, store.raw.scope(namespace))
     expected = ["Ana; Porto", "Trip plan; Lisbon in May", "User's daughter is called Mia"]
     assert sorted(f.object for f in facts) == expected
     assert [i.key for i in await store.search(namespace, query="daughter Mia", filter={"kind": "note"})] == ["d"]
@@ -370,10 +378,10 @@ async def test_an_agent_built_with_the_store_learns_in_one_thread_and_recalls_in
         AIMessage("Your cat is called Miso."),
     ]
     agent = create_agent(ScriptedChatModel(messages=iter(script)), tools=tools, store=store.raw)
-    config = {"configurable": {"langgraph_user_id": "u-7"}}
+    config: RunnableConfig = {"configurable": {"langgraph_user_id": "u-7"}}
 
     async def run(text: str) -> list[Any]:
-        state = {"messages": [HumanMessage(text)]}
+        state: InputAgentState = {"messages": [HumanMessage(text)]}
         done = await agent.ainvoke(state, config) if store.is_async else agent.invoke(state, config)
         return list(done["messages"])
 

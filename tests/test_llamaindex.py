@@ -9,9 +9,6 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
-from helpers import ADAPTER_FACTS as FACTS
-from helpers import ADAPTER_QUERY as QUERY
-from helpers import CountingEmbedder
 from llama_index.core.agent.workflow import ReActAgent
 from llama_index.core.async_utils import asyncio_run
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -20,8 +17,8 @@ from llama_index.core.bridge.pydantic import Field
 from llama_index.core.bridge.pydantic import ValidationError as PydanticValidationError
 from llama_index.core.chat_engine import ContextChatEngine
 from llama_index.core.embeddings import MockEmbedding
-from llama_index.core.llms import ChatMessage, MockLLM
-from llama_index.core.memory import InsertMethod, StaticMemoryBlock
+from llama_index.core.llms import ChatMessage, MockLLM, TextBlock
+from llama_index.core.memory import BaseMemoryBlock, InsertMethod, StaticMemoryBlock
 from llama_index.core.memory import Memory as ChatMemory
 from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
@@ -29,6 +26,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from memsoda_core import AsyncMemory, ConfigurationError, LimitError, LocalEmbedder, Memory, ScopeError
 from memsoda_llamaindex import LlamaIndexEmbedder, MemsodaMemoryBlock, MemsodaRetriever
+from tests.conftest import Either, ScopeArgs
+from tests.helpers import ADAPTER_FACTS as FACTS
+from tests.helpers import ADAPTER_QUERY as QUERY
+from tests.helpers import CountingEmbedder
 from tests.scripted_extractor import ScriptedExtractor, add, answer
 
 
@@ -78,7 +79,7 @@ def sync_chat_memory() -> Iterator[ChatMemoryFactory]:
         asyncio_run(engine.dispose())
 
 
-def retriever_for(memory: Any, scope: dict[str, str], **kwargs: Any) -> MemsodaRetriever:
+def retriever_for(memory: Either | Memory | AsyncMemory, scope: ScopeArgs, **kwargs: Any) -> MemsodaRetriever:
     raw = memory.raw if hasattr(memory, "raw") else memory
     return MemsodaRetriever(memory=raw, **scope, **kwargs)
 
@@ -91,7 +92,7 @@ async def ask(retriever: MemsodaRetriever, query: str | QueryBundle) -> list[Nod
     return nodes
 
 
-async def test_context_mode(memory: Any, scope: dict[str, str]) -> None:
+async def test_context_mode(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(FACTS, **scope)
     expected = await memory.recall(QUERY, **scope)
     (hit,) = await ask(retriever_for(memory, scope), QUERY)
@@ -106,7 +107,7 @@ async def test_context_mode(memory: Any, scope: dict[str, str]) -> None:
     json.dumps(hit.node.metadata)
 
 
-async def test_facts_mode(memory: Any, scope: dict[str, str]) -> None:
+async def test_facts_mode(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(FACTS, **scope)
     expected = await memory.recall(QUERY, **scope, facts_in_context=4)
     nodes = await ask(retriever_for(memory, scope, mode="facts", k=4), QUERY)
@@ -118,7 +119,7 @@ async def test_facts_mode(memory: Any, scope: dict[str, str]) -> None:
     json.dumps([n.node.metadata for n in nodes])
 
 
-async def test_k(memory: Any, scope: dict[str, str]) -> None:
+async def test_k(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(FACTS, **scope)
     assert len(await ask(retriever_for(memory, scope, mode="facts", k=1), QUERY)) == 1
     assert len(await ask(retriever_for(memory, scope, mode="facts", k=5), QUERY)) == 5
@@ -126,12 +127,12 @@ async def test_k(memory: Any, scope: dict[str, str]) -> None:
     assert len(hit.node.metadata["facts"]) == 2
 
 
-async def test_empty_result(memory: Any, scope: dict[str, str]) -> None:
+async def test_empty_result(memory: Either, scope: ScopeArgs) -> None:
     assert await ask(retriever_for(memory, scope), QUERY) == []
     assert await ask(retriever_for(memory, scope, mode="facts"), QUERY) == []
 
 
-async def test_episodes(memory: Any, scope: dict[str, str]) -> None:
+async def test_episodes(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_episodes([{"text": "The user talked about buying a new car.", "thread_id": "t1"}], **scope)
     (hit,) = await ask(retriever_for(memory, scope, include=["episodes"]), QUERY)
     assert "# EPISODES" in hit.node.get_content()
@@ -140,7 +141,7 @@ async def test_episodes(memory: Any, scope: dict[str, str]) -> None:
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
 async def test_query_bundle_embedding_skips_the_embedder(
-    kind: str, pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]
+    kind: str, pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs
 ) -> None:
     counting = CountingEmbedder(embedder)
     query = f"which car does the user own {uuid.uuid4().hex[:6]}?"  # not in any query cache
@@ -171,20 +172,20 @@ async def test_query_bundle_embedding_skips_the_embedder(
     assert given[0].node.get_content() == "user drives honda civic"
 
 
-async def test_async_memory_needs_aretrieve(pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]) -> None:
+async def test_async_memory_needs_aretrieve(pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs) -> None:
     async with await AsyncMemory.open(pg_dsn, embedder) as async_memory:
         with pytest.raises(ConfigurationError, match="aretrieve"):
             MemsodaRetriever(memory=async_memory, **scope).retrieve(QUERY)
 
 
-def test_invalid_arguments(sync_memory: Memory, scope: dict[str, str]) -> None:
+def test_invalid_arguments(sync_memory: Memory, scope: ScopeArgs) -> None:
     with pytest.raises(ConfigurationError):
         MemsodaRetriever(memory=sync_memory, **scope, mode="chunks")  # type: ignore[arg-type]
     with pytest.raises(LimitError):
         MemsodaRetriever(memory=sync_memory, **scope, k=0)
 
 
-async def test_query_engine(memory: Any, scope: dict[str, str]) -> None:
+async def test_query_engine(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(FACTS, **scope)
     engine = RetrieverQueryEngine.from_args(retriever_for(memory, scope, k=3), llm=MockLLM())
     response = await engine.aquery(QUERY)
@@ -196,7 +197,7 @@ async def test_query_engine(memory: Any, scope: dict[str, str]) -> None:
         assert "user drives honda civic" in str(engine.query(QUERY))
 
 
-async def test_chat_engine(memory: Any, scope: dict[str, str], chat_memory: ChatMemoryFactory) -> None:
+async def test_chat_engine(memory: Either, scope: ScopeArgs, chat_memory: ChatMemoryFactory) -> None:
     await memory.add_facts(FACTS, **scope)
     engine = ContextChatEngine.from_defaults(
         retriever=retriever_for(memory, scope, k=3), llm=MockLLM(), memory=chat_memory()
@@ -207,7 +208,7 @@ async def test_chat_engine(memory: Any, scope: dict[str, str], chat_memory: Chat
 
 
 async def test_memory_block_fills_the_agent_memory(
-    memory: Any, scope: dict[str, str], chat_memory: ChatMemoryFactory
+    memory: Either, scope: ScopeArgs, chat_memory: ChatMemoryFactory
 ) -> None:
     await memory.add_facts(FACTS, **scope)
     block = MemsodaMemoryBlock(memory=memory.raw, **scope, k=3)
@@ -222,7 +223,7 @@ async def test_memory_block_fills_the_agent_memory(
     assert [m.content for m in messages[1:]] == ["Hi there", "Hello! How can I help?"]
 
 
-async def test_memory_block_follows_the_session(memory: Any, chat_memory: ChatMemoryFactory) -> None:
+async def test_memory_block_follows_the_session(memory: Either, chat_memory: ChatMemoryFactory) -> None:
     alice, bob = f"alice-{uuid.uuid4().hex[:8]}", f"bob-{uuid.uuid4().hex[:8]}"
     await memory.add_facts([FACTS[0]], dataset=alice, project="app")
     await memory.add_facts(
@@ -250,12 +251,12 @@ async def test_memory_block_follows_the_session(memory: Any, chat_memory: ChatMe
 
 
 async def test_memory_block_fixed_scope_and_other_blocks(
-    memory: Any, scope: dict[str, str], chat_memory: ChatMemoryFactory
+    memory: Either, scope: ScopeArgs, chat_memory: ChatMemoryFactory
 ) -> None:
     await memory.add_facts(FACTS, **scope)
-    blocks = [
+    blocks: list[BaseMemoryBlock[Any]] = [
         MemsodaMemoryBlock(memory=memory.raw, **scope, priority=1),
-        StaticMemoryBlock(name="persona", static_content="You are a helpful assistant."),
+        StaticMemoryBlock(name="persona", static_content=[TextBlock(text="You are a helpful assistant.")]),
     ]
     chat = chat_memory(session_id="anything", memory_blocks=blocks)
     assert await MemsodaMemoryBlock(memory=memory.raw, **scope).aget([]) == ""  # no message, no recall
@@ -269,7 +270,7 @@ async def test_memory_block_fixed_scope_and_other_blocks(
     assert len((await memory.list_facts(**scope)).facts) == len(FACTS)
 
 
-async def test_memory_block_needs_a_dataset(memory: Any, chat_memory: ChatMemoryFactory) -> None:
+async def test_memory_block_needs_a_dataset(memory: Either, chat_memory: ChatMemoryFactory) -> None:
     chat = chat_memory(memory_blocks=[MemsodaMemoryBlock(memory=memory.raw, project="p")])  # a random session_id
     await chat.aput(ChatMessage(role="user", content=QUERY))
     with pytest.raises(ConfigurationError, match="dataset"):
@@ -277,7 +278,7 @@ async def test_memory_block_needs_a_dataset(memory: Any, chat_memory: ChatMemory
 
 
 async def test_memory_block_learns_from_flushed_messages(
-    memory: Any, scope: dict[str, str], chat_memory: ChatMemoryFactory
+    memory: Either, scope: ScopeArgs, chat_memory: ChatMemoryFactory
 ) -> None:
     extractor = ScriptedExtractor(answer(add("I", "plays", "the violin", "I play the violin")))
     block = MemsodaMemoryBlock(memory=memory.raw, **scope, extractor=extractor)
@@ -298,14 +299,14 @@ async def test_memory_block_learns_from_flushed_messages(
     assert "user plays the violin" in ((await later.aget())[0].content or "")
 
 
-def test_memory_block_sync_get(sync_memory: Memory, scope: dict[str, str], sync_chat_memory: ChatMemoryFactory) -> None:
+def test_memory_block_sync_get(sync_memory: Memory, scope: ScopeArgs, sync_chat_memory: ChatMemoryFactory) -> None:
     sync_memory.add_facts(FACTS, **scope)
     chat = sync_chat_memory(memory_blocks=[MemsodaMemoryBlock(memory=sync_memory, **scope)])
     chat.put(ChatMessage(role="user", content=QUERY))
     assert "user drives honda civic" in (chat.get()[0].content or "")
 
 
-def test_llamaindex_embedder_round_trip(pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]) -> None:
+def test_llamaindex_embedder_round_trip(pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs) -> None:
     wrapped = LlamaIndexEmbedder(LocalLlamaEmbedding(inner=embedder, model_name=embedder.model))
     assert (wrapped.model, wrapped.dimensions) == (embedder.model, 384)
     with Memory.open(pg_dsn, wrapped) as through_llamaindex:
@@ -325,7 +326,7 @@ async def test_llamaindex_embedder_protocol() -> None:
     assert wrapped.embed_documents(["a", "b"]) == await wrapped.aembed_documents(["a", "b"])
 
 
-async def test_retriever_settings_per_call(memory: Any, scope: dict[str, str]) -> None:
+async def test_retriever_settings_per_call(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(
         [
             {"subject": "user", "predicate": "lives in", "object": "amsterdam", "valid_at": "2020-01-01",
@@ -345,7 +346,7 @@ async def test_retriever_settings_per_call(memory: Any, scope: dict[str, str]) -
         retriever.with_options(k=10_000)
 
 
-async def test_retriever_known_at(memory: Any, scope: dict[str, str]) -> None:
+async def test_retriever_known_at(memory: Either, scope: ScopeArgs) -> None:
     (old,) = await memory.add_facts(
         [{"subject": "user", "predicate": "lives in", "object": "amsterdam", "valid_at": "2020-01-01"}], **scope
     )
@@ -369,14 +370,14 @@ class RecordingLLM(MockLLM):
 
 @pytest.mark.parametrize("system_prompt", [None, "You are a helpful assistant."])
 async def test_react_agent_sees_the_block_with_insert_method_user(
-    memory: Any, scope: dict[str, str], chat_memory: ChatMemoryFactory, system_prompt: str | None
+    memory: Either, scope: ScopeArgs, chat_memory: ChatMemoryFactory, system_prompt: str | None
 ) -> None:
     """llama-index-core 0.14's `ReActAgent` drops the first system message, where the block goes by
     default; with `insert_method=USER` (as documented) the block reaches the model."""
     await memory.add_facts(FACTS, **scope)
 
     async def sent(**memory_kwargs: Any) -> str:
-        llm = RecordingLLM()
+        llm = RecordingLLM(max_tokens=None)  # MockLLM's default, which a type checker does not see
         agent = ReActAgent(tools=[], llm=llm, streaming=False, system_prompt=system_prompt)
         chat = chat_memory(memory_blocks=[MemsodaMemoryBlock(memory=memory.raw, **scope, k=3)], **memory_kwargs)
         answer = await agent.run(user_msg=QUERY, memory=chat)
@@ -389,16 +390,16 @@ async def test_react_agent_sees_the_block_with_insert_method_user(
         assert "user drives honda civic" not in await sent()
 
 
-async def test_the_block_and_the_retriever_need_a_project(memory: Any, scope: dict[str, str]) -> None:
+async def test_the_block_and_the_retriever_need_a_project(memory: Either, scope: ScopeArgs) -> None:
     with pytest.raises(PydanticValidationError, match="project"):
-        MemsodaMemoryBlock(memory=memory.raw, dataset="alice")
+        MemsodaMemoryBlock(memory=memory.raw, dataset="alice")  # type: ignore[call-arg]  # no project, on purpose
     with pytest.raises(TypeError, match="project"):
         MemsodaRetriever(memory=memory.raw, dataset="alice")  # type: ignore[call-arg]
     with pytest.raises(ScopeError, match="project"):
         MemsodaRetriever(memory=memory.raw, dataset="alice", project=" ")
 
 
-async def test_retriever_copy_for_another_user(memory: Any, scope: dict[str, str]) -> None:
+async def test_retriever_copy_for_another_user(memory: Either, scope: ScopeArgs) -> None:
     bob = f"bob-{uuid.uuid4().hex[:8]}"
     await memory.add_facts(FACTS, **scope)
     bobs = [{"subject": "user", "predicate": "drives", "object": "tesla model 3", "object_type": "PRODUCT"}]

@@ -14,13 +14,14 @@ import pytest
 from psycopg import sql
 
 from bench.embedders import CompressedEmbedder
-from memsoda_core import Memory, RecallResult
+from memsoda_core import Embedder, Memory, RecallResult
 from memsoda_core.embedders import LocalEmbedder
 from memsoda_core.errors import LimitError
 from memsoda_core.options import DEFAULT_OPTIONS, AnchorOptions, RecallOptions
 from memsoda_core.recall.signals import anchor
 from memsoda_core.recall.signals.spec import RecallRequest
 from memsoda_core.validation import Scope
+from tests.conftest import ScopeArgs
 
 THINGS = (
     "golden retriever",
@@ -117,7 +118,7 @@ def stores(pg_dsn: str, embedder: LocalEmbedder) -> Iterator[dict[str, Memory]]:
     """The same memory under MiniLM and under MiniLM compressed to alpha + (1 - alpha) * cosine,
     each in a schema of its own (a store holds one vector space)."""
     schemas = {"minilm": f"near_{uuid.uuid4().hex[:8]}", "compressed": f"near_{uuid.uuid4().hex[:8]}"}
-    models = {"minilm": embedder, "compressed": CompressedEmbedder(embedder, alpha=0.64)}
+    models: dict[str, Embedder] = {"minilm": embedder, "compressed": CompressedEmbedder(embedder, alpha=0.64)}
     opened = {name: Memory.open(pg_dsn, models[name], schema=schemas[name]) for name in schemas}
     try:
         yield opened
@@ -140,7 +141,7 @@ def _near(result: RecallResult) -> set[str]:
 
 
 def test_near_entities_do_not_move_with_the_cosine_scale(
-    stores: dict[str, Memory], scope: dict[str, str], embedder: LocalEmbedder
+    stores: dict[str, Memory], scope: ScopeArgs, embedder: LocalEmbedder
 ) -> None:
     facts = [{"subject": "user", "predicate": "mentions", "object": thing, "object_type": "THING"} for thing in THINGS]
     for memory in stores.values():
@@ -179,7 +180,7 @@ def test_near_entities_do_not_move_with_the_cosine_scale(
 
 
 def test_an_explicit_cosine_keeps_the_top_k_at_or_above_it(
-    stores: dict[str, Memory], scope: dict[str, str], embedder: LocalEmbedder
+    stores: dict[str, Memory], scope: ScopeArgs, embedder: LocalEmbedder
 ) -> None:
     memory = stores["minilm"]
     memory.add_facts(

@@ -14,8 +14,6 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
-from conftest import Either
-from fake_openai import DEFAULT_DIMENSIONS, FakeOpenAI, Fault, hashing_embedding
 from psycopg import sql
 
 from memsoda_core import (
@@ -30,6 +28,8 @@ from memsoda_core import (
 )
 from memsoda_core.embedders import check_vectors
 from memsoda_core.embedders.openai import KNOWN_DIMENSIONS, OpenAIEmbedder
+from tests.conftest import Either, ScopeArgs
+from tests.fake_openai import DEFAULT_DIMENSIONS, FakeOpenAI, Fault, hashing_embedding
 
 MINILM = "fake-minilm"
 """The fake server's name for vectors computed by the real local model (384 dimensions)."""
@@ -371,7 +371,7 @@ async def test_default_embedder_is_openai_with_a_base_url(server: FakeOpenAI, mo
 
 
 async def test_write_and_recall_through_the_server(
-    open_memory: OpenMemory, minilm_server: FakeOpenAI, scope: dict[str, str]
+    open_memory: OpenMemory, minilm_server: FakeOpenAI, scope: ScopeArgs
 ) -> None:
     memory = await open_memory(embedder__batch_size=3)
     ids = await memory.add_facts(FACTS, **scope)
@@ -403,7 +403,7 @@ FAILED_WRITES = {
 
 @pytest.mark.parametrize("fault", FAILED_WRITES.values(), ids=FAILED_WRITES.keys())
 async def test_a_failed_embedding_writes_nothing(
-    open_memory: OpenMemory, minilm_server: FakeOpenAI, scope: dict[str, str], fault: Fault
+    open_memory: OpenMemory, minilm_server: FakeOpenAI, scope: ScopeArgs, fault: Fault
 ) -> None:
     memory = await open_memory(embedder__max_retries=0)
     minilm_server.push(fault, times=3)
@@ -418,7 +418,7 @@ async def test_a_failed_embedding_writes_nothing(
 
 @pytest.mark.parametrize("how", ["http-500", "garbage", "wrong-dimension"])
 async def test_recall_degrades_when_the_server_fails(
-    open_memory: OpenMemory, minilm_server: FakeOpenAI, scope: dict[str, str], how: str
+    open_memory: OpenMemory, minilm_server: FakeOpenAI, scope: ScopeArgs, how: str
 ) -> None:
     memory = await open_memory(embedder__max_retries=0)
     await memory.add_facts(FACTS, **scope)
@@ -444,7 +444,7 @@ async def test_recall_degrades_when_the_server_fails(
 
 @pytest.mark.parametrize("where", ["open", "recall"])
 async def test_recall_degrades_when_the_server_is_too_slow(
-    open_memory: OpenMemory, minilm_server: FakeOpenAI, scope: dict[str, str], where: str
+    open_memory: OpenMemory, minilm_server: FakeOpenAI, scope: ScopeArgs, where: str
 ) -> None:
     fast = RecallOptions(embed_timeout_s=0.3)
     memory = await open_memory(options=fast) if where == "open" else await open_memory()
@@ -465,7 +465,7 @@ async def test_recall_degrades_when_the_server_is_too_slow(
 
 
 async def test_synthesis_makes_one_chat_request_with_the_context(
-    open_memory: OpenMemory, minilm_server: FakeOpenAI, scope: dict[str, str]
+    open_memory: OpenMemory, minilm_server: FakeOpenAI, scope: ScopeArgs
 ) -> None:
     synthesizer = OpenAISynthesizer("fake-chat", base_url=minilm_server.base_url, api_key="sk-chat")
     memory = await open_memory(synthesizer=synthesizer)
@@ -486,7 +486,7 @@ async def test_synthesis_makes_one_chat_request_with_the_context(
 
 @pytest.mark.parametrize("fault", [Fault(status=500), Fault(body=b"garbage"), Fault(body=b'{"choices": []}')])
 async def test_a_failing_chat_model_keeps_the_recall(
-    open_memory: OpenMemory, minilm_server: FakeOpenAI, scope: dict[str, str], fault: Fault
+    open_memory: OpenMemory, minilm_server: FakeOpenAI, scope: ScopeArgs, fault: Fault
 ) -> None:
     synthesizer = OpenAISynthesizer("fake-chat", base_url=minilm_server.base_url, max_retries=0)
     memory = await open_memory(synthesizer=synthesizer)
@@ -503,7 +503,7 @@ async def test_a_failing_chat_model_keeps_the_recall(
 
 
 async def test_synthesis_is_skipped_when_nothing_matched(
-    open_memory: OpenMemory, minilm_server: FakeOpenAI, scope: dict[str, str]
+    open_memory: OpenMemory, minilm_server: FakeOpenAI, scope: ScopeArgs
 ) -> None:
     synthesizer = OpenAISynthesizer("fake-chat", base_url=minilm_server.base_url)
     memory = await open_memory(synthesizer=synthesizer)
@@ -514,7 +514,7 @@ async def test_synthesis_is_skipped_when_nothing_matched(
 
 
 async def test_synthesis_without_a_synthesizer_is_a_configuration_error(
-    open_memory: OpenMemory, scope: dict[str, str]
+    open_memory: OpenMemory, scope: ScopeArgs
 ) -> None:
     memory = await open_memory()
     with pytest.raises(ConfigurationError, match="synthesizer"):
@@ -528,7 +528,7 @@ class EchoSynthesizer:
         return f"{query}: {len(context.splitlines())} lines"
 
 
-async def test_a_sync_only_synthesizer_works_for_both(open_memory: OpenMemory, scope: dict[str, str]) -> None:
+async def test_a_sync_only_synthesizer_works_for_both(open_memory: OpenMemory, scope: ScopeArgs) -> None:
     memory = await open_memory(synthesizer=EchoSynthesizer())
     await memory.add_facts(FACTS, **scope)
     result = await memory.recall("Alice", **scope, include=["synthesis"])

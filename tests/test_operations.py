@@ -202,7 +202,7 @@ def _export_reply(request: object, row: dict[str, object]) -> object:
 def _exported(row: dict[str, object]) -> sql_store.ExportedFact:
     from memsoda_core.store.fact_columns import FACT_COLUMNS
 
-    columns = {column.name: None for column in FACT_COLUMNS}
+    columns: dict[str, object] = {column.name: None for column in FACT_COLUMNS}
     columns.update(
         {
             "valid_at": NOW,
@@ -235,7 +235,9 @@ def test_an_import_reports_progress_per_batch_and_bumps_counts_once() -> None:
 JAN, MAR = datetime(2025, 1, 1, tzinfo=UTC), datetime(2025, 3, 1, tzinfo=UTC)
 
 
-def met(ord_: int, relation: int, value: int, *stored: tuple[int, bool, datetime], single: bool = False) -> list:
+def met(
+    ord_: int, relation: int, value: int, *stored: tuple[int, bool, datetime], single: bool = False
+) -> list[sql_reconcile.Met]:
     if not stored:
         return [sql_reconcile.Met(ord_, relation, value, single, None, None, None, None)]
     return [sql_reconcile.Met(ord_, relation, value, single, i, same, at, None) for i, same, at in stored]

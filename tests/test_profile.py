@@ -14,7 +14,7 @@ from memsoda_core.options import RecallOptions
 from memsoda_core.recall.hits import HitRow
 from memsoda_core.recall.profile import PROFILE_HEADER, build_profile, profile_statement
 from memsoda_core.recall.result import fuse_hits
-from tests.conftest import Either
+from tests.conftest import Either, ScopeArgs
 
 USER_FACTS = [
     {"subject": "user", "predicate": "lives in", "object": "lisbon", "valid_at": "2024-01-01"},
@@ -24,7 +24,7 @@ USER_FACTS = [
 ]
 
 
-async def test_profile_is_byte_identical_across_unrelated_writes(memory: Either, scope: dict[str, str]) -> None:
+async def test_profile_is_byte_identical_across_unrelated_writes(memory: Either, scope: ScopeArgs) -> None:
     await memory.set_single_valued(["lives in"], **scope)
     await memory.add_facts(USER_FACTS, **scope)
     first = await memory.profile(**scope, max_facts=3)
@@ -47,7 +47,7 @@ async def test_profile_is_byte_identical_across_unrelated_writes(memory: Either,
     assert second.fact_ids == first.fact_ids
 
 
-async def test_a_new_single_valued_value_changes_the_profile(memory: Either, scope: dict[str, str]) -> None:
+async def test_a_new_single_valued_value_changes_the_profile(memory: Either, scope: ScopeArgs) -> None:
     await memory.set_single_valued(["lives in"], **scope)
     await memory.add_facts(USER_FACTS, **scope)
     before = await memory.profile(**scope, max_facts=3)
@@ -61,7 +61,7 @@ async def test_a_new_single_valued_value_changes_the_profile(memory: Either, sco
     assert "lisbon" not in after.text
 
 
-async def test_the_rule_single_valued_then_repeated_then_oldest(memory: Either, scope: dict[str, str]) -> None:
+async def test_the_rule_single_valued_then_repeated_then_oldest(memory: Either, scope: ScopeArgs) -> None:
     await memory.set_single_valued(["lives in"], **scope)
     ids = await memory.add_facts(USER_FACTS, **scope)
     lives, works, allergic, plays = ids
@@ -77,7 +77,7 @@ async def test_the_rule_single_valued_then_repeated_then_oldest(memory: Either, 
     assert (await memory.profile(**scope, subject="sister")).text == ""
 
 
-async def test_recall_excluding_the_profile_does_not_repeat_it(memory: Either, scope: dict[str, str]) -> None:
+async def test_recall_excluding_the_profile_does_not_repeat_it(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(USER_FACTS, **scope)
     profile = await memory.profile(**scope, max_facts=2)
     query = "where does the user live and what does the user do?"
@@ -94,7 +94,7 @@ async def test_recall_excluding_the_profile_does_not_repeat_it(memory: Either, s
     ]
 
 
-async def test_bad_arguments_raise_documented_errors(memory: Either, scope: dict[str, str]) -> None:
+async def test_bad_arguments_raise_documented_errors(memory: Either, scope: ScopeArgs) -> None:
     with pytest.raises(LimitError):
         await memory.profile(**scope, max_facts=0)
     with pytest.raises(ValidationError):

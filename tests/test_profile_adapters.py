@@ -11,21 +11,22 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent
+from langchain.agents.middleware import InputAgentState
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.outputs import ChatResult
 from llama_index.core.llms import ChatMessage
-from llama_index.core.memory import InsertMethod
+from llama_index.core.memory import BaseMemoryBlock, InsertMethod
 from llama_index.core.memory import Memory as ChatMemory
 from pydantic import Field
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from memsoda_core import ConfigurationError, ScopeError
+from memsoda_core import ConfigurationError, Memory, ScopeError
 from memsoda_langchain import MemsodaContextMiddleware
 from memsoda_langchain.context import RECALL_NAME
 from memsoda_llamaindex import MemsodaMemoryBlock, MemsodaProfileBlock
-from tests.conftest import Either
+from tests.conftest import Either, ScopeArgs
 
 FACTS = [
     {"subject": "user", "predicate": "lives in", "object": "lisbon", "valid_at": "2024-01-01"},
@@ -57,14 +58,14 @@ def recording(*replies: str) -> RecordingFakeChatModel:
 
 
 async def test_middleware_puts_the_profile_in_the_system_message_and_the_recall_after_the_user(
-    memory: Either, scope: dict[str, str]
+    memory: Either, scope: ScopeArgs
 ) -> None:
     await memory.add_facts(FACTS, **scope)
     profile = await memory.profile(**scope, max_facts=2)
     model = recording("The Civic.", "Porto.")
     middleware = MemsodaContextMiddleware(memory=memory.raw, **scope, k=3, max_facts=2)
     agent = create_agent(model, [], system_prompt="You are helpful.", middleware=[middleware])
-    first = {"messages": [HumanMessage(QUESTION)]}
+    first: InputAgentState = {"messages": [HumanMessage(QUESTION)]}
     state = await agent.ainvoke(first) if memory.is_async else agent.invoke(first)
     (sent,) = model.seen
     assert isinstance(sent[0], SystemMessage)
@@ -78,7 +79,7 @@ async def test_middleware_puts_the_profile_in_the_system_message_and_the_recall_
         assert f"{fact.subject} {fact.predicate} {fact.object}" not in str(block.content)
     assert all(m.name != RECALL_NAME for m in state["messages"])  # the request only, not the state
     # the next turn: the same system bytes, the earlier turn unchanged before the new message
-    second = {"messages": [*state["messages"], HumanMessage("And Ana?")]}
+    second: InputAgentState = {"messages": [*state["messages"], HumanMessage("And Ana?")]}
     await agent.ainvoke(second) if memory.is_async else agent.invoke(second)
     again = model.seen[1]
     assert again[0].content == sent[0].content
@@ -86,18 +87,18 @@ async def test_middleware_puts_the_profile_in_the_system_message_and_the_recall_
     assert again[4].name == RECALL_NAME and "ana lives in porto" in str(again[4].content)
 
 
-async def test_middleware_with_an_empty_memory_leaves_the_prompt_alone(memory: Either, scope: dict[str, str]) -> None:
+async def test_middleware_with_an_empty_memory_leaves_the_prompt_alone(memory: Either, scope: ScopeArgs) -> None:
     model = recording("Hi.")
     agent = create_agent(
         model, [], system_prompt="Be brief.", middleware=[MemsodaContextMiddleware(memory=memory.raw, **scope)]
     )
-    request = {"messages": [HumanMessage("hello")]}
+    request: InputAgentState = {"messages": [HumanMessage("hello")]}
     await agent.ainvoke(request) if memory.is_async else agent.invoke(request)
     (sent,) = model.seen
     assert [m.content for m in sent] == ["Be brief.", "hello"]
 
 
-def test_middleware_needs_a_scope(sync_memory: Any) -> None:
+def test_middleware_needs_a_scope(sync_memory: Memory) -> None:
     with pytest.raises(ConfigurationError):
         MemsodaContextMiddleware(memory=sync_memory, project="p", dataset="a", dataset_from="user_id")
 
@@ -111,11 +112,11 @@ async def engines() -> AsyncIterator[list[AsyncEngine]]:
 
 
 async def test_llamaindex_profile_block_and_recall_without_repeats(
-    memory: Either, scope: dict[str, str], engines: list[AsyncEngine]
+    memory: Either, scope: ScopeArgs, engines: list[AsyncEngine]
 ) -> None:
     await memory.add_facts(FACTS, **scope)
     profile = await memory.profile(**scope, max_facts=2)
-    blocks = [
+    blocks: list[BaseMemoryBlock[Any]] = [
         MemsodaProfileBlock(memory=memory.raw, **scope, max_facts=2),
         MemsodaMemoryBlock(memory=memory.raw, **scope, k=3, exclude_profile=True, profile_max_facts=2, priority=1),
     ]
@@ -136,7 +137,7 @@ async def test_llamaindex_profile_block_and_recall_without_repeats(
         await MemsodaProfileBlock(memory=memory.raw, project="p").aget([])
 
 
-def test_middleware_reads_the_user_from_the_run_config(sync_memory: Any) -> None:
+def test_middleware_reads_the_user_from_the_run_config(sync_memory: Memory) -> None:
     alice, bob = f"alice-{uuid.uuid4().hex[:8]}", f"bob-{uuid.uuid4().hex[:8]}"
     sync_memory.add_facts([FACTS[0]], dataset=alice, project="app")
     sync_memory.add_facts([{"subject": "user", "predicate": "lives in", "object": "oslo"}], dataset=bob, project="app")

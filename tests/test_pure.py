@@ -28,14 +28,8 @@ from memsoda_core.recall.hits import HitRow
 from memsoda_core.recall.plans import FULL_PLAN
 from memsoda_core.recall.render import anchor_entities, group_by_anchor, render
 from memsoda_core.recall.result import fuse_hits, plan_for
-from memsoda_core.recall.signals import SIGNAL_NAMES, RecallRequest
-from memsoda_core.recall.statements import (
-    RecallPlan,
-    hits_statement,
-    planned_signals,
-    recall_groups,
-    recall_statements,
-)
+from memsoda_core.recall.signals import SIGNAL_NAMES, RecallPlan, RecallRequest, planned_signals
+from memsoda_core.recall.statements import hits_statement, recall_groups, recall_statements
 from memsoda_core.text import (
     collapse_line,
     keyword_terms,
@@ -365,7 +359,9 @@ def test_every_fragment_filters_tenant_liveness_and_confidence() -> None:
     text = hits_statement("memsoda", plan, SIGNAL_NAMES).as_string(None)  # every signal, recency too
     for cte in ("vector_hits AS", "hop1 AS", "hop2 AS", "keyword_pool AS", "recent_hits AS"):
         body = text[text.index(cte) :]
-        body = body[: re.search(r"\n    [a-z_0-9]+ AS \(| SELECT 'vector'", body[len(cte) :]).start() + len(cte)]
+        end = re.search(r"\n    [a-z_0-9]+ AS \(| SELECT 'vector'", body[len(cte) :])
+        assert end is not None, cte
+        body = body[: end.start() + len(cte)]
         assert "f.dataset = %(dataset)s AND f.project = %(project)s" in body, cte
         assert "f.confidence >= %(min_confidence)s" in body, cte
         assert "f.invalid_at > %(at)s" in body, cte

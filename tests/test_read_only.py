@@ -24,10 +24,10 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from memsoda_core import AsyncMemory, LocalEmbedder, Memory, ReadOnlyStoreError
-from tests.conftest import Either
+from tests.conftest import Either, ScopeArgs
 from tests.scripted_extractor import ScriptedExtractor, add, answer
 
-SCOPE = {"dataset": "ro", "project": "p"}
+SCOPE: ScopeArgs = {"dataset": "ro", "project": "p"}
 WINDOW = [{"role": "user", "content": "I moved to Utrecht.", "id": "m1"}]
 
 
@@ -49,7 +49,7 @@ def store(pg_dsn: str, embedder: LocalEmbedder) -> Iterator[dict[str, Any]]:
         memory.put_items([{"namespace": ["notes"], "key": "k1", "value": {"a": 1}, "text": "buy a bike"}], **SCOPE)
         exported = io.StringIO()
         memory.export_jsonl(exported, **SCOPE)
-        answers = {
+        answers: dict[str, Any] = {
             "live": sorted(f.object for f in memory.list_facts(**SCOPE).facts),
             "stats": memory.stats(**SCOPE),
             "export": exported.getvalue(),
@@ -277,7 +277,7 @@ async def test_a_streaming_replica_serves_recall_of_a_fact_written_on_the_primar
     async with await AsyncMemory.open(replica_dsn, embedder, schema=store["schema"]) as replica:
         assert replica.read_only  # detected: a hot standby's sessions are read-only
         await assert_reads_served(Either(replica), store)
-        other = {"dataset": "ro-replica", "project": "p"}  # the module's scope stays as it was
+        other: ScopeArgs = {"dataset": "ro-replica", "project": "p"}  # the module's scope stays as it was
         with Memory.open(pg_dsn, embedder, schema=store["schema"]) as primary:
             (written,) = primary.add_facts([{"subject": "user", "predicate": "owns", "object": "a kayak"}], **other)
         _wait_for_replay(pg_dsn, replica_dsn)

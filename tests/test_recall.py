@@ -9,8 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import Either, open_memory
-from helpers import CountingEmbedder, FaultyEmbedder
 
 from memsoda_core import (
     AnchorOptions,
@@ -24,13 +22,15 @@ from memsoda_core import (
     RecentOptions,
     ValidationError,
 )
+from tests.conftest import Either, ScopeArgs, open_memory
+from tests.helpers import CountingEmbedder, FaultyEmbedder
 
 BRIDGE = [
     {"subject": "breaking bad", "predicate": "streams on", "object": "netflix", "object_type": "PRODUCT"},
     {"subject": "user", "predicate": "favourite show is", "object": "breaking bad", "object_type": "SHOW"},
     {"subject": "user", "predicate": "drives", "object": "honda civic", "object_type": "PRODUCT"},
 ]
-BRIDGE_WITH_MENTION = [
+BRIDGE_WITH_MENTION: list[dict[str, Any]] = [
     {
         "subject": "user",
         "predicate": "watches",
@@ -57,7 +57,7 @@ def by_text(result: Any, text: str) -> Any:
 
 @pytest.mark.parametrize("facts", [BRIDGE, BRIDGE_WITH_MENTION], ids=["object-hop", "mention"])
 async def test_ref_netflix_query_surfaces_the_favourite_show(
-    memory: Either, scope: dict[str, str], facts: list[dict[str, Any]]
+    memory: Either, scope: ScopeArgs, facts: list[dict[str, Any]]
 ) -> None:
     await memory.add_facts(facts, **scope)
     result = await memory.recall(NETFLIX_QUERY, **scope)
@@ -68,7 +68,7 @@ async def test_ref_netflix_query_surfaces_the_favourite_show(
     assert result.context.index(favourite) < result.context.index("user drives honda civic")
 
 
-async def test_ref_bridge_needs_the_anchor_signal(memory: Either, scope: dict[str, str]) -> None:
+async def test_ref_bridge_needs_the_anchor_signal(memory: Either, scope: ScopeArgs) -> None:
     """Without the anchor, nothing links the query to the favourite show by words; with one hop
     only, the favourite show is reached by no anchor."""
     await memory.add_facts(BRIDGE, **scope)
@@ -77,7 +77,7 @@ async def test_ref_bridge_needs_the_anchor_signal(memory: Either, scope: dict[st
     assert "keyword" not in by_text(one_hop, "user favourite show is breaking bad").ranks
 
 
-async def test_ref_second_hop_explains_its_bridge(memory: Either, scope: dict[str, str]) -> None:
+async def test_ref_second_hop_explains_its_bridge(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(BRIDGE, **scope)
     result = await memory.recall(NETFLIX_QUERY, **scope)
     assert by_text(result, "user favourite show is breaking bad").reasons["anchor"] == "second hop via 'breaking bad'"
@@ -90,7 +90,7 @@ async def test_ref_second_hop_explains_its_bridge(memory: Either, scope: dict[st
     assert by_text(streams, "breaking bad streams on netflix").reasons["keyword"] == "matched terms: streams, netflix"
 
 
-async def test_the_second_hop_runs_only_while_the_first_leaves_room(memory: Either, scope: dict[str, str]) -> None:
+async def test_the_second_hop_runs_only_while_the_first_leaves_room(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(BRIDGE, **scope)
     favourite = "user favourite show is breaking bad"
     # hop 1 is one fact ("breaking bad streams on netflix"): it fills a list of one
@@ -100,9 +100,7 @@ async def test_the_second_hop_runs_only_while_the_first_leaves_room(memory: Eith
     assert by_text(room, favourite).ranks["anchor"] == 2
 
 
-async def test_the_half_rule_holds_for_queries_longer_than_its_tsquery_form(
-    memory: Either, scope: dict[str, str]
-) -> None:
+async def test_the_half_rule_holds_for_queries_longer_than_its_tsquery_form(memory: Either, scope: ScopeArgs) -> None:
     # 12 lexemes: more than the half rule's tsquery form takes (10), so the row-by-row check runs
     words = [
         "alpha",
@@ -132,7 +130,7 @@ async def test_the_half_rule_holds_for_queries_longer_than_its_tsquery_form(
     assert "keyword" not in by_text(result, "user noted " + " ".join(words[6:11])).ranks
 
 
-async def test_ref_anchor_is_ordered_by_relevance_not_physical_order(memory: Either, scope: dict[str, str]) -> None:
+async def test_ref_anchor_is_ordered_by_relevance_not_physical_order(memory: Either, scope: ScopeArgs) -> None:
     """The reference's known issue: the anchor list had no ORDER BY. Facts touching `netflix` are
     inserted least relevant first; the anchor list must put the relevant one first anyway."""
     noise = [
@@ -163,7 +161,7 @@ async def test_ref_anchor_is_ordered_by_relevance_not_physical_order(memory: Eit
 # --- named anchors: word boundaries and literal names -------------------------------------------
 
 
-async def test_ref_word_boundary_art_does_not_fire_inside_start(memory: Either, scope: dict[str, str]) -> None:
+async def test_ref_word_boundary_art_does_not_fire_inside_start(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(
         [
             {"subject": "user", "predicate": "collects", "object": "art", "object_type": "HOBBY"},
@@ -178,7 +176,7 @@ async def test_ref_word_boundary_art_does_not_fire_inside_start(memory: Either, 
 
 
 @pytest.mark.parametrize("name", ["c++", "node.js", "(x)", "50%", ".*", "a|b", "\\b", "'; drop table x;--", "o'brien"])
-async def test_names_with_metacharacters_match_literally(memory: Either, scope: dict[str, str], name: str) -> None:
+async def test_names_with_metacharacters_match_literally(memory: Either, scope: ScopeArgs, name: str) -> None:
     await memory.add_facts(
         [
             {"subject": "user", "predicate": "mentioned", "object": name, "object_type": "THING"},
@@ -196,9 +194,7 @@ async def test_names_with_metacharacters_match_literally(memory: Either, scope: 
 # --- near entities: threshold and top-k ----------------------------------------------------------
 
 
-async def test_ref_near_entities_threshold_and_top_k(
-    memory: Either, scope: dict[str, str], embedder: LocalEmbedder
-) -> None:
+async def test_ref_near_entities_threshold_and_top_k(memory: Either, scope: ScopeArgs, embedder: LocalEmbedder) -> None:
     await memory.add_facts(
         [
             {"subject": "user", "predicate": "adopted", "object": "golden retriever", "object_type": "ANIMAL"},
@@ -226,7 +222,7 @@ async def test_ref_near_entities_threshold_and_top_k(
 # --- candidates: live, in scope, above the confidence floor -------------------------------------
 
 
-async def test_ref_confidence_floor_applies_inside_every_signal(memory: Either, scope: dict[str, str]) -> None:
+async def test_ref_confidence_floor_applies_inside_every_signal(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(
         [
             {"subject": "user", "predicate": "maybe likes", "object": "sushi", "confidence": 0.4},
@@ -242,9 +238,7 @@ async def test_ref_confidence_floor_applies_inside_every_signal(memory: Either, 
     assert texts(lowered)[0] == "user maybe likes sushi"
 
 
-async def test_ref_invalidated_facts_never_returned_and_as_of_shows_the_past(
-    memory: Either, scope: dict[str, str]
-) -> None:
+async def test_ref_invalidated_facts_never_returned_and_as_of_shows_the_past(memory: Either, scope: ScopeArgs) -> None:
     (old,) = await memory.add_facts(
         [
             {
@@ -280,10 +274,10 @@ async def test_ref_invalidated_facts_never_returned_and_as_of_shows_the_past(
     assert "oslo" not in (await memory.recall("oslo", **scope)).context
 
 
-async def test_ref_other_tenants_never_returned(memory: Either, scope: dict[str, str]) -> None:
-    mine = {"dataset": scope["dataset"], "project": "mine"}
-    theirs = {"dataset": scope["dataset"], "project": "theirs"}
-    elsewhere = {"dataset": scope["dataset"] + "-b", "project": "mine"}
+async def test_ref_other_tenants_never_returned(memory: Either, scope: ScopeArgs) -> None:
+    mine: ScopeArgs = {"dataset": scope["dataset"], "project": "mine"}
+    theirs: ScopeArgs = {"dataset": scope["dataset"], "project": "theirs"}
+    elsewhere: ScopeArgs = {"dataset": scope["dataset"] + "-b", "project": "mine"}
     await memory.add_facts(BRIDGE, **mine)
     await memory.add_facts(
         [{"subject": "user", "predicate": "secretly watches", "object": "netflix", "object_type": "PRODUCT"}] * 3,
@@ -299,7 +293,7 @@ async def test_ref_other_tenants_never_returned(memory: Either, scope: dict[str,
 # --- fusion, no query, degradation, precomputed vectors ------------------------------------------
 
 
-async def test_ref_fusion_uses_rrf_with_k_60(memory: Either, scope: dict[str, str]) -> None:
+async def test_ref_fusion_uses_rrf_with_k_60(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(BRIDGE, **scope)
     result = await memory.recall(NETFLIX_QUERY, **scope)
     for scored in result.facts:
@@ -308,7 +302,7 @@ async def test_ref_fusion_uses_rrf_with_k_60(memory: Either, scope: dict[str, st
     assert scores == sorted(scores, reverse=True)
 
 
-async def test_ref_top_k_default_8(memory: Either, scope: dict[str, str]) -> None:
+async def test_ref_top_k_default_8(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(
         [
             {"subject": "user", "predicate": "visited", "object": f"city number {i}", "object_type": "PLACE"}
@@ -320,7 +314,7 @@ async def test_ref_top_k_default_8(memory: Either, scope: dict[str, str]) -> Non
     assert len((await memory.recall("which cities did the user visit", **scope, facts_in_context=3)).facts) == 3
 
 
-async def test_ref_no_query_returns_most_recent_live_facts(memory: Either, scope: dict[str, str]) -> None:
+async def test_ref_no_query_returns_most_recent_live_facts(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(
         [
             {"subject": "user", "predicate": "moved to", "object": "lisbon", "valid_at": "2026-05-01"},
@@ -343,7 +337,7 @@ async def test_ref_no_query_returns_most_recent_live_facts(memory: Either, scope
     assert len((await memory.recall(None, **scope, facts_in_context=1)).facts) == 1
 
 
-async def test_recent_candidates_fuse_the_latest_facts_beside_a_query(memory: Either, scope: dict[str, str]) -> None:
+async def test_recent_candidates_fuse_the_latest_facts_beside_a_query(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(
         [
             {"subject": "user", "predicate": "noted", "object": f"note number {i}", "valid_at": f"2026-01-{i + 1:02d}"}
@@ -369,7 +363,7 @@ async def test_recent_candidates_fuse_the_latest_facts_beside_a_query(memory: Ei
 @pytest.mark.parametrize("mode", ["raise", "slow", "nan", "wrong_dim", "short"])
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 async def test_ref_failed_embedding_degrades_to_keyword_anchor_and_recency(
-    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str], mode: str, flavour: str
+    pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs, mode: str, flavour: str
 ) -> None:
     faulty = FaultyEmbedder(embedder, delay_s=1.0)
     options = RecallOptions(embed_timeout_s=0.3)
@@ -393,7 +387,7 @@ async def test_ref_failed_embedding_degrades_to_keyword_anchor_and_recency(
 
 
 async def test_ref_precomputed_embedding_skips_the_embedder(
-    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]
+    pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs
 ) -> None:
     counting = CountingEmbedder(embedder)
     with Memory.open(pg_dsn, counting) as memory:
@@ -413,7 +407,7 @@ async def test_ref_precomputed_embedding_skips_the_embedder(
 # --- rendering ------------------------------------------------------------------------------------
 
 
-async def test_ref_rendered_block_golden(memory: Either, scope: dict[str, str]) -> None:
+async def test_ref_rendered_block_golden(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(
         [
             {
@@ -458,7 +452,7 @@ async def test_ref_rendered_block_golden(memory: Either, scope: dict[str, str]) 
     assert sorted(lines[11:]) == ["- honda civic (PRODUCT)", "- suvs (PRODUCT)"]
 
 
-async def test_ref_hostile_text_is_collapsed_to_one_line(memory: Either, scope: dict[str, str]) -> None:
+async def test_ref_hostile_text_is_collapsed_to_one_line(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(
         [
             {
@@ -483,13 +477,13 @@ async def test_ref_hostile_text_is_collapsed_to_one_line(memory: Either, scope: 
     ]
 
 
-async def test_ref_empty_context_when_nothing_matched(memory: Either, scope: dict[str, str]) -> None:
+async def test_ref_empty_context_when_nothing_matched(memory: Either, scope: ScopeArgs) -> None:
     result = await memory.recall(NETFLIX_QUERY, **scope)
     assert result.context == "" and result.facts == () and result.entities == ()
     assert (await memory.recall(None, **scope)).context == ""
 
 
-async def test_ref_source_quote_and_confidence_are_raw_only(memory: Either, scope: dict[str, str]) -> None:
+async def test_ref_source_quote_and_confidence_are_raw_only(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(
         [{**BRIDGE[1], "confidence": 0.77, "source_quote": "I could watch Breaking Bad forever"}], **scope
     )
@@ -502,7 +496,7 @@ async def test_ref_source_quote_and_confidence_are_raw_only(memory: Either, scop
 
 
 async def test_deterministic_and_identical_between_sync_and_async(
-    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]
+    pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs
 ) -> None:
     with Memory.open(pg_dsn, embedder) as sync_memory:
         sync_memory.add_facts(BRIDGE, **scope)
@@ -517,7 +511,7 @@ async def test_deterministic_and_identical_between_sync_and_async(
 # --- hubs ----------------------------------------------------------------------------------------
 
 
-async def test_hub_is_not_an_anchor_and_its_name_is_not_a_keyword(memory: Either, scope: dict[str, str]) -> None:
+async def test_hub_is_not_an_anchor_and_its_name_is_not_a_keyword(memory: Either, scope: ScopeArgs) -> None:
     facts = [
         {"subject": "caroline", "predicate": "likes", "object": f"hobby {i}", "object_type": "HOBBY"} for i in range(20)
     ]
@@ -541,7 +535,7 @@ async def test_hub_is_not_an_anchor_and_its_name_is_not_a_keyword(memory: Either
     assert any("anchor" in s.ranks for s in not_hub.facts)
 
 
-async def test_a_named_hub_completes_the_keyword_term_count(memory: Either, scope: dict[str, str]) -> None:
+async def test_a_named_hub_completes_the_keyword_term_count(memory: Either, scope: ScopeArgs) -> None:
     facts = [
         {"subject": "caroline", "predicate": "likes", "object": f"hobby {i}", "object_type": "HOBBY"} for i in range(20)
     ]
@@ -559,9 +553,7 @@ async def test_a_named_hub_completes_the_keyword_term_count(memory: Either, scop
     assert all("keyword" not in s.ranks for s in alone.facts)
 
 
-async def test_a_term_common_in_the_scope_is_left_out_of_the_keyword_search(
-    memory: Either, scope: dict[str, str]
-) -> None:
+async def test_a_term_common_in_the_scope_is_left_out_of_the_keyword_search(memory: Either, scope: ScopeArgs) -> None:
     facts = [
         {"subject": f"lamp {i}", "predicate": "is", "object": "green", "object_type": "LITERAL"} for i in range(10)
     ]
@@ -583,7 +575,7 @@ async def test_a_term_common_in_the_scope_is_left_out_of_the_keyword_search(
     assert "lamp 3 is green" in keyword_texts(rare_enough)  # in 10 facts: not more than 10
 
 
-async def test_result_carries_timings_and_explanations(memory: Either, scope: dict[str, str]) -> None:
+async def test_result_carries_timings_and_explanations(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(BRIDGE, **scope)
     result = await memory.recall(NETFLIX_QUERY, **scope)
     assert {"embed", "query", "fuse", "render", "total"} <= set(result.timings_ms)
@@ -593,12 +585,12 @@ async def test_result_carries_timings_and_explanations(memory: Either, scope: di
     assert vector_hit.signal == "vector" and vector_hit.reason.startswith("cosine similarity")
 
 
-async def test_include_validation(memory: Either, scope: dict[str, str]) -> None:
+async def test_include_validation(memory: Either, scope: ScopeArgs) -> None:
     with pytest.raises(ValidationError, match="include"):
         await memory.recall("x", **scope, include=["everything"])
 
 
-async def test_keyword_matches_parts_of_codes_and_dotted_names(memory: Either, scope: dict[str, str]) -> None:
+async def test_keyword_matches_parts_of_codes_and_dotted_names(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(
         [
             {"subject": "user", "predicate": "ordered part", "object": "ik-40917", "object_type": "LITERAL"},
@@ -618,7 +610,7 @@ async def test_keyword_matches_parts_of_codes_and_dotted_names(memory: Either, s
 
 
 async def test_bare_query_embedding_runs_vector_and_near_anchors(
-    memory: Either, scope: dict[str, str], embedder: LocalEmbedder
+    memory: Either, scope: ScopeArgs, embedder: LocalEmbedder
 ) -> None:
     await memory.add_facts(BRIDGE, **scope)
     # a handful of entities: the reference's absolute floor, given (the gap rule needs 10)
@@ -630,9 +622,7 @@ async def test_bare_query_embedding_runs_vector_and_near_anchors(
     assert "near the query" in result.facts[0].reasons["anchor"]
 
 
-async def test_kept_facts_carry_their_true_ranks_and_match_a_wider_fusion(
-    memory: Either, scope: dict[str, str]
-) -> None:
+async def test_kept_facts_carry_their_true_ranks_and_match_a_wider_fusion(memory: Either, scope: ScopeArgs) -> None:
     """The statement returns only the facts fusion keeps; their ranks must still be their ranks in
     the full signal lists, so a small k gives exactly the head of a large k."""
     await memory.add_facts(
@@ -654,7 +644,7 @@ async def test_kept_facts_carry_their_true_ranks_and_match_a_wider_fusion(
 
 
 async def test_recall_is_the_same_with_or_without_a_spare_connection(
-    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]
+    pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs
 ) -> None:
     """pool_size=1 leaves no spare connection, so the statements run one after the other."""
     with Memory.open(pg_dsn, embedder) as wide, Memory.open(pg_dsn, embedder, pool_size=1) as narrow:
@@ -674,7 +664,7 @@ async def test_recall_is_the_same_with_or_without_a_spare_connection(
 
 
 def test_a_small_scopes_one_statement_finds_what_the_two_statements_and_the_read_after_fusion_find(
-    sync_memory: Memory, scope: dict[str, str]
+    sync_memory: Memory, scope: ScopeArgs
 ) -> None:
     """`kept_hits_statement` (a scope searched exactly) returns the hit rows of the statements run
     at once that fusion reads (every row of the facts within reach of its cut, each list's first),

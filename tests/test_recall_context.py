@@ -8,7 +8,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from conftest import Either
 
 from memsoda_core import (
     ArgumentTypeError,
@@ -21,6 +20,7 @@ from memsoda_core import (
     ValidationError,
     VectorOptions,
 )
+from tests.conftest import Either, ScopeArgs
 
 DATED = [
     {"subject": "user", "predicate": "went", "object": "hiking on mount tamalpais", "valid_at": "2023-05-07"},
@@ -58,9 +58,7 @@ def _date_hit(scored: Any) -> Any:
     return next((hit for hit in scored.hits if hit.signal == "date"), None)
 
 
-async def test_a_fact_valid_then_is_found_by_the_date_and_says_the_window(
-    memory: Either, scope: dict[str, str]
-) -> None:
+async def test_a_fact_valid_then_is_found_by_the_date_and_says_the_window(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(DATED, **scope)
     result = await memory.recall("what did I do on 7 May 2023?", **scope, as_of=AFTER, facts_in_context=3)
     top = result.facts[0]
@@ -71,7 +69,7 @@ async def test_a_fact_valid_then_is_found_by_the_date_and_says_the_window(
     assert [scored.fact.text for scored in result.facts if _date_hit(scored)] == [top.fact.text]  # the window alone
 
 
-async def test_a_fact_that_held_in_the_window_and_ended_since_is_listed(memory: Either, scope: dict[str, str]) -> None:
+async def test_a_fact_that_held_in_the_window_and_ended_since_is_listed(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(DATED, **scope)
     undated = await memory.recall("where did I live?", **scope, as_of=AFTER)
     assert "user lived in boston" not in [scored.fact.text for scored in undated.facts]  # not live now
@@ -86,7 +84,7 @@ async def test_a_fact_that_held_in_the_window_and_ended_since_is_listed(memory: 
 END_OF_2019 = datetime(2019, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
 
 
-async def test_a_question_about_what_held_then_reads_memory_as_of_then(memory: Either, scope: dict[str, str]) -> None:
+async def test_a_question_about_what_held_then_reads_memory_as_of_then(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(DATED, **scope)
     result = await memory.recall("where did I live in 2019?", **scope)  # asked now
     texts = [scored.fact.text for scored in result.facts]
@@ -98,7 +96,7 @@ async def test_a_question_about_what_held_then_reads_memory_as_of_then(memory: E
     assert result.to_dict()["as_of"] == "2019-12-31T23:59:59.999999+00:00"
 
 
-async def test_an_event_question_or_the_option_off_reads_now(memory: Either, scope: dict[str, str]) -> None:
+async def test_an_event_question_or_the_option_off_reads_now(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(DATED, **scope)
     off = RecallOptions(as_of_from_question=False)
     event = await memory.recall("what did I do in 2023?", **scope)
@@ -113,7 +111,7 @@ async def test_an_event_question_or_the_option_off_reads_now(memory: Either, sco
     assert set(boston.ranks) == {"date"}
 
 
-async def test_the_callers_as_of_or_known_at_wins_over_the_question(memory: Either, scope: dict[str, str]) -> None:
+async def test_the_callers_as_of_or_known_at_wins_over_the_question(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(DATED, **scope)
     for given in ({"as_of": AFTER}, {"known_at": datetime.now(UTC)}):
         result = await memory.recall("where did I live in 2019?", **scope, **given)
@@ -121,7 +119,7 @@ async def test_the_callers_as_of_or_known_at_wins_over_the_question(memory: Eith
         assert "user lives in denver" in [scored.fact.text for scored in result.facts]
 
 
-async def test_no_date_no_date_signal_and_the_option_turns_it_off(memory: Either, scope: dict[str, str]) -> None:
+async def test_no_date_no_date_signal_and_the_option_turns_it_off(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(DATED, **scope)
     plain = await memory.recall("what did I do on the mountain?", **scope, as_of=AFTER)
     assert all(_date_hit(scored) is None for scored in plain.facts)
@@ -135,7 +133,7 @@ SHORT_LISTS = RecallOptions(vector=VectorOptions(candidates=2), conversation=Con
 """Lists of two in a memory of six facts: what a list of 50 is in a memory of thousands."""
 
 
-async def test_a_follow_up_reaches_its_plan_through_the_conversation(memory: Either, scope: dict[str, str]) -> None:
+async def test_a_follow_up_reaches_its_plan_through_the_conversation(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts([PLAN, *OTHERS], **scope)
     alone = await memory.recall(FOLLOW_UP, **scope, options=SHORT_LISTS)
     assert alone.facts and PLAN["object"] not in alone.context
@@ -164,12 +162,12 @@ async def test_a_follow_up_reaches_its_plan_through_the_conversation(memory: Eit
         {"role": "user", "content": "hi"},
     ],
 )
-async def test_a_malformed_conversation_is_refused(memory: Either, scope: dict[str, str], conversation: Any) -> None:
+async def test_a_malformed_conversation_is_refused(memory: Either, scope: ScopeArgs, conversation: Any) -> None:
     with pytest.raises(ValidationError, match="conversation"):
         await memory.recall(FOLLOW_UP, **scope, conversation=conversation)
 
 
-async def test_min_relevance_empties_an_unrelated_recall_only(memory: Either, scope: dict[str, str]) -> None:
+async def test_min_relevance_empties_an_unrelated_recall_only(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts([PLAN, *OTHERS], **scope)
     unrelated = "lattice quantum chromodynamics on GPUs"
     temples = "which temples will I see in kyoto?"
@@ -193,7 +191,7 @@ def test_min_relevance_is_a_share(floor: float) -> None:
         RecallOptions(min_relevance=floor)
 
 
-def test_the_adapters_pass_the_conversation(pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]) -> None:
+def test_the_adapters_pass_the_conversation(pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs) -> None:
     from langchain_core.messages import AIMessage, HumanMessage
     from llama_index.core.llms import ChatMessage
 

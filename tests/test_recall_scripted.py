@@ -6,8 +6,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from psycopg import sql
-
 from memsoda_core.errors import EmbeddingError
 from memsoda_core.options import DEFAULT_OPTIONS, FIRST_PERSON_OPTIONS
 from memsoda_core.recall.hits import HitRow
@@ -15,7 +13,7 @@ from memsoda_core.recall.operation import recall
 from memsoda_core.recall.planning import ScopeSizes
 from memsoda_core.recall.scope_stats import ScopeStatsCache, StatsRow, stats_statement
 from memsoda_core.recall.statements import facts_statement
-from memsoda_core.runner.steps import Concurrently, EmbedQuery, Execute, Planning
+from memsoda_core.runner.steps import Concurrently, EmbedQuery, Execute, Planning, Statement
 from memsoda_core.store.fact_columns import FACT_COLUMNS
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.store.tenant_index import scope_facts_statement
@@ -86,7 +84,7 @@ def fact_row(**fields: Any) -> tuple[Any, ...]:
     return tuple(values[column.name] for column in FACT_COLUMNS)
 
 
-def text(statement: sql.Composable) -> str:
+def text(statement: Statement) -> str:
     return statement.as_string(None)
 
 
@@ -96,7 +94,7 @@ def signal_statements(requests: list[Any]) -> list[Execute]:
 
 def test_an_embedder_failure_degrades_to_keyword_named_anchors_and_recency() -> None:
     script = store(10)
-    script.embed_error = EmbeddingError("the embedder timed out")  # type: ignore[union-attr]
+    script.embed_error = EmbeddingError("the embedder timed out")
     conversation = drive(recall_of("where does the user live?"), script)
     assert conversation.result.degraded
     assert "embedding failed" in (conversation.result.degraded_reason or "")
@@ -145,7 +143,7 @@ def test_the_scope_size_is_remembered_between_recalls() -> None:
 
 
 def hit(signal: str, fact_id: int, rank: int, **details: Any) -> HitRow:
-    return HitRow(signal=signal, fact_id=fact_id, rank=rank, valid_at_us=rank, **details)  # type: ignore[arg-type]
+    return HitRow(signal=signal, fact_id=fact_id, rank=rank, valid_at_us=rank, **details)
 
 
 def test_fusion_ranks_a_fact_two_signals_found_above_one_found_by_one() -> None:

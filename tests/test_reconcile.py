@@ -15,13 +15,13 @@ import pytest
 
 from memsoda_core import IntervalError, LocalEmbedder, Memory, NotFoundError, NotLiveError
 from memsoda_core.store.schema import SCHEMA_VERSION
-from tests.conftest import Either
+from tests.conftest import Either, ScopeArgs
 
 LIVES = {"subject": "user", "predicate": "lives in", "object": "amsterdam", "object_type": "PLACE"}
 BANK = {"subject": "user", "predicate": "bank is", "object": "abn amro", "object_type": "LITERAL"}
 
 
-def live_count(pg_dsn: str, scope: dict[str, str], predicate: str, schema: str = "memsoda") -> int:
+def live_count(pg_dsn: str, scope: ScopeArgs, predicate: str, schema: str = "memsoda") -> int:
     with psycopg.connect(pg_dsn) as conn:
         row = conn.execute(
             f"SELECT count(*) FROM {schema}.facts WHERE dataset = %s AND project = %s"  # noqa: S608
@@ -32,7 +32,7 @@ def live_count(pg_dsn: str, scope: dict[str, str], predicate: str, schema: str =
     return int(row[0])
 
 
-async def test_a_fact_equal_to_a_live_one_resolves_to_it(memory: Either, scope: dict[str, str]) -> None:
+async def test_a_fact_equal_to_a_live_one_resolves_to_it(memory: Either, scope: ScopeArgs) -> None:
     first = {**LIVES, "confidence": 0.6, "valid_at": "2025-01-01", "source_quote": "I live in Amsterdam"}
     (fact_id,) = await memory.add_facts([first], **scope)
     again = {**LIVES, "object": "Amsterdam", "confidence": 0.9, "valid_at": "2024-06-01", "source_quote": "later"}
@@ -47,14 +47,14 @@ async def test_a_fact_equal_to_a_live_one_resolves_to_it(memory: Either, scope: 
     assert context.count("user lives in amsterdam") == 1
 
 
-async def test_equal_facts_in_one_batch_are_stored_once(memory: Either, scope: dict[str, str]) -> None:
+async def test_equal_facts_in_one_batch_are_stored_once(memory: Either, scope: ScopeArgs) -> None:
     ids = await memory.add_facts([LIVES, {**LIVES, "confidence": 0.5}, {**LIVES, "object": "utrecht"}], **scope)
     assert ids[0] == ids[1] != ids[2]
     assert (await memory.stats(**scope))[0]["facts"] == 2
     assert (await memory.get_fact(ids[0], **scope)).times_seen == 2
 
 
-async def test_reimporting_an_export_adds_nothing(memory: Either, scope: dict[str, str]) -> None:
+async def test_reimporting_an_export_adds_nothing(memory: Either, scope: ScopeArgs) -> None:
     facts = [{"subject": "user", "predicate": f"likes {i % 5}", "object": f"thing {i}"} for i in range(49)]
     ids = await memory.add_facts([*facts, {**BANK, "valid_at": "2024-01-01"}], **scope)
     await memory.supersede(ids[-1], {**BANK, "object": "ing", "valid_at": "2025-01-01"}, **scope)
@@ -68,7 +68,7 @@ async def test_reimporting_an_export_adds_nothing(memory: Either, scope: dict[st
 
 
 async def test_a_new_value_of_a_single_valued_relation_supersedes_the_live_one(
-    memory: Either, scope: dict[str, str], pg_dsn: str
+    memory: Either, scope: ScopeArgs, pg_dsn: str
 ) -> None:
     assert await memory.set_single_valued(["Bank is"], **scope) == ["bank is"]
     (old,) = await memory.add_facts([{**BANK, "valid_at": "2024-01-01"}], **scope)
@@ -87,7 +87,7 @@ async def test_a_new_value_of_a_single_valued_relation_supersedes_the_live_one(
     assert live_count(pg_dsn, scope, "likes") == 2
 
 
-async def test_single_valued_per_fact_and_same_start_is_an_error(memory: Either, scope: dict[str, str]) -> None:
+async def test_single_valued_per_fact_and_same_start_is_an_error(memory: Either, scope: ScopeArgs) -> None:
     (old,) = await memory.add_facts([{**BANK, "valid_at": "2024-01-01"}], **scope)
     (new,) = await memory.add_facts(
         [{**BANK, "object": "ing", "valid_at": "2025-01-01", "single_valued": True}], **scope
@@ -98,7 +98,7 @@ async def test_single_valued_per_fact_and_same_start_is_an_error(memory: Either,
 
 
 def test_concurrent_writers_of_a_single_valued_relation_leave_one_live_fact(
-    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]
+    pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs
 ) -> None:
     vector = embedder.embed_documents(["x"])[0]
     with Memory.open(pg_dsn, embedder, pool_size=8) as memory, ThreadPoolExecutor(max_workers=8) as pool:
@@ -120,7 +120,7 @@ def test_concurrent_writers_of_a_single_valued_relation_leave_one_live_fact(
     assert live_count(pg_dsn, scope, "lives in") == 3  # equal facts written at once: stored once
 
 
-async def test_only_a_live_fact_can_be_superseded_or_ended(memory: Either, scope: dict[str, str]) -> None:
+async def test_only_a_live_fact_can_be_superseded_or_ended(memory: Either, scope: ScopeArgs) -> None:
     (first,) = await memory.add_facts([{**BANK, "valid_at": "2024-01-01"}], **scope)
     second = await memory.supersede(first, {**BANK, "object": "ing", "valid_at": "2025-01-01"}, **scope)
     with pytest.raises(NotLiveError) as raised:
@@ -140,7 +140,7 @@ async def test_only_a_live_fact_can_be_superseded_or_ended(memory: Either, scope
     assert stats["facts"] == 2  # the rejected supersede wrote nothing
 
 
-async def test_list_facts_pages_by_keyset_and_filters(memory: Either, scope: dict[str, str]) -> None:
+async def test_list_facts_pages_by_keyset_and_filters(memory: Either, scope: ScopeArgs) -> None:
     facts = [{"subject": f"person {i % 3}", "predicate": "knows", "object": f"friend {i}"} for i in range(7)]
     ids = await memory.add_facts(facts, **scope)
     await memory.invalidate(ids[0], **scope)
@@ -159,7 +159,7 @@ async def test_list_facts_pages_by_keyset_and_filters(memory: Either, scope: dic
 
 
 def test_a_version_4_store_with_duplicates_migrates_without_losing_them(
-    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]
+    pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs
 ) -> None:
     schema = "reconcile_v4"
     try:
@@ -194,7 +194,7 @@ def test_a_version_4_store_with_duplicates_migrates_without_losing_them(
 
 
 def test_the_cli_lists_shows_supersedes_invalidates_and_tells_a_fact_history(
-    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]
+    pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs
 ) -> None:
     from typer.testing import CliRunner
 

@@ -22,7 +22,6 @@ from pathlib import Path
 import numpy as np
 import psycopg
 import pytest
-from conftest import Either, open_memory
 from psycopg import sql
 from typer.testing import CliRunner
 
@@ -30,10 +29,12 @@ from bench.hashembed import HashEmbedder
 from memsoda_core import EmbedderMismatchError, EmbeddingError, LocalEmbedder, Memory
 from memsoda_core.cli import app
 from memsoda_core.text import fact_embedding_text
+from tests.conftest import Either, ScopeArgs, open_memory
 
 ROOT = Path(__file__).resolve().parent.parent
 NEW_DIMENSIONS = 64
-BIG, SMALL = {"dataset": "big", "project": "p"}, {"dataset": "small", "project": "p"}
+BIG: ScopeArgs = {"dataset": "big", "project": "p"}
+SMALL: ScopeArgs = {"dataset": "small", "project": "p"}
 THRESHOLD = 20  # the big scope gets its own partitions (or partial indexes) and vector indexes
 
 

@@ -10,11 +10,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from conftest import Either
 from typer.testing import CliRunner
 
 from memsoda_core import ImportReport, Memory
 from memsoda_core.cli import app
+from tests.conftest import Either, ScopeArgs
 
 FACTS = [
     {"subject": "user", "predicate": "likes", "object": "tea", "valid_at": "2026-01-01"},
@@ -32,12 +32,12 @@ def jsonl(records: list[dict[str, Any]]) -> str:
     return "".join(json.dumps(record) + "\n" for record in records)
 
 
-async def load(memory: Either, text: str, scope: dict[str, str], **kwargs: Any) -> ImportReport:
+async def load(memory: Either, text: str, scope: ScopeArgs, **kwargs: Any) -> ImportReport:
     report: ImportReport = await memory.import_jsonl(io.StringIO(text), **scope, **kwargs)
     return report
 
 
-async def counts(memory: Either, scope: dict[str, str]) -> tuple[int, int]:
+async def counts(memory: Either, scope: ScopeArgs) -> tuple[int, int]:
     (row,) = await memory.stats(**scope)
     return row["facts"], row["episodes"]
 
@@ -46,19 +46,19 @@ def split(report: ImportReport) -> tuple[int, int, int, int]:
     return report.facts_new, report.facts_merged, report.episodes_new, report.episodes_present
 
 
-async def exported(memory: Either, scope: dict[str, str]) -> list[dict[str, Any]]:
+async def exported(memory: Either, scope: ScopeArgs) -> list[dict[str, Any]]:
     buffer = io.StringIO()
     await memory.export_jsonl(buffer, **scope)
     return [{k: v for k, v in json.loads(line).items() if k != "id"} for line in buffer.getvalue().splitlines()]
 
 
-async def test_importing_twice_changes_nothing(memory: Either, scope: dict[str, str]) -> None:
+async def test_importing_twice_changes_nothing(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(FACTS, **scope)
     await memory.add_episodes([{k: v for k, v in e.items() if k != "kind"} for e in EPISODES], **scope)
     await memory.add_episodes([{"thread_id": "t1", "text": "Stamped now."}], **scope)  # a time to the microsecond
     buffer = io.StringIO()
     await memory.export_jsonl(buffer, **scope)
-    copy = {**scope, "dataset": scope["dataset"] + "-copy"}
+    copy: ScopeArgs = {**scope, "dataset": scope["dataset"] + "-copy"}
     first = await load(memory, buffer.getvalue(), copy)
     assert (first.facts, first.episodes, first.skipped) == (3, 4, 0)
     assert split(first) == (3, 0, 4, 0)
@@ -73,7 +73,7 @@ async def test_importing_twice_changes_nothing(memory: Either, scope: dict[str, 
     assert await counts(memory, scope) == (3, 4)
 
 
-async def test_one_changed_line_is_exactly_what_is_new(memory: Either, scope: dict[str, str]) -> None:
+async def test_one_changed_line_is_exactly_what_is_new(memory: Either, scope: ScopeArgs) -> None:
     assert split(await load(memory, jsonl(FACTS + EPISODES), scope)) == (3, 0, 3, 0)
     fact_changed = [{**FACTS[0], "object": "coffee"}, *FACTS[1:]]
     assert split(await load(memory, jsonl(fact_changed + EPISODES), scope)) == (1, 2, 0, 3)
@@ -86,7 +86,7 @@ async def test_one_changed_line_is_exactly_what_is_new(memory: Either, scope: di
     assert await counts(memory, scope) == (4, 6)
 
 
-async def test_repeated_and_undated_lines(memory: Either, scope: dict[str, str]) -> None:
+async def test_repeated_and_undated_lines(memory: Either, scope: ScopeArgs) -> None:
     """Equal lines in one file are one episode; a line without a time is stamped with the
     import's, and the next import of it finds that episode (same thread and text)."""
     undated = {"kind": "episode", "thread_id": "t9", "text": "No time given."}
@@ -98,7 +98,7 @@ async def test_repeated_and_undated_lines(memory: Either, scope: dict[str, str])
     assert await counts(memory, scope) == (1, 2)
 
 
-async def test_skip_reports_the_same_bad_lines_each_time(memory: Either, scope: dict[str, str]) -> None:
+async def test_skip_reports_the_same_bad_lines_each_time(memory: Either, scope: ScopeArgs) -> None:
     lines = jsonl(FACTS[:2]) + "{not json\n" + jsonl([EPISODES[0], {"kind": "episode", "text": ""}])
     for expected in ((2, 0, 1, 0), (0, 2, 0, 1)):
         report = await load(memory, lines, scope, on_error="skip")
@@ -108,7 +108,7 @@ async def test_skip_reports_the_same_bad_lines_each_time(memory: Either, scope: 
     assert await counts(memory, scope) == (2, 1)
 
 
-def test_two_imports_at_once_write_each_episode_once(sync_memory: Memory, scope: dict[str, str]) -> None:
+def test_two_imports_at_once_write_each_episode_once(sync_memory: Memory, scope: ScopeArgs) -> None:
     text = jsonl(EPISODES + [{"kind": "episode", "thread_id": "t1", "text": f"note {n}"} for n in range(40)])
     start = threading.Barrier(2)
     reports: list[ImportReport] = []
@@ -127,7 +127,7 @@ def test_two_imports_at_once_write_each_episode_once(sync_memory: Memory, scope:
     assert row["episodes"] == 43
 
 
-def test_cli_says_what_was_new(pg_dsn: str, scope: dict[str, str], tmp_path: Path) -> None:
+def test_cli_says_what_was_new(pg_dsn: str, scope: ScopeArgs, tmp_path: Path) -> None:
     path = tmp_path / "memory.jsonl"
     path.write_text(jsonl(FACTS + EPISODES), encoding="utf-8")
     where = ["--dataset", scope["dataset"], "--project", scope["project"]]

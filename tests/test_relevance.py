@@ -11,7 +11,8 @@ from memsoda_core.recall.relevance import Calibration, calibrate
 
 
 def _unit(rows: np.ndarray) -> np.ndarray:
-    return rows / np.linalg.norm(rows, axis=-1, keepdims=True)
+    unit: np.ndarray = rows / np.linalg.norm(rows, axis=-1, keepdims=True)
+    return unit
 
 
 def _lifted(rows: np.ndarray, c: float) -> np.ndarray:
@@ -21,7 +22,7 @@ def _lifted(rows: np.ndarray, c: float) -> np.ndarray:
 
 
 def _relevance(facts: np.ndarray, query: np.ndarray) -> float:
-    levels = calibrate(facts, "m")
+    levels = calibrate(list(facts), "m")  # one vector each, as recall passes them
     assert levels is not None
     similarities = facts @ query
     return levels.relevance(float(similarities.max()), float(np.median(similarities)))
@@ -41,8 +42,8 @@ def test_relevance_does_not_move_when_the_embedders_scale_does(c: float) -> None
 
 
 def test_a_scope_too_small_or_all_alike_has_no_levels() -> None:
-    assert calibrate(_unit(np.eye(4)[:2]), "m") is None
-    assert calibrate(np.ones((5, 4)), "m") is None
+    assert calibrate(list(_unit(np.eye(4)[:2])), "m") is None
+    assert calibrate(list(np.ones((5, 4))), "m") is None
 
 
 def test_relevance_is_the_query_gap_in_units_of_the_memory_gap() -> None:

@@ -7,23 +7,23 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from conftest import Either
-from helpers import ADAPTER_FACTS, ADAPTER_QUERY
 from typer.testing import CliRunner
 
 from memsoda_core import Memory
 from memsoda_core.adapting import context_metadata
 from memsoda_core.cli import app
 from memsoda_langchain import MemsodaRetriever
+from tests.conftest import Either, ScopeArgs
+from tests.helpers import ADAPTER_FACTS, ADAPTER_QUERY
 
 LOW = {"subject": "user", "predicate": "likes", "object": "tea", "confidence": 0.3}  # stored, never recalled
 
 
-def misspelt(scope: dict[str, str]) -> dict[str, str]:
+def misspelt(scope: ScopeArgs) -> ScopeArgs:
     return {**scope, "dataset": scope["dataset"] + "x"}
 
 
-async def test_a_scope_without_facts_says_so(memory: Either, scope: dict[str, str]) -> None:
+async def test_a_scope_without_facts_says_so(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(ADAPTER_FACTS, **scope)
     held = await memory.recall(ADAPTER_QUERY, **scope)
     assert held.context and held.scope_empty is False
@@ -35,7 +35,7 @@ async def test_a_scope_without_facts_says_so(memory: Either, scope: dict[str, st
     assert other_project.scope_empty is True
 
 
-async def test_facts_that_do_not_match_are_not_an_empty_scope(memory: Either, scope: dict[str, str]) -> None:
+async def test_facts_that_do_not_match_are_not_an_empty_scope(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts([LOW], **scope)
     result = await memory.recall("what does the user like?", **scope)
     assert (result.context, result.scope_empty) == ("", False)
@@ -44,14 +44,14 @@ async def test_facts_that_do_not_match_are_not_an_empty_scope(memory: Either, sc
     assert (before.context, before.scope_empty) == ("", False)
 
 
-async def test_a_forgotten_scope_is_empty(memory: Either, scope: dict[str, str]) -> None:
+async def test_a_forgotten_scope_is_empty(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(ADAPTER_FACTS, **scope)
     assert (await memory.recall(ADAPTER_QUERY, **scope)).scope_empty is False  # its size is remembered now
     await memory.forget(**scope)
     assert (await memory.recall(ADAPTER_QUERY, **scope)).scope_empty is True
 
 
-async def test_facts_written_elsewhere_are_seen(memory: Either, sync_memory: Memory, scope: dict[str, str]) -> None:
+async def test_facts_written_elsewhere_are_seen(memory: Either, sync_memory: Memory, scope: ScopeArgs) -> None:
     """A size remembered as 0 by this memory is out of date once another one writes: what recall
     finds decides, the scope is not reported empty."""
     assert (await memory.recall(ADAPTER_QUERY, **scope)).scope_empty is True
@@ -60,7 +60,7 @@ async def test_facts_written_elsewhere_are_seen(memory: Either, sync_memory: Mem
     assert "user drives honda civic" in result.context and result.scope_empty is False
 
 
-async def test_adapters_metadata_carries_it(memory: Either, scope: dict[str, str]) -> None:
+async def test_adapters_metadata_carries_it(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(ADAPTER_FACTS, **scope)
     retriever = MemsodaRetriever(memory=memory.raw, **scope)
     (doc,) = await retriever.ainvoke(ADAPTER_QUERY)
@@ -69,7 +69,7 @@ async def test_adapters_metadata_carries_it(memory: Either, scope: dict[str, str
     assert context_metadata(empty, episodes=False)["scope_empty"] is True
 
 
-def test_cli_says_the_scope_holds_no_facts(pg_dsn: str, scope: dict[str, str]) -> None:
+def test_cli_says_the_scope_holds_no_facts(pg_dsn: str, scope: ScopeArgs) -> None:
     runner = CliRunner()
 
     def cli(*args: str) -> Any:

@@ -23,8 +23,6 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
-from conftest import Either, open_memory
-from helpers import CountingEmbedder, FaultyEmbedder, OtherModel
 from psycopg import sql
 
 from memsoda_core import (
@@ -49,8 +47,10 @@ from memsoda_core import (
 )
 from memsoda_core.limits import MAX_BATCH, MAX_NAME_CHARS
 from memsoda_core.store.schema import ENTITY_FILLFACTOR, SCHEMA_VERSION
+from tests.conftest import Either, ScopeArgs, open_memory
+from tests.helpers import CountingEmbedder, FaultyEmbedder, OtherModel
 
-NETFLIX = [
+NETFLIX: list[dict[str, Any]] = [
     {"subject": "breaking bad", "predicate": "streams on", "object": "netflix", "object_type": "PRODUCT"},
     {
         "subject": "user",
@@ -108,13 +108,13 @@ def test_a_fresh_store_is_analyzed_once_it_holds_a_few_hundred_facts(pg_dsn: str
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
-def test_schema_creation_is_idempotent(pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]) -> None:
+def test_schema_creation_is_idempotent(pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs) -> None:
     with Memory.open(pg_dsn, embedder) as first:
         first.add_facts(NETFLIX[:1], **scope)
     with Memory.open(pg_dsn, embedder) as second:
         assert second.recall("netflix", **scope).facts
     with psycopg.connect(pg_dsn) as conn:
-        meta = dict(conn.execute("SELECT key, value FROM memsoda.meta").fetchall())
+        meta: dict[str, str] = dict(conn.execute("SELECT key, value FROM memsoda.meta").fetchall())
     assert meta["schema_version"] == str(SCHEMA_VERSION)
     assert meta["model"] == embedder.model
     assert meta["dimensions"] == "384"
@@ -159,7 +159,7 @@ def test_a_store_of_an_older_version_is_upgraded_at_open(pg_dsn: str, embedder: 
             conn.execute("DROP SCHEMA IF EXISTS upgrade_test CASCADE")
 
 
-def test_other_schema_name_is_a_separate_store(pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]) -> None:
+def test_other_schema_name_is_a_separate_store(pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs) -> None:
     with Memory.open(pg_dsn, embedder, schema="memsoda_other") as other:
         other.add_facts(NETFLIX[:1], **scope)
         assert other.info.schema == "memsoda_other"
@@ -225,9 +225,7 @@ def test_core_imports_without_langchain_or_llamaindex() -> None:
 # --- the write path ----------------------------------------------------------------------------
 
 
-async def test_add_facts_returns_ids_in_order_and_links_entities(
-    memory: Either, pg_dsn: str, scope: dict[str, str]
-) -> None:
+async def test_add_facts_returns_ids_in_order_and_links_entities(memory: Either, pg_dsn: str, scope: ScopeArgs) -> None:
     ids = await memory.add_facts(NETFLIX, **scope)
     assert len(ids) == 3 and ids == sorted(ids)
     with psycopg.connect(pg_dsn) as conn:
@@ -237,7 +235,7 @@ async def test_add_facts_returns_ids_in_order_and_links_entities(
             " WHERE f.dataset = %s ORDER BY f.id",
             (scope["dataset"],),
         ).fetchall()
-        entities = dict(
+        entities: dict[str, str] = dict(
             conn.execute("SELECT name, type FROM memsoda.entities WHERE dataset = %s", (scope["dataset"],)).fetchall()
         )
     assert [(r[0], r[1]) for r in rows] == list(zip(ids, ["breaking bad", "user", "user"], strict=True))
@@ -251,9 +249,7 @@ async def test_add_facts_returns_ids_in_order_and_links_entities(
     }
 
 
-async def test_literal_object_anchors_on_subject_and_names_are_normalized(
-    memory: Either, scope: dict[str, str]
-) -> None:
+async def test_literal_object_anchors_on_subject_and_names_are_normalized(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(
         [FactInput(subject="  The   USER ", predicate="is aged", object="42", object_type="literal")], **scope
     )
@@ -265,7 +261,7 @@ async def test_literal_object_anchors_on_subject_and_names_are_normalized(
 
 
 async def test_fact_embedding_is_anchor_enriched(
-    memory: Either, pg_dsn: str, scope: dict[str, str], embedder: LocalEmbedder
+    memory: Either, pg_dsn: str, scope: ScopeArgs, embedder: LocalEmbedder
 ) -> None:
     await memory.add_facts([NETFLIX[1]], **scope)
     expected = embedder.embed_documents(["user favourite show is breaking bad. About: breaking bad."])[0]
@@ -281,7 +277,7 @@ async def test_fact_embedding_is_anchor_enriched(
 
 
 async def test_given_vectors_are_stored_instead_of_embedding_the_facts(
-    memory: Either, pg_dsn: str, scope: dict[str, str], embedder: LocalEmbedder
+    memory: Either, pg_dsn: str, scope: ScopeArgs, embedder: LocalEmbedder
 ) -> None:
     # the vector of an unrelated text, so only the given vector can explain what is stored and found
     given = embedder.embed_documents(["the orbital mechanics of jupiter's moons", "pasta recipes"])
@@ -307,7 +303,7 @@ async def test_given_vectors_are_stored_instead_of_embedding_the_facts(
 
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 async def test_only_new_entity_names_are_embedded(
-    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str], flavour: str
+    pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs, flavour: str
 ) -> None:
     counting = CountingEmbedder(embedder)
     memory = await open_memory(flavour, pg_dsn, counting)
@@ -340,7 +336,7 @@ class HookedEmbedder(CountingEmbedder):
 
 
 def test_no_transaction_is_open_while_the_model_embeds_and_a_concurrent_forget_is_survived(
-    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]
+    pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs
 ) -> None:
     seen: list[tuple[list[str], int]] = []
     in_use: list[int] = []
@@ -383,14 +379,14 @@ def test_no_transaction_is_open_while_the_model_embeds_and_a_concurrent_forget_i
     ],
 )
 async def test_unusable_given_vectors_raise_and_write_nothing(
-    memory: Either, scope: dict[str, str], vectors: Any, message: str
+    memory: Either, scope: ScopeArgs, vectors: Any, message: str
 ) -> None:
     with pytest.raises(ValidationError, match=message):
         await memory.add_facts(NETFLIX[:2], **scope, vectors=vectors)
     assert await memory.stats(**scope) == []
 
 
-async def test_mentions_and_explicit_anchor(memory: Either, scope: dict[str, str]) -> None:
+async def test_mentions_and_explicit_anchor(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(
         [
             {
@@ -409,7 +405,7 @@ async def test_mentions_and_explicit_anchor(memory: Either, scope: dict[str, str
     assert scored.fact.anchor == "netflix"
 
 
-async def test_invalidate_and_supersede(memory: Either, scope: dict[str, str]) -> None:
+async def test_invalidate_and_supersede(memory: Either, scope: ScopeArgs) -> None:
     (old,) = await memory.add_facts(
         [{"subject": "user", "predicate": "lives in", "object": "berlin", "valid_at": "2024-01-01"}], **scope
     )
@@ -432,7 +428,7 @@ async def test_invalidate_and_supersede(memory: Either, scope: dict[str, str]) -
         await memory.invalidate(old, **scope, at="2023-01-01")
 
 
-async def test_supersede_is_atomic(memory: Either, scope: dict[str, str]) -> None:
+async def test_supersede_is_atomic(memory: Either, scope: ScopeArgs) -> None:
     (old,) = await memory.add_facts(
         [{"subject": "user", "predicate": "lives in", "object": "berlin", "valid_at": "2026-01-01"}], **scope
     )
@@ -444,14 +440,14 @@ async def test_supersede_is_atomic(memory: Either, scope: dict[str, str]) -> Non
     assert stats[0]["facts"] == 1
 
 
-async def test_invalidate_cannot_reach_another_tenant(memory: Either, scope: dict[str, str]) -> None:
+async def test_invalidate_cannot_reach_another_tenant(memory: Either, scope: ScopeArgs) -> None:
     (fact_id,) = await memory.add_facts(NETFLIX[:1], **scope)
     with pytest.raises(NotFoundError):
         await memory.invalidate(fact_id, dataset=scope["dataset"], project="someone-else")
     assert (await memory.recall("netflix", **scope)).facts
 
 
-async def test_forget_entity_removes_exactly_its_facts(memory: Either, scope: dict[str, str], pg_dsn: str) -> None:
+async def test_forget_entity_removes_exactly_its_facts(memory: Either, scope: ScopeArgs, pg_dsn: str) -> None:
     await memory.add_facts(NETFLIX, **scope)
     deleted = await memory.forget(**scope, entity="Breaking Bad")
     assert deleted == 2
@@ -463,7 +459,7 @@ async def test_forget_entity_removes_exactly_its_facts(memory: Either, scope: di
         names = {
             r[0] for r in conn.execute("SELECT name FROM memsoda.entities WHERE dataset = %s", (scope["dataset"],))
         }
-        counts = dict(
+        counts: dict[str, int] = dict(
             conn.execute(
                 "SELECT name, fact_count FROM memsoda.entities WHERE dataset = %s", (scope["dataset"],)
             ).fetchall()
@@ -472,8 +468,8 @@ async def test_forget_entity_removes_exactly_its_facts(memory: Either, scope: di
     assert counts["user"] == 1  # kept in step with the facts that remain
 
 
-async def test_forget_scope_leaves_other_scopes(memory: Either, scope: dict[str, str], pg_dsn: str) -> None:
-    other = {"dataset": scope["dataset"], "project": "other"}
+async def test_forget_scope_leaves_other_scopes(memory: Either, scope: ScopeArgs, pg_dsn: str) -> None:
+    other: ScopeArgs = {"dataset": scope["dataset"], "project": "other"}
     await memory.add_facts(NETFLIX, **scope)
     await memory.add_facts(NETFLIX, **other)
     await memory.add_episodes([{"text": "we talked about cars"}], **scope)
@@ -505,7 +501,7 @@ def lexeme_counts(conn: psycopg.Connection[Any], schema: str, dataset: str, proj
     return {"kept": dict(kept), "actual": dict(actual)}
 
 
-async def test_lexeme_counts_follow_every_write(memory: Either, scope: dict[str, str], pg_dsn: str) -> None:
+async def test_lexeme_counts_follow_every_write(memory: Either, scope: ScopeArgs, pg_dsn: str) -> None:
     def counts() -> dict[str, Any]:
         with psycopg.connect(pg_dsn) as conn:
             return lexeme_counts(conn, "memsoda", scope["dataset"], scope["project"])
@@ -527,7 +523,7 @@ async def test_lexeme_counts_follow_every_write(memory: Either, scope: dict[str,
 
 
 def test_concurrent_writers_into_one_scope_keep_exact_lexeme_counts(
-    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]
+    pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs
 ) -> None:
     """Writers into one scope, about different entities (so they do not queue on an entity row),
     bump the same lexeme rows: they take them in lexeme order, so they wait for each other instead
@@ -559,7 +555,7 @@ def test_concurrent_writers_into_one_scope_keep_exact_lexeme_counts(
 
 
 def test_concurrent_writers_sharing_entities_keep_exact_counts(
-    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]
+    pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs
 ) -> None:
     """Writers into one scope about the same hub and the same new entities, created by whichever
     writer comes first (the others find them, a second round when one was committed while they
@@ -581,7 +577,7 @@ def test_concurrent_writers_sharing_entities_keep_exact_counts(
         for future in futures:
             future.result()
     with psycopg.connect(pg_dsn) as conn:
-        counts = dict(
+        counts: dict[str, int] = dict(
             conn.execute(
                 "SELECT name, fact_count FROM memsoda.entities WHERE dataset = %s AND project = %s",
                 (scope["dataset"], scope["project"]),
@@ -612,7 +608,7 @@ def slow_fact_inserts(pg_dsn: str, seconds: float) -> Iterator[None]:
             conn.execute("DROP FUNCTION memsoda.test_slow_insert()")
 
 
-def exact_counts(pg_dsn: str, scope: dict[str, str]) -> bool:
+def exact_counts(pg_dsn: str, scope: ScopeArgs) -> bool:
     """Whether every entity's fact count equals its links and the lexeme counts equal the facts'."""
     with psycopg.connect(pg_dsn) as conn:
         off = conn.execute(
@@ -632,7 +628,7 @@ SLOW = {**TEA, "object": "slow marker", "object_type": "LITERAL"}
 
 
 def test_a_writer_does_not_wait_for_another_still_inserting_into_the_same_scope(
-    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]
+    pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs
 ) -> None:
     """The counts a write bumps (its entities', the scope's lexemes', the scope's) are taken at its
     end: a writer about the same hub and words finishes while another, slowed inside its facts
@@ -656,7 +652,7 @@ def test_a_writer_does_not_wait_for_another_still_inserting_into_the_same_scope(
 
 
 def test_a_writer_does_not_wait_for_an_import_still_inserting_into_the_same_scope(
-    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]
+    pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs
 ) -> None:
     """An import bumps the counts of all its batches once, after its rows: a writer into the scope
     finishes while the import's second batch is held in its facts insert."""
@@ -683,7 +679,7 @@ def test_a_writer_does_not_wait_for_an_import_still_inserting_into_the_same_scop
     assert exact_counts(pg_dsn, scope)
 
 
-async def test_episodes_are_stored_and_recalled(memory: Either, scope: dict[str, str]) -> None:
+async def test_episodes_are_stored_and_recalled(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(NETFLIX, **scope)
     ids = await memory.add_episodes(
         [
@@ -698,12 +694,12 @@ async def test_episodes_are_stored_and_recalled(memory: Either, scope: dict[str,
     assert "# EPISODES" in result.context
 
 
-async def test_export_import_round_trip(memory: Either, scope: dict[str, str]) -> None:
+async def test_export_import_round_trip(memory: Either, scope: ScopeArgs) -> None:
     await memory.add_facts(NETFLIX, **scope)
     await memory.add_episodes([{"thread_id": "t1", "text": "talked about tv", "created_at": "2026-09-01"}], **scope)
     buffer = io.StringIO()
     assert await memory.export_jsonl(buffer, **scope) == 4
-    copy = {"dataset": scope["dataset"] + "-copy", "project": scope["project"]}
+    copy: ScopeArgs = {"dataset": scope["dataset"] + "-copy", "project": scope["project"]}
     report = await memory.import_jsonl(io.StringIO(buffer.getvalue()), **copy)
     assert (report.facts, report.episodes, report.skipped) == (3, 1, 0)
     original = await memory.recall("anything good on netflix tonight?", **scope)
@@ -715,9 +711,7 @@ async def test_export_import_round_trip(memory: Either, scope: dict[str, str]) -
     assert strip == [{k: v for k, v in json.loads(line).items() if k != "id"} for line in again.getvalue().splitlines()]
 
 
-async def test_import_rejects_whole_file_or_skips_bad_lines(
-    memory: Either, scope: dict[str, str], tmp_path: Path
-) -> None:
+async def test_import_rejects_whole_file_or_skips_bad_lines(memory: Either, scope: ScopeArgs, tmp_path: Path) -> None:
     path = tmp_path / "facts.jsonl"
     lines = [
         json.dumps(NETFLIX[0]),
@@ -762,7 +756,7 @@ GOOD = {"subject": "user", "predicate": "likes", "object": "tea"}
     ],
 )
 async def test_each_validation_error(
-    memory: Either, scope: dict[str, str], change: dict[str, Any], error: type[Exception], message: str
+    memory: Either, scope: ScopeArgs, change: dict[str, Any], error: type[Exception], message: str
 ) -> None:
     with pytest.raises(error, match=message):
         await memory.add_facts([GOOD, {**GOOD, **change}], **scope)
@@ -780,14 +774,14 @@ async def test_missing_or_bad_scope(memory: Either, bad_scope: dict[str, Any]) -
         await memory.recall("tea", **bad_scope)
 
 
-async def test_validation_errors_name_the_fact(memory: Either, scope: dict[str, str]) -> None:
+async def test_validation_errors_name_the_fact(memory: Either, scope: ScopeArgs) -> None:
     with pytest.raises(EmptyFieldError, match=r"fact #2.*subject"):
         await memory.add_facts([GOOD, {**GOOD, "subject": ""}], **scope)
     with pytest.raises(EmptyFieldError, match="missing 'object'"):
         await memory.add_facts([{"subject": "a", "predicate": "b"}], **scope)
 
 
-async def test_batch_limit(memory: Either, scope: dict[str, str]) -> None:
+async def test_batch_limit(memory: Either, scope: ScopeArgs) -> None:
     with pytest.raises(LimitError, match=str(MAX_BATCH)):
         await memory.add_facts([GOOD] * (MAX_BATCH + 1), **scope)
 
@@ -798,7 +792,7 @@ async def test_batch_limit(memory: Either, scope: dict[str, str]) -> None:
 @pytest.mark.parametrize("mode", ["raise", "nan", "wrong_dim", "short"])
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 async def test_failed_embedding_writes_nothing(
-    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str], mode: str, flavour: str
+    pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs, mode: str, flavour: str
 ) -> None:
     faulty = FaultyEmbedder(embedder)
     memory = await open_memory(flavour, pg_dsn, faulty)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -59,7 +60,7 @@ def test_an_exported_line_is_the_export_format_byte_for_byte() -> None:
     from memsoda_core.ops.transfer import fact_record, jsonl_line
 
     when = datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC)
-    stored = {column.name: None for column in FACT_COLUMNS}
+    stored: dict[str, Any] = {column.name: None for column in FACT_COLUMNS}
     stored |= {"id": 1, "subject": "Sam", "predicate": "likes", "object": "tea", "object_type": "OTHER"}
     stored |= {"anchor": "sam", "mentions": ["a"], "valid_at": when, "confidence": 0.75, "times_seen": 3}
     line = jsonl_line(fact_record(statements.ExportedFact(subject_type="PERSON", **stored)))

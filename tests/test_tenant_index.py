@@ -17,12 +17,18 @@ from typing import Any
 
 import psycopg
 import pytest
-from conftest import open_memory
-from helpers import CountingEmbedder, generic_plan, plan_nodes, run_compiled
 from psycopg import sql
 from typer.testing import CliRunner
 
-from memsoda_core import ConfigurationError, EmbeddingError, Memory, MemsodaError, RecallOptions, ValidationError
+from memsoda_core import (
+    ConfigurationError,
+    EmbeddingError,
+    LocalEmbedder,
+    Memory,
+    MemsodaError,
+    RecallOptions,
+    ValidationError,
+)
 from memsoda_core.cli import app
 from memsoda_core.layouts.access import SHARED, ScopeAccess, ScopeSize
 from memsoda_core.options import VectorOptions
@@ -33,6 +39,8 @@ from memsoda_core.recall.statements import recall_statements
 from memsoda_core.runner.policy import PREPARED_MAX
 from memsoda_core.store.tenant_index import tenant_indexes
 from memsoda_core.validation import Scope
+from tests.conftest import ScopeArgs, open_memory
+from tests.helpers import CountingEmbedder, generic_plan, plan_nodes, run_compiled
 
 THRESHOLD = 12
 
@@ -71,7 +79,7 @@ def dropped_after(pg_dsn: str, schema: str) -> Iterator[str]:
 
 
 @pytest.fixture
-def small_threshold(pg_dsn: str, embedder: Any) -> Iterator[Memory]:
+def small_threshold(pg_dsn: str, embedder: LocalEmbedder) -> Iterator[Memory]:
     with (
         dropped_after(pg_dsn, "tenant_index_test") as schema,
         Memory.open(pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD, layout="plain") as memory,
@@ -118,7 +126,7 @@ def test_recall_uses_the_tenant_index_and_finds_the_same_facts(small_threshold: 
     assert vector_index in plan
 
 
-def test_an_invalid_index_left_by_a_crash_is_rebuilt_at_open(pg_dsn: str, embedder: Any) -> None:
+def test_an_invalid_index_left_by_a_crash_is_rebuilt_at_open(pg_dsn: str, embedder: LocalEmbedder) -> None:
     index = tenant_indexes(Scope(dataset="d", project="p"))[0].name
     with dropped_after(pg_dsn, "tenant_index_crash") as schema:
         with Memory.open(pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD, layout="plain") as memory:
@@ -170,7 +178,7 @@ def test_a_large_import_rebuilds_the_fact_index_after_the_rows_and_a_small_one_k
     small_threshold: Memory, pg_dsn: str
 ) -> None:
     memory = small_threshold
-    scope = {"dataset": "d", "project": "imported"}
+    scope: ScopeArgs = {"dataset": "d", "project": "imported"}
     memory.add_facts(_facts(4 * THRESHOLD), **scope)
     facts_index, entities_index, _ = (index.name for index in tenant_indexes(Scope(**scope)))
     before = _index_oids(pg_dsn, memory.info.schema)
@@ -211,8 +219,10 @@ class FailsOnCall(CountingEmbedder):
 
 
 @pytest.mark.parametrize("flavour", ["sync", "async"])
-async def test_a_failed_import_gives_back_the_index_it_set_aside(pg_dsn: str, embedder: Any, flavour: str) -> None:
-    scope = {"dataset": "d", "project": "failed"}
+async def test_a_failed_import_gives_back_the_index_it_set_aside(
+    pg_dsn: str, embedder: LocalEmbedder, flavour: str
+) -> None:
+    scope: ScopeArgs = {"dataset": "d", "project": "failed"}
     with dropped_after(pg_dsn, f"tenant_index_failed_import_{flavour}") as schema:
         with Memory.open(pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD, layout="plain") as memory:
             memory.add_facts(_facts(THRESHOLD), **scope)
@@ -231,7 +241,7 @@ async def test_a_failed_import_gives_back_the_index_it_set_aside(pg_dsn: str, em
         assert after[facts_index] != before  # it was set aside, and is back (valid) after the failure
 
 
-def test_threshold_must_be_a_positive_int(pg_dsn: str, embedder: Any) -> None:
+def test_threshold_must_be_a_positive_int(pg_dsn: str, embedder: LocalEmbedder) -> None:
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ConfigurationError, match="tenant_index_min_facts"):
             Memory.open(pg_dsn, embedder, schema="never_made", tenant_index_min_facts=bad)  # type: ignore[arg-type]
@@ -294,7 +304,9 @@ def test_the_vector_list_is_full_through_a_tenant_index_despite_filtered_rows(sm
     assert len(vector_ids) == 15  # 20 of the 60 facts are live and above the floor; the list asked for 15
 
 
-def test_the_threshold_is_recorded_in_the_store_and_used_by_the_cli_maintain(pg_dsn: str, embedder: Any) -> None:
+def test_the_threshold_is_recorded_in_the_store_and_used_by_the_cli_maintain(
+    pg_dsn: str, embedder: LocalEmbedder
+) -> None:
     index = tenant_indexes(Scope(dataset="d", project="p"))[0].name
     with dropped_after(pg_dsn, "tenant_index_recorded") as schema:
         with Memory.open(pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD, layout="plain") as memory:
@@ -433,7 +445,7 @@ def _signal_statements(memory: Memory) -> dict[str, tuple[int, int]]:
 
 
 @pytest.fixture
-def one_connection(pg_dsn: str, embedder: Any) -> Iterator[Memory]:
+def one_connection(pg_dsn: str, embedder: LocalEmbedder) -> Iterator[Memory]:
     """A store with one pooled connection (so its prepared statements can be read) and a small
     tenant-index threshold."""
     with (
@@ -511,7 +523,7 @@ def test_a_failed_generic_statement_leaves_the_session_setting_alone(pg_dsn: str
 
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 async def test_a_generic_statement_the_client_abandons_is_reset_before_the_connection_is_reused(
-    pg_dsn: str, embedder: Any, flavour: str
+    pg_dsn: str, embedder: LocalEmbedder, flavour: str
 ) -> None:
     """An error raised in the client between the SET and the RESET (here: a missing parameter)
     leaves the SET committed on a recall's autocommit connection; the runner restores it before
@@ -527,7 +539,7 @@ async def test_a_generic_statement_the_client_abandons_is_reset_before_the_conne
         try:
             with pytest.raises(MemsodaError):
                 await either._run(abandoned(), read_only=True)  # recall's kind of run
-            if flavour == "sync":
+            if isinstance(store, Memory):  # the "sync" flavour
                 with store._runner.pool.connection() as conn:  # the same, only connection
                     assert conn.execute("SHOW plan_cache_mode").fetchone() == ("auto",)
             else:
@@ -558,14 +570,14 @@ def test_an_indexed_scope_with_any_name_recalls_through_its_own_statements(
     assert [s.fact.text for s in own.facts] == [s.fact.text for s in shared.facts]
 
 
-def test_the_longest_names_recall_through_own_and_shared_statements(pg_dsn: str, embedder: Any) -> None:
+def test_the_longest_names_recall_through_own_and_shared_statements(pg_dsn: str, embedder: LocalEmbedder) -> None:
     """No statement has a length budget: a 63-character schema and an indexed scope with
     200-character names (the limits), which its own statements carry as literals, recall the same
     facts through its own statements and through the shared ones."""
     schema = "s" * 63  # (`%` is refused in a schema name: the write statements are read by psycopg)
     scope = Scope(dataset="d%(project)s" * 16 + "d" * 8, project="p'" * 100)
     assert (len(schema), len(scope.dataset), len(scope.project)) == (63, 200, 200)
-    names = {"dataset": scope.dataset, "project": scope.project}
+    names: ScopeArgs = {"dataset": scope.dataset, "project": scope.project}
     with (
         dropped_after(pg_dsn, schema),
         Memory.open(pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD, layout="plain") as memory,
@@ -602,7 +614,7 @@ def test_shared_and_own_statements_return_the_same_recall(small_threshold: Memor
 
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 async def test_without_pipelines_recall_runs_its_statements_one_after_the_other_with_the_same_result(
-    pg_dsn: str, embedder: Any, flavour: str, monkeypatch: pytest.MonkeyPatch
+    pg_dsn: str, embedder: LocalEmbedder, flavour: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """libpq < 14 has no pipelines: no statements at once, no forced generic plans, same facts."""
     import memsoda_core.runner.async_runner
@@ -615,7 +627,7 @@ async def test_without_pipelines_recall_runs_its_statements_one_after_the_other_
         try:
             await memory.add_facts(_facts(THRESHOLD // 2), dataset="d", project="small")
             await memory.add_facts(_facts(THRESHOLD + 2), dataset="d", project="indexed")
-            scopes = [{"dataset": "d", "project": project} for project in ("small", "indexed")]
+            scopes: list[ScopeArgs] = [{"dataset": "d", "project": project} for project in ("small", "indexed")]
             piped = [await memory.recall("Who visited Town3?", **scope) for scope in scopes]
             runner = memsoda_core.runner.async_runner if memory.is_async else memsoda_core.runner.sync_runner
             monkeypatch.setattr(runner, "PIPELINE_SUPPORTED", False)
@@ -625,9 +637,14 @@ async def test_without_pipelines_recall_runs_its_statements_one_after_the_other_
 
             for connection_class in (psycopg.Connection, psycopg.AsyncConnection):
                 monkeypatch.setattr(connection_class, "pipeline", no_pipeline)
-            lent = []
+            lent: list[int] = []
             getconn = memory.raw._runner.pool.getconn
-            monkeypatch.setattr(memory.raw._runner.pool, "getconn", lambda *a, **k: lent.append(1) or getconn(*a, **k))
+
+            def counted_getconn(*args: Any, **kwargs: Any) -> Any:
+                lent.append(1)
+                return getconn(*args, **kwargs)
+
+            monkeypatch.setattr(memory.raw._runner.pool, "getconn", counted_getconn)
             alone = [await memory.recall("Who visited Town3?", **scope) for scope in scopes]
         finally:
             await memory.close()

@@ -7,19 +7,20 @@ import re
 import threading
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from helpers import generic_plan, plan_nodes
 from psycopg import sql
 
-from memsoda_core import ConfigurationError, Memory, RecallOptions
+from memsoda_core import ConfigurationError, LocalEmbedder, Memory, RecallOptions
 from memsoda_core.runner.compiled import Compiled
 from memsoda_core.store import layout as sql_layout
 from memsoda_core.store.schema import bump_layout_generation_statement
 from memsoda_core.store.tenant_index import tenant_indexes
 from memsoda_core.validation import Scope
+from tests.helpers import generic_plan, plan_nodes
 
 THRESHOLD = 12
 BIG = Scope(dataset="user-big", project="p")
@@ -45,7 +46,7 @@ def schema(pg_dsn: str) -> Iterator[str]:
 
 
 @pytest.fixture
-def memory(pg_dsn: str, embedder: Any, schema: str) -> Iterator[Memory]:
+def memory(pg_dsn: str, embedder: LocalEmbedder, schema: str) -> Iterator[Memory]:
     with Memory.open(pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD) as opened:
         yield opened
 
@@ -76,7 +77,7 @@ def _texts(memory: Memory, query: str, scope: Scope) -> list[str]:
 
 
 def test_a_new_store_is_partitioned_and_a_large_tenant_moves_with_its_rows(
-    memory: Memory, pg_dsn: str, embedder: Any, schema: str
+    memory: Memory, pg_dsn: str, embedder: LocalEmbedder, schema: str
 ) -> None:
     assert memory.info.layout == "partitioned"
     memory.add_facts(_facts(THRESHOLD - 1), **vars(BIG))
@@ -136,7 +137,7 @@ def test_a_moved_tenant_writes_edits_and_forgets_in_its_leaves(memory: Memory, p
 
 
 def test_the_other_projects_of_a_moved_dataset_share_its_rest_partition(
-    memory: Memory, pg_dsn: str, embedder: Any, schema: str
+    memory: Memory, pg_dsn: str, embedder: LocalEmbedder, schema: str
 ) -> None:
     sibling = Scope(dataset=BIG.dataset, project="notes")
     memory.add_facts(_facts(3), **vars(sibling))
@@ -183,7 +184,7 @@ def test_the_relevance_floor_reads_a_moved_tenant_and_a_small_one_alike(memory: 
 
 
 def test_a_size_remembered_from_before_the_move_still_finds_the_rows(
-    memory: Memory, pg_dsn: str, embedder: Any, schema: str
+    memory: Memory, pg_dsn: str, embedder: LocalEmbedder, schema: str
 ) -> None:
     memory.add_facts(_facts(THRESHOLD - 1), **vars(BIG))
     assert _texts(memory, "who visited Town3?", BIG)  # remembers the size: small, the DEFAULT partitions
@@ -212,7 +213,7 @@ def test_a_move_waits_for_the_dataset_s_writers_and_a_write_waits_for_the_move(
         assert _rows(conn, schema, sql_layout.tenant_tables("facts", BIG).leaf, BIG) == THRESHOLD + 2
 
 
-def test_writers_racing_a_move_lose_nothing(memory: Memory, pg_dsn: str, embedder: Any, schema: str) -> None:
+def test_writers_racing_a_move_lose_nothing(memory: Memory, pg_dsn: str, embedder: LocalEmbedder, schema: str) -> None:
     memory.add_facts(_facts(THRESHOLD - 2), **vars(BIG))
     errors: list[BaseException] = []
     written: list[int] = []
@@ -285,7 +286,7 @@ def _write_locks(memory: Memory, pg_dsn: str, scope: Scope) -> set[str]:
 
 @pytest.mark.parametrize("layout", ["partitioned", "plain"])
 def test_a_write_into_a_small_tenant_locks_the_same_relations_however_many_tenants_are_large(
-    pg_dsn: str, embedder: Any, schema: str, layout: str
+    pg_dsn: str, embedder: LocalEmbedder, schema: str, layout: str
 ) -> None:
     small = Scope(dataset="small", project="p")
     with Memory.open(pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD, layout=layout) as memory:
@@ -303,7 +304,7 @@ def test_a_write_into_a_small_tenant_locks_the_same_relations_however_many_tenan
 
 
 def test_a_plain_store_from_before_is_partitioned_at_open_and_its_tenants_move_later(
-    pg_dsn: str, embedder: Any, schema: str
+    pg_dsn: str, embedder: LocalEmbedder, schema: str
 ) -> None:
     with Memory.open(pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD, layout="plain") as old:
         ids = old.add_facts(_facts(THRESHOLD + 1), **vars(BIG))  # with partial indexes, as before
@@ -339,7 +340,7 @@ def test_a_plain_store_from_before_is_partitioned_at_open_and_its_tenants_move_l
         assert memory.add_facts(_facts(1, offset=80), dataset="small", project="p")
 
 
-def test_the_layout_is_chosen_once(pg_dsn: str, embedder: Any, schema: str) -> None:
+def test_the_layout_is_chosen_once(pg_dsn: str, embedder: LocalEmbedder, schema: str) -> None:
     with pytest.raises(ConfigurationError, match="layout must be one of"):
         Memory.open(pg_dsn, embedder, schema=schema, layout="sharded")
     with Memory.open(pg_dsn, embedder, schema=schema, layout="plain") as memory:
@@ -349,7 +350,7 @@ def test_the_layout_is_chosen_once(pg_dsn: str, embedder: Any, schema: str) -> N
 
 
 def test_unpartitioning_a_store_no_tenant_left_gives_back_plain_tables(
-    memory: Memory, pg_dsn: str, embedder: Any, schema: str
+    memory: Memory, pg_dsn: str, embedder: LocalEmbedder, schema: str
 ) -> None:
     (first,) = memory.add_facts(_facts(1), dataset="d", project="p")
     memory.close()
@@ -373,7 +374,7 @@ def test_unpartitioning_a_store_no_tenant_left_gives_back_plain_tables(
 
 
 def test_readers_and_writers_of_other_tenants_never_fail_while_tenants_move(
-    memory: Memory, pg_dsn: str, embedder: Any, schema: str
+    memory: Memory, pg_dsn: str, embedder: LocalEmbedder, schema: str
 ) -> None:
     small = [Scope(dataset=f"small-{n}", project="p") for n in range(4)]
     for scope in small:
@@ -449,8 +450,8 @@ def test_the_plans_recall_keeps_hold_one_tenant_s_partitions_only(memory: Memory
         relations = set().union(*(_generic_plan_relations(conn, statement) for statement in statements))
     tenant_relations = {name for name in relations if TENANT_RELATION.search(name)}
     if which == "moved":
-        own = {sql_layout.tenant_tables(table, scope).leaf for table in sql_layout.PARTITIONED}
-        assert tenant_relations and tenant_relations <= own  # no other tenant's partition is in the plan
+        own_leaves = {sql_layout.tenant_tables(table, scope).leaf for table in sql_layout.PARTITIONED}
+        assert tenant_relations and tenant_relations <= own_leaves  # no other tenant's partition is in the plan
     else:
         assert tenant_relations == set() and "facts_shared" in relations
 
@@ -471,7 +472,9 @@ def test_doctor_checks_that_large_tenants_have_their_partitions(memory: Memory, 
         assert check.status == "warn" and leaf.name in check.detail
 
 
-def test_a_role_that_may_not_skip_checks_still_moves_a_tenant(pg_dsn: str, embedder: Any, schema: str) -> None:
+def test_a_role_that_may_not_skip_checks_still_moves_a_tenant(
+    pg_dsn: str, embedder: LocalEmbedder, schema: str
+) -> None:
     """The move's `deadlock_timeout` and foreign-key-off settings need the SET privilege on them; a
     plain role's move falls back to a short lock timeout and checked deletes, and still moves."""
     with psycopg.connect(pg_dsn, autocommit=True) as admin:
@@ -506,7 +509,7 @@ def _recalled(memory: Memory, scope: Scope) -> list[int]:
 
 
 def test_a_memory_open_before_another_process_moves_a_tenant_is_correct_from_its_first_operation(
-    memory: Memory, pg_dsn: str, embedder: Any, schema: str
+    memory: Memory, pg_dsn: str, embedder: LocalEmbedder, schema: str
 ) -> None:
     """The move is per scope (its place is read with its size), so the store's layout generation
     stays; the old Memory's first recall of the moved tenant and of its dataset's other project
@@ -575,7 +578,7 @@ def test_a_layout_change_with_nothing_to_fail_is_noticed_by_the_generation_read(
 
 @pytest.mark.parametrize("noticed", ["by the generation read", "by the first failed statement"])
 def test_export_switches_when_the_layout_changed_under_it(
-    memory: Memory, pg_dsn: str, schema: str, noticed: str, tmp_path: Any
+    memory: Memory, pg_dsn: str, schema: str, noticed: str, tmp_path: Path
 ) -> None:
     """`export_jsonl` runs through the same layout check as every operation: after another
     process turned the store into plain tables, it exports from them, each line once (its
@@ -591,7 +594,7 @@ def test_export_switches_when_the_layout_changed_under_it(
 
 @pytest.mark.parametrize("noticed", ["by the generation read", "by the first failed statement"])
 def test_import_switches_when_the_layout_changed_under_it(
-    memory: Memory, pg_dsn: str, schema: str, noticed: str, tmp_path: Any
+    memory: Memory, pg_dsn: str, schema: str, noticed: str, tmp_path: Path
 ) -> None:
     """`import_jsonl` too: its lines land in the tables as they now are (here each one is a
     fact the scope holds, read from the plain tables and merged; as with the export, only the
@@ -611,7 +614,7 @@ def test_reembed_reads_the_layout_before_it_starts(memory: Memory, pg_dsn: str, 
     """`reembed` reads the store's layout at once, not when due: after another process turned
     the partitioned store into plain tables, it re-embeds them and the memory goes on with the
     plain forms on the new model."""
-    from test_reembed import NewModel
+    from tests.test_reembed import NewModel
 
     memory.add_facts(_facts(4), **vars(BIG))
     _unpartition(pg_dsn, schema)
@@ -631,7 +634,7 @@ def test_a_layout_change_during_a_reembed_is_noticed_by_its_switch_which_resumes
 ) -> None:
     """The switch reads the layout generation under its lock: a change committed during the
     passes rolls the switch back, and the re-embed resumes with the layout read again."""
-    from test_reembed import NewModel
+    from tests.test_reembed import NewModel
 
     memory.add_facts(_facts(4), **vars(BIG))
 

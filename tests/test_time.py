@@ -23,7 +23,7 @@ from memsoda_core.store import statements as sql_store
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import Scope
 from memsoda_core.writing import reconcile_statements as sql_reconcile
-from tests.conftest import Either, open_memory
+from tests.conftest import Either, ScopeArgs, open_memory
 from tests.scripted import Script, drive
 
 MOTHER = {"subject": "user", "predicate": "mother is", "object": "sunita", "object_type": "PERSON"}
@@ -35,19 +35,19 @@ def live_at(rows: Any) -> list[str]:
     return sorted(fact.object for fact in rows)
 
 
-async def objects(memory: Either, scope: dict[str, str], **when: Any) -> list[str]:
+async def objects(memory: Either, scope: ScopeArgs, **when: Any) -> list[str]:
     """The objects of the scope's live facts, read by `list_facts` at `when`."""
     return live_at((await memory.list_facts(**scope, **when)).facts)
 
 
-async def recalled(memory: Either, scope: dict[str, str], query: str | None = None, **when: Any) -> list[str]:
+async def recalled(memory: Either, scope: ScopeArgs, query: str | None = None, **when: Any) -> list[str]:
     return live_at(scored.fact for scored in (await memory.recall(query, **scope, **when)).facts)
 
 
 # --- valid time: no known start -----------------------------------------------------------------
 
 
-async def test_a_fact_without_a_start_is_found_as_of_any_earlier_date(memory: Either, scope: dict[str, str]) -> None:
+async def test_a_fact_without_a_start_is_found_as_of_any_earlier_date(memory: Either, scope: ScopeArgs) -> None:
     (fact_id,) = await memory.add_facts([MOTHER], **scope)
     fact = await memory.get_fact(fact_id, **scope)
     assert fact.valid_at is None and fact.created_at is not None
@@ -58,7 +58,7 @@ async def test_a_fact_without_a_start_is_found_as_of_any_earlier_date(memory: Ei
     assert "user mother is sunita  (valid: unknown – present)" in context
 
 
-async def test_invalidate_of_a_fact_without_a_start_at_yesterday_works(memory: Either, scope: dict[str, str]) -> None:
+async def test_invalidate_of_a_fact_without_a_start_at_yesterday_works(memory: Either, scope: ScopeArgs) -> None:
     (fact_id,) = await memory.add_facts([MOTHER], **scope)
     yesterday = datetime.now(UTC) - timedelta(days=1)
     assert await memory.invalidate(fact_id, **scope, at=yesterday) is True
@@ -71,7 +71,7 @@ async def test_invalidate_of_a_fact_without_a_start_at_yesterday_works(memory: E
 
 
 async def test_a_new_single_value_without_a_start_leaves_one_live_fact_at_every_as_of(
-    memory: Either, scope: dict[str, str]
+    memory: Either, scope: ScopeArgs
 ) -> None:
     await memory.set_single_valued(["bank is"], **scope)
     (old,) = await memory.add_facts([BANK], **scope)  # no start: always, as far as memory knows
@@ -91,7 +91,7 @@ async def test_a_new_single_value_without_a_start_leaves_one_live_fact_at_every_
 
 
 async def test_two_values_without_a_start_of_one_single_valued_relation_in_one_write_are_refused(
-    memory: Either, scope: dict[str, str]
+    memory: Either, scope: ScopeArgs
 ) -> None:
     await memory.set_single_valued(["bank is"], **scope)
     with pytest.raises(IntervalError, match="two values without valid_at"):
@@ -99,13 +99,13 @@ async def test_two_values_without_a_start_of_one_single_valued_relation_in_one_w
     assert (await memory.list_facts(**scope, status="all")).facts == ()
 
 
-async def test_an_equal_write_without_a_start_makes_the_start_unknown(memory: Either, scope: dict[str, str]) -> None:
+async def test_an_equal_write_without_a_start_makes_the_start_unknown(memory: Either, scope: ScopeArgs) -> None:
     (fact_id,) = await memory.add_facts([{**MOTHER, "valid_at": "2026-01-01"}], **scope)
     assert await memory.add_facts([MOTHER], **scope) == [fact_id]
     assert (await memory.get_fact(fact_id, **scope)).valid_at is None  # unknown is the earliest start
 
 
-async def test_supersede_without_a_start_starts_when_memory_learns_it(memory: Either, scope: dict[str, str]) -> None:
+async def test_supersede_without_a_start_starts_when_memory_learns_it(memory: Either, scope: ScopeArgs) -> None:
     (old,) = await memory.add_facts([BANK], **scope)
     new = await memory.supersede(old, {**BANK, "object": "ing"}, **scope)
     old_fact, new_fact = await memory.get_fact(old, **scope), await memory.get_fact(new, **scope)
@@ -132,7 +132,7 @@ def _wait_for_an_advisory_lock(pg_dsn: str) -> bool:
 
 
 def test_a_write_that_waited_for_a_relation_learns_after_the_one_it_waited_for(
-    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]
+    pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs
 ) -> None:
     """The transaction time is read once the locks are held, not at the transaction's start: a
     writer that waited for another writer of the relation learns after that one committed."""
@@ -165,7 +165,7 @@ def test_a_write_that_waited_for_a_relation_learns_after_the_one_it_waited_for(
 
 
 async def test_known_at_before_a_supersede_returns_the_old_value_and_after_it_the_new(
-    memory: Either, scope: dict[str, str]
+    memory: Either, scope: ScopeArgs
 ) -> None:
     (old,) = await memory.add_facts([{**BANK, "valid_at": "2024-01-01"}], **scope)
     before = (await memory.get_fact(old, **scope)).created_at
@@ -188,7 +188,7 @@ async def test_known_at_before_a_supersede_returns_the_old_value_and_after_it_th
     assert [f.id for f in (await memory.list_facts(**scope, status="ended")).facts] == [old]
 
 
-async def test_known_at_before_a_fact_was_written_excludes_it(memory: Either, scope: dict[str, str]) -> None:
+async def test_known_at_before_a_fact_was_written_excludes_it(memory: Either, scope: ScopeArgs) -> None:
     (first,) = await memory.add_facts([MOTHER], **scope)
     between = (await memory.get_fact(first, **scope)).created_at
     (second,) = await memory.add_facts([{**MOTHER, "predicate": "father is", "object": "raj"}], **scope)
@@ -200,7 +200,7 @@ async def test_known_at_before_a_fact_was_written_excludes_it(memory: Either, sc
     assert await recalled(memory, scope, "parents") == ["raj", "sunita"]
 
 
-def test_the_cli_recalls_and_lists_at_a_known_at(pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]) -> None:
+def test_the_cli_recalls_and_lists_at_a_known_at(pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs) -> None:
     from typer.testing import CliRunner
 
     from memsoda_core.cli import app
@@ -228,7 +228,7 @@ def test_the_cli_recalls_and_lists_at_a_known_at(pg_dsn: str, embedder: LocalEmb
 
 
 async def test_export_writes_an_unknown_start_as_null_and_times_seen_and_import_restores_both(
-    memory: Either, scope: dict[str, str]
+    memory: Either, scope: ScopeArgs
 ) -> None:
     await memory.add_facts([MOTHER, MOTHER, MOTHER, {**BANK, "valid_at": "2024-01-01"}], **scope)
     exported = io.StringIO()
@@ -266,7 +266,7 @@ def test_forget_takes_every_lock_of_the_scope_before_it_deletes() -> None:
 
 
 def test_a_forget_waits_for_a_writer_of_a_relation_it_deletes(
-    pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str]
+    pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs
 ) -> None:
     """A writer holding a relation's lock (here a transaction that took it, as a write does before
     it reads) makes `forget` of a fact of that relation wait until it commits."""
@@ -371,7 +371,9 @@ def test_a_store_written_by_schema_version_5_migrates_keeping_its_starts(pg_dsn:
             assert new == 1  # the v5 fact, resolved to as any equal write
             assert memory.get_fact(1, dataset="d", project="p").valid_at is None  # now its start is unknown
         with psycopg.connect(pg_dsn) as conn:
-            meta = dict(conn.execute(sql.SQL("SELECT key, value FROM {}.meta").format(sql.Identifier(schema))))
+            meta: dict[str, str] = dict(
+                conn.execute(sql.SQL("SELECT key, value FROM {}.meta").format(sql.Identifier(schema)))
+            )
         assert meta["schema_version"] == str(ddl.SCHEMA_VERSION) and meta[ddl.LEGACY_STARTS_KEY] == "3"
         with Memory.open(pg_dsn, embedder, schema=schema) as memory:  # opened again: recorded once
             assert memory.info.legacy_starts_through == 3
@@ -392,7 +394,7 @@ def test_a_new_store_records_no_legacy_starts(pg_dsn: str, embedder: LocalEmbedd
 
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 async def test_times_and_rendered_days_do_not_follow_the_session_time_zone(
-    flavour: str, pg_dsn: str, embedder: LocalEmbedder, scope: dict[str, str], monkeypatch: pytest.MonkeyPatch
+    flavour: str, pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A client whose default time zone is west of UTC (libpq's PGTZ) reads a fact that starts at
     midnight UTC as starting that day, not the day before, and gets its times in UTC."""

@@ -14,13 +14,16 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
 
 from memsoda_core import LocalEmbedder, Memory
 from memsoda_core.distributed import Distribution, distribute
 from tests.citus.citus_setup import BIG, SHARD_COUNT
+
+if TYPE_CHECKING:
+    from tools.citus import Cluster  # loaded from its file at run time (tools/ is no package)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,7 +56,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 @pytest.fixture(scope="session")
-def cluster() -> Iterator[Any]:
+def cluster() -> Iterator[Cluster]:
     """The running cluster (`tools/citus.py` `Cluster`): `.dsn`, `.worker_nodes`, `stop_node`..."""
     root = Path(tempfile.mkdtemp(prefix="memsoda-citus-"))
     try:
@@ -64,14 +67,14 @@ def cluster() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
-def distributed(cluster: Any, embedder: LocalEmbedder) -> Distribution:
+def distributed(cluster: Cluster, embedder: LocalEmbedder) -> Distribution:
     """The store on the coordinator, created by `Memory.open`, then distributed."""
     Memory.open(cluster.dsn, embedder).close()
     return distribute(cluster.dsn, shard_count=SHARD_COUNT, isolate=[BIG], transfer_mode="block_writes")
 
 
 @pytest.fixture
-def citus_memory(cluster: Any, distributed: Distribution, embedder: LocalEmbedder) -> Iterator[Memory]:
+def citus_memory(cluster: Cluster, distributed: Distribution, embedder: LocalEmbedder) -> Iterator[Memory]:
     """A Memory on the coordinator of the distributed store."""
     with Memory.open(cluster.dsn, embedder) as memory:
         yield memory

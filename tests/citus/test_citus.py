@@ -9,7 +9,7 @@ import re
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
@@ -20,10 +20,14 @@ from memsoda_core import LocalEmbedder, Memory, StoreError
 from memsoda_core.cli import app
 from memsoda_core.distributed import Distribution, distribute, worker_settings
 from tests.citus.citus_setup import BIG, SHARD_COUNT
+from tests.conftest import ScopeArgs
+
+if TYPE_CHECKING:
+    from tools.citus import Cluster  # loaded from its file at run time (tools/ is no package)
 
 pytestmark = pytest.mark.citus
 
-FACTS = [
+FACTS: list[dict[str, Any]] = [
     {"subject": "Maya", "predicate": "works at", "object": "Acme", "object_type": "ORG", "mentions": ["Berlin"]},
     {"subject": "Maya", "predicate": "lives in", "object": "Berlin", "object_type": "PLACE"},
     {"subject": "Maya", "predicate": "likes", "object": "green tea"},
@@ -36,16 +40,16 @@ FACTS = [
 QUERIES = ["where does Maya work?", "what does Tom work on", "Berlin", "tea", None]
 
 
-def new_scope() -> dict[str, str]:
+def new_scope() -> ScopeArgs:
     return {"dataset": f"ds-{uuid.uuid4().hex[:10]}", "project": "proj"}
 
 
-def summary(memory: Memory, query: str | None, scope: dict[str, str]) -> list[tuple[str, str, str, float]]:
+def summary(memory: Memory, query: str | None, scope: ScopeArgs) -> list[tuple[str, str, str, float]]:
     result = memory.recall(query, **scope)
     return [(s.fact.subject, s.fact.predicate, s.fact.object, round(s.score, 6)) for s in result.facts]
 
 
-def test_tables_are_distributed_by_tenant_and_colocated(cluster: Any, distributed: Distribution) -> None:
+def test_tables_are_distributed_by_tenant_and_colocated(cluster: Cluster, distributed: Distribution) -> None:
     with psycopg.connect(cluster.dsn) as conn:
         rows = conn.execute(
             """SELECT logicalrelid::regclass::text, partmethod, column_to_column_name(logicalrelid, partkey),
@@ -63,7 +67,7 @@ def test_tables_are_distributed_by_tenant_and_colocated(cluster: Any, distribute
     assert again.isolated == distributed.isolated
 
 
-def test_the_distribute_command(cluster: Any, distributed: Distribution) -> None:
+def test_the_distribute_command(cluster: Cluster, distributed: Distribution) -> None:
     runner = CliRunner()
     done = runner.invoke(app, ["--dsn", cluster.dsn, "distribute", "--json", "--isolate", BIG])
     assert done.exit_code == 0, done.output
@@ -73,7 +77,7 @@ def test_the_distribute_command(cluster: Any, distributed: Distribution) -> None
     assert runner.invoke(app, ["distribute"], env={"MEMSODA_DSN": ""}).exit_code == 1  # needs a DSN
 
 
-def test_the_settings_recall_needs_reach_the_workers(cluster: Any, distributed: Distribution) -> None:
+def test_the_settings_recall_needs_reach_the_workers(cluster: Cluster, distributed: Distribution) -> None:
     """A coordinator session's SET does not reach the worker that runs a routed statement; the
     role settings `distribute` makes do."""
     assert dict(distributed.settings) == {"hnsw.iterative_scan": "relaxed_order", "hnsw.ef_search": "100"}
@@ -95,7 +99,7 @@ def test_the_settings_recall_needs_reach_the_workers(cluster: Any, distributed: 
         assert routed == ("100 relaxed_order",)
 
 
-def test_settings_reach_a_routed_knn(citus_memory: Memory, cluster: Any) -> None:
+def test_settings_reach_a_routed_knn(citus_memory: Memory, cluster: Cluster) -> None:
     """The kNN of a recall runs on the worker with the database's settings, not pgvector's defaults."""
     scope = new_scope()
     citus_memory.add_facts(FACTS[:2], **scope)
@@ -147,7 +151,7 @@ def statements_sent() -> Iterator[list[tuple[str, Any]]]:
 
     psycopg.Cursor.execute = record  # type: ignore[method-assign]
     try:
-        yield sent  # type: ignore[misc]
+        yield sent
     finally:
         psycopg.Cursor.execute = original  # type: ignore[method-assign]
 
@@ -156,12 +160,12 @@ def plan_kind(conn: psycopg.Connection[Any], text: str, params: Any) -> str:
     """'router' (one task on one shard), 'one shard, N steps', 'fan-out: N tasks', 'coordinator only'."""
     try:
         cursor = psycopg.RawCursor(conn) if isinstance(params, tuple) else conn.cursor()  # tuple: compiled, $n
-        plan = "\n".join(row[0] for row in cursor.execute("EXPLAIN " + text, params).fetchall())  # type: ignore[arg-type]
+        plan = "\n".join(row[0] for row in cursor.execute("EXPLAIN " + text, params).fetchall())
         if "Could not get remote plan" in plan:
             # Citus cannot EXPLAIN a multi-row VALUES insert's bound parameters on the worker (running
             # it binds them on the coordinator first): the same statement with its values inlined
             client = psycopg.ClientCursor(conn)
-            plan = "\n".join(row[0] for row in client.execute("EXPLAIN " + text, params).fetchall())  # type: ignore[call-overload]
+            plan = "\n".join(row[0] for row in client.execute("EXPLAIN " + text, params).fetchall())
     except psycopg.Error as exc:
         return f"explain failed: {str(exc).splitlines()[0]}"
     tasks = [int(count) for count in re.findall(r"Task Count: (\d+)", plan)]
@@ -174,7 +178,7 @@ def plan_kind(conn: psycopg.Connection[Any], text: str, params: Any) -> str:
     return f"one shard, {max(len(tasks), 2)} steps"
 
 
-def plans(cluster: Any, sent: list[tuple[Any, Any]]) -> dict[str, str]:
+def plans(cluster: Cluster, sent: list[tuple[Any, Any]]) -> dict[str, str]:
     kinds: dict[str, str] = {}
     with psycopg.connect(cluster.dsn, autocommit=True) as conn:  # EXPLAIN alone runs nothing
         register_vector(conn)
@@ -199,7 +203,7 @@ def _known(text: str) -> bool:
     return any(pattern.match(text) for pattern in NOT_ROUTED.values())
 
 
-def test_recall_statements_are_routed_to_one_shard(citus_memory: Memory, cluster: Any) -> None:
+def test_recall_statements_are_routed_to_one_shard(citus_memory: Memory, cluster: Cluster) -> None:
     scope = new_scope()
     citus_memory.add_facts(FACTS, **scope)
     with statements_sent() as sent:
@@ -211,7 +215,7 @@ def test_recall_statements_are_routed_to_one_shard(citus_memory: Memory, cluster
     assert sum(kind == "router" for kind in kinds.values()) >= 2  # the scope read and the hits statements
 
 
-def test_write_statements_stay_on_one_shard(citus_memory: Memory, cluster: Any) -> None:
+def test_write_statements_stay_on_one_shard(citus_memory: Memory, cluster: Cluster) -> None:
     scope = new_scope()
     citus_memory.add_facts(FACTS[:1], **scope)
     with statements_sent() as sent:
@@ -225,8 +229,10 @@ def test_write_statements_stay_on_one_shard(citus_memory: Memory, cluster: Any) 
 # --- isolation and faults ---------------------------------------------------------------------------------
 
 
-def test_a_large_tenant_has_a_shard_of_its_own(citus_memory: Memory, cluster: Any, distributed: Distribution) -> None:
-    scope = {"dataset": BIG, "project": "proj"}
+def test_a_large_tenant_has_a_shard_of_its_own(
+    citus_memory: Memory, cluster: Cluster, distributed: Distribution
+) -> None:
+    scope: ScopeArgs = {"dataset": BIG, "project": "proj"}
     many = [{"subject": f"Item {n}", "predicate": "is stored in", "object": f"bin {n % 7}"} for n in range(25)]
     citus_memory.add_facts(many, **scope)
     assert citus_memory.recall("where is item 3 stored", **scope).facts
@@ -247,7 +253,7 @@ def test_a_large_tenant_has_a_shard_of_its_own(citus_memory: Memory, cluster: An
     assert SHARD_COUNT >= 2
 
 
-def _worker_of(cluster: Any, scope: dict[str, str]) -> Any:
+def _worker_of(cluster: Cluster, scope: ScopeArgs) -> Any:
     with psycopg.connect(cluster.dsn) as conn:
         row = conn.execute(
             """SELECT nodeport FROM pg_dist_shard_placement
@@ -259,7 +265,9 @@ def _worker_of(cluster: Any, scope: dict[str, str]) -> Any:
     return node
 
 
-def test_a_worker_stopped_mid_write_leaves_nothing_and_the_memory_recovers(citus_memory: Memory, cluster: Any) -> None:
+def test_a_worker_stopped_mid_write_leaves_nothing_and_the_memory_recovers(
+    citus_memory: Memory, cluster: Cluster
+) -> None:
     scope = new_scope()
     citus_memory.add_facts(FACTS[:1], **scope)
     node = _worker_of(cluster, scope)
@@ -291,7 +299,7 @@ def test_a_worker_stopped_mid_write_leaves_nothing_and_the_memory_recovers(citus
     assert counts["facts"] == len(FACTS)
 
 
-def test_an_indexed_tenant_recalls(cluster: Any, distributed: Distribution, embedder: LocalEmbedder) -> None:
+def test_an_indexed_tenant_recalls(cluster: Cluster, distributed: Distribution, embedder: LocalEmbedder) -> None:
     """An indexed scope's own statements (its name where its partial indexes must match) run on a
     distributed store, planned afresh, and each is routed to the scope's shard. Last in this file:
     it lowers the store's tenant-index threshold."""
@@ -306,7 +314,7 @@ def test_an_indexed_tenant_recalls(cluster: Any, distributed: Distribution, embe
         assert any(f.fact.subject == "item 3" for f in result.facts)
 
 
-def test_langgraph_items_on_citus(citus_memory: Memory, cluster: Any) -> None:
+def test_langgraph_items_on_citus(citus_memory: Memory, cluster: Cluster) -> None:
     """Items (schema v7) live on their tenant's shard: writes with their facts, gets and recalls are
     routed; a prefix over several datasets and a namespace listing run across shards."""
     from memsoda_langgraph import MemsodaStore
@@ -317,7 +325,8 @@ def test_langgraph_items_on_citus(citus_memory: Memory, cluster: Any) -> None:
         store.put(ann, "1", {"content": "Ann plays the cello"})
         store.put(ben, "1", {"content": "Ben plays the drums"})
         store.put(ann, "1", {"content": "Ann plays the viola"})
-        assert store.get(ann, "1").value == {"content": "Ann plays the viola"}
+        item = store.get(ann, "1")
+        assert item is not None and item.value == {"content": "Ann plays the viola"}
         assert [i.value["content"] for i in store.search(ann, query="which instrument?")] == ["Ann plays the viola"]
     kinds = plans(cluster, sent)
     print("\nitem plans:", *(f"  {kind:28} {text[:100]}" for text, kind in kinds.items()), sep="\n")
@@ -328,7 +337,7 @@ def test_langgraph_items_on_citus(citus_memory: Memory, cluster: Any) -> None:
     assert store.list_namespaces(prefix=("memories",)) == [ann]
 
 
-def test_remember_on_citus_stays_on_one_shard(citus_memory: Memory, cluster: Any) -> None:
+def test_remember_on_citus_stays_on_one_shard(citus_memory: Memory, cluster: Cluster) -> None:
     from tests.scripted_extractor import ScriptedExtractor, add, answer, supersede
 
     scope = new_scope()
@@ -351,7 +360,7 @@ def test_remember_on_citus_stays_on_one_shard(citus_memory: Memory, cluster: Any
     check_routing(kinds, lambda text: _known(text) or kinds[text] == "coordinator only")
 
 
-def test_forget_on_citus_stays_on_one_shard(citus_memory: Memory, cluster: Any) -> None:
+def test_forget_on_citus_stays_on_one_shard(citus_memory: Memory, cluster: Cluster) -> None:
     scope = new_scope()
     citus_memory.add_facts(FACTS, **scope)
     citus_memory.add_episodes([{"text": "Maya talked about Berlin", "thread_id": "t-1"}], **scope)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -14,10 +14,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # bench/ is a dire
 
 from bench.__main__ import main
 
+if TYPE_CHECKING:
+    from tools.citus import Cluster  # loaded from its file at run time (tools/ is no package)
+
 pytestmark = pytest.mark.citus
 
 
-def test_citus_bench_smoke(cluster: Any, pg_dsn: str, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+def test_citus_bench_smoke(
+    cluster: Cluster, pg_dsn: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("MEMSODA_DSN", pg_dsn)  # the one node: the session's server
     args = ["citus", "--small", "60", "--large", "150", "--recalls", "3", "--writes", "2", "--warmup", "1", "--tuned"]
     assert main([*args, "--citus-dsn", cluster.dsn]) == 0

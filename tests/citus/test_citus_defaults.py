@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
@@ -18,6 +18,10 @@ from memsoda_core.distributed import distribute
 from memsoda_core.recall.scope_stats import stats_statement
 from memsoda_core.runner.policy import PREPARE_ONLY_WHEN_ASKED
 from tests.citus.test_citus import FACTS, check_routing, new_scope, plans, statements_sent
+from tests.conftest import ScopeArgs
+
+if TYPE_CHECKING:
+    from tools.citus import Cluster  # loaded from its file at run time (tools/ is no package)
 
 pytestmark = pytest.mark.citus
 
@@ -25,7 +29,7 @@ SCHEMA = "at_defaults"
 
 
 @pytest.fixture(scope="module")
-def default_store(cluster: Any, embedder: LocalEmbedder) -> str:
+def default_store(cluster: Cluster, embedder: LocalEmbedder) -> str:
     """The store in `SCHEMA`, made by `Memory.open`, distributed with no options."""
     Memory.open(cluster.dsn, embedder, schema=SCHEMA).close()
     distribute(cluster.dsn, SCHEMA)
@@ -33,12 +37,12 @@ def default_store(cluster: Any, embedder: LocalEmbedder) -> str:
 
 
 @pytest.fixture
-def memory(cluster: Any, default_store: str, embedder: LocalEmbedder) -> Iterator[Memory]:
+def memory(cluster: Cluster, default_store: str, embedder: LocalEmbedder) -> Iterator[Memory]:
     with Memory.open(cluster.dsn, embedder, schema=default_store) as opened:
         yield opened
 
 
-def _recall_statements(memory: Memory, scope: dict[str, str]) -> list[tuple[str, Any]]:
+def _recall_statements(memory: Memory, scope: ScopeArgs) -> list[tuple[str, Any]]:
     """The statements (text, parameters) of two recalls of `scope`, with a query and without, that
     keep plans: not the scope's statistics read (`recall.scope_stats`, planned with its values)."""
     with statements_sent() as sent:
@@ -53,7 +57,7 @@ def _recall_statements(memory: Memory, scope: dict[str, str]) -> list[tuple[str,
     ]
 
 
-def test_the_cluster_default_shard_count(cluster: Any, default_store: str) -> None:
+def test_the_cluster_default_shard_count(cluster: Cluster, default_store: str) -> None:
     with psycopg.connect(cluster.dsn) as conn:
         ((default,),) = conn.execute("SELECT current_setting('citus.shard_count')::int").fetchall()
         ((shards,),) = conn.execute(
@@ -62,7 +66,7 @@ def test_the_cluster_default_shard_count(cluster: Any, default_store: str) -> No
     assert shards == default == 32
 
 
-def test_recall_statements_name_the_scope_and_are_routed(memory: Memory, cluster: Any) -> None:
+def test_recall_statements_name_the_scope_and_are_routed(memory: Memory, cluster: Cluster) -> None:
     scope = new_scope()
     memory.add_facts(FACTS, **scope)
     statements = _recall_statements(memory, scope)
@@ -90,7 +94,7 @@ def test_a_small_scope_recall_is_one_statement(memory: Memory) -> None:
     assert text.lstrip().startswith("WITH")
 
 
-def test_kept_plans_of_recall_statements_are_routed(memory: Memory, cluster: Any) -> None:
+def test_kept_plans_of_recall_statements_are_routed(memory: Memory, cluster: Cluster) -> None:
     """The plans PostgreSQL keeps for prepared statements (generic, planned without the values):
     Citus raises for any that would run on more than one shard (`multi_task_query_log_level`),
     and uses the kept plan (`generic_plans`) rather than planning again."""
@@ -104,13 +108,13 @@ def test_kept_plans_of_recall_statements_are_routed(memory: Memory, cluster: Any
         for text, params in statements:
             cursor = psycopg.RawCursor(conn) if isinstance(params, tuple) else conn.cursor()  # tuple: compiled, $n
             for _ in range(2):
-                cursor.execute(text, params, prepare=True).fetchall()  # type: ignore[arg-type]
+                cursor.execute(text, params, prepare=True).fetchall()
         kept = conn.execute("SELECT statement, generic_plans FROM pg_prepared_statements").fetchall()
     assert len(kept) == len({text for text, _ in statements})
     assert all(generic >= 2 for _, generic in kept)
 
 
-def test_a_shared_statement_with_a_bound_tenant_has_no_kept_plan(memory: Memory, cluster: Any) -> None:
+def test_a_shared_statement_with_a_bound_tenant_has_no_kept_plan(memory: Memory, cluster: Cluster) -> None:
     """Why each scope names itself: the same statement with the tenant bound cannot be planned
     generically by Citus, so it would be planned at every run."""
     scope = new_scope()
@@ -128,7 +132,7 @@ def test_a_shared_statement_with_a_bound_tenant_has_no_kept_plan(memory: Memory,
             psycopg.RawCursor(conn).execute(bound, values, prepare=True)
 
 
-def test_kept_plans_stay_right_when_the_tenant_moves(memory: Memory, cluster: Any) -> None:
+def test_kept_plans_stay_right_when_the_tenant_moves(memory: Memory, cluster: Cluster) -> None:
     """A Memory whose connections hold plans routed to a tenant's shard recalls the same facts
     after `distribute --isolate` moved the tenant to a new shard (Citus drops the kept plans)."""
     scope = new_scope()
@@ -143,7 +147,7 @@ def test_kept_plans_stay_right_when_the_tenant_moves(memory: Memory, cluster: An
     assert recalled() == before
 
 
-def test_the_relevance_floor_is_measured_with_routed_statements(memory: Memory, cluster: Any) -> None:
+def test_the_relevance_floor_is_measured_with_routed_statements(memory: Memory, cluster: Cluster) -> None:
     """`min_relevance` adds two reads (the scope's latest embeddings, the query's typical
     similarity): each names the tenant, so each is a router plan."""
     scope = new_scope()

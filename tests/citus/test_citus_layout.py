@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import psycopg
 import pytest
@@ -13,6 +13,9 @@ from memsoda_core import ConfigurationError, LocalEmbedder, Memory
 from memsoda_core.distributed import distribute
 from memsoda_core.store import layout as sql_layout
 
+if TYPE_CHECKING:
+    from tools.citus import Cluster  # loaded from its file at run time (tools/ is no package)
+
 pytestmark = pytest.mark.citus
 
 FACTS = [
@@ -21,7 +24,7 @@ FACTS = [
 ]
 
 
-def _partitioned_store(cluster: Any, embedder: LocalEmbedder, schema: str) -> list[int]:
+def _partitioned_store(cluster: Cluster, embedder: LocalEmbedder, schema: str) -> list[int]:
     """A store in `schema` as one made on a server without Citus is: partitioned, with facts."""
     with Memory.open(cluster.dsn, embedder, schema=schema, layout="plain") as memory:
         ids = memory.add_facts(FACTS, dataset="ds", project="p")
@@ -34,7 +37,7 @@ def _partitioned_store(cluster: Any, embedder: LocalEmbedder, schema: str) -> li
     return ids
 
 
-def test_a_store_on_citus_is_plain_and_cannot_be_made_partitioned(cluster: Any, embedder: LocalEmbedder) -> None:
+def test_a_store_on_citus_is_plain_and_cannot_be_made_partitioned(cluster: Cluster, embedder: LocalEmbedder) -> None:
     with pytest.raises(ConfigurationError, match="not for a Citus database"):
         Memory.open(cluster.dsn, embedder, schema="layout_refused", layout="partitioned")
     with Memory.open(cluster.dsn, embedder, schema="layout_default") as memory:
@@ -42,7 +45,7 @@ def test_a_store_on_citus_is_plain_and_cannot_be_made_partitioned(cluster: Any, 
 
 
 def test_distribute_turns_a_partitioned_store_into_plain_distributed_tables(
-    cluster: Any, embedder: LocalEmbedder
+    cluster: Cluster, embedder: LocalEmbedder
 ) -> None:
     ids = _partitioned_store(cluster, embedder, "was_partitioned")
     done = distribute(cluster.dsn, schema="was_partitioned")
@@ -56,7 +59,7 @@ def test_distribute_turns_a_partitioned_store_into_plain_distributed_tables(
         assert new > max(ids)
 
 
-def test_distribute_refuses_a_store_whose_tenants_have_moved(cluster: Any, embedder: LocalEmbedder) -> None:
+def test_distribute_refuses_a_store_whose_tenants_have_moved(cluster: Cluster, embedder: LocalEmbedder) -> None:
     _partitioned_store(cluster, embedder, "has_moved")
     with psycopg.connect(cluster.dsn) as conn:
         conn.execute("INSERT INTO has_moved.tenant_partitions (dataset, project) VALUES ('ds', 'p')")
@@ -73,7 +76,7 @@ def _recall_ids(memory: Memory) -> set[int]:
 
 @pytest.mark.parametrize("made", ["plain", "partitioned"])
 def test_a_memory_open_before_distribute_switches_at_its_first_operation(
-    cluster: Any, embedder: LocalEmbedder, made: str
+    cluster: Cluster, embedder: LocalEmbedder, made: str
 ) -> None:
     """A Memory opened on the one-node store goes on after `distribute` (another process) with the
     distributed forms from its first operation: the layout generation `distribute` bumps is read
