@@ -34,8 +34,8 @@ import psycopg
 from psycopg import sql
 
 from bench import synth
-from bench.common import ScopeArgs, bench_memory, connect, environment, markdown_table, percentiles
-from memsoda_core import Memory
+from bench.common import bench_memory, connect, environment, markdown_table, percentiles
+from memsoda_core import Memory, ScopeArgs
 from memsoda_core.distributed import distribute
 from memsoda_core.embedders import Embedder
 

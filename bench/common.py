@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from importlib import metadata
-from typing import Any, TypedDict
+from typing import Any
 
 import psycopg
 from pgvector.psycopg import register_vector
@@ -22,13 +22,6 @@ from psycopg import sql
 from memsoda_core import Memory
 from memsoda_core.embedders import Embedder
 from memsoda_core.runner.policy import PREPARE_ONLY_WHEN_ASKED, SESSION_SETTINGS
-
-
-class ScopeArgs(TypedDict):
-    """One scope's `dataset=` and `project=` keyword arguments, passed to Memory's calls as `**scope`."""
-
-    dataset: str
-    project: str
 
 
 @contextmanager

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import metrics, realmem
-from bench.common import ScopeArgs, bench_memory, connect, environment, markdown_table, percentiles
-from memsoda_core import Memory
+from bench.common import bench_memory, connect, environment, markdown_table, percentiles
+from memsoda_core import Memory, ScopeArgs
 from memsoda_core.embedders import Embedder
 from memsoda_core.learning import ExtractionRequest
 

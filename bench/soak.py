@@ -45,8 +45,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from bench.common import ScopeArgs
-from memsoda_core import AsyncMemory
+from memsoda_core import AsyncMemory, ScopeArgs
 from memsoda_core.embedders import Embedder
 
 PEOPLE = ["ana", "ben", "carla", "dev", "emil", "fatima", "goran", "hana", "ivo", "jules", "kenji", "lea"]

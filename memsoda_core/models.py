@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import date, datetime
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, TypedDict
 
 Signal: TypeAlias = str
 """A ranked list a recall can fuse: the name of a signal in `recall.signals.REGISTRY` (`SIGNAL_NAMES`:
@@ -18,6 +18,14 @@ IncludeOption = Literal["raw", "episodes", "synthesis"]
 
 LITERAL = "LITERAL"
 """`object_type` of an object that is a value rather than an entity."""
+
+
+class ScopeArgs(TypedDict):
+    """One tenant's `dataset=` and `project=` keyword arguments, spread into a call:
+    `memory.recall(query, **scope)`."""
+
+    dataset: str
+    project: str
 
 
 TimeInput: TypeAlias = datetime | date | str

@@ -36,7 +36,7 @@ from langgraph.store.base import (
 )
 from langgraph.store.base.embed import get_text_at_path
 
-from memsoda_core import AsyncMemory, ConfigurationError, Memory
+from memsoda_core import AsyncMemory, ConfigurationError, Memory, ScopeArgs
 from memsoda_core.items.values import ItemInput, StoredItem
 from memsoda_core.validation import check_scope
 
@@ -49,7 +49,7 @@ logger = logging.getLogger(__name__)
 class _Puts:
     """Consecutive puts into one scope: one `put_items` call (one transaction, one embedding)."""
 
-    scope: dict[str, str]
+    scope: ScopeArgs
     items: list[ItemInput]
 
 
@@ -111,7 +111,7 @@ class MemsodaStore(BaseStore):
         self._sweeper: _Sweeper | None = None
         self._sweep_task: asyncio.Task[None] | None = None
 
-    def scope(self, namespace: tuple[str, ...]) -> dict[str, str]:
+    def scope(self, namespace: tuple[str, ...]) -> ScopeArgs:
         """The memsoda scope (dataset, project keywords) of a namespace."""
         return {"dataset": self._dataset_of(tuple(namespace[: self._scope_depth])), "project": self._project}
 
@@ -191,7 +191,7 @@ class MemsodaStore(BaseStore):
             scope = self.scope(op.namespace)
             return "get_item", {"namespace": op.namespace, "key": op.key, **scope, **_refresh(op)}
         if isinstance(op, SearchOp):
-            scope = self._scope_or_project(
+            where = self._scope_or_project(
                 op.namespace_prefix if len(op.namespace_prefix) >= self._scope_depth else None
             )
             return "search_items", {
@@ -200,7 +200,7 @@ class MemsodaStore(BaseStore):
                 "filter": op.filter,
                 "limit": op.limit,
                 "offset": op.offset,
-                **scope,
+                **where,
                 **_refresh(op),
             }
         assert isinstance(op, ListNamespacesOp)
@@ -217,7 +217,10 @@ class MemsodaStore(BaseStore):
 
     def _scope_or_project(self, namespace: tuple[str, ...] | None) -> dict[str, str]:
         """A namespace's scope, or (None) every dataset of the store's project."""
-        return {"project": self._project} if namespace is None else self.scope(namespace)
+        if namespace is None:
+            return {"project": self._project}
+        scope = self.scope(namespace)
+        return {"dataset": scope["dataset"], "project": scope["project"]}
 
     def _call_sync(self, memory: Memory, op: Op) -> Any:
         name, kwargs = self._arguments(op)

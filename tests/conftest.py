@@ -11,11 +11,11 @@ import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
 import pytest
 
-from memsoda_core import AsyncMemory, Embedder, LocalEmbedder, Memory
+from memsoda_core import AsyncMemory, Embedder, LocalEmbedder, Memory, ScopeArgs
 from memsoda_core import server as embedded
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -43,13 +43,6 @@ def embedder() -> LocalEmbedder:
     model = LocalEmbedder()
     model.embed_query("warm up")
     return model
-
-
-class ScopeArgs(TypedDict):
-    """A (dataset, project) pair, spread into calls as keyword arguments: `mem.recall(query, **scope)`."""
-
-    dataset: str
-    project: str
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ from memsoda_core import (
     ExtractionError,
     ImportFormatError,
     LimitError,
+    ScopeArgs,
     ValidationError,
 )
 from memsoda_core.learning.messages import check_messages
@@ -29,7 +30,7 @@ from memsoda_core.learning.operations import check_answer
 from memsoda_core.limits import MAX_TIMES_SEEN
 from memsoda_core.ops import parse_jsonl
 from memsoda_core.validation import validate_fact
-from tests.conftest import Either, ScopeArgs
+from tests.conftest import Either
 from tests.scripted_extractor import ScriptedExtractor, add, answer
 
 HUGE_DIGITS = "1" * 5_000

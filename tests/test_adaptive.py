@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from memsoda_core import FIRST_PERSON_OPTIONS, RecallOptions
+from memsoda_core import FIRST_PERSON_OPTIONS, RecallOptions, ScopeArgs
 from memsoda_core.errors import LimitError
 from memsoda_core.models import ScopeStats
 from memsoda_core.options import (
@@ -24,7 +24,7 @@ from memsoda_core.recall.result import statement_params
 from memsoda_core.recall.scope_stats import ScopeStatsCache, StatsRow, decode_stats
 from memsoda_core.recall.signals import RecallRequest
 from memsoda_core.validation import Scope
-from tests.conftest import Either, ScopeArgs
+from tests.conftest import Either
 
 NOTES = ScopeStats(sampled=120, subject_share=1.0, lexemes_per_fact=22.0, restated_share=0.02)
 TRIPLES = ScopeStats(sampled=120, subject_share=0.85, lexemes_per_fact=5.0, restated_share=0.0)

@@ -15,10 +15,10 @@ from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.prebuilt import create_react_agent
 
-from memsoda_core import ConfigurationError, LimitError, Memory, ScopeError
+from memsoda_core import ConfigurationError, LimitError, Memory, ScopeArgs, ScopeError
 from memsoda_core.limits import MAX_K
 from memsoda_langchain import memory_tools
-from tests.conftest import Either, ScopeArgs
+from tests.conftest import Either
 from tests.scripted_extractor import ScriptedExtractor, add, answer
 
 

@@ -17,8 +17,8 @@ from typing import Any, Protocol
 import pytest
 from typer.testing import CliRunner, Result
 
+from memsoda_core import ScopeArgs
 from memsoda_core.cli import app, main
-from tests.conftest import ScopeArgs
 
 ENV = {"COLUMNS": "200", "NO_COLOR": "1"}
 

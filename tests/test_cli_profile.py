@@ -7,9 +7,8 @@ import json
 
 from typer.testing import CliRunner
 
-from memsoda_core import Memory
+from memsoda_core import Memory, ScopeArgs
 from memsoda_core.cli import app
-from tests.conftest import ScopeArgs
 
 ENV = {"COLUMNS": "200", "NO_COLOR": "1"}
 

@@ -20,11 +20,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from memsoda_core import LocalEmbedder, Memory
+from memsoda_core import LocalEmbedder, Memory, ScopeArgs
 from memsoda_core import embed_service as service
 from memsoda_core.cli import app, server_status
 from memsoda_core.errors import EmbeddingError
-from tests.conftest import ScopeArgs
 from tests.helpers import FaultyEmbedder
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"

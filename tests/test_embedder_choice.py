@@ -14,12 +14,12 @@ import pytest
 from psycopg import sql
 from typer.testing import CliRunner
 
-from memsoda_core import AsyncMemory, LocalEmbedder, Memory, embedders
+from memsoda_core import AsyncMemory, LocalEmbedder, Memory, ScopeArgs, embedders
 from memsoda_core.cli import app
 from memsoda_core.embedders.choice import parse_spec
 from memsoda_core.embedders.openai import OpenAIEmbedder
 from memsoda_core.errors import ConfigurationError, EmbedderMismatchError
-from tests.conftest import ScopeArgs, open_memory
+from tests.conftest import open_memory
 from tests.fake_openai import FakeOpenAI
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"

@@ -25,10 +25,11 @@ from memsoda_core import (
     LlamaIndexExtractor,
     Memory,
     OpenAIExtractor,
+    ScopeArgs,
 )
 from memsoda_core.learning import PROMPT_VERSION, extraction_schema, load_prompt
 from memsoda_core.learning.schema import MODEL_FIELDS
-from tests.conftest import Either, ScopeArgs
+from tests.conftest import Either
 from tests.fake_openai import FakeOpenAI, Fault
 from tests.scripted_extractor import add, answer
 

@@ -40,6 +40,7 @@ from memsoda_core import (
     LocalEmbedder,
     Memory,
     RecallOptions,
+    ScopeArgs,
     ScopeError,
     StoreBusyError,
     StoreError,
@@ -50,7 +51,7 @@ from memsoda_core import (
 from memsoda_core import limits as L
 from memsoda_core import server as embedded
 from memsoda_core.runner.policy import POOL_MIN_SIZE
-from tests.conftest import Either, ScopeArgs, open_memory
+from tests.conftest import Either, open_memory
 from tests.helpers import FaultyEmbedder
 
 FACTS = [

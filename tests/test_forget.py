@@ -14,8 +14,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from memsoda_core import LocalEmbedder, Memory, NotFoundError, NotLiveError
-from tests.conftest import Either, ScopeArgs
+from memsoda_core import LocalEmbedder, Memory, NotFoundError, NotLiveError, ScopeArgs
+from tests.conftest import Either
 
 LIVES = {"subject": "user", "predicate": "lives in", "object": "amsterdam", "object_type": "PLACE"}
 MOVED = {**LIVES, "object": "utrecht"}

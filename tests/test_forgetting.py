@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from memsoda_core import ForgetReport, Memory, NotFoundError, RetentionRule, ValidationError
+from memsoda_core import ForgetReport, Memory, NotFoundError, RetentionRule, ScopeArgs, ValidationError
 from memsoda_core.cli import app
-from tests.conftest import Either, ScopeArgs
+from tests.conftest import Either
 from tests.scripted_extractor import ScriptedExtractor, add, answer, supersede
 
 

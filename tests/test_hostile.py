@@ -33,6 +33,7 @@ from memsoda_core import (
     LocalEmbedder,
     Memory,
     MemsodaError,
+    ScopeArgs,
     ScopeError,
     TextTooLongError,
     ValidationError,
@@ -41,7 +42,7 @@ from memsoda_core.limits import MAX_K
 from memsoda_core.recall.render import ENTITIES_HEADING, EPISODES_HEADING, FACTS_HEADING, HEADER
 from memsoda_core.text import collapse_line, normalize_name
 from memsoda_core.validation import validate_fact
-from tests.conftest import Either, ScopeArgs
+from tests.conftest import Either
 
 MEGABYTE = 1_000_000
 

@@ -24,9 +24,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
 
-from memsoda_core import AsyncMemory, LocalEmbedder, Memory
+from memsoda_core import AsyncMemory, LocalEmbedder, Memory, ScopeArgs
 from memsoda_core.limits import MAX_K
-from tests.conftest import Either, ScopeArgs
+from tests.conftest import Either
 
 # --- the shared world tenants draw from -----------------------------------------------------------
 

@@ -16,9 +16,9 @@ from typing import Any, Unpack
 import pytest
 from langgraph.store.base import TTLConfig
 
-from memsoda_core import AsyncMemory, NotFoundError, ValidationError
+from memsoda_core import AsyncMemory, NotFoundError, ScopeArgs, ValidationError
 from memsoda_langgraph import MemsodaStore
-from tests.conftest import Either, ScopeArgs
+from tests.conftest import Either
 
 NS = ["notes"]
 

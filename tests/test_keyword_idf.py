@@ -8,8 +8,16 @@ from typing import Any
 
 import pytest
 
-from memsoda_core import AnchorOptions, EntitiesOptions, KeywordOptions, LimitError, RecallOptions, RecallResult
-from tests.conftest import Either, ScopeArgs
+from memsoda_core import (
+    AnchorOptions,
+    EntitiesOptions,
+    KeywordOptions,
+    LimitError,
+    RecallOptions,
+    RecallResult,
+    ScopeArgs,
+)
+from tests.conftest import Either
 
 
 def keyword(result: RecallResult) -> list[str]:

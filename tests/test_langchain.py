@@ -17,9 +17,9 @@ from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_core.tools import create_retriever_tool
 from langchain_tests.integration_tests import RetrieversIntegrationTests
 
-from memsoda_core import AsyncMemory, ConfigurationError, LocalEmbedder, Memory, ScopeError
+from memsoda_core import AsyncMemory, ConfigurationError, LocalEmbedder, Memory, ScopeArgs, ScopeError
 from memsoda_langchain import LangChainEmbedder, MemsodaRetriever
-from tests.conftest import Either, ScopeArgs
+from tests.conftest import Either
 from tests.helpers import ADAPTER_FACTS as FACTS
 from tests.helpers import ADAPTER_QUERY as QUERY
 from tests.helpers import CountingEmbedder

@@ -31,7 +31,16 @@ from langgraph.store.memory import InMemoryStore
 from langmem import create_manage_memory_tool, create_search_memory_tool
 from langmem.errors import ConfigurationError as LangmemConfigurationError
 
-from memsoda_core import AsyncMemory, ConfigurationError, Fact, LocalEmbedder, Memory, ScopeError, ValidationError
+from memsoda_core import (
+    AsyncMemory,
+    ConfigurationError,
+    Fact,
+    LocalEmbedder,
+    Memory,
+    ScopeArgs,
+    ScopeError,
+    ValidationError,
+)
 from memsoda_langgraph import MemsodaStore
 
 
@@ -87,7 +96,7 @@ async def test_put_get_update_delete_round_trip(store: Store) -> None:
     assert await store.search(namespace) == []
 
 
-async def facts_of(memory: Memory | AsyncMemory, scope: dict[str, str], **options: Any) -> list[Fact]:
+async def facts_of(memory: Memory | AsyncMemory, scope: ScopeArgs, **options: Any) -> list[Fact]:
     """`list_facts` of a store's scope (`MemsodaStore.scope`), through either flavour."""
     dataset, project = scope["dataset"], scope["project"]
     if isinstance(memory, AsyncMemory):

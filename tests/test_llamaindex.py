@@ -24,9 +24,9 @@ from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from memsoda_core import AsyncMemory, ConfigurationError, LimitError, LocalEmbedder, Memory, ScopeError
+from memsoda_core import AsyncMemory, ConfigurationError, LimitError, LocalEmbedder, Memory, ScopeArgs, ScopeError
 from memsoda_llamaindex import LlamaIndexEmbedder, MemsodaMemoryBlock, MemsodaRetriever
-from tests.conftest import Either, ScopeArgs
+from tests.conftest import Either
 from tests.helpers import ADAPTER_FACTS as FACTS
 from tests.helpers import ADAPTER_QUERY as QUERY
 from tests.helpers import CountingEmbedder

@@ -14,14 +14,13 @@ import pytest
 from psycopg import sql
 
 from bench.embedders import CompressedEmbedder
-from memsoda_core import Embedder, Memory, RecallResult
+from memsoda_core import Embedder, Memory, RecallResult, ScopeArgs
 from memsoda_core.embedders import LocalEmbedder
 from memsoda_core.errors import LimitError
 from memsoda_core.options import DEFAULT_OPTIONS, AnchorOptions, RecallOptions
 from memsoda_core.recall.signals import anchor
 from memsoda_core.recall.signals.spec import RecallRequest
 from memsoda_core.validation import Scope
-from tests.conftest import ScopeArgs
 
 THINGS = (
     "golden retriever",

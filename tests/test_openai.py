@@ -24,11 +24,12 @@ from memsoda_core import (
     Memory,
     OpenAISynthesizer,
     RecallOptions,
+    ScopeArgs,
     default_embedder,
 )
 from memsoda_core.embedders import check_vectors
 from memsoda_core.embedders.openai import KNOWN_DIMENSIONS, OpenAIEmbedder
-from tests.conftest import Either, ScopeArgs
+from tests.conftest import Either
 from tests.fake_openai import DEFAULT_DIMENSIONS, FakeOpenAI, Fault, hashing_embedding
 
 MINILM = "fake-minilm"

@@ -8,13 +8,13 @@ from datetime import UTC, datetime
 
 import pytest
 
-from memsoda_core import LimitError, Profile, ValidationError
+from memsoda_core import LimitError, Profile, ScopeArgs, ValidationError
 from memsoda_core.models import Fact
 from memsoda_core.options import RecallOptions
 from memsoda_core.recall.hits import HitRow
 from memsoda_core.recall.profile import PROFILE_HEADER, build_profile, profile_statement
 from memsoda_core.recall.result import fuse_hits
-from tests.conftest import Either, ScopeArgs
+from tests.conftest import Either
 
 USER_FACTS = [
     {"subject": "user", "predicate": "lives in", "object": "lisbon", "valid_at": "2024-01-01"},

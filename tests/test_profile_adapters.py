@@ -22,11 +22,11 @@ from llama_index.core.memory import Memory as ChatMemory
 from pydantic import Field
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from memsoda_core import ConfigurationError, Memory, ScopeError
+from memsoda_core import ConfigurationError, Memory, ScopeArgs, ScopeError
 from memsoda_langchain import MemsodaContextMiddleware
 from memsoda_langchain.context import RECALL_NAME
 from memsoda_llamaindex import MemsodaMemoryBlock, MemsodaProfileBlock
-from tests.conftest import Either, ScopeArgs
+from tests.conftest import Either
 
 FACTS = [
     {"subject": "user", "predicate": "lives in", "object": "lisbon", "valid_at": "2024-01-01"},

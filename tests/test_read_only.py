@@ -23,8 +23,8 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from memsoda_core import AsyncMemory, LocalEmbedder, Memory, ReadOnlyStoreError
-from tests.conftest import Either, ScopeArgs
+from memsoda_core import AsyncMemory, LocalEmbedder, Memory, ReadOnlyStoreError, ScopeArgs
+from tests.conftest import Either
 from tests.scripted_extractor import ScriptedExtractor, add, answer
 
 SCOPE: ScopeArgs = {"dataset": "ro", "project": "p"}

@@ -20,9 +20,10 @@ from memsoda_core import (
     RecallOptions,
     RecallResult,
     RecentOptions,
+    ScopeArgs,
     ValidationError,
 )
-from tests.conftest import Either, ScopeArgs, open_memory
+from tests.conftest import Either, open_memory
 from tests.helpers import CountingEmbedder, FaultyEmbedder
 
 BRIDGE = [

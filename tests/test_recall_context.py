@@ -17,10 +17,11 @@ from memsoda_core import (
     LocalEmbedder,
     Memory,
     RecallOptions,
+    ScopeArgs,
     ValidationError,
     VectorOptions,
 )
-from tests.conftest import Either, ScopeArgs
+from tests.conftest import Either
 
 DATED = [
     {"subject": "user", "predicate": "went", "object": "hiking on mount tamalpais", "valid_at": "2023-05-07"},

@@ -13,9 +13,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from memsoda_core import IntervalError, LocalEmbedder, Memory, NotFoundError, NotLiveError
+from memsoda_core import IntervalError, LocalEmbedder, Memory, NotFoundError, NotLiveError, ScopeArgs
 from memsoda_core.store.schema import SCHEMA_VERSION
-from tests.conftest import Either, ScopeArgs
+from tests.conftest import Either
 
 LIVES = {"subject": "user", "predicate": "lives in", "object": "amsterdam", "object_type": "PLACE"}
 BANK = {"subject": "user", "predicate": "bank is", "object": "abn amro", "object_type": "LITERAL"}

@@ -26,10 +26,10 @@ from psycopg import sql
 from typer.testing import CliRunner
 
 from bench.hashembed import HashEmbedder
-from memsoda_core import EmbedderMismatchError, EmbeddingError, LocalEmbedder, Memory
+from memsoda_core import EmbedderMismatchError, EmbeddingError, LocalEmbedder, Memory, ScopeArgs
 from memsoda_core.cli import app
 from memsoda_core.text import fact_embedding_text
-from tests.conftest import Either, ScopeArgs, open_memory
+from tests.conftest import Either, open_memory
 
 ROOT = Path(__file__).resolve().parent.parent
 NEW_DIMENSIONS = 64

@@ -12,9 +12,9 @@ from typing import Any
 
 from typer.testing import CliRunner
 
-from memsoda_core import ImportReport, Memory
+from memsoda_core import ImportReport, Memory, ScopeArgs
 from memsoda_core.cli import app
-from tests.conftest import Either, ScopeArgs
+from tests.conftest import Either
 
 FACTS = [
     {"subject": "user", "predicate": "likes", "object": "tea", "valid_at": "2026-01-01"},

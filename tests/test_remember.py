@@ -12,9 +12,10 @@ from memsoda_core import (
     ExtractionError,
     Memory,
     NotLiveError,
+    ScopeArgs,
     ValidationError,
 )
-from tests.conftest import Either, ScopeArgs
+from tests.conftest import Either
 from tests.scripted_extractor import ScriptedExtractor, add, answer, end, supersede
 
 WINDOW = [

@@ -9,11 +9,11 @@ from typing import Any
 
 from typer.testing import CliRunner
 
-from memsoda_core import Memory
+from memsoda_core import Memory, ScopeArgs
 from memsoda_core.adapting import context_metadata
 from memsoda_core.cli import app
 from memsoda_langchain import MemsodaRetriever
-from tests.conftest import Either, ScopeArgs
+from tests.conftest import Either
 from tests.helpers import ADAPTER_FACTS, ADAPTER_QUERY
 
 LOW = {"subject": "user", "predicate": "likes", "object": "tea", "confidence": 0.3}  # stored, never recalled

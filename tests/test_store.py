@@ -41,13 +41,14 @@ from memsoda_core import (
     Memory,
     NotFoundError,
     NotLiveError,
+    ScopeArgs,
     ScopeError,
     TextTooLongError,
     ValidationError,
 )
 from memsoda_core.limits import MAX_BATCH, MAX_NAME_CHARS
 from memsoda_core.store.schema import ENTITY_FILLFACTOR, SCHEMA_VERSION
-from tests.conftest import Either, ScopeArgs, open_memory
+from tests.conftest import Either, open_memory
 from tests.helpers import CountingEmbedder, FaultyEmbedder, OtherModel
 
 NETFLIX: list[dict[str, Any]] = [

@@ -27,6 +27,7 @@ from memsoda_core import (
     Memory,
     MemsodaError,
     RecallOptions,
+    ScopeArgs,
     ValidationError,
 )
 from memsoda_core.cli import app
@@ -39,7 +40,7 @@ from memsoda_core.recall.statements import recall_statements
 from memsoda_core.runner.policy import PREPARED_MAX
 from memsoda_core.store.tenant_index import tenant_indexes
 from memsoda_core.validation import Scope
-from tests.conftest import ScopeArgs, open_memory
+from tests.conftest import open_memory
 from tests.helpers import CountingEmbedder, generic_plan, plan_nodes, run_compiled
 
 THRESHOLD = 12

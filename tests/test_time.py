@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from memsoda_core import IntervalError, LocalEmbedder, Memory
+from memsoda_core import IntervalError, LocalEmbedder, Memory, ScopeArgs
 from memsoda_core.forgetting.deleting import Deleted, delete_facts
 from memsoda_core.forgetting.operations import forget
 from memsoda_core.runner.steps import Execute
@@ -23,7 +23,7 @@ from memsoda_core.store import statements as sql_store
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import Scope
 from memsoda_core.writing import reconcile_statements as sql_reconcile
-from tests.conftest import Either, ScopeArgs, open_memory
+from tests.conftest import Either, open_memory
 from tests.scripted import Script, drive
 
 MOTHER = {"subject": "user", "predicate": "mother is", "object": "sunita", "object_type": "PERSON"}

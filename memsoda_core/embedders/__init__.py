@@ -3,9 +3,14 @@ picks one (`choice`: explicit, `MEMSODA_EMBEDDER`, the store's model, the enviro
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from memsoda_core.embedders.choice import build, environment_default
 from memsoda_core.embedders.local import LocalEmbedder
 from memsoda_core.embedders.protocol import Embedder, check_vectors
+
+if TYPE_CHECKING:  # for type checkers; at run time `__getattr__` imports it on first use
+    from memsoda_core.embedders.openai import OpenAIEmbedder
 
 __all__ = ["Embedder", "LocalEmbedder", "OpenAIEmbedder", "check_vectors", "default_embedder"]
 

@@ -16,11 +16,10 @@ import pytest
 from pgvector.psycopg import register_vector
 from typer.testing import CliRunner
 
-from memsoda_core import LocalEmbedder, Memory, StoreError
+from memsoda_core import LocalEmbedder, Memory, ScopeArgs, StoreError
 from memsoda_core.cli import app
 from memsoda_core.distributed import Distribution, distribute, worker_settings
 from tests.citus.citus_setup import BIG, SHARD_COUNT
-from tests.conftest import ScopeArgs
 
 if TYPE_CHECKING:
     from tools.citus import Cluster  # loaded from its file at run time (tools/ is no package)

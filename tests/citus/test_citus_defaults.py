@@ -13,12 +13,11 @@ import psycopg
 import pytest
 from pgvector.psycopg import register_vector
 
-from memsoda_core import LocalEmbedder, Memory, RecallOptions
+from memsoda_core import LocalEmbedder, Memory, RecallOptions, ScopeArgs
 from memsoda_core.distributed import distribute
 from memsoda_core.recall.scope_stats import stats_statement
 from memsoda_core.runner.policy import PREPARE_ONLY_WHEN_ASKED
 from tests.citus.test_citus import FACTS, check_routing, new_scope, plans, statements_sent
-from tests.conftest import ScopeArgs
 
 if TYPE_CHECKING:
     from tools.citus import Cluster  # loaded from its file at run time (tools/ is no package)
