@@ -220,6 +220,27 @@ async def test_ref_near_entities_threshold_and_top_k(memory: Either, scope: Scop
     assert {"user adopted golden retriever", "user feeds labrador retriever"} <= anchored
 
 
+async def test_the_second_hop_goes_through_named_anchors_only(
+    memory: Either, scope: dict[str, str], embedder: LocalEmbedder
+) -> None:
+    await memory.add_facts(
+        [
+            {"subject": "golden retriever", "predicate": "sleeps on", "object": "sofa", "object_type": "THING"},
+            {"subject": "sofa", "predicate": "was bought at", "object": "ikea", "object_type": "ORG"},
+            {"subject": "user", "predicate": "pays", "object": "income tax", "object_type": "LITERAL"},
+        ],
+        **scope,
+    )
+    query = embedder.embed_query("golden retriever")
+    near = await memory.recall("where does my pet sleep", **scope, query_embedding=query, anchor_vector_min=0.75)
+    hop1 = by_text(near, "golden retriever sleeps on sofa").reasons["anchor"]
+    assert hop1.startswith("touches 'golden retriever', near the query")
+    # a near entity is the embedder's guess; a hop from it would compound the guess
+    assert "anchor" not in by_text(near, "sofa was bought at ikea").reasons
+    named = await memory.recall("where does the golden retriever sleep", **scope)
+    assert by_text(named, "sofa was bought at ikea").reasons["anchor"] == "second hop via 'sofa'"
+
+
 # --- candidates: live, in scope, above the confidence floor -------------------------------------
 
 

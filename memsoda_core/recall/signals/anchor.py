@@ -67,14 +67,16 @@ def near_cte(schema: str, access: ScopeAccess = SHARED, *, exact: bool = False) 
 
 
 # Both hops' rows have the same columns, so that `anchor_hits` ranks them as one list; hop 2 has no
-# anchor of its own, so its via_named and via_similarity are NULL.
+# anchor of its own, so its via_named and via_similarity are NULL. Hop 2 starts from the hop-1 facts
+# of named anchors only: a near entity is the embedder's guess at what the query is about, and a hop
+# from it would add the guess's neighbours too.
 _HOP2 = """
     bridges AS{once} (
         SELECT DISTINCT fe.entity_id, b.name, b.fact_count
         FROM hop1 h
         JOIN {fact_entities} fe ON {scope_fe} AND fe.fact_id = h.fact_id
         JOIN {entities} b ON {scope_b} AND b.id = fe.entity_id
-        WHERE (SELECT count(*) FROM hop1) < %(anchor_candidates)s
+        WHERE h.via_named AND (SELECT count(*) FROM hop1) < %(anchor_candidates)s
           AND fe.entity_id NOT IN (SELECT id FROM anchors)
           AND b.fact_count < (SELECT n FROM hub_floor)
           AND b.fact_count <= %(bridge_max_facts)s AND {real}),
@@ -143,10 +145,10 @@ _ANCHOR = """
 
 def anchor_ctes(schema: str, plan: RecallPlan, access: ScopeAccess = SHARED) -> sql.Composed:
     """Anchors (named + near, never hubs), the facts touching them (the `anchor_max_facts` most
-    recently written per anchor), then the second hop through the other non-hub entities of those
-    facts; ordered by relevance, never by physical row order. Anchors and bridges are real names
-    only (`entities.real_name`): never a stopword, contraction piece or one-letter token; a named
-    anchor is also a word the scope uses as a name (`entities.name_like`).
+    recently written per anchor), then the second hop through the other non-hub entities of the
+    named anchors' facts; ordered by relevance, never by physical row order. Anchors and bridges
+    are real names only (`entities.real_name`): never a stopword, contraction piece or one-letter
+    token; a named anchor is also a word the scope uses as a name (`entities.name_like`).
 
     Hop-1 facts rank by how many anchors they touch, then by similarity to the query, recency, id.
     Hop-2 facts rank after all hop-1 facts, by the specificity of their bridges (the sum of
@@ -201,7 +203,8 @@ class AnchorOptions:
 
     group: ClassVar[str] = "anchor"
     hops: int = 2
-    """1: facts touching the anchors; 2: also facts touching their other (non-hub) entities."""
+    """1: facts touching the anchors; 2: also facts touching the other (non-hub) entities of the
+    named anchors' facts (never a near entity's: a hop from a guess adds the guess's neighbours)."""
     vector_top_k: int = 3
     """The most entities the query can come near (the near entities)."""
     vector_min: float | None = None
