@@ -221,7 +221,7 @@ async def test_ref_near_entities_threshold_and_top_k(memory: Either, scope: Scop
 
 
 async def test_the_second_hop_goes_through_named_anchors_only(
-    memory: Either, scope: dict[str, str], embedder: LocalEmbedder
+    memory: Either, scope: ScopeArgs, embedder: LocalEmbedder
 ) -> None:
     await memory.add_facts(
         [
