@@ -1,5 +1,5 @@
 """The anchor signal: facts touching the entities the query names or comes near, then one hop
-further through their other entities."""
+further from the named ones through their other entities."""
 
 from __future__ import annotations
 
