@@ -73,6 +73,7 @@ CORE_API = {
     "RecallOptions",
     "RecallResult",
     "SchemaError",
+    "ScopeArgs",
     "ScopeError",
     "ScoredFact",
     "SignalHit",
