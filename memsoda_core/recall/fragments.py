@@ -12,25 +12,31 @@ from memsoda_core.layouts.access import SHARED, ScopeAccess
 from memsoda_core.store.tenant_index import table_alias
 
 
-def where(alias: str, *, live: bool = True, access: ScopeAccess = SHARED, known: bool = False) -> sql.Composed:
+def where(
+    alias: str, *, live: bool = True, access: ScopeAccess = SHARED, known: bool = False, by_valid_at: bool = True
+) -> sql.Composed:
     """Tenant predicate on `alias` (`ScopeAccess.tenant`: the scope's names as literals, or bound); with
     `live`, also valid at %(at)s and above the confidence floor. With `known`, live as memory
     knew it at %(known_at)s (transaction time): learned by then (`created_at`), and an end it
     recorded after then (`expired_at`) does not count. Without it the text is the plain valid-time
-    test: the default recall statements carry nothing of a feature they do not use."""
+    test: the default recall statements carry nothing of a feature they do not use. Without
+    `by_valid_at` the start bound is written `(... <= %(at)s) IS TRUE` (`valid_at` is never NULL: the
+    same test), which no index answers: for a read of the scope's every live fact
+    (`signals.live`), not through the `valid_at` index."""
     a = table_alias(alias)
     scope = access.tenant(alias)
     if not live:
         return scope
+    started = sql.SQL("{a}.valid_at <= %(at)s" if by_valid_at else "({a}.valid_at <= %(at)s) IS TRUE").format(a=a)
     if known:
         return sql.SQL(
-            "{scope} AND {a}.valid_at <= %(at)s AND {a}.created_at <= %(known_at)s AND ({a}.invalid_at IS NULL"
+            "{scope} AND {started} AND {a}.created_at <= %(known_at)s AND ({a}.invalid_at IS NULL"
             " OR {a}.invalid_at > %(at)s OR {a}.expired_at > %(known_at)s) AND {a}.confidence >= %(min_confidence)s"
-        ).format(scope=scope, a=a)
+        ).format(scope=scope, started=started, a=a)
     return sql.SQL(
-        "{scope} AND {a}.valid_at <= %(at)s AND ({a}.invalid_at IS NULL OR {a}.invalid_at > %(at)s)"
+        "{scope} AND {started} AND ({a}.invalid_at IS NULL OR {a}.invalid_at > %(at)s)"
         " AND {a}.confidence >= %(min_confidence)s"
-    ).format(scope=scope, a=a)
+    ).format(scope=scope, started=started, a=a)
 
 
 _ALIASES = ("sc", "e", "fe", "b", "f", "a", "l")

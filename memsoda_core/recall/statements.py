@@ -37,16 +37,23 @@ from memsoda_core.store.fact_columns import fact_columns
 from memsoda_core.store.tenant_index import tenant_key
 from memsoda_core.validation import Scope
 
-_COMMON = "{signal} AS signal, fact_id, rank, (extract(epoch FROM valid_at)*1e6)::float8 AS valid_at_us"
-"""The columns of every hit row (float8: an unknown start, -infinity, is -inf, where an int8 cast
-would fail)."""
+_VALID_AT_US = "(extract(epoch FROM {valid_at})*1e6)::float8 AS valid_at_us"
+"""`HitRow.valid_at_us` (float8: an unknown start, -infinity, is -inf, where an int8 cast would
+fail)."""
+
+_COMMON = "{signal} AS signal, fact_id, rank, " + _VALID_AT_US.format(valid_at="valid_at")
+"""The columns of every hit row."""
+
+_KEPT_COMMON = "{signal} AS signal, fact_id, rank, valid_at"
+"""The columns every hit row of `kept_hits_statement` starts with in its `hits` CTE: `valid_at` as
+it is, turned into `valid_at_us` for the ~20 rows returned only, not the ~120 fused."""
 
 
-def _hit_select(spec: SignalSpec, columns: Sequence[str]) -> sql.Composed:
-    """The hit rows of `spec`: the common columns, then `columns` (its own expression, else a NULL
+def _hit_select(spec: SignalSpec, columns: Sequence[str], common: str = _COMMON) -> sql.Composed:
+    """The hit rows of `spec`: the `common` columns, then `columns` (its own expression, else a NULL
     of the column's type), each named (PostgreSQL takes a union's names from its first SELECT)."""
     own = dict(spec.details)
-    values: list[sql.Composable] = [sql.SQL(_COMMON).format(signal=sql.Literal(spec.name))]
+    values: list[sql.Composable] = [sql.SQL(common).format(signal=sql.Literal(spec.name))]
     for column in columns:
         value = own.get(column, f"NULL::{DETAIL_TYPES[column]}")
         values.append(sql.SQL(value if value == column else f"{value} AS {column}"))
@@ -62,14 +69,20 @@ def hits_statement(
 ) -> sql.Composed:
     """One statement running `signals` of `plan`, returning their hit rows (`hits.HitRow`, with the
     detail columns these signals fill), reading the scope's rows as `access` says."""
-    ctes, hits = _ctes_and_hits(schema, plan, signals, access, registry)
+    ctes, hits, _ = _ctes_and_hits(schema, plan, signals, access, registry)
     return sql.Composed([sql.SQL("WITH"), ctes, sql.SQL(" "), hits])
 
 
 def _ctes_and_hits(
-    schema: str, plan: RecallPlan, signals: Sequence[str], access: ScopeAccess, registry: Sequence[SignalSpec]
-) -> tuple[sql.Composed, sql.Composed]:
-    """The CTEs of `signals` (those they share once) and the union of their hit rows."""
+    schema: str,
+    plan: RecallPlan,
+    signals: Sequence[str],
+    access: ScopeAccess,
+    registry: Sequence[SignalSpec],
+    common: str = _COMMON,
+) -> tuple[sql.Composed, sql.Composed, list[str]]:
+    """The CTEs of `signals` (those they share once), the union of their hit rows (`common`
+    columns first) and the detail columns these rows have."""
     if not signals:
         raise ValueError("a recall statement needs at least one signal")
     specs = [by_name(registry)[name] for name in signals]
@@ -77,14 +90,14 @@ def _ctes_and_hits(
     for spec in specs:
         ctes += spec.ctes(schema, plan, access)
     columns = list(dict.fromkeys(column for spec in specs for column, _ in spec.details))
-    hits = sql.SQL(" UNION ALL ").join(_hit_select(spec, columns) for spec in specs)
-    return sql.SQL(",").join(ctes), hits
+    hits = sql.SQL(" UNION ALL ").join(_hit_select(spec, columns, common) for spec in specs)
+    return sql.SQL(",").join(ctes), hits, columns
 
 
 _KEPT_HITS = """,
     hits AS ({hits}),
     fused AS (
-        SELECT fact_id, sum(1.0 / (%(rrf_k)s::int + rank)) AS score, min(rank) AS best, max(valid_at_us) AS recent,
+        SELECT fact_id, sum(1.0::float8 / (%(rrf_k)s::int + rank)) AS score, min(rank) AS best, max(valid_at) AS recent,
                min(signal) AS first_signal
         FROM hits
         GROUP BY fact_id),
@@ -97,7 +110,7 @@ _KEPT_HITS = """,
         FROM {facts} f
         JOIN {entities} a ON {scope_a} AND a.id = f.anchor_id
         WHERE {scope_f} AND f.id = ANY(ARRAY(SELECT fact_id FROM kept)))
-SELECT h.*, k.*
+SELECT {hit_columns}, k.*
 FROM hits h
 JOIN fused fu ON fu.fact_id = h.fact_id
 LEFT JOIN kept_facts k ON k.id = h.fact_id AND h.signal = fu.first_signal
@@ -109,7 +122,9 @@ of `kept` as an array: planned apart from the hits they are joined to, and witho
 bench/RESULTS.md, "Planning a small scope's statement"). Each kept fact's columns are sent once,
 on the row of its first signal by name (`fused.first_signal`; NULLs on its other rows, as on an
 unkept fact's), not on each of its rows (`operation.recall` takes a fact's columns from the row
-that has them)."""
+that has them). RRF sums are float8: each term is the double `fusion.rrf_scores` adds, and summed
+in the rows' order a sum differs from its exactly rounded one by an ulp or so, far inside `TIE`
+(numeric cost more to divide, add and sort: bench/RESULTS.md, "The live facts in id order")."""
 
 TIE = Decimal("1e-9")
 """How far below the last kept fact's RRF sum a fact's rows are still returned: far wider than the
@@ -153,11 +168,27 @@ def kept_hits_statement(
 def _kept_hits_statement(
     schema: str, plan: RecallPlan, access: ScopeAccess, registry: tuple[SignalSpec, ...]
 ) -> Compiled:
-    ctes, hits = _ctes_and_hits(schema, plan, planned_signals(plan, registry), access, registry)
+    ctes, hits, details = _ctes_and_hits(
+        schema, plan, planned_signals(plan, registry), access, registry, common=_KEPT_COMMON
+    )
+    hit_columns = sql.SQL(", ").join(
+        [
+            sql.SQL("h.signal, h.fact_id, h.rank, " + _VALID_AT_US.format(valid_at="h.valid_at")),
+            *(sql.SQL("h." + column) for column in details),
+        ]
+    )
     columns = fact_columns(
         schema, default_partitions=access.default_partitions, named=access.named, leaves=access.leaves
     )
-    tail = _fragment(_KEPT_HITS, schema, access=access, hits=hits, fact_columns=columns, tie=sql.Literal(TIE))
+    tail = _fragment(
+        _KEPT_HITS,
+        schema,
+        access=access,
+        hits=hits,
+        hit_columns=hit_columns,
+        fact_columns=columns,
+        tie=sql.Literal(TIE),
+    )
     return rendered(sql.Composed([sql.SQL("WITH"), ctes, tail]))
 
 

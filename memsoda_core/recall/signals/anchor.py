@@ -48,13 +48,7 @@ def near_cte(schema: str, access: ScopeAccess = SHARED, *, exact: bool = False) 
                        c.s - lead(c.s) OVER w AS d,
                        max(c.s) OVER () - min(c.s) OVER () AS sp,
                        count(*) OVER () AS m
-                FROM (
-                    SELECT e.id, e.name, e.fact_count, 1 - (e.embedding <=> %(qvec)s) AS s
-                    FROM {entities} e
-                    WHERE {index_scope_e}
-                    ORDER BY e.embedding <=> %(qvec)s
-                    LIMIT %(near_pool)s
-                ) AS c
+                FROM {pool} AS c
                 WINDOW w AS (ORDER BY c.s DESC, c.id)
             ) AS p
         ) AS n
@@ -63,7 +57,29 @@ def near_cte(schema: str, access: ScopeAccess = SHARED, *, exact: bool = False) 
         access=access,
         min_pool=sql.Literal(NEAR_MIN_POOL),
         once=once(exact),
+        pool=fragment(_EXACT_POOL if exact else _POOL, schema, access=access),
     )
+
+
+_POOL = """(
+                    SELECT e.id, e.name, e.fact_count, 1 - (e.embedding <=> %(qvec)s) AS s
+                    FROM {entities} e
+                    WHERE {index_scope_e}
+                    ORDER BY e.embedding <=> %(qvec)s
+                    LIMIT %(near_pool)s
+                )"""
+"""The query's %(near_pool)s nearest entities, by an index a scope of its own has."""
+
+_EXACT_POOL = """(
+                    SELECT p.id, p.name, p.fact_count, 1 - p.distance AS s
+                    FROM (SELECT e.id, e.name, e.fact_count, e.embedding <=> %(qvec)s AS distance
+                          FROM {entities} e
+                          WHERE {index_scope_e}
+                          ORDER BY distance
+                          LIMIT %(near_pool)s) AS p
+                )"""
+"""`_POOL` in a scope searched exactly, each entity's distance computed once: written twice, as an
+index's order wants it, both were computed for every entity of the scope."""
 
 
 # Both hops' rows have the same columns, so that `anchor_hits` ranks them as one list; hop 2 has no

@@ -52,18 +52,29 @@ search terms and counts each named hub apart, `keyword.keyword_ctes`)."""
 
 
 def hub_floor_cte(schema: str, access: ScopeAccess = SHARED, *, exact: bool = False) -> sql.Composed:
-    """The fact count from which an entity is a hub in this scope; with `exact` (a scope searched
-    exactly), planned apart (`live.once`)."""
-    return fragment(
-        """
-    hub_floor AS{once} (
+    """The fact count from which an entity is a hub in this scope (`n`); with `exact` (a scope
+    searched exactly), planned apart (`live.once`), and the scope's fact count beside it (`facts`),
+    read once for the keyword signal too (`keyword.keyword_ctes`; behind `OFFSET 0`, as pulled up
+    the lookup ran once per reference to it)."""
+    if not exact:
+        return fragment(
+            """
+    hub_floor AS (
         SELECT greatest(%(hub_min_facts)s::bigint,
                         ceil(%(hub_min_share)s::float8*coalesce(
                             (SELECT sc.fact_count FROM {s}.scopes sc WHERE {scope_sc}),0))
                        )::bigint AS n)""",
+            schema,
+            access=access,
+        )
+    return fragment(
+        """
+    hub_floor AS MATERIALIZED (
+        SELECT greatest(%(hub_min_facts)s::bigint, ceil(%(hub_min_share)s::float8*sc.facts))::bigint AS n, sc.facts
+        FROM (SELECT coalesce((SELECT sc.fact_count FROM {s}.scopes sc WHERE {scope_sc}), 0) AS facts
+              OFFSET 0) sc)""",
         schema,
         access=access,
-        once=once(exact),
     )
 
 

@@ -70,6 +70,14 @@ listing every one's terms costs less than testing the kept ones again, and the p
 first ranks as they are, in one CTE, and each CTE is planned apart (`live.once`)."""
 
 
+_SCOPE = "(SELECT coalesce((SELECT sc.fact_count FROM {s}.scopes sc WHERE {scope_sc}), 0) AS n)"
+"""The scope's fact count (`n`), for `keyword_scope`."""
+
+_LIVE_SCOPE = "(SELECT facts AS n FROM hub_floor)"
+"""`_SCOPE` in a scope searched exactly: as `hub_floor` read it for the hub floor
+(`entities.hub_floor_cte`), the scopes row looked up once in the statement."""
+
+
 def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = False, live: bool = False) -> sql.Composed:
     """Full-text search for the query's lexemes (its terms stemmed by the store's config), minus the
     terms of any hub named in the query (a match on nothing but a hub's name is noise) and the terms
@@ -104,11 +112,12 @@ def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = Fal
     the facts kept. The term array is read through a subquery so the
     planner's estimate, and a small scope's generic plan, do not depend on the query's terms
     (bench/RESULTS.md, "Keyword signal")."""
+    scope = _LIVE_SCOPE if live else _SCOPE
     return fragment(
         """
     keyword_scope AS MATERIALIZED (
         SELECT sc.n, greatest(%(common_term_min_facts)s, %(common_term_share)s * sc.n) AS common
-        FROM (SELECT coalesce((SELECT sc.fact_count FROM {s}.scopes sc WHERE {scope_sc}), 0) AS n) sc),
+        FROM {scope} sc),
     keyword_terms AS MATERIALIZED (
         SELECT quote_literal(x.lexeme) AS lexeme, min(t.i) AS i, (array_agg(t.term ORDER BY t.i))[1] AS term,
                ln(1 + (greatest(min(sc.n), min(l.n)) - min(l.n) + 0.5) / (min(l.n) + 0.5)) AS idf
@@ -146,6 +155,7 @@ def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = Fal
         known=known,
         hub_terms=sql.SQL(HUB_TERMS),
         pool=(sql.SQL(_LIVE_POOL) if live else fragment(_POOL, schema, access=access, known=known)),
+        scope=fragment(scope, schema, access=access),
     )
 
 

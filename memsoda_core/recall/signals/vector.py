@@ -63,10 +63,13 @@ LIVE_NEAREST = """
                row_number() OVER (ORDER BY distance, id DESC) AS rank
         FROM (SELECT l.id, l.distance, l.valid_at
               FROM live l
-              ORDER BY l.distance
+              ORDER BY l.distance, l.id DESC
               LIMIT %(vector_candidates)s) v)"""
 """`vector_cte` over the scope's live facts, their distances computed once (`signals.live`), planned
-apart (`live.once`)."""
+apart (`live.once`). With no index to serve the order, its first %(vector_candidates)s are taken in
+the list's own order (ties by id), so the ranking reads them presorted: one sort, where a second
+one re-sorted the kept rows (and which of the facts tied at the cut was kept was left to the
+sort)."""
 
 
 def _ctes(schema: str, plan: RecallPlan, access: ScopeAccess) -> Sequence[sql.Composable]:
