@@ -47,9 +47,8 @@ def live_cte(schema: str, plan: RecallPlan, access: ScopeAccess) -> Sequence[sql
     is fetched once for all the scope's facts on it. The valid-time bound is one no index answers
     (`fragments.where`, `by_valid_at`): a generic plan guesses it keeps a third of the facts (it
     keeps nearly all), and read through the `valid_at` index instead, in that order, the scan
-    fetched a page per fact (1,005 buffers against 260 for a 1,000-fact scope, a sixteenth of the
-    statement's time: bench/RESULTS.md, "The live facts in id order"). Nothing reads `live` in its
-    order."""
+    fetches a heap page per fact (bench/RESULTS.md, "The live facts in id order"). Nothing reads
+    `live` in its order."""
     if not reads_live(plan):
         return ()
     distance = sql.SQL("f.embedding <=> %(qvec)s" if plan.embedding else "NULL::float8")
