@@ -23,6 +23,7 @@ from typing import Any
 from psycopg import sql
 from psycopg.rows import class_row
 
+from memsoda_core.layouts.access import SHARED
 from memsoda_core.models import FusionChoice
 from memsoda_core.options import MAX_OPTION_INT, RecallOptions
 from memsoda_core.recall.adaptive import choose
@@ -33,7 +34,8 @@ from memsoda_core.recall.signals import RecallPlan, RecallRequest
 from memsoda_core.recall.signals.anchor import anchor_ctes, near_cte
 from memsoda_core.recall.signals.entities import HUB_TERMS, hub_floor_cte, named_cte
 from memsoda_core.recall.signals.keyword import keyword_ctes
-from memsoda_core.recall.signals.vector import vector_cte
+from memsoda_core.recall.signals.live import live_cte
+from memsoda_core.recall.signals.vector import LIVE_NEAREST
 from memsoda_core.text import normalize_query
 from memsoda_core.validation import Scope
 
@@ -187,8 +189,11 @@ def statement(schema: str, variant: Variant, signals: Sequence[str] = ("vector",
     plan = RecallPlan(query=True, embedding=True, hops=variant.options.anchor.hops)
     if "anchor" in signals or "keyword" in signals:
         ctes += [hub_floor_cte(schema), named_cte(schema)]
-    if "vector" in chosen:
-        ctes.append(vector_cte(schema) if variant.validity else sql.SQL(_UNFILTERED_VECTOR).format(s=s, where=_ANY))
+    if "vector" in chosen and variant.validity:
+        # as a small scope's recall reads it: its live facts nearest first, a tie at the cut by id
+        ctes += [*live_cte(schema, RecallPlan(query=True, embedding=True, exact=True), SHARED), sql.SQL(LIVE_NEAREST)]
+    elif "vector" in chosen:
+        ctes.append(sql.SQL(_UNFILTERED_VECTOR).format(s=s, where=_ANY))
     if "anchor" in chosen:
         ctes += [near_cte(schema), anchor_ctes(schema, plan)]
     if "keyword" in chosen:
