@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from functools import lru_cache
 
@@ -69,8 +69,18 @@ def hits_statement(
 ) -> sql.Composed:
     """One statement running `signals` of `plan`, returning their hit rows (`hits.HitRow`, with the
     detail columns these signals fill), reading the scope's rows as `access` says."""
-    ctes, hits, _ = _ctes_and_hits(schema, plan, signals, access, registry)
-    return sql.Composed([sql.SQL("WITH"), ctes, sql.SQL(" "), hits])
+    union = _ctes_and_hits(schema, plan, signals, access, registry)
+    return sql.Composed([sql.SQL("WITH"), union.ctes, sql.SQL(" "), union.hits])
+
+
+@dataclass(frozen=True)
+class _SignalUnion:
+    """What `_ctes_and_hits` builds: the signals' CTEs, the union of their hit rows, and the detail
+    columns those rows carry (after the common ones)."""
+
+    ctes: sql.Composed
+    hits: sql.Composed
+    details: list[str]
 
 
 def _ctes_and_hits(
@@ -80,7 +90,7 @@ def _ctes_and_hits(
     access: ScopeAccess,
     registry: Sequence[SignalSpec],
     common: str = _COMMON,
-) -> tuple[sql.Composed, sql.Composed, list[str]]:
+) -> _SignalUnion:
     """The CTEs of `signals` (those they share once), the union of their hit rows (`common`
     columns first) and the detail columns these rows have."""
     if not signals:
@@ -91,7 +101,7 @@ def _ctes_and_hits(
         ctes += spec.ctes(schema, plan, access)
     columns = list(dict.fromkeys(column for spec in specs for column, _ in spec.details))
     hits = sql.SQL(" UNION ALL ").join(_hit_select(spec, columns, common) for spec in specs)
-    return sql.SQL(",").join(ctes), hits, columns
+    return _SignalUnion(ctes=sql.SQL(",").join(ctes), hits=hits, details=columns)
 
 
 _KEPT_HITS = """,
@@ -168,13 +178,11 @@ def kept_hits_statement(
 def _kept_hits_statement(
     schema: str, plan: RecallPlan, access: ScopeAccess, registry: tuple[SignalSpec, ...]
 ) -> Compiled:
-    ctes, hits, details = _ctes_and_hits(
-        schema, plan, planned_signals(plan, registry), access, registry, common=_KEPT_COMMON
-    )
+    union = _ctes_and_hits(schema, plan, planned_signals(plan, registry), access, registry, common=_KEPT_COMMON)
     hit_columns = sql.SQL(", ").join(
         [
             sql.SQL("h.signal, h.fact_id, h.rank, " + _VALID_AT_US.format(valid_at="h.valid_at")),
-            *(sql.SQL("h." + column) for column in details),
+            *(sql.SQL("h." + column) for column in union.details),
         ]
     )
     columns = fact_columns(
@@ -184,12 +192,12 @@ def _kept_hits_statement(
         _KEPT_HITS,
         schema,
         access=access,
-        hits=hits,
+        hits=union.hits,
         hit_columns=hit_columns,
         fact_columns=columns,
         tie=sql.Literal(TIE),
     )
-    return rendered(sql.Composed([sql.SQL("WITH"), ctes, tail]))
+    return rendered(sql.Composed([sql.SQL("WITH"), union.ctes, tail]))
 
 
 STATEMENT_GROUPS: tuple[tuple[str, ...], ...] = statement_groups()
