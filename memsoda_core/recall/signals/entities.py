@@ -51,6 +51,10 @@ HUB_TERMS = (
 search terms and counts each named hub apart, `keyword.keyword_ctes`)."""
 
 
+SCOPE_FACTS = "coalesce((SELECT sc.fact_count FROM {s}.scopes sc WHERE {scope_sc}), 0)"
+"""SQL template (`fragments.fragment`): the scope's fact count, 0 before its first write."""
+
+
 def hub_floor_cte(schema: str, access: ScopeAccess = SHARED, *, exact: bool = False) -> sql.Composed:
     """The fact count from which an entity is a hub in this scope (`n`); with `exact` (a scope
     searched exactly), planned apart (`live.once`), and the scope's fact count beside it (`facts`),
@@ -71,10 +75,11 @@ def hub_floor_cte(schema: str, access: ScopeAccess = SHARED, *, exact: bool = Fa
         """
     hub_floor AS MATERIALIZED (
         SELECT greatest(%(hub_min_facts)s::bigint, ceil(%(hub_min_share)s::float8*sc.facts))::bigint AS n, sc.facts
-        FROM (SELECT coalesce((SELECT sc.fact_count FROM {s}.scopes sc WHERE {scope_sc}), 0) AS facts
+        FROM (SELECT {scope_facts} AS facts
               OFFSET 0) sc)""",
         schema,
         access=access,
+        scope_facts=fragment(SCOPE_FACTS, schema, access=access),
     )
 
 

@@ -12,7 +12,7 @@ from memsoda_core.layouts.access import SHARED, ScopeAccess
 from memsoda_core.option_checks import check_between, check_not_negative, check_share, check_types
 from memsoda_core.recall.fragments import fragment
 from memsoda_core.recall.hits import HitRow
-from memsoda_core.recall.signals.entities import HUB_TERMS, NAMED_ENTITIES
+from memsoda_core.recall.signals.entities import HUB_TERMS, NAMED_ENTITIES, SCOPE_FACTS
 from memsoda_core.recall.signals.live import LIVE_FACTS, reads_live
 from memsoda_core.recall.signals.spec import RecallPlan, RecallRequest, SignalSpec
 from memsoda_core.store.params import TextArray
@@ -70,7 +70,7 @@ listing every one's terms costs less than testing the kept ones again, and the p
 first ranks as they are, in one CTE, and each CTE is planned apart (`live.once`)."""
 
 
-_SCOPE = "(SELECT coalesce((SELECT sc.fact_count FROM {s}.scopes sc WHERE {scope_sc}), 0) AS n)"
+_SCOPE = "(SELECT {scope_facts} AS n)"
 """The scope's fact count (`n`), for `keyword_scope`."""
 
 _LIVE_SCOPE = "(SELECT facts AS n FROM hub_floor)"
@@ -155,7 +155,7 @@ def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = Fal
         known=known,
         hub_terms=sql.SQL(HUB_TERMS),
         pool=(sql.SQL(_LIVE_POOL) if live else fragment(_POOL, schema, access=access, known=known)),
-        scope=fragment(scope, schema, access=access),
+        scope=fragment(scope, schema, access=access, scope_facts=fragment(SCOPE_FACTS, schema, access=access)),
     )
 
 
