@@ -15,7 +15,7 @@ Each statement returns (signal, fact_id, rank); fusion is `memsoda_core.recall.f
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -182,7 +182,8 @@ def _keyword(schema: str, form: KeywordForm, *, live: bool) -> sql.Composable:
 
 def statement(schema: str, variant: Variant, signals: Sequence[str] = ("vector", "anchor", "keyword")) -> sql.Composed:
     """The chosen signals of `variant` in one statement returning (signal, fact_id, rank).
-    Without validity there is no anchor signal (only vector and keyword)."""
+    Without validity there is no anchor signal (only vector and keyword). The vector list is read
+    as a small scope's recall reads it (`signals.live`): the quality bench's scopes are small."""
     s = sql.Identifier(schema)
     ctes: list[sql.Composable] = []
     chosen = [name for name in signals if variant.validity or name != "anchor"]
@@ -191,7 +192,7 @@ def statement(schema: str, variant: Variant, signals: Sequence[str] = ("vector",
         ctes += [hub_floor_cte(schema), named_cte(schema)]
     if "vector" in chosen and variant.validity:
         # as a small scope's recall reads it: its live facts nearest first, a tie at the cut by id
-        ctes += [*live_cte(schema, RecallPlan(query=True, embedding=True, exact=True), SHARED), sql.SQL(LIVE_NEAREST)]
+        ctes += [*live_cte(schema, replace(plan, exact=True), SHARED), sql.SQL(LIVE_NEAREST)]
     elif "vector" in chosen:
         ctes.append(sql.SQL(_UNFILTERED_VECTOR).format(s=s, where=_ANY))
     if "anchor" in chosen:
