@@ -107,6 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     replicas = commands.add_parser("replicas", help="recall throughput of N clients: primary alone, primary + standby")
     replicas.add_argument("--clients", default="1,4,8")
     replicas.add_argument("--seconds", type=float, default=5.0, help="per run")
+    replicas.add_argument("--tenants", type=int, default=20)
+    replicas.add_argument("--facts", type=int, default=200, help="facts of each tenant")
+    replicas.add_argument(
+        "--server-cpus", type=float, default=0.5, help="each server's CPU cap in the capped rows (a cgroup quota)"
+    )
 
     citus = commands.add_parser("citus", help="one node against a local Citus cluster, same data")
     citus.add_argument("--small", type=int, default=1_000, help="facts of the small tenant")
@@ -226,7 +231,15 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "replicas":
         from bench import replicas as bench_replicas
 
-        sys.stdout.write(bench_replicas.run(clients=_ints(args.clients), seconds=args.seconds))
+        sys.stdout.write(
+            bench_replicas.run(
+                clients=_ints(args.clients),
+                tenants=args.tenants,
+                facts=args.facts,
+                seconds=args.seconds,
+                server_cpus=args.server_cpus,
+            )
+        )
     elif args.command == "learning":
         from bench import learning as bench_learning
 

@@ -2,29 +2,39 @@
 the primary and a hot standby of it (issue 28).
 
 The standby is made of the embedded server (`pg_basebackup -R`, streaming, on a socket of its own),
-as in tests/test_read_only.py. Client i of N recalls random tenants for `seconds` on the primary's
-`Memory`, or, with the replica, on the replica's (`read_only=True`) when i is odd. The two setups
-take turns (A B A B). Both servers share the machine's cores, so the ratio shows that recall spreads
-over a replica without serializing, not what a replica on its own machine adds.
+as in tests/test_read_only.py. Each client is a process of its own (threads of one interpreter would
+measure its lock), with a Memory on each server; client i of N recalls random tenants for `seconds`
+on the primary, or, with the replica, on the replica (`read_only=True`) when i is odd. The two
+setups take turns (A B A B).
+
+Twice: as the machine is, where both servers and the clients share its cores, so a second server
+adds no CPU and the ratio shows only that recall spreads over a replica without serializing; then,
+where cgroups allow (`bench.cpu_caps`), with each server capped at `server_cpus` CPUs, as if each
+ran on a machine of its own, so a replica adds what a second machine would.
 """
 
 from __future__ import annotations
 
+import contextlib
+import multiprocessing
 import os
 import random
 import shutil
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from bench.common import bench_memory, environment, markdown_table
+from bench.cpu_caps import cap_reason, capped, postmaster_pid
 from bench.hashembed import HashEmbedder
 from memsoda_core import Memory
 
@@ -76,58 +86,141 @@ def wait_for_replay(primary: str, replica: str) -> None:
     raise RuntimeError("the standby did not catch up with the primary")
 
 
-def throughput(memories: Sequence[Memory], clients: int, tenants: int, seconds: float) -> tuple[float, int]:
-    """(recalls per second, errors) of `clients` threads, client i on memories[i % len]."""
-    counts, errors, lock = [0], [0], threading.Lock()
-    stop = time.monotonic() + seconds
+@dataclass(frozen=True)
+class Target:
+    """Where a client's recalls go: a server's DSN, and whether it is the standby (opened read-only)."""
 
-    def work(i: int) -> None:
-        rng, memory = random.Random(i), memories[i % len(memories)]
-        while time.monotonic() < stop:
-            try:
-                memory.recall(f"note {rng.randrange(50)}", dataset=f"user-{rng.randrange(tenants)}", project="p")
-                with lock:
-                    counts[0] += 1
-            except Exception:
-                with lock:
-                    errors[0] += 1
-
-    started = time.monotonic()
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(clients)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return counts[0] / (time.monotonic() - started), errors[0]
+    dsn: str
+    read_only: bool
 
 
-def run(*, clients: Sequence[int] = (1, 4, 8), tenants: int = 20, facts: int = 200, seconds: float = 5.0) -> str:
+def _client(targets: Sequence[Target], tenants: int, facts: int, commands: Connection) -> None:
+    """One client process: a Memory (one connection) on each target, then, for each command
+    (target index, start time, seconds), recalls of random tenants from the start time for that
+    long; replies (recalls, errors). Precomputed query vectors: the client embeds nothing."""
+    embedder = HashEmbedder()
+    queries = [(f"note {n}", embedder.embed_query(f"note {n} of")) for n in range(min(facts, 50))]
+    memories = [Memory.open(t.dsn, embedder, schema=SCHEMA, pool_size=1, read_only=t.read_only) for t in targets]
+    try:
+        rng = random.Random(os.getpid())
+        commands.send("ready")
+        while (command := commands.recv()) is not None:
+            index, start, seconds = command
+            memory, count, errors = memories[index], 0, 0
+            time.sleep(max(0.0, start - time.time()))
+            stop = start + seconds
+            while time.time() < stop:
+                text, vector = queries[rng.randrange(len(queries))]
+                try:
+                    memory.recall(text, dataset=f"user-{rng.randrange(tenants)}", project="p", query_embedding=vector)
+                    count += 1
+                except Exception:
+                    errors += 1
+            commands.send((count, errors))
+    finally:
+        for memory in memories:
+            memory.close()
+
+
+class Clients:
+    """`n` client processes (`_client`), each with a Memory on every target, started once and
+    told where to recall and for how long, all from one start time."""
+
+    def __init__(self, n: int, targets: Sequence[Target], tenants: int, facts: int) -> None:
+        context = multiprocessing.get_context("spawn")  # a fresh interpreter: no pool or lock inherited
+        self._pipes: list[Connection] = []
+        self._processes: list[BaseProcess] = []
+        for _ in range(n):
+            ours, theirs = context.Pipe()
+            process = context.Process(target=_client, args=(targets, tenants, facts, theirs), daemon=True)
+            process.start()
+            self._pipes.append(ours)
+            self._processes.append(process)
+        for pipe in self._pipes:
+            if pipe.recv() != "ready":
+                raise RuntimeError("a client process did not start")
+
+    def throughput(self, clients: int, spread: Sequence[int], seconds: float) -> tuple[float, int]:
+        """(recalls per second, errors) of the first `clients` processes, client i recalling on
+        target spread[i % len(spread)], all starting together."""
+        start = time.time() + 0.3
+        for i, pipe in enumerate(self._pipes[:clients]):
+            pipe.send((spread[i % len(spread)], start, seconds))
+        replies = [pipe.recv() for pipe in self._pipes[:clients]]
+        return sum(count for count, _ in replies) / seconds, sum(errors for _, errors in replies)
+
+    def close(self) -> None:
+        for pipe in self._pipes:
+            with contextlib.suppress(OSError):
+                pipe.send(None)
+        for process in self._processes:
+            process.join(timeout=30)
+            if process.is_alive():
+                process.kill()
+
+
+SETUPS = (("primary", (0,)), ("primary + replica", (0, 1)))
+"""Each setup's targets by index (0 the primary, 1 the standby): clients spread over them in turn."""
+
+
+def run(
+    *,
+    clients: Sequence[int] = (1, 4, 8),
+    tenants: int = 20,
+    facts: int = 200,
+    seconds: float = 5.0,
+    server_cpus: float = 0.5,
+) -> str:
     """The markdown of `python -m bench replicas`."""
     lines = [f"## Recall throughput with a hot standby: {tenants} tenants of {facts} facts\n", ""]
     with bench_memory(HashEmbedder()) as base:
         lines[1] = environment(base.dsn)
-        pool = max(clients)
-        primary = Memory.open(base.dsn, base.embedder, schema=SCHEMA, pool_size=pool)
-        try:
+        with Memory.open(base.dsn, base.embedder, schema=SCHEMA) as primary:
             for t in range(tenants):
                 batch = [{"subject": "user", "predicate": "noted", "object": f"note {n} of {t}"} for n in range(facts)]
                 primary.add_facts(batch, dataset=f"user-{t}", project="p")
-            with standby(base.dsn) as replica_dsn:
-                wait_for_replay(base.dsn, replica_dsn)
-                with Memory.open(replica_dsn, base.embedder, schema=SCHEMA, pool_size=pool, read_only=True) as replica:
-                    rows = []
-                    for n in clients:
-                        rates: dict[str, list[float]] = {"primary": [], "primary + replica": []}
-                        errors = 0
-                        for _ in range(2):  # A B A B
-                            for setup, memories in (("primary", [primary]), ("primary + replica", [primary, replica])):
-                                rate, failed = throughput(memories, n, tenants, seconds)
-                                rates[setup].append(rate)
-                                errors += failed
-                        alone, spread = (sum(rates[k]) / 2 for k in rates)
-                        rows.append([n, f"{alone:.0f}", f"{spread:.0f}", f"{spread / alone:.2f}x", errors])
-        finally:
-            primary.close()
-    lines.append(f"\nrecalls per second, {seconds:.0f} s per run, the setups alternating (A B A B):\n")
-    lines.append(markdown_table(["clients", "primary alone", "primary + replica", "ratio", "errors"], rows))
+        with standby(base.dsn) as replica_dsn:
+            wait_for_replay(base.dsn, replica_dsn)
+            targets = [Target(base.dsn, read_only=False), Target(replica_dsn, read_only=True)]
+            pool = Clients(max(clients), targets, tenants, facts)
+            try:
+                lines.append(
+                    _table("as the machine is: both servers and the clients share its cores", pool, clients, seconds)
+                )
+                reason = cap_reason()
+                if reason is None:
+                    servers = [postmaster_pid(t.dsn) for t in targets]
+                    with (
+                        capped("memsoda-bench-primary", servers[0], server_cpus),
+                        capped("memsoda-bench-standby", servers[1], server_cpus),
+                    ):
+                        title = (
+                            f"each server capped at {server_cpus:g} CPU (a cgroup quota), as if on a machine of its own"
+                        )
+                        lines.append(_table(title, pool, clients, seconds))
+                else:
+                    lines.append(f"\nNo capped rows: {reason}.\n")
+            finally:
+                pool.close()
     return "\n".join(lines) + "\n"
+
+
+def _table(title: str, pool: Clients, clients: Sequence[int], seconds: float) -> str:
+    """Recalls per second of each client count in both setups, alternating (A B A B)."""
+    rows = []
+    for n in clients:
+        rates: dict[str, list[float]] = {name: [] for name, _ in SETUPS}
+        errors = 0
+        for _ in range(2):
+            for name, spread in SETUPS:
+                rate, failed = pool.throughput(n, spread, seconds)
+                rates[name].append(rate)
+                errors += failed
+        alone, both = (sum(r) / len(r) for r in rates.values())
+        rows.append([n, f"{alone:.0f}", f"{both:.0f}", f"{both / alone:.2f}x", errors])
+    header = ["client processes", "primary alone", "primary + replica", "ratio", "errors"]
+    return (
+        f"\n{title}; recalls per second, {seconds:g} s per run, the setups alternating (A B A B):\n\n"
+        + markdown_table(header, rows)
+        + "\n"
+    )

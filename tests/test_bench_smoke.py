@@ -194,3 +194,14 @@ def test_stream_smoke(bench_dsn: str, capsys: pytest.CaptureFixture[str]) -> Non
     assert int(rows["without (every write a new row)"][1]) > 0
     assert int(rows["without (every write a new row)"][-1]) > 0  # rows copied
     assert "| changed |" in out and "### Near duplicates" in out
+
+
+def test_replicas_smoke(bench_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["replicas", "--clients", "1,2", "--seconds", "0.5", "--tenants", "3", "--facts", "20"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    rows = re.findall(r"^\| (\d) \| (\d+) \| (\d+) \| [\d.]+x \| (\d+) \|$", out, re.MULTILINE)
+    capped = "each server capped at 0.5 CPU" in out
+    assert capped or "No capped rows: " in out
+    assert [r[0] for r in rows] == ["1", "2"] * (2 if capped else 1)
+    assert all(int(alone) > 0 and int(both) > 0 and errors == "0" for _, alone, both, errors in rows)
