@@ -12,11 +12,9 @@ from memsoda_core.layouts.access import SHARED, ScopeAccess
 from memsoda_core.store.tenant_index import table_alias
 
 
-def where(
-    alias: str, *, live: bool = True, access: ScopeAccess = SHARED, known: bool = False, by_valid_at: bool = True
-) -> sql.Composed:
-    """Tenant predicate on `alias` (`ScopeAccess.tenant`: the scope's names as literals, or bound); with
-    `live`, also valid at %(at)s and above the confidence floor. With `known`, live as memory
+def where(alias: str, *, access: ScopeAccess = SHARED, known: bool = False, by_valid_at: bool = True) -> sql.Composed:
+    """The tenant predicate on `alias` (`ScopeAccess.tenant`: the scope's names as literals, or
+    bound), valid at %(at)s and at or above the confidence floor. With `known`, live as memory
     knew it at %(known_at)s (transaction time): learned by then (`created_at`), and an end it
     recorded after then (`expired_at`) does not count. Without it the text is the plain valid-time
     test: the default recall statements carry nothing of a feature they do not use. Without
@@ -25,8 +23,6 @@ def where(
     (`signals.live`), not through the `valid_at` index."""
     a = table_alias(alias)
     scope = access.tenant(alias)
-    if not live:
-        return scope
     started = sql.SQL("{a}.valid_at <= %(at)s" if by_valid_at else "({a}.valid_at <= %(at)s) IS TRUE").format(a=a)
     if known:
         return sql.SQL(
@@ -40,7 +36,7 @@ def where(
 
 
 _ALIASES = ("sc", "e", "fe", "b", "f", "a", "l")
-_PREDICATES: dict[str, sql.Composable] = {"scope_" + alias: where(alias, live=False) for alias in _ALIASES}
+_PREDICATES: dict[str, sql.Composable] = {"scope_" + alias: SHARED.tenant(alias) for alias in _ALIASES}
 _WHERE_F = {False: where("f"), True: where("f", known=True)}
 
 
@@ -68,7 +64,7 @@ def fragment(
             "index_scope_e": _PREDICATES["scope_e"],
         }
     else:  # every table named with the scope: on a partitioned store the kept plan holds its partitions only
-        own = {"scope_" + alias: where(alias, live=False, access=access) for alias in _ALIASES}
+        own = {"scope_" + alias: access.tenant(alias) for alias in _ALIASES}
         whole = where("f", access=access, known=known)
         predicates = {**own, "where_f": whole, "index_where_f": whole, "index_scope_e": own["scope_e"]}
     tables = access.tables(schema)

@@ -60,16 +60,15 @@ def hub_floor_cte(schema: str, access: ScopeAccess = SHARED, *, exact: bool = Fa
     searched exactly), planned apart (`live.once`), and the scope's fact count beside it (`facts`),
     read once for the keyword signal too (`keyword.keyword_ctes`; behind `OFFSET 0`, as pulled up
     the lookup ran once per reference to it)."""
+    scope_facts = fragment(SCOPE_FACTS, schema, access=access)
     if not exact:
         return fragment(
             """
     hub_floor AS (
-        SELECT greatest(%(hub_min_facts)s::bigint,
-                        ceil(%(hub_min_share)s::float8*coalesce(
-                            (SELECT sc.fact_count FROM {s}.scopes sc WHERE {scope_sc}),0))
-                       )::bigint AS n)""",
+        SELECT greatest(%(hub_min_facts)s::bigint, ceil(%(hub_min_share)s::float8*{scope_facts}))::bigint AS n)""",
             schema,
             access=access,
+            scope_facts=scope_facts,
         )
     return fragment(
         """
@@ -79,7 +78,7 @@ def hub_floor_cte(schema: str, access: ScopeAccess = SHARED, *, exact: bool = Fa
               OFFSET 0) sc)""",
         schema,
         access=access,
-        scope_facts=fragment(SCOPE_FACTS, schema, access=access),
+        scope_facts=scope_facts,
     )
 
 
