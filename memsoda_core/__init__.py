@@ -39,6 +39,7 @@ from memsoda_core.items.values import ItemInput, StoredItem
 from memsoda_core.learning import (
     ExtractionRequest,
     Extractor,
+    ExtractorLike,
     LangChainExtractor,
     LlamaIndexExtractor,
     OpenAIExtractor,
@@ -63,6 +64,7 @@ from memsoda_core.models import (
     ScopeStats,
     ScoredFact,
     SignalHit,
+    TimeInput,
 )
 from memsoda_core.options import (
     DEFAULT_OPTIONS,
@@ -106,6 +108,7 @@ __all__ = [
     "ExtractionError",
     "ExtractionRequest",
     "Extractor",
+    "ExtractorLike",
     "Fact",
     "FactInput",
     "FactPage",
@@ -151,6 +154,7 @@ __all__ = [
     "StoredItem",
     "Synthesizer",
     "TextTooLongError",
+    "TimeInput",
     "ValidationError",
     "VectorOptions",
     "default_embedder",

@@ -12,7 +12,7 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableConfig, ensure_config
 from pydantic import Field, PrivateAttr
 
-from memsoda_core import AsyncMemory, Memory, RecallResult
+from memsoda_core import AsyncMemory, Memory, RecallResult, TimeInput
 from memsoda_core.adapting import (
     RunScope,
     context_id,
@@ -78,10 +78,10 @@ class MemsodaRetriever(BaseRetriever):
         scope: dict[str, str] | None = None,
         k: int | None = None,
         query_embedding: Sequence[float] | None = None,
-        as_of: Any = None,
+        as_of: TimeInput | None = None,
         include: Sequence[str] | None = None,
         conversation: Sequence[Any] | None = None,
-        known_at: Any = None,
+        known_at: TimeInput | None = None,
     ) -> list[Document]:
         kwargs = self._recall_kwargs(scope, k, query_embedding, as_of, include, conversation, known_at)
         return self._documents(recall_sync(self.memory, query, **kwargs), kwargs["include"])
@@ -94,10 +94,10 @@ class MemsodaRetriever(BaseRetriever):
         scope: dict[str, str] | None = None,
         k: int | None = None,
         query_embedding: Sequence[float] | None = None,
-        as_of: Any = None,
+        as_of: TimeInput | None = None,
         include: Sequence[str] | None = None,
         conversation: Sequence[Any] | None = None,
-        known_at: Any = None,
+        known_at: TimeInput | None = None,
     ) -> list[Document]:
         kwargs = self._recall_kwargs(scope, k, query_embedding, as_of, include, conversation, known_at)
         return self._documents(await recall_async(self.memory, query, **kwargs), kwargs["include"])
@@ -107,10 +107,10 @@ class MemsodaRetriever(BaseRetriever):
         scope: dict[str, str] | None,
         k: int | None,
         query_embedding: Sequence[float] | None,
-        as_of: Any,
+        as_of: TimeInput | None,
         include: Sequence[str] | None,
         conversation: Sequence[Any] | None = None,
-        known_at: Any = None,
+        known_at: TimeInput | None = None,
     ) -> dict[str, Any]:
         chosen = self.include if include is None else include
         return {

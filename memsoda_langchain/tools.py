@@ -19,7 +19,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 
-from memsoda_core import AsyncMemory, Memory, MemsodaError, RecallResult
+from memsoda_core import AsyncMemory, ExtractorLike, Memory, MemsodaError, RecallResult
 from memsoda_core.adapting import RunScope, call_async, call_sync
 from memsoda_core.fact_text import validity
 
@@ -55,7 +55,7 @@ class _Plans:
     `config` is the run's, which LangChain passes to a parameter typed `RunnableConfig` and keeps
     out of the schema: the scope comes from it, never from the model."""
 
-    def __init__(self, scope: RunScope, k: int, extractor: Any) -> None:
+    def __init__(self, scope: RunScope, k: int, extractor: ExtractorLike | None) -> None:
         self.scope, self.k, self.extractor = scope, k, extractor
 
     def _of(self, config: RunnableConfig) -> dict[str, str]:
@@ -162,7 +162,7 @@ def memory_tools(
     dataset: str | None = None,
     dataset_from: str | None = None,
     k: int = 8,
-    extractor: Any = None,
+    extractor: ExtractorLike | None = None,
 ) -> list[BaseTool]:
     """The four memory tools for a LangChain or LangGraph agent: `recall_memory`, `save_memory`,
     `correct_memory`, `end_memory`. Whose memory: `dataset="alice"` fixes it; `dataset_from="user_id"`

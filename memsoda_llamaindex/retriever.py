@@ -10,7 +10,7 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
-from memsoda_core import AsyncMemory, ConfigurationError, Memory, RecallResult
+from memsoda_core import AsyncMemory, ConfigurationError, Memory, RecallResult, TimeInput
 from memsoda_core.adapting import context_id, context_metadata, fact_id, recall_async, recall_sync
 from memsoda_core.validation import check_scope
 
@@ -40,8 +40,8 @@ class MemsodaRetriever(BaseRetriever):
         mode: Literal["context", "facts"] = "context",
         k: int = 8,
         include: Sequence[str] = (),
-        as_of: Any = None,
-        known_at: Any = None,
+        as_of: TimeInput | None = None,
+        known_at: TimeInput | None = None,
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
     ) -> None:
@@ -65,8 +65,8 @@ class MemsodaRetriever(BaseRetriever):
         *,
         dataset: str | None = None,
         k: int | None = None,
-        as_of: Any = None,
-        known_at: Any = None,
+        as_of: TimeInput | None = None,
+        known_at: TimeInput | None = None,
         include: Sequence[str] | None = None,
     ) -> MemsodaRetriever:
         """A copy with these settings changed (same memory, project, mode and callbacks); `dataset`:

@@ -45,6 +45,8 @@ CORE_API = {
     "ExtractionError",
     "ExtractionRequest",
     "Extractor",
+    "ExtractorLike",
+    "TimeInput",
     "FactSource",
     "ImportFormatError",
     "ForgetReport",

@@ -3,6 +3,7 @@ schema of their answer, and the checks every proposed operation passes before it
 
 from memsoda_core.learning.extractors import (
     Extractor,
+    ExtractorLike,
     LangChainExtractor,
     LlamaIndexExtractor,
     OpenAIExtractor,
@@ -15,6 +16,7 @@ __all__ = [
     "PROMPT_VERSION",
     "ExtractionRequest",
     "Extractor",
+    "ExtractorLike",
     "LangChainExtractor",
     "LlamaIndexExtractor",
     "OpenAIExtractor",
