@@ -58,12 +58,14 @@ def cap_reason() -> str | None:
 
 
 def postmaster_pid(dsn: str) -> int:
-    """The postmaster of the local server at `dsn`: the parent of a backend it starts."""
+    """The postmaster of the local server at `dsn`: the parent of a backend it starts, read while
+    that backend lives (it ends with its connection)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         row = conn.execute("SELECT pg_backend_pid()").fetchone()
-    if row is None:
-        raise RuntimeError("the server did not say its backend's pid")
-    return _parent(int(row[0]))
+        postmaster = _parent(int(row[0])) if row is not None else 0
+    if not postmaster:
+        raise RuntimeError(f"no local postmaster found for {dsn!r}: CPU caps need the server on this machine")
+    return postmaster
 
 
 def server_pids(postmaster: int) -> list[int]:
