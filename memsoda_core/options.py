@@ -14,6 +14,7 @@ import difflib
 import math
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, fields, replace
+from functools import cached_property
 from typing import Any
 
 from memsoda_core.errors import ArgumentTypeError, ConfigurationError, LimitError
@@ -95,6 +96,10 @@ class RecallOptions(SignalOptions, _Overall):
 
     def left_to_memory(self) -> tuple[str, ...]:
         """The options at None, which the memory chooses from its statistics (`ADAPTIVE`)."""
+        return self._left_to_memory
+
+    @cached_property
+    def _left_to_memory(self) -> tuple[str, ...]:  # once per options object: each recall asks twice
         return tuple(name for name in ADAPTIVE if self.value(name) is None)
 
     def filled(self, preset: RecallOptions) -> RecallOptions:

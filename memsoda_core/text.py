@@ -62,7 +62,7 @@ def name_spans(normalized_query: str) -> list[str]:
 def name_spans_with_terms(normalized_query: str) -> dict[str, str]:
     """`name_spans`, each with its `normalized_terms` joined by spaces, in one pass: a term never
     crosses a token boundary, so a span's terms are its tokens' terms (no regex per span)."""
-    tokens = [(m.start(), m.end(), _TERM.findall(m.group())) for m in _TOKEN.finditer(normalized_query)]
+    tokens = [(m.start(), m.end(), _token_terms(m.group())) for m in _TOKEN.finditer(normalized_query)]
     spans: dict[str, str] = {}
     for i, (start, _, _) in enumerate(tokens):
         terms: set[str] = set()
@@ -78,6 +78,12 @@ def name_spans_with_terms(normalized_query: str) -> dict[str, str]:
             if len(spans) >= _MAX_SPANS:
                 return spans
     return spans
+
+
+def _token_terms(token: str) -> list[str]:
+    r"""A token's `_TERM`s: an alphanumeric token is its one term (`[^\W_]` is what `str.isalnum`
+    accepts), the common case, read without a regex."""
+    return [token] if token.isalnum() else _TERM.findall(token)
 
 
 def keyword_terms(text: str) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -58,20 +59,30 @@ def check_vectors(
         raise EmbeddingError(f"{source} {len(rows)} vectors for {count} {items}")
     checked: list[Vector] = []
     for row in rows:
-        try:
-            if isinstance(row, str | bytes):
-                raise TypeError("a vector cannot be a string")
-            with np.errstate(over="ignore"):  # a value beyond float32 becomes inf, refused below
-                values = np.asarray(row, dtype=np.float32)
-            if values.ndim != 1:
-                raise TypeError(f"expected a flat sequence of numbers, got {values.ndim} dimensions")
-        except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: an int beyond any float
-            raise EmbeddingError(f"{source} something that is not a vector of numbers: {exc}") from None
-        if len(values) != dimensions:
-            raise EmbeddingError(f"{source} a vector of dimension {len(values)}, expected {dimensions}")
-        if not np.isfinite(values).all():
-            raise EmbeddingError(f"{source} a vector with NaN or infinite values")
-        if not values.any():
-            raise EmbeddingError(f"{source} an all-zero vector, which has no cosine direction")
+        with np.errstate(over="ignore"):  # beyond float32 a value becomes inf (refused below), a sum overflows
+            values = _flat_vector(row, source)
+            if len(values) != dimensions:
+                raise EmbeddingError(f"{source} a vector of dimension {len(values)}, expected {dimensions}")
+            squares = float(values @ values)
+        # A finite, non-zero vector has a finite, positive sum of squares, found in one pass. Else (or
+        # when that sum overflows or underflows float32) the two checks below say which it is.
+        if not 0.0 < squares < math.inf:
+            if not np.isfinite(values).all():
+                raise EmbeddingError(f"{source} a vector with NaN or infinite values")
+            if not values.any():
+                raise EmbeddingError(f"{source} an all-zero vector, which has no cosine direction")
         checked.append(values)
     return checked
+
+
+def _flat_vector(row: object, source: str) -> Vector:
+    """`row` as a float32 array of one dimension (EmbeddingError if it is no such thing)."""
+    try:
+        if isinstance(row, str | bytes):
+            raise TypeError("a vector cannot be a string")
+        values = np.asarray(row, dtype=np.float32)
+        if values.ndim != 1:
+            raise TypeError(f"expected a flat sequence of numbers, got {values.ndim} dimensions")
+    except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: an int beyond any float
+        raise EmbeddingError(f"{source} something that is not a vector of numbers: {exc}") from None
+    return values

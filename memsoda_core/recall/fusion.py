@@ -6,7 +6,6 @@ scores: cosine, ts_rank and "touches an anchor" are not on comparable scales.
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -43,7 +42,7 @@ def rrf_ranks(
     limit: int | None = None,
 ) -> list[Fused]:
     """`rrf` over known ranks (fact id -> signal -> 1-based rank), for when only some members of
-    each list are at hand; with `limit`, only the best `limit` entries (a partial sort)."""
+    each list are at hand; with `limit`, only the best `limit` entries."""
     return [
         Fused(fact_id=i, score=score, ranks=dict(ranks[i]))
         for i, score in rrf_scores(ranks, k=k, tiebreak=tiebreak, limit=limit)
@@ -60,21 +59,17 @@ def rrf_scores(
     """`rrf_ranks`' (fact id, score) pairs alone, in its order: what a recall keeps (its hits say
     the ranks)."""
     # fsum is exactly rounded, so equal rank sets give equal scores whatever the order the hits
-    # arrive in: ties are then broken by `order` alone.
-    scores: dict[int, float] = {}
-    best_rank: dict[int, int] = {}
+    # arrive in: ties are then broken by the order's keys alone, which end in the (unique) id.
+    extra = tiebreak or {}
+    keyed: list[tuple[float, int, float, int, int, float]] = []
     for fact_id, by_signal in ranks.items():
         if len(by_signal) == 1:  # most facts: one list, and fsum of one term is that term
             (rank,) = by_signal.values()
-            scores[fact_id] = 1.0 / (k + rank)
-            best_rank[fact_id] = rank
+            score, best_rank = 1.0 / (k + rank), rank
         else:
-            scores[fact_id] = math.fsum([1.0 / (k + r) for r in by_signal.values()])
-            best_rank[fact_id] = min(by_signal.values())
-    extra = tiebreak or {}
-
-    def order(fact_id: int) -> tuple[float, int, float, int]:
-        return (-scores[fact_id], best_rank[fact_id], -extra.get(fact_id, 0.0), -fact_id)
-
-    best = sorted(scores, key=order) if limit is None else heapq.nsmallest(limit, scores, key=order)
-    return [(i, scores[i]) for i in best]
+            score = math.fsum([1.0 / (k + r) for r in by_signal.values()])
+            best_rank = min(by_signal.values())
+        keyed.append((-score, best_rank, -extra.get(fact_id, 0.0), -fact_id, fact_id, score))
+    keyed.sort()  # the keys as tuples, compared in C: no key function called per fact
+    best = keyed if limit is None else keyed[: max(limit, 0)]
+    return [(fact_id, score) for _, _, _, _, fact_id, score in best]

@@ -107,4 +107,4 @@ def hit_rows(cursor: BaseCursor[Any, Any]) -> RowMaker[HitRow]:
     result = cursor.pgresult
     if result is None or not result.nfields:
         return no_result
-    return _maker_of_fields(tuple(result.fname(i) for i in range(result.nfields)))
+    return _maker_of_fields(tuple(map(result.fname, range(result.nfields))))

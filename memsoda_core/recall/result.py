@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -67,9 +67,9 @@ _SPECS = by_name(REGISTRY)
 _ORDER = signal_order(REGISTRY)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Kept:
-    """A fact fusion kept, before its columns are read: its id, RRF score and signal hits."""
+class Kept(NamedTuple):
+    """A fact fusion kept, before its columns are read: its id, RRF score and signal hits (a named
+    tuple, as `HitRow`: a recall makes one per kept fact)."""
 
     fact_id: int
     score: float
@@ -103,20 +103,14 @@ def fuse_hits(
             ranks[fact_id][row.signal] = row.rank
     fused = rrf_scores(ranks, k=options.rrf_k, tiebreak=recency, limit=options.facts_in_context)
     specs, order = (_SPECS, _ORDER) if registry is REGISTRY else (by_name(registry), signal_order(registry))
-
-    def position(hit: HitRow) -> int:
-        return order[hit.signal]
-
-    return [
-        Kept(
-            fact_id=int(fact_id),
-            score=round(score, 9),
-            hits=tuple(  # explained only for the facts kept
-                _explained(hit, specs[hit.signal]) for hit in sorted(found[fact_id], key=position)
-            ),
-        )
-        for fact_id, score in fused
-    ]
+    kept: list[Kept] = []
+    for fact_id, score in fused:  # explained only for the facts kept
+        hits = found[fact_id]
+        if len(hits) > 1:
+            hits.sort(key=lambda hit: order[hit.signal])
+        explained = tuple([_explained(hit, specs[hit.signal]) for hit in hits])
+        kept.append(Kept(fact_id=int(fact_id), score=round(score, 9), hits=explained))
+    return kept
 
 
 def scored_facts(

@@ -166,7 +166,6 @@ def kept_hits_statement(
     in either sum, so fusion, which keeps fewer (`operation.KEPT_MARGIN`, `exclude`), never keeps
     it: most of a recall's ~110 rows, left undecoded and unfused (bench/RESULTS.md, "One scan of a
     small scope")."""
-    plan = replace(plan, exact=True)  # its signals read the scope's live facts once (`signals.live`)
     form = access.form
     if form.named is None:
         return _kept_hits_statement(schema, plan, form, registry)
@@ -178,6 +177,7 @@ def kept_hits_statement(
 def _kept_hits_statement(
     schema: str, plan: RecallPlan, access: ScopeAccess, registry: tuple[SignalSpec, ...]
 ) -> Compiled:
+    plan = replace(plan, exact=True)  # its signals read the scope's live facts once (`signals.live`)
     union = _ctes_and_hits(schema, plan, planned_signals(plan, registry), access, registry, common=_KEPT_COMMON)
     hit_columns = sql.SQL(", ").join(
         [

@@ -11,6 +11,7 @@ from typing import Any
 
 import psycopg
 from pgvector.psycopg import register_vector_async
+from psycopg.rows import RowFactory
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from memsoda_core.runner.policy import (
@@ -37,12 +38,32 @@ async def configure(conn: Connection) -> None:
     await conn.commit()
 
 
+class PooledConnection(psycopg.AsyncConnection[Any]):
+    """psycopg's connection, keeping a raw cursor for the compiled statements it runs (`raw_cursor`).
+    A cursor keeps its adaptation of the statement it ran last (its parameters' dumpers, its
+    columns' loaders), which a new cursor looks up again at each run: a recall's statement runs
+    on the same cursor each time (bench/RESULTS.md, "The Python around the statement, second pass")."""
+
+    _raw_cursor: tuple[RowFactory[Any], psycopg.AsyncRawCursor[Any]] | None = None
+
+    def raw_cursor(self, row_factory: RowFactory[Any]) -> psycopg.AsyncRawCursor[Any]:
+        """The kept raw cursor (holding the last statement's rows until the next one: a connection
+        runs one statement at a time); a new one for another row factory, which a cursor would
+        otherwise apply to the rows it holds."""
+        kept = self._raw_cursor
+        if kept is not None and kept[0] is row_factory and not kept[1].closed:
+            return kept[1]
+        cursor = psycopg.AsyncRawCursor(self, row_factory=row_factory)
+        self._raw_cursor = (row_factory, cursor)
+        return cursor
+
+
 class Pool(AsyncConnectionPool[Connection]):
-    """psycopg_pool's pool, lending the most recently returned connection first (see
-    `policy.lend_newest_first`), and counting the connections it has lent (`in_use`)."""
+    """psycopg_pool's pool of `PooledConnection`s, lending the most recently returned connection
+    first (see `policy.lend_newest_first`), and counting the connections it has lent (`in_use`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, connection_class=PooledConnection, **kwargs)
         self.in_use = 0
         self._counting = threading.Lock()
 

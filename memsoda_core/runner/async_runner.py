@@ -21,7 +21,7 @@ from psycopg_pool import PoolTimeout
 
 from memsoda_core.embedders import Embedder, check_vectors
 from memsoda_core.errors import MemsodaError
-from memsoda_core.runner.async_pool import Pool, check, configure, filled, probe
+from memsoda_core.runner.async_pool import Pool, PooledConnection, check, configure, filled, probe
 from memsoda_core.runner.compiled import Compiled
 
 # sync: from memsoda_core.runner.embedding import EmbeddingCache, call_with_timeout, embedding_failure
@@ -78,9 +78,12 @@ Advance = Callable[[int], None]
 
 
 def _cursor(conn: Connection, request: Execute) -> psycopg.AsyncCursor[Any]:
-    """A raw cursor for a compiled statement (sent as it is), else psycopg's own (which reads the
-    text for `%(name)s` placeholders)."""
+    """A raw cursor for a compiled statement (sent as it is; a pooled connection's own, kept), else
+    psycopg's own (which reads the text for `%(name)s` placeholders). Never closed: a client-side
+    cursor holds no server resource, and a new one is dropped with its rows."""
     if isinstance(request.statement, Compiled):
+        if isinstance(conn, PooledConnection):
+            return conn.raw_cursor(request.row_factory)
         return psycopg.AsyncRawCursor(conn, row_factory=request.row_factory)
     return conn.cursor(row_factory=request.row_factory)
 
@@ -97,9 +100,9 @@ async def _execute(cursor: psycopg.AsyncCursor[Any], request: Execute) -> None:
 async def _fetch(conn: Connection, request: Execute) -> list[Any]:
     if request.planning is Planning.GENERIC and PIPELINE_SUPPORTED:
         return (await _fetch_at_once([conn], [request]))[0]
-    async with _cursor(conn, request) as cursor:
-        await _execute(cursor, request)
-        return await cursor.fetchall() if cursor.rownumber is not None else []
+    cursor = _cursor(conn, request)
+    await _execute(cursor, request)
+    return await cursor.fetchall() if cursor.rownumber is not None else []
 
 
 async def _fetch_at_once(conns: Sequence[Connection], requests: Sequence[Execute]) -> list[list[Any]]:
@@ -136,17 +139,22 @@ def _cancel_when_failing(conn: Connection) -> Callable[..., Awaitable[bool]]:
     return cancel
 
 
-async def _end_autocommit(conn: Connection) -> None:
-    """Back to transactions before the pool lends `conn` again; a GENERIC statement left half done
-    on it (a client-side error or a cancelled task between its SET and RESET) is finished first."""
+async def _finish_pending(conn: Connection) -> None:
+    """Before the pool lends `conn` again, a GENERIC statement left half done on it (a client-side
+    error or a cancelled task between its SET and RESET) is finished."""
     if not conn.closed and conn in GENERIC_PLAN_PENDING:
         try:
             await conn.execute(END_GENERIC_PLAN)
         except psycopg.Error:
             await conn.close()  # the pool drops a closed connection rather than lend it with the setting
         GENERIC_PLAN_PENDING.discard(conn)
-    if not conn.closed:
-        await conn.set_autocommit(False)
+
+
+async def _autocommit(conn: Connection, on: bool) -> None:
+    """`conn` in autocommit mode (`on`) or in transactions. A pooled connection keeps the mode its
+    last run left it in, so only a run of the other kind (a write after recalls) switches it."""
+    if conn.autocommit is not on:
+        await conn.set_autocommit(on)
 
 
 async def _ready(conn: Connection) -> Connection:
@@ -289,27 +297,35 @@ class AsyncRunner:
 
             async def connection() -> Connection:
                 if not conns:
-                    conn = await self._checkout(stack)
-                    if read_only:
-                        await conn.set_autocommit(True)
-                        stack.push_async_callback(_end_autocommit, conn)
-                    conns.append(conn)
+                    conns.append(await self._checkout(stack, read_only))
                 return conns[0]
 
             return await self._drive(op, connection, self, sink, advance, effects)
 
-    async def _checkout(self, stack: AsyncExitStack) -> Connection:
-        """A pooled connection, waiting at most `pool_timeout`. While waiting, probe the server every
-        `PROBE_AFTER_S` (`async_pool.probe`), so a stopped or refusing PostgreSQL fails fast and says so;
-        at the end, the error says how many connections were in use."""
+    async def _checkout(self, stack: AsyncExitStack, read_only: bool) -> Connection:
+        """A pooled connection, waiting at most `pool_timeout`, returned when `stack` closes. While
+        waiting, probe the server every `PROBE_AFTER_S` (`async_pool.probe`), so a stopped or
+        refusing PostgreSQL fails fast and says so; at the end, the error says how many connections
+        were in use. A read-only operation's is in autocommit mode: it has no transaction to end, so it
+        is returned as it is (and left in that mode: `_autocommit`), not through the pool's
+        `connection()` block."""
         deadline = time.monotonic() + self._pool_timeout
         while True:
             try:
-                return await stack.enter_async_context(self.pool.connection(timeout=probe_wait(deadline)))
+                if not read_only:
+                    conn = await stack.enter_async_context(self.pool.connection(timeout=probe_wait(deadline)))
+                    await _autocommit(conn, False)  # one transaction, which the pool's block ends
+                    return conn
+                conn = await self.pool.getconn(timeout=probe_wait(deadline))
+                break
             except PoolTimeout:
                 if time.monotonic() >= deadline:
                     raise pool_exhausted(self._pool_timeout, self.pool.in_use, self.pool.max_size) from None
                 await probe(self.target.dsn, deadline - time.monotonic())
+        stack.push_async_callback(self.pool.putconn, conn)
+        stack.push_async_callback(_finish_pending, conn)
+        await _autocommit(conn, True)
+        return conn
 
     @staticmethod
     async def _drive(
@@ -376,7 +392,7 @@ class AsyncRunner:
                     spares.append(await self.pool.getconn(timeout=SPARE_CONNECTION_WAIT_S))
                 except PoolTimeout:
                     break
-                await spares[-1].set_autocommit(True)
+                await _autocommit(spares[-1], True)
             if not spares:
                 return [await _fetch(conn, statement) for statement in statements]
             together = len(spares) + 1
@@ -385,7 +401,7 @@ class AsyncRunner:
         finally:
             for spare in spares:
                 try:
-                    await _end_autocommit(spare)
+                    await _finish_pending(spare)
                 finally:
                     await self.pool.putconn(spare)
 

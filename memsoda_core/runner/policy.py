@@ -50,8 +50,8 @@ END_GENERIC_PLAN = sql.SQL("RESET plan_cache_mode")
 """Sent before and after a `Planning.GENERIC` statement, in one pipeline (one round trip). If the
 statement fails on the server, the pipeline's implicit transaction (autocommit) or the operation's
 transaction rolls the setting back; if the client stops in between (an error before sending, a
-cancelled task), the connection stays in `GENERIC_PLAN_PENDING` and the runner restores it when it
-ends autocommit, before the connection goes back to the pool. (Not the pool's `reset` callback:
+cancelled task), the connection stays in `GENERIC_PLAN_PENDING` and the runner restores it before
+the connection goes back to the pool. (Not the pool's `reset` callback:
 with one, psycopg_pool returns every connection through a worker thread, later.)"""
 
 GENERIC_PLAN_PENDING: weakref.WeakSet[Any] = weakref.WeakSet()

@@ -58,7 +58,7 @@ from memsoda_core.runner.steps import (
     ReadAside,
     Synthesize,
 )
-from memsoda_core.runner.sync_pool import Pool, check, configure, filled, probe
+from memsoda_core.runner.sync_pool import Pool, PooledConnection, check, configure, filled, probe
 from memsoda_core.runner.target import Target
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.synthesis import Synthesizer
@@ -75,9 +75,12 @@ Advance = Callable[[int], None]
 
 
 def _cursor(conn: Connection, request: Execute) -> psycopg.Cursor[Any]:
-    """A raw cursor for a compiled statement (sent as it is), else psycopg's own (which reads the
-    text for `%(name)s` placeholders)."""
+    """A raw cursor for a compiled statement (sent as it is; a pooled connection's own, kept), else
+    psycopg's own (which reads the text for `%(name)s` placeholders). Never closed: a client-side
+    cursor holds no server resource, and a new one is dropped with its rows."""
     if isinstance(request.statement, Compiled):
+        if isinstance(conn, PooledConnection):
+            return conn.raw_cursor(request.row_factory)
         return psycopg.RawCursor(conn, row_factory=request.row_factory)
     return conn.cursor(row_factory=request.row_factory)
 
@@ -94,9 +97,9 @@ def _execute(cursor: psycopg.Cursor[Any], request: Execute) -> None:
 def _fetch(conn: Connection, request: Execute) -> list[Any]:
     if request.planning is Planning.GENERIC and PIPELINE_SUPPORTED:
         return (_fetch_at_once([conn], [request]))[0]
-    with _cursor(conn, request) as cursor:
-        _execute(cursor, request)
-        return cursor.fetchall() if cursor.rownumber is not None else []
+    cursor = _cursor(conn, request)
+    _execute(cursor, request)
+    return cursor.fetchall() if cursor.rownumber is not None else []
 
 
 def _fetch_at_once(conns: Sequence[Connection], requests: Sequence[Execute]) -> list[list[Any]]:
@@ -133,17 +136,22 @@ def _cancel_when_failing(conn: Connection) -> Callable[..., bool]:
     return cancel
 
 
-def _end_autocommit(conn: Connection) -> None:
-    """Back to transactions before the pool lends `conn` again; a GENERIC statement left half done
-    on it (a client-side error or a cancelled task between its SET and RESET) is finished first."""
+def _finish_pending(conn: Connection) -> None:
+    """Before the pool lends `conn` again, a GENERIC statement left half done on it (a client-side
+    error or a cancelled task between its SET and RESET) is finished."""
     if not conn.closed and conn in GENERIC_PLAN_PENDING:
         try:
             conn.execute(END_GENERIC_PLAN)
         except psycopg.Error:
             conn.close()  # the pool drops a closed connection rather than lend it with the setting
         GENERIC_PLAN_PENDING.discard(conn)
-    if not conn.closed:
-        conn.set_autocommit(False)
+
+
+def _autocommit(conn: Connection, on: bool) -> None:
+    """`conn` in autocommit mode (`on`) or in transactions. A pooled connection keeps the mode its
+    last run left it in, so only a run of the other kind (a write after recalls) switches it."""
+    if conn.autocommit is not on:
+        conn.set_autocommit(on)
 
 
 def _ready(conn: Connection) -> Connection:
@@ -285,27 +293,35 @@ class Runner:
 
             def connection() -> Connection:
                 if not conns:
-                    conn = self._checkout(stack)
-                    if read_only:
-                        conn.set_autocommit(True)
-                        stack.callback(_end_autocommit, conn)
-                    conns.append(conn)
+                    conns.append(self._checkout(stack, read_only))
                 return conns[0]
 
             return self._drive(op, connection, self, sink, advance, effects)
 
-    def _checkout(self, stack: ExitStack) -> Connection:
-        """A pooled connection, waiting at most `pool_timeout`. While waiting, probe the server every
-        `PROBE_AFTER_S` (`sync_pool.probe`), so a stopped or refusing PostgreSQL fails fast and says so;
-        at the end, the error says how many connections were in use."""
+    def _checkout(self, stack: ExitStack, read_only: bool) -> Connection:
+        """A pooled connection, waiting at most `pool_timeout`, returned when `stack` closes. While
+        waiting, probe the server every `PROBE_AFTER_S` (`sync_pool.probe`), so a stopped or
+        refusing PostgreSQL fails fast and says so; at the end, the error says how many connections
+        were in use. A read-only operation's is in autocommit mode: it has no transaction to end, so it
+        is returned as it is (and left in that mode: `_autocommit`), not through the pool's
+        `connection()` block."""
         deadline = time.monotonic() + self._pool_timeout
         while True:
             try:
-                return stack.enter_context(self.pool.connection(timeout=probe_wait(deadline)))
+                if not read_only:
+                    conn = stack.enter_context(self.pool.connection(timeout=probe_wait(deadline)))
+                    _autocommit(conn, False)  # one transaction, which the pool's block ends
+                    return conn
+                conn = self.pool.getconn(timeout=probe_wait(deadline))
+                break
             except PoolTimeout:
                 if time.monotonic() >= deadline:
                     raise pool_exhausted(self._pool_timeout, self.pool.in_use, self.pool.max_size) from None
                 probe(self.target.dsn, deadline - time.monotonic())
+        stack.callback(self.pool.putconn, conn)
+        stack.callback(_finish_pending, conn)
+        _autocommit(conn, True)
+        return conn
 
     @staticmethod
     def _drive(
@@ -372,7 +388,7 @@ class Runner:
                     spares.append(self.pool.getconn(timeout=SPARE_CONNECTION_WAIT_S))
                 except PoolTimeout:
                     break
-                spares[-1].set_autocommit(True)
+                _autocommit(spares[-1], True)
             if not spares:
                 return [_fetch(conn, statement) for statement in statements]
             together = len(spares) + 1
@@ -381,7 +397,7 @@ class Runner:
         finally:
             for spare in spares:
                 try:
-                    _end_autocommit(spare)
+                    _finish_pending(spare)
                 finally:
                     self.pool.putconn(spare)
 

@@ -85,7 +85,7 @@ ParamsBuilder = Callable[[RecallRequest], Mapping[str, Any]]
 `%(anchor_max_facts)s`)."""
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class SharedCtes:
     """CTEs several signals read (added once to a statement that holds any of them), with their
     parameters."""
@@ -95,9 +95,11 @@ class SharedCtes:
     params: ParamsBuilder
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class SignalSpec:
-    """One signal: everything statement assembly, fusion and explanations need of it."""
+    """One signal: everything statement assembly, fusion and explanations need of it. Compared and
+    hashed by identity (its fields are functions): a registry, which keys the memoized statements,
+    hashes as a tuple of ids."""
 
     name: str
     """As results show it: `SignalHit.signal`, the keys of `ScoredFact.ranks`."""
