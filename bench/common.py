@@ -62,6 +62,33 @@ def connect(dsn: str, *, autocommit: bool = True) -> psycopg.Connection[Any]:
     return conn
 
 
+SETTLE_TIMEOUT_S = 180.0
+"""The longest `settle` waits for autovacuum to finish."""
+
+
+def settle(dsn: str, *, timeout_s: float = SETTLE_TIMEOUT_S) -> float:
+    """After a bulk load (and the tenant moves `maintain` makes), the store as it is in steady
+    state: every table vacuumed and analyzed now, then no autovacuum worker left running (else the
+    first measurements share the cores with the vacuum of what was just loaded, moved or deleted).
+    Returns the seconds it took; waits at most `timeout_s` for autovacuum."""
+    started = time.monotonic()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("VACUUM (ANALYZE)")
+        quiet_since = None
+        while time.monotonic() - started < timeout_s:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker'"
+            ).fetchone()
+            if row is not None and row[0] == 0:
+                quiet_since = quiet_since or time.monotonic()
+                if time.monotonic() - quiet_since >= 2.0:
+                    break
+            else:
+                quiet_since = None
+            time.sleep(0.5)
+    return time.monotonic() - started
+
+
 def percentiles(samples_ms: Sequence[float]) -> dict[str, float]:
     """p50/p95/p99 (nearest-rank) and mean of a list of milliseconds."""
     ordered = sorted(samples_ms)

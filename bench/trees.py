@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench import synth
-from bench.common import bench_memory, connect
+from bench.common import bench_memory, connect, settle
 from bench.hashembed import HashEmbedder
 from memsoda_core import Memory
 
@@ -58,6 +58,7 @@ def shared_store(*, small: int, facts: int, other_facts: int, count: int) -> Ite
         with connect(memory.dsn) as conn:
             synth.load(conn, memory.info.schema, tenants)
         memory.maintain()
+        settle(memory.dsn)
         queries = synth.queries(measured, count, words=words, seed=7)
         yield SharedStore(memory=memory, dims=dims, queries=queries, directory=Path(tmp))
 
