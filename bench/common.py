@@ -66,19 +66,23 @@ SETTLE_TIMEOUT_S = 180.0
 """The longest `settle` waits for autovacuum to finish."""
 
 
-def settle(dsn: str, *, timeout_s: float = SETTLE_TIMEOUT_S) -> float:
-    """After a bulk load (and the tenant moves `maintain` makes), the store as it is in steady
-    state: every table vacuumed and analyzed now, then no autovacuum worker left running (else the
-    first measurements share the cores with the vacuum of what was just loaded, moved or deleted).
-    Returns the seconds it took; waits at most `timeout_s` for autovacuum."""
+def settle(dsn: str, schema: str, *, timeout_s: float = SETTLE_TIMEOUT_S) -> float:
+    """After a bulk load (and the tenant moves `maintain` makes), the store in `schema` as it is in
+    steady state: each of its tables vacuumed and analyzed now, then no autovacuum worker left on
+    them (else the first measurements share the cores with the vacuum of what was just loaded,
+    moved or deleted). Returns the seconds it took; waits at most `timeout_s` for autovacuum."""
     started = time.monotonic()
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("VACUUM (ANALYZE)")
+        tables = conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY tablename", (schema,)
+        ).fetchall()
+        for (table,) in tables:
+            conn.execute(sql.SQL("VACUUM (ANALYZE) {}.{}").format(sql.Identifier(schema), sql.Identifier(table)))
+        working = "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker' AND query LIKE %s"
+        pattern = f"autovacuum: % {schema}.%"
         quiet_since = None
         while time.monotonic() - started < timeout_s:
-            row = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker'"
-            ).fetchone()
+            row = conn.execute(working, (pattern,)).fetchone()
             if row is not None and row[0] == 0:
                 quiet_since = quiet_since or time.monotonic()
                 if time.monotonic() - quiet_since >= 2.0:

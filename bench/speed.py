@@ -300,7 +300,7 @@ def run(
                         setup[name] = time.perf_counter() - mark
                     except ImportError as exc:
                         out.append(f"{name} skipped (not installed): {exc}\n")
-        settled_s = settle(memory.dsn)  # the rivals' tables loaded too: measured in steady state
+        settled_s = settle(memory.dsn, memory.info.schema)  # the rivals' tables loaded too: measured in steady state
         out.insert(0, f"Run: {environment(memory.dsn)}; store embedder {embedder.model} ({dims}-d).\n")
         out.append(
             f"Tables: {total:,} facts in {len(tenants)} tenants ({small} x {small_facts:,} + "

@@ -58,7 +58,7 @@ def shared_store(*, small: int, facts: int, other_facts: int, count: int) -> Ite
         with connect(memory.dsn) as conn:
             synth.load(conn, memory.info.schema, tenants)
         memory.maintain()
-        settle(memory.dsn)
+        settle(memory.dsn, memory.info.schema)
         queries = synth.queries(measured, count, words=words, seed=7)
         yield SharedStore(memory=memory, dims=dims, queries=queries, directory=Path(tmp))
 
