@@ -41,8 +41,8 @@ _VALID_AT_US = "(extract(epoch FROM {valid_at})*1e6)::float8 AS valid_at_us"
 """`HitRow.valid_at_us` (float8: an unknown start, -infinity, is -inf, where an int8 cast would
 fail)."""
 
-_COMMON = "{signal} AS signal, fact_id, rank, " + _VALID_AT_US.format(valid_at="valid_at")
-"""The columns of every hit row."""
+_COMMON = "{signal} AS signal, fact_id, rank, " + _VALID_AT_US
+"""The columns of every hit row (`{valid_at}`: the hit's own `valid_at`)."""
 
 _KEPT_COMMON = "{signal} AS signal, fact_id, rank, valid_at"
 """The columns every hit row of `kept_hits_statement` starts with in its `hits` CTE: `valid_at` as
@@ -53,7 +53,7 @@ def _hit_select(spec: SignalSpec, columns: Sequence[str], common: str = _COMMON)
     """The hit rows of `spec`: the `common` columns, then `columns` (its own expression, else a NULL
     of the column's type), each named (PostgreSQL takes a union's names from its first SELECT)."""
     own = dict(spec.details)
-    values: list[sql.Composable] = [sql.SQL(common).format(signal=sql.Literal(spec.name))]
+    values: list[sql.Composable] = [sql.SQL(common).format(signal=sql.Literal(spec.name), valid_at=sql.SQL("valid_at"))]
     for column in columns:
         value = own.get(column, f"NULL::{DETAIL_TYPES[column]}")
         values.append(sql.SQL(value if value == column else f"{value} AS {column}"))
@@ -181,8 +181,8 @@ def _kept_hits_statement(
     union = _ctes_and_hits(schema, plan, planned_signals(plan, registry), access, registry, common=_KEPT_COMMON)
     hit_columns = sql.SQL(", ").join(
         [
-            sql.SQL("h.signal, h.fact_id, h.rank, " + _VALID_AT_US.format(valid_at="h.valid_at")),
-            *(sql.SQL("h." + column) for column in union.details),
+            sql.SQL("h.signal, h.fact_id, h.rank, " + _VALID_AT_US).format(valid_at=sql.SQL("h.valid_at")),
+            *(sql.Identifier("h", column) for column in union.details),
         ]
     )
     columns = fact_columns(
