@@ -8,8 +8,10 @@ with no options (`citus.shard_count` shards, no tenant isolated), then opened ag
 `tuned`, a second store on the same cluster is distributed with 8 shards and the large tenant
 isolated on a shard of its own, its rows beside the defaults'. Each tenant is its own dataset
 (the distribution key), loaded with COPY (`synth.load`) after distributing, so the rows go
-straight to the shards. Recall gets precomputed query vectors (`query_embedding`), `add_facts` 2
-facts with their vectors given: what is timed is memsoda and the database, not a model.
+straight to the shards; every store is then vacuumed and left by autovacuum, on the workers too
+(`bench.common.settle`), before anything is timed. Recall gets precomputed query vectors
+(`query_embedding`), `add_facts` 2 facts with their vectors given: what is timed is memsoda and the
+database, not a model.
 """
 
 from __future__ import annotations
@@ -32,9 +34,10 @@ from typing import Any
 import numpy as np
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
 from bench import synth
-from bench.common import bench_memory, connect, environment, markdown_table, percentiles
+from bench.common import bench_memory, connect, environment, markdown_table, percentiles, settle
 from memsoda_core import Memory, ScopeArgs
 from memsoda_core.distributed import distribute
 from memsoda_core.embedders import Embedder
@@ -114,6 +117,18 @@ def _cluster(dsn: str | None) -> Iterator[str]:
         yield cluster.dsn
 
 
+def _workers(dsn: str) -> list[str]:
+    """The DSNs of a Citus coordinator's workers (its own user and options at their addresses); none
+    for a server without Citus."""
+    with psycopg.connect(dsn) as conn:
+        if conn.execute("SELECT to_regclass('pg_catalog.pg_dist_node')").fetchall()[0][0] is None:
+            return []
+        nodes = conn.execute(
+            "SELECT nodename, nodeport FROM pg_dist_node WHERE noderole = 'primary' AND groupid <> 0 ORDER BY nodeid"
+        ).fetchall()
+    return [make_conninfo(dsn, host=host, port=port) for host, port in nodes]
+
+
 def _shards(memory: Memory) -> int:
     with psycopg.connect(memory.dsn) as conn:
         rows = conn.execute(
@@ -173,6 +188,8 @@ def run(
                 synth.load(conn, memory.info.schema, tenants)
             memory.maintain()
             loads[label] = time.perf_counter() - started
+        for memory in stores.values():  # measured in steady state: no autovacuum of the load beside it
+            settle(memory.dsn, memory.info.schema, also_wait_on=_workers(memory.dsn))
         out.append(f"Run: {environment(one.dsn)}; store embedder {embedder.model} ({dims}-d).\n")
         cluster = "started here at PostgreSQL's and Citus' defaults" if citus_dsn is None else "given"
         out.append(

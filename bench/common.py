@@ -10,7 +10,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
 from importlib import metadata
 from typing import Any
@@ -66,24 +66,31 @@ SETTLE_TIMEOUT_S = 180.0
 """The longest `settle` waits for autovacuum to finish."""
 
 
-def settle(dsn: str, schema: str, *, timeout_s: float = SETTLE_TIMEOUT_S) -> float:
+def settle(dsn: str, schema: str, *, also_wait_on: Sequence[str] = (), timeout_s: float = SETTLE_TIMEOUT_S) -> float:
     """After a bulk load (and the tenant moves `maintain` makes), the store in `schema` as it is in
     steady state: each of its tables vacuumed and analyzed now, then no autovacuum worker left on
-    them (else the first measurements share the cores with the vacuum of what was just loaded,
-    moved or deleted). Returns the seconds it took; waits at most `timeout_s` for autovacuum."""
+    them, on the server of `dsn` and on each of `also_wait_on` (a Citus cluster's workers, whose
+    shards the coordinator's VACUUM reaches); else the first measurements share the cores with the
+    vacuum of what was just loaded, moved or deleted. Returns the seconds it took; waits at most
+    `timeout_s` for autovacuum."""
     started = time.monotonic()
     with psycopg.connect(dsn, autocommit=True) as conn:
+        # a partitioned table's VACUUM covers its partitions: one statement per table a user made
         tables = conn.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY tablename", (schema,)
+            """SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+               WHERE n.nspname = %s AND c.relkind IN ('r', 'p') AND NOT c.relispartition ORDER BY c.relname""",
+            (schema,),
         ).fetchall()
         for (table,) in tables:
             conn.execute(sql.SQL("VACUUM (ANALYZE) {}.{}").format(sql.Identifier(schema), sql.Identifier(table)))
-        working = "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker' AND query LIKE %s"
-        pattern = f"autovacuum: % {schema}.%"
+    working = "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker' AND query LIKE %s"
+    pattern = f"autovacuum: % {schema}.%"
+    with ExitStack() as stack:
+        nodes = [stack.enter_context(psycopg.connect(node, autocommit=True)) for node in (dsn, *also_wait_on)]
         quiet_since = None
         while time.monotonic() - started < timeout_s:
-            row = conn.execute(working, (pattern,)).fetchone()
-            if row is not None and row[0] == 0:
+            busy = sum(int(node.execute(working, (pattern,)).fetchall()[0][0]) for node in nodes)
+            if busy == 0:
                 quiet_since = quiet_since or time.monotonic()
                 if time.monotonic() - quiet_since >= 2.0:
                     break

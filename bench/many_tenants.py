@@ -3,7 +3,8 @@
 One embedded server holds one schema per step of `steps` (10, 300, 1,000 by default), each with the
 same `tenants` tenants of `small_facts` facts (written by SQL, as `bench.tenant_layout` does), of
 which the first K grew to `large_facts` facts and moved to partitions of their own by memsoda's own
-operation (`tenant_index_min_facts` 20). The stores then alternate call by call, so each ratio
+operation (`tenant_index_min_facts` 20). Once every store is vacuumed and autovacuum has left them
+(`bench.common.settle`, before each timed part), the stores alternate call by call, so each ratio
 between two steps is measured in one run on the same machine load:
 
 - a new large tenant's first move (5 per store, the stores taking turns);
@@ -22,7 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bench.common import environment, markdown_table
+from bench.common import environment, markdown_table, settle
 from bench.tenant_layout import _one, _tenant, concurrent, load, make_large, tenant_stores
 from memsoda_core import Memory
 from memsoda_core.validation import Scope
@@ -35,15 +36,18 @@ def _schema(step: int) -> str:
     return f"k{step}"
 
 
-def timed_calls(memories: dict[int, Memory], calls: int, rng: random.Random) -> dict[tuple[str, int], float]:
-    """(case, step) -> p50 ms, the stores alternating call by call (their order turning)."""
+def timed_calls(
+    memories: dict[int, Memory], tenants: int, calls: int, rng: random.Random
+) -> dict[tuple[str, int], float]:
+    """(case, step) -> p50 ms, the stores alternating call by call (their order turning); a small
+    tenant is one of the `tenants` that no store has moved."""
     cases: dict[str, tuple[Callable[[int, int], Scope], Callable[[Memory, Scope, int], Any]]] = {
         "add_facts(1), random large tenant": (
             lambda step, n: _tenant(rng.randrange(step)),
             lambda m, s, n: m.add_facts([_one(n)], **vars(s)),
         ),
         "add_facts(1), random small tenant": (
-            lambda step, n: _tenant(step + MOVES + rng.randrange(1_000)),
+            lambda step, n: _tenant(rng.randrange(step + MOVES, tenants)),
             lambda m, s, n: m.add_facts([_one(n)], **vars(s)),
         ),
         "recall, random large tenant": (
@@ -104,11 +108,13 @@ def run(
             for n in range(step):
                 make_large(memories[step], conn, _tenant(n))
             lines.append(f"- {_schema(step)}: loaded and {step} tenants moved in {time.perf_counter() - started:.0f} s")
+        _settle(stores.dsn, steps)
         moves: dict[int, list[float]] = {step: [] for step in steps}
         for n in range(MOVES):
             for step in steps:
                 moves[step].append(make_large(memories[step], conns[step], _tenant(step + n)) * 1000)
-        calls_p50 = timed_calls(memories, calls, rng)
+        _settle(stores.dsn, steps)
+        calls_p50 = timed_calls(memories, tenants, calls, rng)
         base_step = steps[0]
         header = ["", *(f"{step} large" for step in steps), *(f"{s} / {base_step}" for s in steps[1:])]
         rows: list[list[Any]] = []
@@ -125,6 +131,13 @@ def run(
             f" {writes} add_facts and {recalls} recalls, {len(errors)} errors {sorted(set(errors))[:3]}"
         )
     return "\n".join(lines) + "\n"
+
+
+def _settle(dsn: str, steps: Sequence[int]) -> None:
+    """Every store vacuumed and no autovacuum on them: what is timed next is not measured beside the
+    vacuum of the loads and moves before it (`bench.common.settle`)."""
+    for step in steps:
+        settle(dsn, _schema(step))
 
 
 def _row(label: str, by_step: dict[int, float], steps: Sequence[int]) -> list[Any]:

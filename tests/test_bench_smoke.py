@@ -205,3 +205,21 @@ def test_replicas_smoke(bench_dsn: str, capsys: pytest.CaptureFixture[str]) -> N
     assert capped or "No capped rows: " in out
     assert [r[0] for r in rows] == ["1", "2"] * (2 if capped else 1)
     assert all(int(alone) > 0 and int(both) > 0 and errors == "0" for _, alone, both, errors in rows)
+
+
+def test_tenants_smoke(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("MEMSODA_DSN", raising=False)  # its stores are fixed schemas: a server of its own
+    args = ["tenants", "--tenants", "40", "--steps", "2,3", "--calls", "2", "--seconds", "0.5", "--threads", "2"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    for case in (
+        "a new large tenant's move, median of 5, ms",
+        "add_facts(1), random large tenant, p50 ms",
+        "add_facts(1), random small tenant, p50 ms",
+        "recall, random large tenant, p50 ms",
+        "recall, one large tenant again, p50 ms",
+    ):
+        assert re.search(rf"^\| {re.escape(case)} \| [\d.]+ \| [\d.]+ \| [\d.]+x \|$", out, re.MULTILINE), case
+    concurrency = re.search(r"(\d+) add_facts and (\d+) recalls, (\d+) errors", out)
+    assert concurrency is not None and int(concurrency[1]) > 0 and int(concurrency[2]) > 0
+    assert concurrency[3] == "0"
