@@ -122,6 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     citus.add_argument("--citus-dsn", help="an existing coordinator (default: start one with 2 workers here)")
     citus.add_argument("--tuned", action="store_true", help="also a store with 8 shards, the large tenant isolated")
     citus.add_argument("--embedder", choices=("local", "hash"), default="hash")
+    citus.add_argument(
+        "--shard-direct",
+        action="store_true",
+        help="also time the small tenant's statement read straight from its shards on the worker, plan kept",
+    )
 
     cli = commands.add_parser("cli", help="the command line's wall time: recall beside stats, cold open + recall")
     cli.add_argument("--runs", type=int, default=5, help="timed stats and recall processes each")
@@ -269,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
                 warmup=args.warmup,
                 citus_dsn=args.citus_dsn,
                 tuned=args.tuned,
+                shard_direct=args.shard_direct,
             )
         )
     elif args.command == "profile":

@@ -37,10 +37,12 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from bench import synth
+from bench.citus_direct import FORMS, DirectReads, direct_reads
 from bench.common import bench_memory, connect, environment, markdown_table, percentiles, settle
 from memsoda_core import Memory, ScopeArgs
 from memsoda_core.distributed import distribute
 from memsoda_core.embedders import Embedder
+from memsoda_core.validation import Scope
 
 ROOT = Path(__file__).resolve().parent.parent
 TUNED_SHARDS = 8
@@ -159,9 +161,11 @@ def run(
     warmup: int = 15,
     citus_dsn: str | None = None,
     tuned: bool = False,
+    shard_direct: bool = False,
     seed: int = 7,
 ) -> str:
-    """The whole comparison; returns markdown."""
+    """The whole comparison; returns markdown. With `shard_direct`, the small tenant's statement is
+    also timed alone three ways (`bench.citus_direct`)."""
     dims = int(embedder.dimensions)
     words = synth.vocabulary(3000, random.Random(seed))
     sizes = {"small": small, "large": large}
@@ -205,6 +209,8 @@ def run(
         )
         rows = []
         rng = random.Random(seed)
+        small_scope = Scope(dataset=tenants[0].dataset, project=tenants[0].project)
+        direct = stack.enter_context(direct_reads(one, stores[DEFAULTS.label], small_scope)) if shard_direct else None
         for tenant, size in zip(tenants, sizes.values(), strict=True):
             scope: ScopeArgs = {"dataset": tenant.dataset, "project": tenant.project}
             recall_ms: dict[str, list[float]] = {label: [] for label in stores}
@@ -215,6 +221,8 @@ def run(
                     memory.recall(query.text, **scope, query_embedding=query.values)
                     if i >= warmup:
                         recall_ms[label].append((time.perf_counter() - started) * 1000)
+                    if direct is not None and label == DEFAULTS.label and tenant is tenants[0]:
+                        direct.run(timed=i >= warmup)
             for i in range(warmup + writes):
                 facts = _facts(rng, 2)
                 vectors = np.asarray(synth._unit(np.random.default_rng(i).standard_normal((2, dims))))
@@ -246,4 +254,19 @@ def run(
             "the stores alternating call by call.\n"
         )
         out.append(markdown_table(header, rows))
+        if direct is not None:
+            out.append(_direct_table(direct, small))
     return "\n".join(out) + "\n"
+
+
+def _direct_table(direct: DirectReads, facts: int) -> str:
+    base = percentiles(direct.samples[FORMS[0]])["p50"]
+    rows = []
+    for form in FORMS:
+        p = percentiles(direct.samples[form])
+        rows.append([form, f"{p['p50']:.2f} / {p['p95']:.2f}", f"{p['p50'] / base:.2f}x"])
+    return (
+        f"\nThe {facts:,}-fact tenant's recall statement alone, after each Citus recall (`--shard-direct`;"
+        " the worker's shards read directly is a routing memsoda does not do, measured to size it):\n\n"
+        + markdown_table(["statement run", "p50 / p95 ms", "against one node"], rows)
+    )
