@@ -19,39 +19,21 @@ from typing import Any
 
 import psycopg
 
+from bench.capture import captured_recalls
 from bench.common import connect
 from bench.hashembed import HashEmbedder
 from memsoda_core import Memory, RecallOptions
 from memsoda_core.layouts.access import SHARED, ScopeAccess
 from memsoda_core.options import RecentOptions
-from memsoda_core.recall import operation
 from memsoda_core.recall.signals import RecallPlan, planned_signals
 from memsoda_core.recall.statements import hits_statement, kept_hits_statement, rendered
 from memsoda_core.runner.compiled import Compiled
-from memsoda_core.runner.steps import Execute
-from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import Scope
 
 _NOT_COMPARED = frozenset({"timings_ms", "relevance"})
 """`RecallResult.to_dict` keys left out of a result's digest: times differ at every run, and a tree
 without the relevance floor has no such key (datetimes compare as ISO text, whatever tzinfo object
 each tree's session returns)."""
-
-
-def capture_statements() -> dict[str, Any]:
-    """What the latest recall's statements were built from: its `plan` and `params`, filled in at every recall."""
-    seen: dict[str, Any] = {}
-    executes = operation._executes
-
-    def spy(
-        info: StoreInfo, plan: RecallPlan, access: ScopeAccess, params: dict[str, Any], scope_facts: int
-    ) -> list[Execute]:
-        seen.update(plan=plan, params=params)
-        return executes(info, plan, access, params, scope_facts)
-
-    # the one place a recall's plan and parameters are both at hand; no public hook gives them
-    operation._executes = spy
-    return seen
 
 
 def parts(schema: str, plan: RecallPlan, scope: Scope) -> dict[str, Compiled]:
@@ -94,8 +76,11 @@ def main(argv: list[str]) -> None:
     dsn, schema, path, project, dims, recent, talk = argv
     options = RecallOptions(recent=RecentOptions(candidates=int(recent))) if int(recent) else None
     queries = json.loads(Path(path).read_text())
-    seen = capture_statements()
-    with Memory.open(dsn, HashEmbedder(int(dims)), schema=schema) as memory, connect(dsn) as conn:
+    with (
+        captured_recalls() as seen,
+        Memory.open(dsn, HashEmbedder(int(dims)), schema=schema) as memory,
+        connect(dsn) as conn,
+    ):
         print("ready", flush=True)
         for line in sys.stdin:
             i, measure = (int(x) for x in line.split())

@@ -4,8 +4,8 @@ not do, measured to size it (bench/RESULTS.md, section 7).
 
 Citus sends each task to its worker unnamed, so the worker parses and plans the statement at every
 call; one node keeps the plan of a prepared statement. Here the statement of each Citus recall (the
-tenant named, as the Citus layout writes it) runs three ways, after that recall and in the same
-loop: prepared on one node; prepared through the coordinator (as memsoda runs it); and prepared on a
+tenant named, as the Citus layout writes it) runs three ways right after that recall: prepared on
+one node; prepared through the coordinator (as memsoda runs it); and prepared on a
 direct connection to the worker, each table replaced by the tenant's shard of it.
 """
 
@@ -22,14 +22,11 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
+from bench.capture import captured_recalls
 from bench.common import connect
 from memsoda_core import Memory
 from memsoda_core.layouts.access import ScopeAccess
-from memsoda_core.recall import operation
-from memsoda_core.recall.signals import RecallPlan
 from memsoda_core.recall.statements import kept_hits_statement
-from memsoda_core.runner.steps import Execute
-from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import Scope
 
 FORMS = ("one node, plan kept", "through the coordinator (memsoda's)", "the worker's shards directly, plan kept")
@@ -119,16 +116,6 @@ class DirectReads:
 def direct_reads(one: Memory, citus: Memory, scope: Scope) -> Iterator[DirectReads]:
     """`DirectReads` of `scope` in the two stores; every recall's plan and parameters are captured
     while the block runs (the statement is rebuilt from them)."""
-    seen: dict[str, Any] = {}
-    executes = operation._executes
-
-    def spy(
-        info: StoreInfo, plan: RecallPlan, access: ScopeAccess, params: dict[str, Any], scope_facts: int
-    ) -> list[Execute]:
-        seen.update(plan=plan, params=params)
-        return executes(info, plan, access, params, scope_facts)
-
     with ExitStack() as stack:
-        operation._executes = spy  # the one place a recall's plan and parameters are both at hand
-        stack.callback(setattr, operation, "_executes", executes)
+        seen = stack.enter_context(captured_recalls())
         yield DirectReads(one, citus, scope, seen, stack)
