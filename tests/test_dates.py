@@ -103,6 +103,20 @@ def test_a_naive_question_time_is_utc() -> None:
     assert window is not None and window.start == _day("2023-05-19")
 
 
+@pytest.mark.parametrize(
+    ("text", "at"),
+    [
+        ("anything good on Netflix tonight?", datetime(9999, 12, 31, 23, 59, tzinfo=UTC)),
+        ("since March", datetime(9999, 12, 31, tzinfo=UTC)),
+        ("what did I do yesterday?", datetime(1, 1, 1, tzinfo=UTC)),
+        ("last week", datetime(1, 1, 3, tzinfo=UTC)),
+        ("last year", datetime(1, 6, 1, tzinfo=UTC)),
+    ],
+)
+def test_a_window_past_the_calendar_s_ends_is_no_window(text: str, at: datetime) -> None:
+    assert question_window(text, at) is None  # not an OverflowError out of recall
+
+
 def test_a_year_less_date_is_its_nearest_occurrence() -> None:
     january = datetime(2024, 1, 3, tzinfo=UTC)
     window = question_window("on 28 December", january)

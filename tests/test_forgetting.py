@@ -214,6 +214,16 @@ def test_the_cli_forgets_a_thread_and_sets_and_applies_retention(
     assert cli("retention", *where, "--remove", "--json") == []
 
 
+@pytest.mark.parametrize("days", ["nan", "inf", "1e308"])
+def test_the_cli_refuses_a_retention_age_no_timedelta_holds(scope: ScopeArgs, pg_dsn: str, days: str) -> None:
+    where = ["--dataset", scope["dataset"], "--project", scope["project"]]
+    result = CliRunner().invoke(
+        app, ["--dsn", pg_dsn, "retention", *where, "--max-age-days", days], env={"COLUMNS": "200", "NO_COLOR": "1"}
+    )
+    assert result.exit_code == 2 and "--max-age-days" in result.output and "Traceback" not in result.output
+    assert "must be a number of days up to" in result.output
+
+
 def test_the_source_selection_and_its_sql_without_a_database() -> None:
     from psycopg import sql
 

@@ -47,6 +47,15 @@ def forget_source(
     )
 
 
+def _days(value: float) -> timedelta:
+    """`--max-age-days` as a timedelta: a usage error for what no timedelta holds (nan, inf, 1e308)."""
+    try:
+        return timedelta(days=value)
+    except (ValueError, OverflowError):
+        message = f"must be a number of days up to {timedelta.max.days:,}, got {value}"
+        raise typer.BadParameter(message, param_hint="'--max-age-days'") from None
+
+
 def retention(
     ctx: typer.Context,
     dataset: DatasetOpt,
@@ -67,7 +76,7 @@ def retention(
         if remove:
             rules = memory.set_retention(**scope, max_age=None, predicate=predicate)
         elif max_age_days is not None:
-            age = timedelta(days=max_age_days)
+            age = _days(max_age_days)
             rules = memory.set_retention(**scope, max_age=age, purge=purge, predicate=predicate)
         else:
             rules = memory.retention(**scope)

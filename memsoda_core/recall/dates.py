@@ -138,11 +138,11 @@ def question_window(text: str | None, at: datetime) -> Window | None:
         for match in pattern.finditer(text):
             if any(match.start() < end and start < match.end() for start, end in taken):
                 continue
-            resolved = _resolve(kind, match, at)
-            if resolved is None:
+            found = _found(kind, match, at)
+            if found is None:
                 continue
             taken.append(match.span())
-            start, end = _lead(match.group("lead"), resolved, at)
+            start, end = found
             if start is not None and start >= at:
                 continue  # a plan, not a memory (see the module docstring)
             spans.append((start, end, match.group().strip()))
@@ -166,6 +166,16 @@ def _word(text: str) -> str:
     """A word the patterns read, spelled as the tables' keys are (`MONTHS`, `WEEKDAYS`, `NUMBERS`):
     lower case ASCII wherever the pattern matched an ASCII letter."""
     return text.translate(_FOLD).lower()
+
+
+def _found(kind: str, match: re.Match[str], at: datetime) -> tuple[datetime | None, datetime] | None:
+    """The window one match names, its lead word applied; None when it names no date the calendar
+    holds: "31 February", "2023-13-01", or a span reaching past year 9999 or before year 1 (a
+    question asked as of such a time)."""
+    try:
+        return _lead(match.group("lead"), _resolve(kind, match, at), at)
+    except (ValueError, OverflowError):
+        return None
 
 
 def _lead(lead: str | None, span: tuple[datetime, datetime], at: datetime) -> tuple[datetime | None, datetime]:
@@ -207,49 +217,45 @@ def _nearest(candidates: Iterator[tuple[datetime, datetime]], at: datetime) -> t
     return min(candidates, key=distance)
 
 
-def _resolve(kind: str, match: re.Match[str], at: datetime) -> tuple[datetime, datetime] | None:
+def _resolve(kind: str, match: re.Match[str], at: datetime) -> tuple[datetime, datetime]:
+    """The span one match names; ValueError or OverflowError when the calendar holds none (`_found`)."""
     groups = {key: value for key, value in match.groupdict().items() if value is not None}
     today = at.date()
-    try:
-        if kind in ("iso_day", "iso_month"):
-            year, month = int(groups["year"]), int(groups["mon"])
-            if kind == "iso_month":
-                return _month(year, month, at)
-            return _day(date(year, month, int(groups["day"])), at)
-        if kind in ("day_month", "month_day"):
-            month, day = MONTHS[_word(groups["month"])], int(groups["day"])
-            if "year" in groups:
-                return _day(date(int(groups["year"]), month, day), at)
-            return _nearest(
-                (_day(date(year, month, day), at) for year in (today.year - 1, today.year, today.year + 1)), at
-            )
-        if kind == "month_year":
-            return _month(int(groups["year"]), MONTHS[_word(groups["month"])], at)
-        if kind == "month":
-            month = MONTHS[_word(groups["month"])]
-            lead = (groups.get("lead") or "").split()
-            years = range(today.year - 1, today.year + 2)
-            if lead and _word(lead[0]) == "last":
-                return max((s for s in (_month(y, month, at) for y in years) if s[1] <= at), key=lambda s: s[0])
-            return _nearest((_month(year, month, at) for year in years), at)
-        if kind == "year":
-            year = int(groups["year"])
-            return _midnight(date(year, 1, 1), at), _midnight(date(year + 1, 1, 1), at)
-        if kind == "relative_day":
-            return _day(today - timedelta(days=1 if _word(groups["word"]) == "yesterday" else 0), at)
-        if kind == "relative_span":
-            return _relative_span(_word(groups["which"]), _word(groups["unit"]), at)
-        if kind == "weekday":
-            back = (today.weekday() - WEEKDAYS[_word(groups["weekday"])]) % 7
-            if _word(groups["which"]) == "on":
-                ahead = (7 - back) % 7
-                return _day(today - timedelta(days=back) if back <= ahead else today + timedelta(days=ahead), at)
-            return _day(today - timedelta(days=back or 7), at)
-        if kind == "ago":
-            count = NUMBERS.get(_word(groups["n"])) or int(groups["n"])
-            return _ago(count, _word(groups["unit"]), at)
-    except ValueError:
-        return None  # "31 February", "2023-13-01": not a date
+    if kind in ("iso_day", "iso_month"):
+        year, month = int(groups["year"]), int(groups["mon"])
+        if kind == "iso_month":
+            return _month(year, month, at)
+        return _day(date(year, month, int(groups["day"])), at)
+    if kind in ("day_month", "month_day"):
+        month, day = MONTHS[_word(groups["month"])], int(groups["day"])
+        if "year" in groups:
+            return _day(date(int(groups["year"]), month, day), at)
+        return _nearest((_day(date(year, month, day), at) for year in (today.year - 1, today.year, today.year + 1)), at)
+    if kind == "month_year":
+        return _month(int(groups["year"]), MONTHS[_word(groups["month"])], at)
+    if kind == "month":
+        month = MONTHS[_word(groups["month"])]
+        lead = (groups.get("lead") or "").split()
+        years = range(today.year - 1, today.year + 2)
+        if lead and _word(lead[0]) == "last":
+            return max((s for s in (_month(y, month, at) for y in years) if s[1] <= at), key=lambda s: s[0])
+        return _nearest((_month(year, month, at) for year in years), at)
+    if kind == "year":
+        year = int(groups["year"])
+        return _midnight(date(year, 1, 1), at), _midnight(date(year + 1, 1, 1), at)
+    if kind == "relative_day":
+        return _day(today - timedelta(days=1 if _word(groups["word"]) == "yesterday" else 0), at)
+    if kind == "relative_span":
+        return _relative_span(_word(groups["which"]), _word(groups["unit"]), at)
+    if kind == "weekday":
+        back = (today.weekday() - WEEKDAYS[_word(groups["weekday"])]) % 7
+        if _word(groups["which"]) == "on":
+            ahead = (7 - back) % 7
+            return _day(today - timedelta(days=back) if back <= ahead else today + timedelta(days=ahead), at)
+        return _day(today - timedelta(days=back or 7), at)
+    if kind == "ago":
+        count = NUMBERS.get(_word(groups["n"])) or int(groups["n"])
+        return _ago(count, _word(groups["unit"]), at)
     raise AssertionError(kind)
 
 
