@@ -55,6 +55,7 @@ from memsoda_core.ops import calls as fact_calls
 from memsoda_core.ops.open_settings import aclose_built, check_read_only, open_settings
 from memsoda_core.ops.opening import open_store, reload_layout
 from memsoda_core.ops.transfer import parse_jsonl
+from memsoda_core.option_checks import check_options_type
 from memsoda_core.options import DEFAULT_OPTIONS, RecallOptions
 from memsoda_core.recall import calls as recall_calls
 from memsoda_core.recall.profile import DEFAULT_MAX_FACTS as DEFAULT_PROFILE_FACTS
@@ -149,6 +150,7 @@ class AsyncMemory:
         the default but under Citus) or "plain" (`docs/ARCHITECTURE.md`, "Tenant layouts"). `read_only`: see
         `read_only`."""
         check_pool_args(pool_size, pool_timeout)
+        check_options_type(options, RecallOptions, "Memory.open")
         chosen_synthesizer = as_synthesizer(synthesizer)
         chosen_extractor = as_extractor(extractor)
         settings = (schema, text_search_config, tenant_index_min_facts, layout)

@@ -65,3 +65,13 @@ def check_cosine(name: str, value: float | None) -> None:
 def check_not_negative(name: str, value: int) -> None:
     if value < 0:
         raise LimitError(f"{name} must not be negative, got {value}")
+
+
+def check_options_type(options: Any, cls: type, where: str) -> None:
+    """`options` is None or an instance of `cls` (`RecallOptions`): a dict of overrides is refused
+    here, with how to make one, rather than failing at its first use."""
+    if options is not None and not isinstance(options, cls):
+        raise ArgumentTypeError(
+            f"{where} options must be a {cls.__name__} or None, got {type(options).__name__}"
+            " (for overrides: DEFAULT_OPTIONS.with_overrides({...}), or recall's keyword arguments)"
+        )

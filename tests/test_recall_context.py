@@ -186,6 +186,15 @@ async def test_min_relevance_empties_an_unrelated_recall_only(memory: Either, sc
     assert related.relevance == near >= 1.0
 
 
+async def test_options_that_are_not_recall_options_are_refused_at_the_call(
+    memory: Either, scope: ScopeArgs, pg_dsn: str, embedder: LocalEmbedder
+) -> None:
+    with pytest.raises(ArgumentTypeError, match="RecallOptions"):
+        await memory.recall(FOLLOW_UP, **scope, options={"anchor.hops": 1})
+    with pytest.raises(ArgumentTypeError, match="with_overrides"):
+        Memory.open(pg_dsn, embedder, options={"anchor.hops": 1})  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("floor", [-0.1, float("nan")])
 def test_min_relevance_is_a_share(floor: float) -> None:
     with pytest.raises((LimitError, ArgumentTypeError), match="min_relevance"):

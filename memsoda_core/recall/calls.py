@@ -11,6 +11,7 @@ from memsoda_core.errors import ConfigurationError, EmbeddingError, LimitError, 
 from memsoda_core.learning.call import RememberCall
 from memsoda_core.memory_context import MemoryContext
 from memsoda_core.models import IncludeOption, RecallResult
+from memsoda_core.option_checks import check_options_type
 from memsoda_core.options import RecallOptions
 from memsoda_core.recall.operation import recall as recall_operation
 from memsoda_core.recall.profile import MAX_FACTS as MAX_PROFILE_FACTS
@@ -39,6 +40,7 @@ def recall_op(
     exclude: Any = (),
 ) -> Operation[RecallResult]:
     scope = check_scope(dataset, project)
+    check_options_type(options, RecallOptions, "recall")
     text = check_query(query)
     turns = check_conversation(conversation)
     excluded = check_fact_ids(exclude, "exclude")
