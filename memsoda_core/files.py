@@ -8,6 +8,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TextIO, TypeVar
 
+from memsoda_core.errors import ImportFormatError
+
 T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
@@ -41,12 +43,29 @@ def progress_callback(
         yield lambda n: bar.advance(task, n)
 
 
+BOM = "\ufeff"
+"""A byte order mark, as a decoded text's first character."""
+
+
 def read_jsonl(source: str | os.PathLike[str] | TextIO) -> list[str]:
-    """All lines of a JSONL file path or open text file."""
+    """All lines of a JSONL file path or open text file, a leading byte order mark dropped (editors
+    on Windows write one). A path is read as UTF-8: a line that is not is an `ImportFormatError`
+    naming it, before anything is parsed; a path that cannot be opened raises `open`'s OSError."""
     if isinstance(source, str | os.PathLike):
-        with open(source, encoding="utf-8") as handle:
-            return handle.readlines()
-    return source.readlines()
+        with open(source, "rb") as handle:
+            lines = [_utf8(line, number) for number, line in enumerate(handle.read().splitlines(keepends=True), 1)]
+    else:
+        lines = source.readlines()
+    if lines and lines[0].startswith(BOM):
+        lines[0] = lines[0][len(BOM) :]
+    return lines
+
+
+def _utf8(line: bytes, number: int) -> str:
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ImportFormatError(f"not UTF-8 text ({exc.reason} at byte {exc.start} of the line)", line=number) from None
 
 
 @contextmanager

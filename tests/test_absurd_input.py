@@ -11,6 +11,7 @@ import contextlib
 import io
 import json
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -118,6 +119,21 @@ async def test_absurd_import_lines_are_import_format_errors(memory: Either, scop
     assert (report.facts, report.skipped, [number for number, _ in report.errors]) == (2, 1, [2])
     page = await memory.list_facts(**scope)
     assert sorted(f.object for f in page.facts) == ["coffee", "tea"]
+
+
+async def test_a_file_path_not_utf8_names_its_line_and_a_leading_bom_is_dropped(
+    memory: Either, scope: ScopeArgs, tmp_path: Path
+) -> None:
+    latin = tmp_path / "latin1.jsonl"
+    latin.write_bytes(f"{GOOD}\n".encode() + json.dumps(fact(object="café"), ensure_ascii=False).encode("latin-1"))
+    with pytest.raises(ImportFormatError, match="line 2: not UTF-8") as raised:
+        await memory.import_jsonl(latin, **scope)
+    assert raised.value.line == 2 and await memory.stats(**scope) == []
+    marked = tmp_path / "bom.jsonl"
+    marked.write_text(f"{GOOD}\n{OTHER}\n", encoding="utf-8-sig")
+    for source in (marked, io.StringIO(marked.read_text(encoding="utf-8"))):  # a path, and text still holding it
+        report = await memory.import_jsonl(source, **scope, on_error="raise")
+        assert (report.facts, report.skipped) == (2, 0)
 
 
 async def test_the_largest_times_seen_is_imported_exactly(memory: Either, scope: ScopeArgs) -> None:

@@ -17,7 +17,8 @@ from rich.text import Text
 from memsoda_core.cli.common import DatasetOpt, ProjectOpt, settings_of
 from memsoda_core.cli.output import err, out, spinner, warn
 from memsoda_core.cli.store import open_memory
-from memsoda_core.errors import ImportFormatError, ValidationError
+from memsoda_core.errors import ValidationError
+from memsoda_core.files import read_jsonl
 from memsoda_core.memory import Memory
 from memsoda_core.ops.transfer import parse_jsonl
 
@@ -58,10 +59,7 @@ def import_(
     ] = None,
 ) -> None:
     """Import facts and episodes from a JSONL file in one transaction (all or nothing)."""
-    try:
-        lines = file.read_text(encoding="utf-8").splitlines(keepends=True)
-    except UnicodeDecodeError as exc:
-        raise ImportFormatError(f"{file} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    lines = read_jsonl(file)
     records = sum(1 for line in lines if line.strip())
     try:
         if on_error is OnError.RAISE:
