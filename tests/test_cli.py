@@ -452,6 +452,17 @@ def home() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def test_home_on_the_command_line_beats_memsoda_dsn(runner: CliRunner, home: Path, pg_dsn: str) -> None:
+    unusable = "localhost:5432"  # not a connection string: a command that took it would fail
+    stats = runner.invoke(app, ["--home", str(home), "stats", "--json"], env={**ENV, "MEMSODA_DSN": unusable})
+    assert stats.exit_code == 0, stats.output
+    assert (home / "pg").is_dir()  # the embedded server under --home served it
+    both = runner.invoke(app, ["--dsn", pg_dsn, "--home", str(home), "stats"], env={**ENV, "MEMSODA_DSN": None})
+    assert both.exit_code != 0 and "not both" in both.stderr
+    from_env = runner.invoke(app, ["--dsn", pg_dsn, "stats", "--json"], env={**ENV, "MEMSODA_HOME": str(home)})
+    assert from_env.exit_code == 0, from_env.output  # --dsn beats MEMSODA_HOME
+
+
 def test_server_start_status_stop(runner: CliRunner, home: Path, scope: ScopeArgs) -> None:
     def server(*args: str) -> Result:
         return runner.invoke(app, ["--home", str(home), *args], env={**ENV, "MEMSODA_DSN": None})

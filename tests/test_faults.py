@@ -734,6 +734,15 @@ async def test_memsoda_dsn_that_is_not_a_connection_string_says_so(
         await open_memory(flavour, None, embedder)
 
 
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_a_dsn_and_a_home_together_are_refused(
+    pg_dsn: str, embedder: LocalEmbedder, flavour: str, tmp_path: Path
+) -> None:
+    with pytest.raises(ConfigurationError, match="not both"):
+        await open_memory(flavour, pg_dsn, embedder, home=tmp_path)
+    assert not (tmp_path / "pg").exists()  # no embedded server was started
+
+
 @pytest.mark.parametrize("form", ["postgres", "key=value"])
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 async def test_every_connection_string_form_opens_the_store(

@@ -1,8 +1,8 @@
 """The `memsoda` command line: demo, recall, add, profile, import/export, stats, maintain, reembed, forget,
 forget-source, retention, doctor, server.
 
-Global options pick the store: `--dsn` (else `MEMSODA_DSN`, else the embedded server under
-`--home` / `MEMSODA_HOME`), and `--embedder` the model (else `MEMSODA_EMBEDDER`, else the
+Global options pick the store: `--dsn`, else the embedded server under `--home`, else
+`MEMSODA_DSN`, else the one under `MEMSODA_HOME` (the command line beats the environment), and `--embedder` the model (else `MEMSODA_EMBEDDER`, else the
 store's). Any `MemsodaError` (and any file error) prints one red line and exits with status 1;
 `--verbose` adds the traceback. Usage errors exit with status 2.
 

@@ -86,7 +86,27 @@ def _root(
     ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show tracebacks of errors.")] = False,
 ) -> None:
-    ctx.obj = Settings(dsn=dsn or None, home=home, schema=schema, verbose=verbose, embedder=embedder or None)
+    ctx.obj = Settings(**_store_options(ctx, dsn, home), schema=schema, verbose=verbose, embedder=embedder or None)
+
+
+def _from_environment(ctx: typer.Context, name: str) -> bool:
+    source = ctx.get_parameter_source(name)  # typer's own copy of click's enum: compared by name
+    return source is not None and source.name == "ENVIRONMENT"
+
+
+def _store_options(ctx: typer.Context, dsn: str | None, home: Path | None) -> dict[str, Any]:
+    """`--dsn` and `--home` as `resolve_target` takes them: an option given on the command line beats
+    one read from the environment (`--home` beats `MEMSODA_DSN`), and of two read from the
+    environment `MEMSODA_DSN` wins; both given on the command line are left to it to refuse."""
+    dsn = dsn or None
+    if dsn is None or home is None:
+        return {"dsn": dsn, "home": home}
+    dsn_from_env, home_from_env = (_from_environment(ctx, name) for name in ("dsn", "home"))
+    if dsn_from_env and not home_from_env:
+        return {"dsn": None, "home": home}
+    if home_from_env:
+        return {"dsn": dsn, "home": None}
+    return {"dsn": dsn, "home": home}
 
 
 app.command()(demo.demo)

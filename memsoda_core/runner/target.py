@@ -29,11 +29,15 @@ class Target:
 
 
 def resolve_target(dsn: str | None, home: str | os.PathLike[str] | None) -> Target:
-    """`dsn`, else `MEMSODA_DSN`, else the embedded server under `home` / `MEMSODA_HOME`."""
+    """`dsn`, else the embedded server under `home`, else `MEMSODA_DSN`, else the embedded server
+    under `MEMSODA_HOME` (or the user data directory): what the caller names beats the environment.
+    Both `dsn` and `home` name two stores: a ConfigurationError."""
+    if dsn and home is not None:
+        raise ConfigurationError("give dsn= (a server of your own) or home= (the embedded server), not both")
     if dsn:
         return Target(dsn=check_dsn(dsn, "dsn"), pgdata=None)
     configured = os.environ.get("MEMSODA_DSN")
-    if configured:
+    if configured and home is None:
         return Target(dsn=check_dsn(configured, "MEMSODA_DSN"), pgdata=None)
     from memsoda_core import server
 
