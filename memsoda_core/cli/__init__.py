@@ -2,9 +2,10 @@
 forget-source, retention, doctor, server.
 
 Global options pick the store: `--dsn`, else the embedded server under `--home`, else
-`MEMSODA_DSN`, else the one under `MEMSODA_HOME` (the command line beats the environment), and `--embedder` the model (else `MEMSODA_EMBEDDER`, else the
-store's). Any `MemsodaError` (and any file error) prints one red line and exits with status 1;
-`--verbose` adds the traceback. Usage errors exit with status 2.
+`MEMSODA_DSN`, else the one under `MEMSODA_HOME` (the command line beats the environment),
+and `--embedder` the model (else `MEMSODA_EMBEDDER`, else the store's). Any `MemsodaError` (and
+any file error) prints one red line and exits with status 1; `--verbose` adds the traceback.
+Usage errors exit with status 2.
 
     app.py      the Typer app: global options, command registration, error handling
     common.py   Settings, the embedder of a command (--embedder, the store's model, the served model), the options
