@@ -34,7 +34,9 @@ class MemsodaMemoryBlock(BaseMemoryBlock[str]):
     extractor is configured (`extractor=` here, or the one memsoda was opened with).
 
     The scope: `dataset` and `project` given to `memory.aget(dataset=..., project=...)` win, then
-    this block's fields. `dataset` is required: LlamaIndex gives each `Memory` a random
+    this block's fields; a block that learns (an extractor, `accept_short_term_memory`) refuses a
+    per-call scope other than the one it learns into (`ConfigurationError`), since LlamaIndex
+    flushes messages with the session id alone. `dataset` is required: LlamaIndex gives each `Memory` a random
     `session_id` unless told otherwise, so a scope taken from it would be empty on every run; set
     `use_session_id=True` to use the session id as the dataset when you choose it yourself. With
     an `AsyncMemory`, call `await memory.aget()` / `aput()` on the event loop that opened it.
@@ -67,7 +69,34 @@ class MemsodaMemoryBlock(BaseMemoryBlock[str]):
             )
         return str(chosen)
 
+    def _extractor(self) -> Any:
+        """The model that learns flushed messages: this block's, else the memsoda Memory's (or None)."""
+        return self.extractor if self.extractor is not None else self.memory._context.extractor
+
+    def _learns(self) -> bool:
+        """Whether flushed messages are learned: LlamaIndex passes them on and a model is there."""
+        return self.accept_short_term_memory and self._extractor() is not None
+
+    def _check_learned_where_read(self, block_kwargs: dict[str, Any]) -> None:
+        """A learning block reads the scope it writes: LlamaIndex flushes messages with the session id
+        alone, so they are learned into this block's dataset (or the session id); a per-call scope
+        that differs would read one user's memory and write their conversation into another's."""
+        given = (block_kwargs.get("dataset"), block_kwargs.get("project"))
+        if given == (None, None) or not self._learns():
+            return
+        session = block_kwargs.get("session_id")
+        learned = (self.dataset or (str(session) if self.use_session_id and session else None), self.project)
+        read = (str(given[0] or learned[0]), str(given[1] or learned[1]))
+        if read != learned:
+            raise ConfigurationError(
+                f"MemsodaMemoryBlock learns flushed messages into dataset={learned[0]!r}, project={learned[1]!r}, "
+                f"but aget() asked for dataset={read[0]!r}, project={read[1]!r}: it would read one scope and "
+                "learn the conversation into another. Use one block per user (dataset=...), or "
+                "use_session_id=True with the session id as the dataset"
+            )
+
     async def _aget(self, messages: list[ChatMessage] | None = None, **block_kwargs: Any) -> str:
+        self._check_learned_where_read(block_kwargs)
         dataset = self._dataset(block_kwargs.get("dataset"), block_kwargs.get("session_id"))
         query = _latest_text(messages or [])
         if not query:
@@ -89,7 +118,7 @@ class MemsodaMemoryBlock(BaseMemoryBlock[str]):
 
     async def _aput(self, messages: list[ChatMessage]) -> None:
         """Learn from flushed messages through `remember` (one window, one transaction)."""
-        extractor = self.extractor if self.extractor is not None else self.memory._context.extractor
+        extractor = self._extractor()
         if extractor is None:
             if not self._said_no_extractor:
                 self._said_no_extractor = True

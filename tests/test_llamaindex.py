@@ -299,6 +299,25 @@ async def test_memory_block_learns_from_flushed_messages(
     assert "user plays the violin" in ((await later.aget())[0].content or "")
 
 
+async def test_a_learning_block_reads_only_the_scope_it_learns_into(
+    memory: Either, scope: ScopeArgs, chat_memory: ChatMemoryFactory
+) -> None:
+    """LlamaIndex flushes messages with the session id alone: a per-call dataset would read bob's
+    memory and learn bob's conversation into the block's dataset (alice's)."""
+    extractor = ScriptedExtractor(answer(add("I", "likes", "jazz", "I like jazz")))
+    alice = MemsodaMemoryBlock(memory=memory.raw, **scope, extractor=extractor)
+    chat = chat_memory(session_id="bob-1", memory_blocks=[alice])
+    await chat.aput(ChatMessage(role="user", content="I like jazz"))
+    with pytest.raises(ConfigurationError, match="learns flushed messages into"):
+        await chat.aget(dataset="someone-else")
+    assert len(await chat.aget(**scope)) >= 1  # its own scope, spelled out, is fine
+    reader = MemsodaMemoryBlock(memory=memory.raw, **scope, accept_short_term_memory=False)
+    reading = chat_memory(session_id="bob-2", memory_blocks=[reader])  # learns nothing: may read any scope
+    await reading.aput(ChatMessage(role="user", content="I like jazz"))
+    await reading.aget(dataset="someone-else")
+    assert extractor.requests == []
+
+
 def test_memory_block_sync_get(sync_memory: Memory, scope: ScopeArgs, sync_chat_memory: ChatMemoryFactory) -> None:
     sync_memory.add_facts(FACTS, **scope)
     chat = sync_chat_memory(memory_blocks=[MemsodaMemoryBlock(memory=sync_memory, **scope)])
