@@ -88,14 +88,25 @@ def _with_context(request: ModelRequest, profile: Profile, recalled: RecallResul
     """The request with the profile after the system prompt and the recall after the latest user message."""
     overrides: dict[str, Any] = {}
     if profile.text:
-        instructions = request.system_message.text if request.system_message is not None else ""
-        system = f"{instructions}\n\n{profile.text}" if instructions else profile.text
-        overrides["system_message"] = SystemMessage(content=system)
+        overrides["system_message"] = _with_profile(request.system_message, profile.text)
     latest = _latest_human(request.messages)
     if recalled is not None and recalled.context and latest is not None:
         block = HumanMessage(content=recalled.context, name=RECALL_NAME)
         overrides["messages"] = [*request.messages[: latest + 1], block, *request.messages[latest + 1 :]]
     return request.override(**overrides) if overrides else request
+
+
+def _with_profile(system: SystemMessage | None, profile: str) -> SystemMessage:
+    """The system message with the profile after its instructions, the rest of it kept as it was:
+    content blocks (with their `cache_control` breakpoints), `additional_kwargs`, its id."""
+    if system is None:
+        return SystemMessage(content=profile)
+    content = system.content
+    if isinstance(content, str):
+        joined: str | list[str | dict[str, Any]] = f"{content}\n\n{profile}" if content else profile
+    else:
+        joined = [*content, {"type": "text", "text": profile}]
+    return system.model_copy(update={"content": joined})
 
 
 def _latest_human(messages: list[AnyMessage]) -> int | None:

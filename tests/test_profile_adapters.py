@@ -87,6 +87,23 @@ async def test_middleware_puts_the_profile_in_the_system_message_and_the_recall_
     assert again[4].name == RECALL_NAME and "ana lives in porto" in str(again[4].content)
 
 
+async def test_middleware_keeps_the_system_message_s_blocks_and_kwargs(memory: Either, scope: ScopeArgs) -> None:
+    """A provider's cache breakpoint is a content block's `cache_control`: the profile joins as a block
+    of its own after the caller's, which stay as they were."""
+    await memory.add_facts(FACTS, **scope)
+    profile = await memory.profile(**scope, max_facts=2)
+    model = recording("Hi.")
+    instructions = {"type": "text", "text": "You are helpful.", "cache_control": {"type": "ephemeral"}}
+    system = SystemMessage(content=[instructions], additional_kwargs={"x": 1}, id="sys-1")
+    middleware = MemsodaContextMiddleware(memory=memory.raw, **scope, max_facts=2)
+    agent = create_agent(model, [], system_prompt=system, middleware=[middleware])
+    request: InputAgentState = {"messages": [HumanMessage(QUESTION)]}
+    await agent.ainvoke(request) if memory.is_async else agent.invoke(request)
+    sent = model.seen[0][0]
+    assert isinstance(sent, SystemMessage) and sent.additional_kwargs == {"x": 1} and sent.id == "sys-1"
+    assert sent.content == [instructions, {"type": "text", "text": profile.text}]
+
+
 async def test_middleware_with_an_empty_memory_leaves_the_prompt_alone(memory: Either, scope: ScopeArgs) -> None:
     model = recording("Hi.")
     agent = create_agent(
