@@ -23,6 +23,7 @@
     │   ├── StoreUnavailableError  PostgreSQL cannot be reached, rejects connections, or no pooled connection was free
     │   ├── StoreBusyError         a deadlock, serialization failure, statement or lock timeout (`retry_safe`)
     │   ├── ReadOnlyStoreError     a write to a store open read-only (a replica, a read-only role)
+    │   ├── LayoutChangedError     the store was distributed twice while an operation ran; call it again
     │   └── SchemaError            the schema is newer than this memsoda, or pgvector is missing
     └── ConfigurationError         an option or environment variable is wrong
 """
@@ -41,6 +42,7 @@ __all__ = [
     "ImportFormatError",
     "IntervalError",
     "InvalidTextError",
+    "LayoutChangedError",
     "LimitError",
     "MemsodaError",
     "NotFoundError",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import numbers
 import reprlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -221,13 +222,21 @@ def _check_name(value: Any, field: str, max_chars: int = limits.MAX_NAME_CHARS) 
     return name
 
 
+def integer(value: Any) -> int | None:
+    """`value` as an int when it is an integer of any kind (Python's, numpy's), not a bool; else None."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        return None
+    return int(value)
+
+
 def _check_confidence(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):  # numpy's floats are Real too
         raise ConfidenceError(f"confidence must be a number between 0 and 1, got {display(value)}")
-    # compared before converting: an integer beyond the float range cannot be converted (NaN fails both)
-    if not 0 <= value <= 1:
+    # an integer is compared before converting: one beyond the float range cannot be (NaN fails both)
+    number = value if isinstance(value, int) else float(value)
+    if not 0 <= number <= 1:
         raise ConfidenceError(f"confidence must be between 0 and 1, got {display(value)}")
-    return float(value)
+    return float(number)
 
 
 _FACT_FIELDS = frozenset(f.name for f in fields(FactInput))

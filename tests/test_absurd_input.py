@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -73,6 +74,8 @@ async def test_absurd_vectors_and_options_are_validation_errors(memory: Either, 
         await memory.add_facts([fact()], **scope, vectors=[[10**400] * dims])
     with pytest.raises(ValidationError, match="query_embedding is not usable"):
         await memory.recall("tea", **scope, query_embedding=[10**400] * dims)
+    with pytest.raises(ValidationError, match="query_embedding is not usable: got a vector of dimension 3, expected"):
+        await memory.recall("tea", **scope, query_embedding=[0.1, 0.2, 0.3])  # the caller's, not the embedder's
     with pytest.raises(LimitError, match=r"anchor\.vector_top_k is out of range"):
         await memory.recall("tea", **scope, anchor_vector_top_k=10**30)
     with pytest.raises(LimitError, match="rrf_k is out of range"):
@@ -134,6 +137,18 @@ async def test_a_file_path_not_utf8_names_its_line_and_a_leading_bom_is_dropped(
     for source in (marked, io.StringIO(marked.read_text(encoding="utf-8"))):  # a path, and text still holding it
         report = await memory.import_jsonl(source, **scope, on_error="raise")
         assert (report.facts, report.skipped) == (2, 0)
+
+
+async def test_numpy_numbers_are_numbers(memory: Either, scope: ScopeArgs) -> None:
+    """What an application computed with numpy: a float32 confidence, int64 fact ids."""
+    (added,) = await memory.add_facts([fact(object="tea", confidence=np.float32(0.75))], **scope)
+    fetched = await memory.get_fact(np.int64(added), **scope)
+    assert fetched.id == added and fetched.confidence == pytest.approx(0.75)
+    result = await memory.recall("tea", **scope, exclude=[np.int64(added)])
+    assert added not in {f.fact.id for f in result.facts}
+    assert await memory.invalidate(np.int64(added), **scope)
+    with pytest.raises(ValidationError, match="fact_id must be an int"):
+        await memory.get_fact(np.float64(added), **scope)
 
 
 async def test_the_largest_times_seen_is_imported_exactly(memory: Either, scope: ScopeArgs) -> None:

@@ -40,7 +40,8 @@ class _Group(TyperGroup):
 app = typer.Typer(
     name="memsoda",
     cls=_Group,
-    help="Long-term memory for LLM agents: facts in PostgreSQL + pgvector, recalled by three fused signals.",
+    help="Long-term memory for LLM agents: facts in PostgreSQL + pgvector, recalled by fused signals"
+    " (vector, entity anchor, keyword, date window, conversation).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,

@@ -16,6 +16,7 @@ from memsoda_core.errors import (
 )
 from memsoda_core.models import EpisodeInput, FactInput
 from memsoda_core.ops.maintenance import ensure_tenant_indexes
+from memsoda_core.ops.reading import check_fact_id
 from memsoda_core.runner.steps import Operation, embed_documents, execute, execute_as, read_aside
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import (
@@ -29,11 +30,6 @@ from memsoda_core.validation import (
 from memsoda_core.writing import reconcile_statements as sql_reconcile
 from memsoda_core.writing import statements as sql_write
 from memsoda_core.writing.operation import lock_facts, write_facts
-
-
-def _check_id(fact_id: Any) -> None:
-    if isinstance(fact_id, bool) or not isinstance(fact_id, int):
-        raise ValidationError(f"fact_id must be an int, got {type(fact_id).__name__}")
 
 
 def _state(info: StoreInfo, scope: Scope, fact_id: int, *, lock: bool) -> Operation[sql_reconcile.FactState]:
@@ -76,7 +72,7 @@ def invalidate(info: StoreInfo, scope: Scope, fact_id: int, *, at: Any) -> Opera
     """End a live fact at `at` (default: now, when memory learns it), under its relation's lock;
     memory records that it learned the end then (`expired_at`). A fact that has ended (or was
     superseded) raises `NotLiveError`; `at` at or before its start, `IntervalError`."""
-    _check_id(fact_id)
+    fact_id = check_fact_id(fact_id)
     given = parse_time(at, "at")
     state = yield from _state(info, scope, fact_id, lock=False)
     learned = yield from lock_facts(info, scope, [], [(state.subject, state.predicate, state.object)])
@@ -105,7 +101,7 @@ def supersede(
     first. A new fact without valid_at starts when memory learns it (the write's time), and the
     old one ends then. `NotLiveError` if `fact_id` is not live; a new fact equal to it,
     `ValidationError`."""
-    _check_id(fact_id)
+    fact_id = check_fact_id(fact_id)
     (valid,) = validate_facts([new_fact])
     if valid.valid_at is None:
         valid = dataclasses.replace(valid, starts_when_learned=True)

@@ -12,7 +12,7 @@ from memsoda_core.models import Fact, FactPage
 from memsoda_core.runner.steps import Operation, execute, execute_as
 from memsoda_core.store import fact_reads as sql_reads
 from memsoda_core.store.info import StoreInfo
-from memsoda_core.validation import Scope, check_batch_size, check_entity_name, check_line
+from memsoda_core.validation import Scope, check_batch_size, check_entity_name, check_line, integer
 from memsoda_core.writing import reconcile_statements as sql_reconcile
 
 MAX_PAGE = 1000
@@ -20,9 +20,10 @@ MAX_PAGE = 1000
 
 
 def check_fact_id(fact_id: Any) -> int:
-    if isinstance(fact_id, bool) or not isinstance(fact_id, int):
+    checked = integer(fact_id)
+    if checked is None:
         raise ValidationError(f"fact_id must be an int, got {type(fact_id).__name__}")
-    return fact_id
+    return checked
 
 
 def get_fact(info: StoreInfo, scope: Scope, fact_id: int) -> Operation[Fact]:

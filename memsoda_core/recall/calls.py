@@ -19,7 +19,7 @@ from memsoda_core.recall.profile import Profile
 from memsoda_core.recall.profile import profile as standing_profile
 from memsoda_core.recall.signals.conversation import check_conversation
 from memsoda_core.runner.steps import Operation
-from memsoda_core.validation import Scope, check_entity_name, check_query, check_scope, check_times
+from memsoda_core.validation import Scope, check_entity_name, check_query, check_scope, check_times, integer
 
 INCLUDE_OPTIONS: frozenset[str] = frozenset({"raw", "episodes", "synthesis"})
 
@@ -56,7 +56,9 @@ def recall_op(
     vector = None
     if query_embedding is not None:
         try:
-            vector = check_vectors([query_embedding], count=1, dimensions=context.info.dimensions)[0]
+            vector = check_vectors(
+                [query_embedding], count=1, dimensions=context.info.dimensions, source="got", items="queries"
+            )[0]
         except EmbeddingError as exc:
             raise ValidationError(f"query_embedding is not usable: {exc}") from None
     times = check_times(as_of, known_at)
@@ -126,7 +128,7 @@ def check_fact_ids(ids: Any, name: str) -> frozenset[int]:
     """A collection of fact ids (ints), as a frozenset."""
     if isinstance(ids, str | bytes) or not isinstance(ids, Iterable):
         raise ValidationError(f"{name} must be a collection of fact ids (ints), got {type(ids).__name__}")
-    checked = list(ids)
-    if any(isinstance(i, bool) or not isinstance(i, int) for i in checked):
+    checked = [integer(i) for i in ids]
+    if None in checked:
         raise ValidationError(f"{name} must hold fact ids (ints) only")
-    return frozenset(checked)
+    return frozenset(i for i in checked if i is not None)
