@@ -118,6 +118,7 @@ class AsyncMemory:
     _target: Target
     _built_embedder = False
     _layout_due = 0.0
+    _closed = False
     """When the next operation reads the store's layout generation (`layouts.generation`)."""
 
     @classmethod
@@ -213,7 +214,11 @@ class AsyncMemory:
         self._context.check_writable(what)
 
     async def close(self) -> None:
-        """Close the pool (and an embedder `open` built); stop the embedded server if this was its last user."""
+        """Close the pool (and an embedder `open` built); stop the embedded server if this was its last
+        user. Closing again does nothing; an operation after it raises `StoreUnavailableError`."""
+        if self._closed:
+            return
+        self._closed = True
         await self._runner.close()
         await aclose_built(self._runner.embedder if self._built_embedder else None)
         await asyncio.to_thread(release_target, self._target)
@@ -247,6 +252,8 @@ class AsyncMemory:
         and run with the new statements (`LayoutChangedError` for an `op` given built, or one that
         already sent lines to `sink`: a second run would write them twice; a second run's progress
         shows past the first's furthest point only)."""
+        if self._closed:
+            raise StoreUnavailableError("this Memory is closed (close() was called): open a new one")
         emitted = _EmittedLines(sink) if sink is not None else None
         out = emitted.write if emitted is not None else None
         progress = _FurthestProgress(advance) if advance is not None else None

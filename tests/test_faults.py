@@ -386,6 +386,17 @@ def test_a_connection_is_pinged_only_when_its_socket_says_it_may_be_dropped(
 
 
 @pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_a_closed_memory_says_so_and_closes_once(pg_dsn: str, embedder: LocalEmbedder, flavour: str) -> None:
+    memory = await open_memory(flavour, pg_dsn, embedder)
+    await memory.close()
+    await memory.close()  # again: nothing
+    with pytest.raises(StoreUnavailableError, match="this Memory is closed"):
+        await memory.recall("anything", dataset="d", project="p")
+    with pytest.raises(StoreUnavailableError, match="this Memory is closed"):
+        await memory.add_facts([{"subject": "a", "predicate": "b", "object": "c"}], dataset="d", project="p")
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
 async def test_the_pool_lends_the_connection_returned_last(pg_dsn: str, embedder: LocalEmbedder, flavour: str) -> None:
     memory = await open_memory(flavour, pg_dsn, embedder)
     pool = memory.raw._runner.pool
