@@ -132,7 +132,7 @@ class Memory:
         extractor: ExtractorLike | None = None,
         pool_size: int = 10,
         pool_timeout: float = 10.0,
-        text_search_config: str = "english",
+        text_search_config: str | None = None,
         cache_size: int = 1024,
         tenant_index_min_facts: int | None = None,
         layout: str | None = None,
@@ -146,8 +146,9 @@ class Memory:
         smaller ones are searched exactly. The threshold is recorded in the store; None uses the recorded one
         (2,000 for a new store). `extractor` is `remember`'s default model (an Extractor, a LangChain chat model
         or a LlamaIndex LLM). `layout`, for a new store: "partitioned" (a large tenant in partitions of its own;
-        the default but under Citus) or "plain" (`docs/ARCHITECTURE.md`, "Tenant layouts"). `read_only`: see
-        `read_only`."""
+        the default but under Citus) or "plain" (`docs/ARCHITECTURE.md`, "Tenant layouts"). `text_search_config`,
+        for a new store: the PostgreSQL text search configuration of its keyword signal (None: english);
+        fixed then, so an existing store refuses another one. `read_only`: see `read_only`."""
         check_pool_args(pool_size, pool_timeout)
         check_options_type(options, RecallOptions, "Memory.open")
         chosen_synthesizer = as_synthesizer(synthesizer)

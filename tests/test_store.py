@@ -28,6 +28,7 @@ from psycopg import sql
 from memsoda_core import (
     AsyncMemory,
     ConfidenceError,
+    ConfigurationError,
     DateError,
     EmbedderMismatchError,
     EmbeddingError,
@@ -178,6 +179,22 @@ def test_embedder_of_another_model_or_dimension_is_refused(
     Memory.open(pg_dsn, embedder).close()  # the store exists with the MiniLM space
     with pytest.raises(EmbedderMismatchError, match="384-dimensional vectors"):
         Memory.open(pg_dsn, OtherModel(embedder, model=model, dimensions=dimensions))
+
+
+def test_the_text_search_configuration_is_chosen_once(pg_dsn: str, embedder: LocalEmbedder) -> None:
+    schema = f"ts_{os.getpid()}_{random.randrange(10**6)}"
+    with pytest.raises(ConfigurationError, match="'klingon' is not a text search configuration"):
+        Memory.open(pg_dsn, embedder, schema=schema, text_search_config="klingon")
+    with psycopg.connect(pg_dsn) as conn:  # nothing of the store was made
+        assert conn.execute("SELECT to_regnamespace(%s)", (schema,)).fetchone() == (None,)
+    with Memory.open(pg_dsn, embedder, schema=schema, text_search_config="simple") as memory:
+        assert memory.info.text_search_config == "simple"
+    with pytest.raises(ConfigurationError, match="searches text with the 'simple' configuration"):
+        Memory.open(pg_dsn, embedder, schema=schema, text_search_config="english")
+    with Memory.open(pg_dsn, embedder, schema=schema) as memory:  # None: the store's own
+        assert memory.info.text_search_config == "simple"
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
 
 
 async def test_async_open_refuses_mismatched_embedder_too(pg_dsn: str, embedder: LocalEmbedder) -> None:

@@ -28,8 +28,14 @@ class OpenSettings:
     store: Mapping[str, Any]
 
 
-def check_open_args(schema: str, tenant_index_min_facts: int | None, layout: str | None) -> str:
+def check_open_args(
+    schema: str, tenant_index_min_facts: int | None, layout: str | None, text_search_config: str | None = None
+) -> str:
     """`open`'s store settings checked before anything starts; returns the checked schema name."""
+    if text_search_config is not None and (not isinstance(text_search_config, str) or not text_search_config):
+        raise ConfigurationError(
+            f"text_search_config must be a configuration's name or None, got {text_search_config!r}"
+        )
     if layout is not None and layout not in OPENED_WITH:
         raise ConfigurationError(f"layout must be one of {', '.join(OPENED_WITH)} or None, got {layout!r}")
     if tenant_index_min_facts is not None:
@@ -45,7 +51,7 @@ def open_settings(
     dsn: str | None,
     home: str | os.PathLike[str] | None,
     schema: str,
-    text_search_config: str,
+    text_search_config: str | None,
     tenant_index_min_facts: int | None,
     layout: str | None = None,
 ) -> OpenSettings:
@@ -54,7 +60,7 @@ def open_settings(
     the store, whose recorded model is read first) and the arguments of `ops.open_store` for it.
     The vector size comes from the store or a known model where it can, else from the embedder
     (the local model loads here, so never under a recall's timeout)."""
-    checked = check_open_args(schema, tenant_index_min_facts, layout)
+    checked = check_open_args(schema, tenant_index_min_facts, layout, text_search_config)
     target = resolve_target(dsn, home)
     try:
         if embedder is not None:

@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from psycopg import sql
+
 from memsoda_core import limits
 from memsoda_core.distributed import citus_version_statement, facts_distributed_statement
 from memsoda_core.embedders.choice import EXPLICIT, Origin, RecordedSpace, check_space
@@ -118,12 +120,26 @@ def reload_layout(info: StoreInfo) -> Operation[StoreInfo]:
     return replace(info, **(yield from _layout_fields(info.schema, meta, citus=citus)))
 
 
+DEFAULT_TEXT_SEARCH_CONFIG = "english"
+"""A new store's text search configuration unless `open` names one."""
+
+
+def text_search_config_statement() -> sql.SQL:
+    """A row when %(name)s names a text search configuration the server has (visible on the search
+    path, or schema-qualified)."""
+    return sql.SQL(
+        """SELECT 1 FROM pg_ts_config c JOIN pg_namespace n ON n.oid = c.cfgnamespace
+           WHERE (c.cfgname = %(name)s AND pg_ts_config_is_visible(c.oid))
+              OR n.nspname || '.' || c.cfgname = %(name)s"""
+    )
+
+
 def open_store(
     *,
     schema: str,
     model: str,
     dimensions: int,
-    text_search_config: str,
+    text_search_config: str | None,
     tenant_index_min_facts: int | None,
     layout: str | None = None,
     read_only: bool = False,
@@ -160,11 +176,23 @@ def open_store(
             f"schema {schema!r} is at version {current}, newer than this memsoda supports "
             f"({ddl.SCHEMA_VERSION}); upgrade memsoda"
         )
+    recorded_config = meta.get("text_search_config") if current else None
+    if recorded_config is not None and text_search_config not in (None, recorded_config):
+        raise ConfigurationError(
+            f"schema {schema!r} searches text with the {recorded_config!r} configuration, fixed when it was "
+            f"created (its keyword columns are built with it): open it with text_search_config=None"
+        )
     if current == 0:
+        chosen_config = text_search_config or DEFAULT_TEXT_SEARCH_CONFIG
+        if not (yield from execute(text_search_config_statement(), {"name": chosen_config})):
+            raise ConfigurationError(
+                f"text_search_config {chosen_config!r} is not a text search configuration of this server"
+                " (its pg_ts_config lists them: english, simple, german, ...)"
+            )
         meta = {
             "model": model,
             "dimensions": str(dimensions),
-            "text_search_config": text_search_config,
+            "text_search_config": chosen_config,
         }
     stored_model, stored_dims = meta["model"], int(meta["dimensions"])
     check_space(RecordedSpace(model=stored_model, dimensions=stored_dims), model, dimensions, origin)
