@@ -23,13 +23,15 @@ from memsoda_core import AsyncMemory, ConfigurationError, Memory
 from memsoda_core.adapting import call_async, conversation_messages, recall_async
 from memsoda_core.limits import MAX_K
 from memsoda_core.recall.profile import DEFAULT_MAX_FACTS, MAX_FACTS
+from memsoda_core.text import message_query
 
 LEARNED_ROLES = frozenset({MessageRole.USER, MessageRole.ASSISTANT})
 
 
 class MemsodaMemoryBlock(BaseMemoryBlock[str]):
-    """Fills a `llama_index.core.memory.Memory` with memsoda's context for the latest message,
-    recalled with the chat history as its conversation (the user's recent turns), and learns from
+    """Fills a `llama_index.core.memory.Memory` with memsoda's context for the latest message
+    (its head when longer than recall takes: `memsoda_core.text.message_query`), recalled with
+    the chat history as its conversation (the user's recent turns), and learns from
     the messages the Memory flushes out of its short-term window (`Memory.remember`), when an
     extractor is configured (`extractor=` here, or the one memsoda was opened with).
 
@@ -98,7 +100,7 @@ class MemsodaMemoryBlock(BaseMemoryBlock[str]):
     async def _aget(self, messages: list[ChatMessage] | None = None, **block_kwargs: Any) -> str:
         self._check_learned_where_read(block_kwargs)
         dataset = self._dataset(block_kwargs.get("dataset"), block_kwargs.get("session_id"))
-        query = _latest_text(messages or [])
+        query = message_query(_latest_text(messages or []))
         if not query:
             return ""
         kwargs: dict[str, Any] = {
