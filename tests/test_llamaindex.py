@@ -270,11 +270,13 @@ async def test_memory_block_fixed_scope_and_other_blocks(
     assert len((await memory.list_facts(**scope)).facts) == len(FACTS)
 
 
-async def test_memory_block_needs_a_dataset(memory: Either, chat_memory: ChatMemoryFactory) -> None:
-    chat = chat_memory(memory_blocks=[MemsodaMemoryBlock(memory=memory.raw, project="p")])  # a random session_id
-    await chat.aput(ChatMessage(role="user", content=QUERY))
-    with pytest.raises(ConfigurationError, match="dataset"):
-        await chat.aget()
+async def test_memory_block_needs_a_dataset_when_built(memory: Either) -> None:
+    with pytest.raises(ScopeError, match="dataset"):  # else a random session_id's scope, or an error at get
+        MemsodaMemoryBlock(memory=memory.raw, project="p")
+    with pytest.raises(ScopeError, match="project"):
+        MemsodaMemoryBlock(memory=memory.raw, project=" ", use_session_id=True)
+    with pytest.raises(ScopeError, match="dataset"):
+        MemsodaMemoryBlock(memory=memory.raw, dataset="", project="p")
 
 
 async def test_memory_block_learns_from_flushed_messages(
