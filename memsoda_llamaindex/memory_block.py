@@ -13,7 +13,7 @@ puts the profile first and the recall into the latest user message, without repe
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
@@ -64,16 +64,18 @@ class MemsodaMemoryBlock(BaseMemoryBlock[str]):
     profile_subject: str = Field(default="user", description="The profile's subject.")
     _said_no_extractor: bool = PrivateAttr(default=False)
 
-    def __init__(self, **data: Any) -> None:
-        """Refuses a block that names no scope (`ScopeError`, as `RunScope` does) when it is built,
-        not at its first `get`."""
-        super().__init__(**data)
-        if self.dataset is None and not self.use_session_id:
-            raise ScopeError(
-                "MemsodaMemoryBlock needs dataset='...' (whose memory this is): LlamaIndex's default "
-                "session_id is random, so its scope would be empty; or use_session_id=True when you set it"
-            )
-        check_scope("-" if self.dataset is None else self.dataset, self.project)
+    if not TYPE_CHECKING:  # at run time only: type checkers keep pydantic's signature of the fields
+
+        def __init__(self, **data: Any) -> None:
+            """Refuses a block that names no scope (`ScopeError`, as `RunScope` does) when it is
+            built, not at its first `get`. Not a pydantic validator: pydantic would wrap the error."""
+            super().__init__(**data)
+            if self.dataset is None and not self.use_session_id:
+                raise ScopeError(
+                    "MemsodaMemoryBlock needs dataset='...' (whose memory this is): LlamaIndex's default "
+                    "session_id is random, so its scope would be empty; or use_session_id=True when you set it"
+                )
+            check_scope("-" if self.dataset is None else self.dataset, self.project)
 
     def _dataset(self, given: Any, session_id: Any) -> str:
         chosen = given or self.dataset or (session_id if self.use_session_id else None)
