@@ -37,9 +37,9 @@ from langgraph.store.base import (
 from langgraph.store.base.embed import get_text_at_path
 
 from memsoda_core import AsyncMemory, ConfigurationError, Memory, ScopeArgs
+from memsoda_core.adapting import framework_query
 from memsoda_core.items.calls import CHECKS, check_put_items
 from memsoda_core.items.values import ItemInput, StoredItem, check_value
-from memsoda_core.text import message_query
 from memsoda_core.validation import check_scope
 
 DatasetOf = Callable[[tuple[str, ...]], str]
@@ -68,7 +68,7 @@ class _Read:
 class MemsodaStore(BaseStore):
     """A LangGraph store whose items live in memsoda and whose `search(query=...)` is memsoda's
     recall (vector, entity anchor and keyword signals fused by RRF; `SearchItem.score` is the
-    fused score); a query longer than recall takes is recalled by its head (`_query`).
+    fused score); a query longer than recall takes is recalled by its head (`framework_query`).
 
     `memory`: a `Memory` serves `batch` and `abatch` (the latter in a worker thread); an
     `AsyncMemory` serves `abatch` only, and `batch` raises `ConfigurationError` (its pool lives on
@@ -221,7 +221,7 @@ class MemsodaStore(BaseStore):
             )
             return "search_items", {
                 "namespace_prefix": op.namespace_prefix,
-                "query": _query(op.query),
+                "query": framework_query(op.query),  # langmem's manager searches by the latest messages
                 "filter": op.filter,
                 "limit": op.limit,
                 "offset": op.offset,
@@ -371,13 +371,6 @@ class _Sweeper:
 def _refresh(op: GetOp | SearchOp) -> dict[str, bool]:
     """The refresh of a read: LangGraph's `refresh_ttl` (BaseStore sets it from `TTLConfig`)."""
     return {"refresh_ttl": bool(op.refresh_ttl)}
-
-
-def _query(query: Any) -> Any:
-    """A search's query, cut to its head when longer than recall takes (`text.message_query`):
-    langmem's memory manager searches by the latest messages, and LangGraph's own stores take a
-    query of any length (their embedders keep its head). Anything else goes to recall's checks."""
-    return message_query(query) if isinstance(query, str) else query
 
 
 def _texts(value: Any, path: str) -> list[str]:
