@@ -1,4 +1,5 @@
-"""Pure text helpers: name normalization, single-line collapse, and query tokenization."""
+"""Pure text helpers: name normalization, single-line collapse, query cleaning and tokenization, and
+the query of a long chat message (`message_query`)."""
 
 from __future__ import annotations
 
