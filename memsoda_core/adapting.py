@@ -14,7 +14,16 @@ from memsoda_core.async_memory import AsyncMemory
 from memsoda_core.errors import ConfigurationError, ScopeError
 from memsoda_core.memory import Memory
 from memsoda_core.models import RecallResult, ScoredFact
+from memsoda_core.text import message_query
 from memsoda_core.validation import check_scope
+
+
+def framework_query(query: Any) -> Any:
+    """A query a framework hands an adapter (a chat engine's or a chain's user message, a memory
+    manager's window of messages): a string cut as a chat message is (`text.message_query`), so one
+    over recall's limit is recalled by its head, as the frameworks' own retrievers and stores embed
+    the head of any; anything else as given, for recall's checks to refuse."""
+    return message_query(query) if isinstance(query, str) else query
 
 
 def recall_sync(memory: Memory | AsyncMemory, query: str | None, **kwargs: Any) -> RecallResult:

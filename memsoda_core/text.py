@@ -1,11 +1,12 @@
-"""Pure text helpers: name normalization, single-line collapse, and query tokenization."""
+"""Pure text helpers: name normalization, single-line collapse, query cleaning and tokenization, and
+the query of a long chat message (`message_query`)."""
 
 from __future__ import annotations
 
 import re
 import unicodedata
 
-from memsoda_core.limits import MAX_NAME_CHARS, MAX_NAME_TOKENS
+from memsoda_core.limits import MAX_NAME_CHARS, MAX_NAME_TOKENS, MAX_QUERY_CHARS
 
 _WHITESPACE_CATEGORIES = frozenset({"Cc", "Zs", "Zl", "Zp"})
 _BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
@@ -39,6 +40,15 @@ def clean_query(query: str) -> str:
     """`query` with what neither PostgreSQL nor an embedder can take replaced: a NUL byte by a
     space, a lone surrogate by `?`. The one definition of query cleaning (`validation.check_query`)."""
     return query.replace("\x00", " ").encode("utf-8", "replace").decode("utf-8")
+
+
+def message_query(message: str) -> str:
+    """The query a chat message is recalled by: the message trimmed and, when longer than
+    `limits.MAX_QUERY_CHARS` (all `recall` takes), its first that many characters. The head: a
+    long message usually says what it wants before what it pastes ("Summarise this report: ..."),
+    and embedders keep the head of a long input too, so the cut drops nothing the query's
+    embedding would have used. Idempotent; the conversation signal cuts each turn by it."""
+    return message.strip()[:MAX_QUERY_CHARS].rstrip()
 
 
 def normalize_query(query: str) -> str:

@@ -23,6 +23,7 @@ from langgraph.config import get_config
 from memsoda_core import AsyncMemory, Memory, Profile, RecallResult
 from memsoda_core.adapting import RunScope, call_async, call_sync, conversation_messages
 from memsoda_core.recall.profile import DEFAULT_MAX_FACTS
+from memsoda_core.text import message_query
 
 RECALL_NAME = "memsoda_recall"
 """The `name` of the message that carries the recall block."""
@@ -51,7 +52,9 @@ class MemsodaContextMiddleware(AgentMiddleware):
         self.k, self.max_facts, self.subject = k, max_facts, subject
 
     def _calls(self, request: ModelRequest) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        """The profile's and the recall's keyword arguments (no recall without a user message)."""
+        """The profile's and the recall's keyword arguments (no recall without a user message). The
+        query is the latest user message, its head when longer than recall takes
+        (`memsoda_core.text.message_query`): a long paste must not stop the agent."""
         scope = self.scope.resolve(get_config().get("configurable"))
         profile = {**scope, "subject": self.subject, "max_facts": self.max_facts}
         latest = _latest_human(request.messages)
@@ -59,7 +62,7 @@ class MemsodaContextMiddleware(AgentMiddleware):
             return profile, None
         recall = {
             **scope,
-            "query": _text(request.messages[latest]),
+            "query": message_query(_text(request.messages[latest])),
             "facts_in_context": self.k,
             "conversation": conversation_messages(request.messages[:latest]),
         }

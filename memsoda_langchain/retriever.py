@@ -19,6 +19,7 @@ from memsoda_core.adapting import (
     context_metadata,
     conversation_messages,
     fact_id,
+    framework_query,
     recall_async,
     recall_sync,
 )
@@ -45,6 +46,9 @@ class MemsodaRetriever(BaseRetriever):
     `config["configurable"]["user_id"]` (`retriever.invoke(q, config={"configurable": {"user_id":
     "alice"}})`, or the config of the chain or agent the retriever runs in), so one retriever
     serves many users. A run that does not set the key raises `ScopeError`.
+
+    A query longer than recall takes (a user's message a chain passes on) is recalled by its head
+    (`memsoda_core.adapting.framework_query`), as a vector store's retriever embeds the head of any.
     """
 
     memory: Memory | AsyncMemory
@@ -84,7 +88,7 @@ class MemsodaRetriever(BaseRetriever):
         known_at: TimeInput | None = None,
     ) -> list[Document]:
         kwargs = self._recall_kwargs(scope, k, query_embedding, as_of, include, conversation, known_at)
-        return self._documents(recall_sync(self.memory, query, **kwargs), kwargs["include"])
+        return self._documents(recall_sync(self.memory, framework_query(query), **kwargs), kwargs["include"])
 
     async def _aget_relevant_documents(
         self,
@@ -100,7 +104,7 @@ class MemsodaRetriever(BaseRetriever):
         known_at: TimeInput | None = None,
     ) -> list[Document]:
         kwargs = self._recall_kwargs(scope, k, query_embedding, as_of, include, conversation, known_at)
-        return self._documents(await recall_async(self.memory, query, **kwargs), kwargs["include"])
+        return self._documents(await recall_async(self.memory, framework_query(query), **kwargs), kwargs["include"])
 
     def _recall_kwargs(
         self,

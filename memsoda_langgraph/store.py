@@ -37,7 +37,9 @@ from langgraph.store.base import (
 from langgraph.store.base.embed import get_text_at_path
 
 from memsoda_core import AsyncMemory, ConfigurationError, Memory, ScopeArgs
-from memsoda_core.items.values import ItemInput, StoredItem
+from memsoda_core.adapting import framework_query
+from memsoda_core.items.calls import CHECKS, check_put_items
+from memsoda_core.items.values import ItemInput, StoredItem, check_value
 from memsoda_core.validation import check_scope
 
 DatasetOf = Callable[[tuple[str, ...]], str]
@@ -53,10 +55,20 @@ class _Puts:
     items: list[ItemInput]
 
 
+@dataclass(frozen=True)
+class _Read:
+    """A get, search or listing: the memsoda method it calls, its arguments, its op's position."""
+
+    position: int
+    op: GetOp | SearchOp | ListNamespacesOp
+    method: str
+    arguments: dict[str, Any]
+
+
 class MemsodaStore(BaseStore):
     """A LangGraph store whose items live in memsoda and whose `search(query=...)` is memsoda's
     recall (vector, entity anchor and keyword signals fused by RRF; `SearchItem.score` is the
-    fused score).
+    fused score); a query longer than recall takes is recalled by its head (`framework_query`).
 
     `memory`: a `Memory` serves `batch` and `abatch` (the latter in a worker thread); an
     `AsyncMemory` serves `abatch` only, and `batch` raises `ConfigurationError` (its pool lives on
@@ -67,7 +79,8 @@ class MemsodaStore(BaseStore):
     string in it when it is an object), else, for a value without "content", every string in it:
     so a value's other fields ({"content": ..., "kind": "note"}) stay out of the fact, and are
     still filterable. `index=False` stores an item that only `get` and searches without a query
-    find. Ops of a batch apply in order.
+    find. Ops of a batch apply in order, once every one is checked: a bad op (a value that is
+    not a dict: `ArgumentTypeError`; any other `ValidationError`) raises before any is applied.
 
     `ttl`: LangGraph's `TTLConfig`, as its PostgresStore takes it (see "TTL" below): `default_ttl`
     (minutes) for puts that give none, `refresh_on_read` (default True) for get and search, and
@@ -126,12 +139,11 @@ class MemsodaStore(BaseStore):
             )
         listed = list(ops)
         results: list[Result] = [None] * len(listed)
-        for step in self._steps(listed):
+        for step in self._plan(listed):
             if isinstance(step, _Puts):
                 memory.put_items(step.items, **step.scope)
             else:
-                position, op = step
-                results[position] = self._translate(op, self._call_sync(memory, op))
+                results[step.position] = self._translate(step.op, getattr(memory, step.method)(**step.arguments))
         return results
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
@@ -140,17 +152,29 @@ class MemsodaStore(BaseStore):
             return await asyncio.to_thread(self.batch, list(ops))
         listed = list(ops)
         results: list[Result] = [None] * len(listed)
-        for step in self._steps(listed):
+        for step in self._plan(listed):
             if isinstance(step, _Puts):
                 await memory.put_items(step.items, **step.scope)
             else:
-                position, op = step
-                results[position] = self._translate(op, await self._call_async(memory, op))
+                reply = await getattr(memory, step.method)(**step.arguments)
+                results[step.position] = self._translate(step.op, reply)
         return results
 
     # --- translation -------------------------------------------------------------------------------
 
-    def _steps(self, ops: Sequence[Op]) -> Iterator[_Puts | tuple[int, Op]]:
+    def _plan(self, ops: Sequence[Op]) -> list[_Puts | _Read]:
+        """The memsoda calls of `ops`, in order, every one checked (`items.calls.CHECKS`) before
+        the first runs: a bad op raises before the batch writes anything, as one op does."""
+        steps = list(self._steps(ops))
+        if len(steps) > 1:  # one call checks itself before it writes
+            for step in steps:
+                if isinstance(step, _Puts):
+                    check_put_items(step.items, **step.scope)
+                else:
+                    CHECKS[step.method](**step.arguments)
+        return steps
+
+    def _steps(self, ops: Sequence[Op]) -> Iterator[_Puts | _Read]:
         """The ops in order, runs of puts into one scope merged (a later put of a key wins)."""
         pending: _Puts | None = None
         for position, op in enumerate(ops):
@@ -169,20 +193,21 @@ class MemsodaStore(BaseStore):
                 pending = None
             if not isinstance(op, GetOp | SearchOp | ListNamespacesOp):
                 raise ValueError(f"unknown store operation {type(op).__name__}")
-            yield position, op
+            yield _Read(position, op, *self._arguments(op))
         if pending is not None:
             yield pending
 
     def _item_input(self, op: PutOp) -> ItemInput:
-        if op.value is None:
+        value = check_value(op.value)  # a value that is not a dict: ArgumentTypeError
+        if value is None:
             return ItemInput(namespace=op.namespace, key=op.key, value=None)
         paths = self._fields if op.index is None else () if op.index is False else tuple(op.index)
         if paths is None:
-            texts = _texts(op.value.get("content", op.value), "$")
+            texts = _texts(value.get("content", value), "$")
         else:
-            texts = [text for path in paths for text in _texts(op.value, path)]
+            texts = [text for path in paths for text in _texts(value, path)]
         return ItemInput(
-            namespace=op.namespace, key=op.key, value=op.value, text="; ".join(texts) or None, ttl_minutes=op.ttl
+            namespace=op.namespace, key=op.key, value=value, text="; ".join(texts) or None, ttl_minutes=op.ttl
         )
 
     def _arguments(self, op: Op) -> tuple[str, dict[str, Any]]:
@@ -196,7 +221,7 @@ class MemsodaStore(BaseStore):
             )
             return "search_items", {
                 "namespace_prefix": op.namespace_prefix,
-                "query": op.query,
+                "query": framework_query(op.query),  # langmem's manager searches by the latest messages
                 "filter": op.filter,
                 "limit": op.limit,
                 "offset": op.offset,
@@ -221,14 +246,6 @@ class MemsodaStore(BaseStore):
             return {"project": self._project}
         scope = self.scope(namespace)
         return {"dataset": scope["dataset"], "project": scope["project"]}
-
-    def _call_sync(self, memory: Memory, op: Op) -> Any:
-        name, kwargs = self._arguments(op)
-        return getattr(memory, name)(**kwargs)
-
-    async def _call_async(self, memory: AsyncMemory, op: Op) -> Any:
-        name, kwargs = self._arguments(op)
-        return await getattr(memory, name)(**kwargs)
 
     @staticmethod
     def _translate(op: Op, reply: Any) -> Result:

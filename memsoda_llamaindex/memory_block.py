@@ -13,32 +13,36 @@ puts the profile first and the recall into the latest user message, without repe
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.memory.memory import BaseMemoryBlock
 
-from memsoda_core import AsyncMemory, ConfigurationError, Memory
+from memsoda_core import AsyncMemory, ConfigurationError, Memory, ScopeError
 from memsoda_core.adapting import call_async, conversation_messages, recall_async
 from memsoda_core.limits import MAX_K
 from memsoda_core.recall.profile import DEFAULT_MAX_FACTS, MAX_FACTS
+from memsoda_core.text import message_query
+from memsoda_core.validation import check_scope
 
 LEARNED_ROLES = frozenset({MessageRole.USER, MessageRole.ASSISTANT})
 
 
 class MemsodaMemoryBlock(BaseMemoryBlock[str]):
-    """Fills a `llama_index.core.memory.Memory` with memsoda's context for the latest message,
-    recalled with the chat history as its conversation (the user's recent turns), and learns from
+    """Fills a `llama_index.core.memory.Memory` with memsoda's context for the latest message
+    (its head when longer than recall takes: `memsoda_core.text.message_query`), recalled with
+    the chat history as its conversation (the user's recent turns), and learns from
     the messages the Memory flushes out of its short-term window (`Memory.remember`), when an
     extractor is configured (`extractor=` here, or the one memsoda was opened with).
 
     The scope: `dataset` and `project` given to `memory.aget(dataset=..., project=...)` win, then
     this block's fields; a block that learns (an extractor, `accept_short_term_memory`) refuses a
     per-call scope other than the one it learns into (`ConfigurationError`), since LlamaIndex
-    flushes messages with the session id alone. `dataset` is required: LlamaIndex gives each `Memory` a random
-    `session_id` unless told otherwise, so a scope taken from it would be empty on every run; set
-    `use_session_id=True` to use the session id as the dataset when you choose it yourself. With
+    flushes messages with the session id alone. `dataset` is required (`ScopeError` when the block
+    is built without it): LlamaIndex gives each `Memory` a random `session_id` unless told
+    otherwise, so a scope taken from it would be empty on every run; set `use_session_id=True`
+    instead to use the session id as the dataset when you choose it yourself. With
     an `AsyncMemory`, call `await memory.aget()` / `aput()` on the event loop that opened it.
 
     With `ReActAgent` (llama-index-core 0.14), build the Memory with
@@ -60,13 +64,23 @@ class MemsodaMemoryBlock(BaseMemoryBlock[str]):
     profile_subject: str = Field(default="user", description="The profile's subject.")
     _said_no_extractor: bool = PrivateAttr(default=False)
 
+    if not TYPE_CHECKING:  # at run time only: type checkers keep pydantic's signature of the fields
+
+        def __init__(self, **data: Any) -> None:
+            """Refuses a block that names no scope (`ScopeError`, as `RunScope` does) when it is
+            built, not at its first `get`. Not a pydantic validator: pydantic would wrap the error."""
+            super().__init__(**data)
+            if self.dataset is None and not self.use_session_id:
+                raise ScopeError(
+                    "MemsodaMemoryBlock needs dataset='...' (whose memory this is): LlamaIndex's default "
+                    "session_id is random, so its scope would be empty; or use_session_id=True when you set it"
+                )
+            check_scope("-" if self.dataset is None else self.dataset, self.project)
+
     def _dataset(self, given: Any, session_id: Any) -> str:
         chosen = given or self.dataset or (session_id if self.use_session_id else None)
         if not chosen:
-            raise ConfigurationError(
-                "MemsodaMemoryBlock needs dataset='...' (whose memory this is): LlamaIndex's default "
-                "session_id is random, so its scope would be empty; or use_session_id=True when you set it"
-            )
+            raise ScopeError("MemsodaMemoryBlock(use_session_id=True) was called without a session_id")
         return str(chosen)
 
     def _extractor(self) -> Any:
@@ -98,7 +112,7 @@ class MemsodaMemoryBlock(BaseMemoryBlock[str]):
     async def _aget(self, messages: list[ChatMessage] | None = None, **block_kwargs: Any) -> str:
         self._check_learned_where_read(block_kwargs)
         dataset = self._dataset(block_kwargs.get("dataset"), block_kwargs.get("session_id"))
-        query = _latest_text(messages or [])
+        query = message_query(_latest_text(messages or []))
         if not query:
             return ""
         kwargs: dict[str, Any] = {

@@ -11,7 +11,7 @@ from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from memsoda_core import AsyncMemory, ConfigurationError, Memory, RecallResult, TimeInput
-from memsoda_core.adapting import context_id, context_metadata, fact_id, recall_async, recall_sync
+from memsoda_core.adapting import context_id, context_metadata, fact_id, framework_query, recall_async, recall_sync
 from memsoda_core.validation import check_scope
 
 
@@ -28,7 +28,9 @@ class MemsodaRetriever(BaseRetriever):
 
     LlamaIndex's `retrieve` takes only the query, so per-call settings come from a copy:
     `retriever.with_options(k=3, as_of="2025-01-01").retrieve(...)` (also `known_at`: what memory
-    knew then, and `dataset`: another user). The scope is checked here (`ScopeError`).
+    knew then, and `dataset`: another user). The scope is checked here (`ScopeError`). A query
+    longer than recall takes (the user's message a `ContextChatEngine` passes on) is recalled by
+    its head (`memsoda_core.adapting.framework_query`).
     """
 
     def __init__(
@@ -85,10 +87,12 @@ class MemsodaRetriever(BaseRetriever):
         )
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        return self._nodes(recall_sync(self.memory, query_bundle.query_str, **self._recall_kwargs(query_bundle)))
+        query = framework_query(query_bundle.query_str)
+        return self._nodes(recall_sync(self.memory, query, **self._recall_kwargs(query_bundle)))
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        return self._nodes(await recall_async(self.memory, query_bundle.query_str, **self._recall_kwargs(query_bundle)))
+        query = framework_query(query_bundle.query_str)
+        return self._nodes(await recall_async(self.memory, query, **self._recall_kwargs(query_bundle)))
 
     def _recall_kwargs(self, query_bundle: QueryBundle) -> dict[str, Any]:
         return {

@@ -18,6 +18,7 @@ from langchain_core.tools import create_retriever_tool
 from langchain_tests.integration_tests import RetrieversIntegrationTests
 
 from memsoda_core import AsyncMemory, ConfigurationError, LocalEmbedder, Memory, ScopeArgs, ScopeError
+from memsoda_core.limits import MAX_QUERY_CHARS
 from memsoda_langchain import LangChainEmbedder, MemsodaRetriever
 from tests.conftest import Either
 from tests.helpers import ADAPTER_FACTS as FACTS
@@ -164,6 +165,14 @@ async def test_query_embedding_skips_the_embedder(
     assert counting.query_calls == 1
     assert [d.id for d in given] == [d.id for d in embedded] == [d.id for d in given_async]
     assert given[0].page_content == "user drives honda civic"
+
+
+async def test_a_query_over_the_limit_is_recalled_by_its_head(memory: Either, scope: ScopeArgs) -> None:
+    await seed(memory, scope)
+    pasted = QUERY + " Some notes I pasted. " * 250  # a chain passes the user's message on
+    assert len(pasted) > MAX_QUERY_CHARS
+    (doc,) = await ask(retriever_for(memory, scope, k=3), pasted)
+    assert "user drives honda civic" in doc.page_content
 
 
 async def test_empty_result(memory: Either, scope: ScopeArgs) -> None:

@@ -32,15 +32,18 @@ from langmem import create_manage_memory_tool, create_search_memory_tool
 from langmem.errors import ConfigurationError as LangmemConfigurationError
 
 from memsoda_core import (
+    ArgumentTypeError,
     AsyncMemory,
     ConfigurationError,
     Fact,
+    InvalidTextError,
     LocalEmbedder,
     Memory,
     ScopeArgs,
     ScopeError,
     ValidationError,
 )
+from memsoda_core.limits import MAX_QUERY_CHARS
 from memsoda_langgraph import MemsodaStore
 
 
@@ -303,6 +306,48 @@ async def test_bad_input_raises_and_writes_nothing(store: Store) -> None:
         await store.batch([PutOp(("memories", "a.b"), "k", {"content": "dotted"})])
     with pytest.raises(ValidationError):  # a TTL must be a positive number of minutes (tests/test_item_ttl.py)
         await store.put(namespace, "k", {"content": "expiring"}, ttl=-5)
+
+
+@pytest.mark.parametrize("value", ["a string", 5, ["content", "x"]])
+async def test_a_value_that_is_not_a_dict_raises_what_langgraph_raises(store: Store, value: Any) -> None:
+    namespace = ("memories", "u1")
+    with pytest.raises(Exception) as theirs:
+        InMemoryStore().put(namespace, "k", value)
+    with pytest.raises(type(theirs.value)) as ours:  # ValueError or TypeError: ArgumentTypeError is both
+        await store.put(namespace, "k", value)
+    assert isinstance(ours.value, ArgumentTypeError) and "dict" in str(ours.value)
+    with pytest.raises(ArgumentTypeError):
+        await store.batch(
+            [PutOp(namespace, "ok", {"content": "fine"}), GetOp(namespace, "ok"), PutOp(namespace, "k", value)]
+        )
+    assert await store.search(("memories",)) == []
+
+
+async def test_a_bad_op_anywhere_in_a_batch_writes_nothing(store: Store) -> None:
+    alice, bob = ("memories", "alice"), ("memories", "bob")
+    bad_batches: list[tuple[type[Exception], list[Any]]] = [
+        (InvalidTextError, [PutOp(bob, "k1", {"content": "first bob"}), PutOp(alice, "k3", {"content": "bad\x00"})]),
+        (ValidationError, [PutOp(alice, "k1", {"content": "ok"}), GetOp(bob, "k1"), SearchOp(bob, filter={"$x": 1})]),
+        (ValidationError, [PutOp(alice, "k1", {"content": "ok"}), SearchOp(bob, query=5)]),  # type: ignore[arg-type]
+        (ValidationError, [PutOp(alice, "k1", {"content": "ok"}), GetOp(bob, "k" * 1_001)]),
+        (ValidationError, [PutOp(alice, "k1", {"content": "ok"}), ListNamespacesOp(max_depth=0)]),
+    ]
+    for error, ops in bad_batches:
+        with pytest.raises(error):
+            await store.batch(ops)
+    assert await store.search(("memories",)) == []
+    assert await store.list_namespaces() == []
+
+
+async def test_a_query_over_the_limit_searches_by_its_head(store: Store) -> None:
+    namespace = ("memories", "u1")
+    await store.put(namespace, "car", {"content": "drives a honda civic"})
+    await store.put(namespace, "sister", {"content": "sister ana lives in porto"})
+    # langmem's memory manager searches by the latest messages; LangGraph's stores take any length
+    query = "which car do I drive? " + "and some pasted notes. " * 200
+    assert len(query) > MAX_QUERY_CHARS
+    found = await store.search(namespace, query=query, limit=1)
+    assert [item.key for item in found] == ["car"]
 
 
 def test_an_async_memory_refuses_the_sync_api(pg_dsn: str, embedder: LocalEmbedder) -> None:

@@ -25,6 +25,7 @@ from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from memsoda_core import AsyncMemory, ConfigurationError, LimitError, LocalEmbedder, Memory, ScopeArgs, ScopeError
+from memsoda_core.limits import MAX_QUERY_CHARS
 from memsoda_llamaindex import LlamaIndexEmbedder, MemsodaMemoryBlock, MemsodaRetriever
 from tests.conftest import Either
 from tests.helpers import ADAPTER_FACTS as FACTS
@@ -207,6 +208,19 @@ async def test_chat_engine(memory: Either, scope: ScopeArgs, chat_memory: ChatMe
     assert response.source_nodes[0].node.node_id.startswith("memsoda-context-")
 
 
+async def test_a_chat_message_over_the_query_limit_is_recalled_by_its_head(
+    memory: Either, scope: ScopeArgs, chat_memory: ChatMemoryFactory
+) -> None:
+    await memory.add_facts(FACTS, **scope)
+    engine = ContextChatEngine.from_defaults(
+        retriever=retriever_for(memory, scope, k=3), llm=MockLLM(max_tokens=8), memory=chat_memory()
+    )
+    pasted = QUERY + " Some notes I pasted. " * 250  # the engine retrieves by the user's message
+    assert len(pasted) > MAX_QUERY_CHARS
+    response = await engine.achat(pasted)
+    assert "user drives honda civic" in response.source_nodes[0].node.get_content()
+
+
 async def test_memory_block_fills_the_agent_memory(
     memory: Either, scope: ScopeArgs, chat_memory: ChatMemoryFactory
 ) -> None:
@@ -270,11 +284,13 @@ async def test_memory_block_fixed_scope_and_other_blocks(
     assert len((await memory.list_facts(**scope)).facts) == len(FACTS)
 
 
-async def test_memory_block_needs_a_dataset(memory: Either, chat_memory: ChatMemoryFactory) -> None:
-    chat = chat_memory(memory_blocks=[MemsodaMemoryBlock(memory=memory.raw, project="p")])  # a random session_id
-    await chat.aput(ChatMessage(role="user", content=QUERY))
-    with pytest.raises(ConfigurationError, match="dataset"):
-        await chat.aget()
+async def test_memory_block_needs_a_dataset_when_built(memory: Either) -> None:
+    with pytest.raises(ScopeError, match="dataset"):  # else a random session_id's scope, or an error at get
+        MemsodaMemoryBlock(memory=memory.raw, project="p")
+    with pytest.raises(ScopeError, match="project"):
+        MemsodaMemoryBlock(memory=memory.raw, project=" ", use_session_id=True)
+    with pytest.raises(ScopeError, match="dataset"):
+        MemsodaMemoryBlock(memory=memory.raw, dataset="", project="p")
 
 
 async def test_memory_block_learns_from_flushed_messages(

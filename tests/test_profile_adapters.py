@@ -23,6 +23,7 @@ from pydantic import Field
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from memsoda_core import ConfigurationError, Memory, ScopeArgs, ScopeError
+from memsoda_core.limits import MAX_QUERY_CHARS
 from memsoda_langchain import MemsodaContextMiddleware
 from memsoda_langchain.context import RECALL_NAME
 from memsoda_llamaindex import MemsodaMemoryBlock, MemsodaProfileBlock
@@ -35,6 +36,8 @@ FACTS = [
     {"subject": "ana", "predicate": "lives in", "object": "porto"},
 ]
 QUESTION = "What car do I drive, and where does Ana live?"
+PASTED = QUESTION + " Here are my notes: " + "nothing much happened this week. " * 200
+"""A user message longer than recall's query limit (`limits.MAX_QUERY_CHARS`): its head is the question."""
 
 
 class RecordingFakeChatModel(GenericFakeChatModel):
@@ -115,6 +118,20 @@ async def test_middleware_with_an_empty_memory_leaves_the_prompt_alone(memory: E
     assert [m.content for m in sent] == ["Be brief.", "hello"]
 
 
+async def test_middleware_recalls_for_a_message_over_the_query_limit(memory: Either, scope: ScopeArgs) -> None:
+    assert len(PASTED) > MAX_QUERY_CHARS
+    await memory.add_facts(FACTS, **scope)
+    model = recording("The Civic.")
+    middleware = MemsodaContextMiddleware(memory=memory.raw, **scope, k=3, max_facts=1)
+    agent = create_agent(model, [], middleware=[middleware])
+    request: InputAgentState = {"messages": [HumanMessage(PASTED)]}
+    state = await agent.ainvoke(request) if memory.is_async else agent.invoke(request)
+    assert state["messages"][-1].content == "The Civic."
+    (sent,) = model.seen
+    assert sent[-2].content == PASTED  # the user's message goes to the model whole
+    assert sent[-1].name == RECALL_NAME and "honda civic" in str(sent[-1].content)
+
+
 def test_middleware_needs_a_scope(sync_memory: Memory) -> None:
     with pytest.raises(ConfigurationError):
         MemsodaContextMiddleware(memory=sync_memory, project="p", dataset="a", dataset_from="user_id")
@@ -152,6 +169,19 @@ async def test_llamaindex_profile_block_and_recall_without_repeats(
     assert (await chat.aget())[0].content == profile.text  # an unrelated write: the same bytes
     with pytest.raises(ConfigurationError):
         await MemsodaProfileBlock(memory=memory.raw, project="p").aget([])
+
+
+async def test_llamaindex_block_recalls_for_a_message_over_the_query_limit(
+    memory: Either, scope: ScopeArgs, engines: list[AsyncEngine]
+) -> None:
+    await memory.add_facts(FACTS, **scope)
+    engines.append(create_async_engine("sqlite+aiosqlite:///:memory:"))
+    block = MemsodaMemoryBlock(memory=memory.raw, **scope, k=3)
+    chat = ChatMemory.from_defaults(async_engine=engines[-1], session_id="s", memory_blocks=[block], token_limit=40_000)
+    await chat.aput(ChatMessage(role="user", content=PASTED))
+    messages = await chat.aget()
+    assert "honda civic" in (messages[0].content or "")
+    assert messages[-1].content == PASTED
 
 
 def test_middleware_reads_the_user_from_the_run_config(sync_memory: Memory) -> None:

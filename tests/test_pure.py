@@ -20,7 +20,7 @@ from memsoda_core import Fact, RecallOptions, ScoredFact, SignalHit
 from memsoda_core.errors import ArgumentTypeError, ConfigurationError, LimitError
 from memsoda_core.fact_text import day
 from memsoda_core.layouts.access import ScopeAccess
-from memsoda_core.limits import MAX_NAME_CHARS, MAX_NAME_TOKENS
+from memsoda_core.limits import MAX_NAME_CHARS, MAX_NAME_TOKENS, MAX_QUERY_CHARS
 from memsoda_core.ops.maintenance import statistics_stale
 from memsoda_core.options import ADAPTIVE, DEFAULT_OPTIONS, OPTION_NAMES, AnchorOptions, EntitiesOptions, KeywordOptions
 from memsoda_core.recall.fusion import rrf, rrf_ranks
@@ -33,6 +33,7 @@ from memsoda_core.recall.statements import hits_statement, recall_groups, recall
 from memsoda_core.text import (
     collapse_line,
     keyword_terms,
+    message_query,
     name_spans,
     name_spans_with_terms,
     normalize_name,
@@ -524,3 +525,19 @@ def test_the_date_statement_is_planned_for_its_window() -> None:
         expected = Planning.FRESH if "date" in group else Planning.GENERIC
         assert statement_planning(group, Planning.GENERIC) is expected
     assert all(statement_planning(g, Planning.CACHED) is Planning.CACHED for g in groups if "date" not in g)
+
+
+def test_a_long_message_is_queried_by_its_head() -> None:
+    from memsoda_core.recall.signals.conversation import conversation_text
+
+    ask = "Please summarise this report for me."
+    long = f"  {ask} " + "Revenue grew this quarter. " * 300
+    query = message_query(long)
+    assert len(query) <= MAX_QUERY_CHARS < len(long)
+    assert query.startswith(ask) and long.strip().startswith(query)
+    assert message_query(query) == query  # idempotent: an adapter's query, cut again, is itself
+    assert message_query(" short question? ") == "short question?"
+    # the block passes the chat with the current message: its turn is the (cut) query, not a turn before it
+    turns = (("user", "where is my car?"), ("user", long))
+    assert conversation_text(turns, query, 2) == "where is my car?"
+    assert conversation_text(turns, "something else", 1) == query

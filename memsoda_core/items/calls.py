@@ -1,16 +1,22 @@
 """The item operation builders of a memory (`memsoda_core.items.values`); arguments are checked
-here, eagerly, so bad input raises at the call."""
+here, eagerly, so bad input raises at the call. Each method's checks are also a pure function,
+`CHECKS[method](**its keywords)`, for a caller that makes several calls (LangGraph's `batch`) and
+must refuse bad input before its first write."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from memsoda_core.errors import ValidationError
 from memsoda_core.items import operations as items_ops
 from memsoda_core.items.values import (
     MAX_LIST_LIMIT,
+    Condition,
     ItemInput,
+    Namespace,
+    NamespaceMatch,
     StoredItem,
     check_item_scope,
     check_key,
@@ -19,6 +25,7 @@ from memsoda_core.items.values import (
     check_page,
     parse_filter,
     parse_match,
+    validate_items,
 )
 from memsoda_core.limits import MAX_K
 from memsoda_core.memory_context import MemoryContext
@@ -26,6 +33,62 @@ from memsoda_core.models import RecallResult
 from memsoda_core.recall.calls import top_facts_op
 from memsoda_core.runner.steps import Operation
 from memsoda_core.validation import Scope, check_query, check_scope, parse_time
+
+
+def check_put_items(items: Sequence[ItemInput | Mapping[str, Any]], *, dataset: str, project: str) -> None:
+    """`put_items`' checks (the scope, every item), with no I/O."""
+    check_scope(dataset, project)
+    validate_items(items, now=datetime.now(UTC))  # the time only dates the items' facts
+
+
+def check_get_item(
+    namespace: Sequence[str], key: str, *, dataset: str, project: str, refresh_ttl: Any = False
+) -> tuple[Scope, Namespace, str, bool]:
+    """`get_item`'s checks: its scope, namespace, key and refresh."""
+    return check_scope(dataset, project), check_namespace(namespace), check_key(key), _check_refresh(refresh_ttl)
+
+
+def check_search_items(
+    namespace_prefix: Sequence[str] = (),
+    *,
+    project: str,
+    dataset: str | None = None,
+    query: str | None = None,
+    filter: Mapping[str, Any] | None = None,
+    limit: int = 10,
+    offset: int = 0,
+    refresh_ttl: Any = False,
+) -> tuple[tuple[str | None, str], Namespace, str | None, list[Condition], bool]:
+    """`search_items`' checks: ((dataset, project), prefix, query text, filter conditions, refresh)."""
+    refresh = _check_refresh(refresh_ttl)
+    where, prefix = check_item_scope(dataset, project), check_namespace(namespace_prefix, empty=True)
+    text, conditions = check_query(query), parse_filter(filter)
+    check_page(limit, offset, most=MAX_LIST_LIMIT if text is None else MAX_K)
+    return where, prefix, text, conditions, refresh
+
+
+def check_list_item_namespaces(
+    *,
+    match: Sequence[tuple[str, Sequence[str]]] = (),
+    max_depth: int | None = None,
+    limit: int = 100,
+    offset: int = 0,
+    project: str,
+    dataset: str | None = None,
+) -> tuple[tuple[str | None, str], NamespaceMatch, int | None]:
+    """`list_item_namespaces`' checks: ((dataset, project), patterns, max_depth)."""
+    where, patterns = check_item_scope(dataset, project), parse_match(match)
+    check_page(limit, offset, most=MAX_LIST_LIMIT)
+    return where, patterns, check_max_depth(max_depth)
+
+
+CHECKS: Mapping[str, Callable[..., object]] = {
+    "put_items": check_put_items,
+    "get_item": check_get_item,
+    "search_items": check_search_items,
+    "list_item_namespaces": check_list_item_namespaces,
+}
+"""The checks of each item method of `Memory` / `AsyncMemory`, by name, taking its keywords."""
 
 
 def put_items_op(
@@ -38,8 +101,10 @@ def put_items_op(
 def get_item_op(
     context: MemoryContext, namespace: Sequence[str], key: str, dataset: str, project: str, refresh_ttl: Any = False
 ) -> Operation[StoredItem | None]:
-    scope, at = check_scope(dataset, project), context.now() if _check_refresh(refresh_ttl) else None
-    return items_ops.get_item(context.info, scope, check_namespace(namespace), check_key(key), refresh_at=at)
+    scope, labels, key, refresh = check_get_item(
+        namespace, key, dataset=dataset, project=project, refresh_ttl=refresh_ttl
+    )
+    return items_ops.get_item(context.info, scope, labels, key, refresh_at=context.now() if refresh else None)
 
 
 def search_items_op(
@@ -53,10 +118,16 @@ def search_items_op(
     offset: int,
     refresh_ttl: Any = False,
 ) -> Operation[list[StoredItem]]:
-    refresh = _check_refresh(refresh_ttl)
-    (dataset, project), prefix = check_item_scope(dataset, project), check_namespace(namespace_prefix, empty=True)
-    text, conditions = check_query(query), parse_filter(filter)
-    check_page(limit, offset, most=MAX_LIST_LIMIT if text is None else MAX_K)
+    (dataset, project), prefix, text, conditions, refresh = check_search_items(
+        namespace_prefix,
+        project=project,
+        dataset=dataset,
+        query=query,
+        filter=filter,
+        limit=limit,
+        offset=offset,
+        refresh_ttl=refresh_ttl,
+    )
 
     def recall_in(where: Scope, keep: int) -> Operation[RecallResult]:
         return top_facts_op(context, where, text, keep)
@@ -96,10 +167,11 @@ def list_item_namespaces_op(
     project: str,
     dataset: str | None,
 ) -> Operation[list[tuple[str, ...]]]:
-    (dataset, project), patterns = check_item_scope(dataset, project), parse_match(match)
-    check_page(limit, offset, most=MAX_LIST_LIMIT)
+    (dataset, project), patterns, depth = check_list_item_namespaces(
+        match=match, max_depth=max_depth, limit=limit, offset=offset, project=project, dataset=dataset
+    )
     return items_ops.list_item_namespaces(
-        context.info, project, dataset, patterns, max_depth=check_max_depth(max_depth), limit=limit, offset=offset
+        context.info, project, dataset, patterns, max_depth=depth, limit=limit, offset=offset
     )
 
 

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from memsoda_core import limits
-from memsoda_core.errors import InvalidTextError, LimitError, TextTooLongError, ValidationError
+from memsoda_core.errors import ArgumentTypeError, InvalidTextError, LimitError, TextTooLongError, ValidationError
 from memsoda_core.models import LITERAL
 from memsoda_core.text import collapse_line
 from memsoda_core.validation import ValidFact, check_batch_size, check_scope, check_text, validate_fact
@@ -114,11 +114,17 @@ def check_key(value: Any) -> str:
     return check_text(value, "key", MAX_KEY_CHARS, required=False)
 
 
-def value_json(value: Any) -> str:
-    """`value` (a mapping with string keys) as JSON text PostgreSQL's jsonb can hold: no NaN or
-    infinity, no NUL character, within `MAX_ITEM_JSON_CHARS`."""
-    if not isinstance(value, Mapping):
-        raise ValidationError(f"an item's value must be a mapping (or None to delete), got {type(value).__name__}")
+def check_value(value: Any) -> Mapping[str, Any] | None:
+    """An item's value: a mapping, or None to delete. Anything else raises `ArgumentTypeError`
+    (a `ValueError` and a `TypeError`, as LangGraph's `InMemoryStore` raises one or the other)."""
+    if value is not None and not isinstance(value, Mapping):
+        raise ArgumentTypeError(f"an item's value must be a dict (or None to delete), got {type(value).__name__}")
+    return value
+
+
+def value_json(value: Mapping[str, Any]) -> str:
+    """`value` (a mapping with string keys: `check_value`) as JSON text PostgreSQL's jsonb can
+    hold: no NaN or infinity, no NUL character, within `MAX_ITEM_JSON_CHARS`."""
     try:
         text = json.dumps(value, allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError, RecursionError) as exc:  # RecursionError: nested too deeply
@@ -164,7 +170,8 @@ def validate_items(items: Sequence[ItemInput | Mapping[str, Any]], *, now: datet
     for position, raw in enumerate(items, start=1):
         item = raw if isinstance(raw, ItemInput) else _as_input(raw, position)
         namespace, key = check_namespace(item.namespace), check_key(item.key)
-        data = None if item.value is None else value_json(item.value)
+        value = check_value(item.value)
+        data = None if value is None else value_json(value)
         fact = None
         text = None if data is None or item.text is None else fact_text(item.text)
         if text is not None:

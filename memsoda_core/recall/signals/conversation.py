@@ -18,14 +18,13 @@ from psycopg import sql
 
 from memsoda_core.errors import ValidationError
 from memsoda_core.layouts.access import SHARED, ScopeAccess
-from memsoda_core.limits import MAX_QUERY_CHARS
 from memsoda_core.models import USER_ROLES
 from memsoda_core.option_checks import check_between, check_types
 from memsoda_core.recall.hits import HitRow
 from memsoda_core.recall.signals.live import reads_live
 from memsoda_core.recall.signals.spec import RecallPlan, RecallRequest, SignalSpec
 from memsoda_core.recall.signals.vector import nearest_cte
-from memsoda_core.text import clean_query
+from memsoda_core.text import clean_query, message_query
 
 
 def conversation_cte(
@@ -118,11 +117,12 @@ def check_conversation(conversation: Any) -> tuple[tuple[str, str], ...] | None:
 
 def conversation_text(turns: Sequence[tuple[str, str]], query: str | None, last: int) -> str | None:
     """The text the signal embeds: the latest `last` user turns before the query, the most recent
-    first (an embedder truncating a long window then drops the oldest words), each cut at
-    `limits.MAX_QUERY_CHARS`; None when there is none. A trailing turn equal to the query is the
-    query itself (frameworks pass the history with the current message) and is skipped."""
+    first (an embedder truncating a long window then drops the oldest words), each cut as a query
+    is (`text.message_query`); None when there is none. A trailing turn that is the query (equal
+    once both are cut: an adapter cuts a long message to its query) is the query itself
+    (frameworks pass the history with the current message) and is skipped."""
     said = [content.strip() for role, content in turns if role in USER_ROLES and content.strip()]
-    if said and query is not None and said[-1] == query.strip():  # both cleaned by clean_query
+    if said and query is not None and message_query(said[-1]) == message_query(query):  # both clean_query'd
         said.pop()
-    chosen = [text[:MAX_QUERY_CHARS] for text in reversed(said[-last:])]
+    chosen = [message_query(text) for text in reversed(said[-last:])]
     return "\n\n".join(chosen) if chosen else None
