@@ -2,7 +2,8 @@
 forget-source, retention, doctor, server.
 
 Global options pick the store: `--dsn`, else the embedded server under `--home`, else
-`MEMSODA_DSN`, else the one under `MEMSODA_HOME` (the command line beats the environment),
+`MEMSODA_DSN`, else the one under `MEMSODA_HOME` (the command line beats the environment; the home
+also says where a served model runs),
 and `--embedder` the model (else `MEMSODA_EMBEDDER`, else the store's). Any `MemsodaError` (and
 any file error) prints one red line and exits with status 1; `--verbose` adds the traceback.
 Usage errors exit with status 2.

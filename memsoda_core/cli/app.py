@@ -96,17 +96,12 @@ def _from_environment(ctx: typer.Context, name: str) -> bool:
 
 
 def _store_options(ctx: typer.Context, dsn: str | None, home: Path | None) -> dict[str, Any]:
-    """`--dsn` and `--home` as `resolve_target` takes them: an option given on the command line beats
-    one read from the environment (`--home` beats `MEMSODA_DSN`), and of two read from the
-    environment `MEMSODA_DSN` wins; both given on the command line are left to it to refuse."""
+    """`--dsn` and `--home`: `--home` given on the command line beats `MEMSODA_DSN` (the command line
+    beats the environment). Both kept otherwise: the DSN is the store, the home where the
+    embedding service runs (`common.store_target`)."""
     dsn = dsn or None
-    if dsn is None or home is None:
-        return {"dsn": dsn, "home": home}
-    dsn_from_env, home_from_env = (_from_environment(ctx, name) for name in ("dsn", "home"))
-    if dsn_from_env and not home_from_env:
-        return {"dsn": None, "home": home}
-    if home_from_env:
-        return {"dsn": dsn, "home": None}
+    if dsn is not None and home is not None and _from_environment(ctx, "dsn") and not _from_environment(ctx, "home"):
+        dsn = None
     return {"dsn": dsn, "home": home}
 
 

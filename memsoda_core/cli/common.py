@@ -5,13 +5,16 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from memsoda_core.embedders import Embedder
 from memsoda_core.embedders.choice import EmbedderSpec, RecordedSpace, build, check_space, choose
 from memsoda_core.embedders.local import DEFAULT_LOCAL_MODEL
+
+if TYPE_CHECKING:
+    from memsoda_core.runner.target import Target
 
 EMBEDDER_OPTION = "--embedder"
 
@@ -31,6 +34,14 @@ class Settings:
 def settings_of(ctx: typer.Context) -> Settings:
     obj = ctx.find_object(Settings)
     return obj if obj is not None else Settings(dsn=None, home=None, schema="memsoda", verbose=False)
+
+
+def store_target(settings: Settings) -> Target:
+    """The store of a command: `--dsn`, else the embedded server under the home (`--home` there also
+    names where the embedding service runs, so both together are no conflict here)."""
+    from memsoda_core.runner.target import resolve_target  # psycopg: loaded by the commands that use a store
+
+    return resolve_target(settings.dsn, None if settings.dsn else settings.home)
 
 
 def home_of(settings: Settings) -> Path:

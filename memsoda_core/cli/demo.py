@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from memsoda_core.cli.common import command_embedder, settings_of
+from memsoda_core.cli.common import command_embedder, settings_of, store_target
 from memsoda_core.cli.output import out
 
 
@@ -18,10 +18,10 @@ def demo(
     from memsoda_core.demo import run_demo
     from memsoda_core.ops.opening import recorded_space
     from memsoda_core.runner.once import run_once
-    from memsoda_core.runner.target import release_target, resolve_target
+    from memsoda_core.runner.target import release_target
 
     settings = settings_of(ctx)
-    target = resolve_target(settings.dsn, settings.home)
+    target = store_target(settings)
     try:
         embedder = command_embedder(settings, run_once(target.dsn, recorded_space(settings.schema)))
         ok = run_demo(

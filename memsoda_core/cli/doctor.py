@@ -10,14 +10,14 @@ import typer
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from rich.text import Text
 
-from memsoda_core.cli.common import JsonOpt, Settings, command_embedder, home_of, settings_of
+from memsoda_core.cli.common import JsonOpt, Settings, command_embedder, home_of, settings_of, store_target
 from memsoda_core.cli.output import one_line, out, print_json, spinner, table
 from memsoda_core.cli.store import read_meta
 from memsoda_core.embedders.choice import RecordedSpace
 from memsoda_core.errors import EmbedderMismatchError, EmbeddingError, MemsodaError
 from memsoda_core.layouts import REGISTRY
 from memsoda_core.ops.opening import TENANT_INDEX_KEY
-from memsoda_core.runner.target import release_target, resolve_target
+from memsoda_core.runner.target import release_target
 from memsoda_core.store.layout import LAYOUT_KEY
 from memsoda_core.store.schema import SCHEMA_VERSION
 from memsoda_core.store.tenant_index import DEFAULT_MIN_FACTS, large_scopes_statement
@@ -53,7 +53,7 @@ def run_checks(settings: Settings) -> list[Check]:
     """Postgres, pgvector, schema and embedder checks, each with what to do when it fails."""
     checks: list[Check] = []
     try:
-        target = resolve_target(settings.dsn, settings.home)
+        target = store_target(settings)
     except MemsodaError as exc:
         return [
             Check(

@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 
-from memsoda_core.cli.common import EMBEDDER_OPTION, Settings, command_embedder
+from memsoda_core.cli.common import EMBEDDER_OPTION, Settings, command_embedder, store_target
 from memsoda_core.cli.output import spinner
 from memsoda_core.embedders import Embedder
 from memsoda_core.embedders.choice import RecordedSpace, choose, known_dimensions
@@ -16,7 +16,7 @@ from memsoda_core.errors import EmbeddingError
 from memsoda_core.memory import Memory
 from memsoda_core.ops.opening import recorded_space
 from memsoda_core.runner.once import run_once
-from memsoda_core.runner.target import check_schema_name, release_target, resolve_target
+from memsoda_core.runner.target import check_schema_name, release_target
 from memsoda_core.store.schema import meta_exists_statement, read_meta_statement
 
 _NOT_EMBEDDING = "this command does not embed text"
@@ -75,7 +75,7 @@ def _space(settings: Settings, recorded: RecordedSpace | None) -> Embedder:
 def open_memory(settings: Settings, *, embeds: bool = True) -> Iterator[Memory]:
     """A Memory on the chosen store; `embeds=False` opens it without loading an embedding model."""
     with spinner("opening the store"):
-        target = resolve_target(settings.dsn, settings.home)
+        target = store_target(settings)
         try:
             recorded = run_once(target.dsn, recorded_space(check_schema_name(settings.schema)))
             embedder = command_embedder(settings, recorded) if embeds else _space(settings, recorded)
