@@ -705,10 +705,10 @@ class AsyncMemory:
         self, namespace: Sequence[str], key: str, *, dataset: str, project: str, refresh_ttl: bool = False
     ) -> StoredItem | None:
         """The item at (`namespace`, `key`) of the scope, or None. `refresh_ttl`: an item with a
-        TTL expires that long from now again."""
+        TTL expires that long from now again (not on a read-only memory, which never writes)."""
         return await self._run(
             lambda: items_calls.get_item_op(self._context, namespace, key, dataset, project, refresh_ttl),
-            read_only=not refresh_ttl,
+            read_only=not items_calls.refreshes(self._context, refresh_ttl),
         )
 
     async def search_items(
@@ -728,12 +728,13 @@ class AsyncMemory:
         is None.
         No query: most recently updated first. A query: recall in each scope, items ranked by the
         fused score of their facts (`StoredItem.score`); limit + offset at most `limits.MAX_K`.
-        `refresh_ttl`: the items found that have a TTL expire that long from now again."""
+        `refresh_ttl`: the items found that have a TTL expire that long from now again (not on a
+        read-only memory, which never writes)."""
         return await self._run(
             lambda: items_calls.search_items_op(
                 self._context, namespace_prefix, project, dataset, query, filter, limit, offset, refresh_ttl
             ),
-            read_only=not refresh_ttl,
+            read_only=not items_calls.refreshes(self._context, refresh_ttl),
         )
 
     async def list_item_namespaces(

@@ -215,6 +215,52 @@ async def test_filters_run_in_sql_like_langgraphs(store: Store) -> None:
         await store.search(namespace, filter={"price": {"$regex": "x"}})
 
 
+async def test_a_nested_mapping_filter_matches_objects_only_like_langgraphs(store: Store) -> None:
+    """`{"o": {}}` matches items whose `o` is an object (any object), not every item; a nested
+    mapping's fields are tested only where the field is an object, as `InMemoryStore` does."""
+    namespace = ("products", "nested")
+    rows: dict[str, dict[str, Any]] = {
+        "object": {"o": {"p": 1}},
+        "empty": {"o": {}},
+        "number": {"o": 5},
+        "list": {"o": [1]},
+        "null": {"o": None},
+        "missing": {"x": 1},
+    }
+    reference = InMemoryStore()
+    for key, value in rows.items():
+        await store.put(namespace, key, value)
+        reference.put(namespace, key, value)
+    cases: list[dict[str, Any]] = [{"o": {}}, {"o": {"q": None}}, {"o": {"p": 1}}, {"o": {"p": {}}}]
+    for case in cases:
+        got = {i.key for i in await store.search(namespace, filter=case)}
+        assert got == {i.key for i in reference.search(namespace, filter=case)}, case
+    assert {i.key for i in await store.search(namespace, filter={"o": {}})} == {"object", "empty"}
+
+
+async def test_a_read_only_memory_serves_langgraphs_reads(store: Store, pg_dsn: str, embedder: LocalEmbedder) -> None:
+    """LangGraph reads with `refresh_ttl=True` by default; a read-only memory serves them (it never
+    refreshes a TTL: that is a write), items with a TTL included."""
+    namespace = ("memories", "u1")
+    await store.put(namespace, "plain", {"content": "likes green tea"})
+    await store.put(namespace, "timed", {"content": "likes black coffee"}, ttl=60)
+    scope = store.raw.scope(namespace)
+    with Memory.open(pg_dsn, embedder, read_only=True) as opened:
+
+        def expiry() -> Any:
+            found = opened.get_item(namespace, "timed", **scope)
+            return None if found is None else found.expires_at
+
+        before = expiry()
+        reader = MemsodaStore(opened, project=scope["project"])
+        for key, text in (("plain", "likes green tea"), ("timed", "likes black coffee")):
+            got = reader.get(namespace, key)
+            assert got is not None and got.value == {"content": text}
+        assert {i.key for i in reader.search(namespace)} == {"plain", "timed"}
+        assert reader.search(namespace, query="coffee", limit=1)[0].key == "timed"
+        assert before is not None and expiry() == before
+
+
 async def test_namespaces_are_tenants_and_users_never_meet(store: Store) -> None:
     alice, bob = ("memories", "alice"), ("memories", "bob")
     await store.put(alice, "1", {"content": "Alice's sister is called Maria"})

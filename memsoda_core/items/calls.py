@@ -38,7 +38,7 @@ def put_items_op(
 def get_item_op(
     context: MemoryContext, namespace: Sequence[str], key: str, dataset: str, project: str, refresh_ttl: Any = False
 ) -> Operation[StoredItem | None]:
-    scope, at = check_scope(dataset, project), context.now() if _check_refresh(refresh_ttl) else None
+    scope, at = check_scope(dataset, project), context.now() if refreshes(context, refresh_ttl) else None
     return items_ops.get_item(context.info, scope, check_namespace(namespace), check_key(key), refresh_at=at)
 
 
@@ -53,7 +53,7 @@ def search_items_op(
     offset: int,
     refresh_ttl: Any = False,
 ) -> Operation[list[StoredItem]]:
-    refresh = _check_refresh(refresh_ttl)
+    refresh = refreshes(context, refresh_ttl)
     (dataset, project), prefix = check_item_scope(dataset, project), check_namespace(namespace_prefix, empty=True)
     text, conditions = check_query(query), parse_filter(filter)
     check_page(limit, offset, most=MAX_LIST_LIMIT if text is None else MAX_K)
@@ -103,7 +103,10 @@ def list_item_namespaces_op(
     )
 
 
-def _check_refresh(refresh_ttl: Any) -> bool:
+def refreshes(context: MemoryContext, refresh_ttl: Any) -> bool:
+    """Whether a read of items refreshes their TTLs (a write): when asked (`refresh_ttl`, True or
+    False) and the memory can write. A read-only memory (a replica, a read-only role) never
+    refreshes, so its reads stay reads; the items' expiry is moved by reads on a writable one."""
     if not isinstance(refresh_ttl, bool):
         raise ValidationError(f"refresh_ttl must be True or False, got {refresh_ttl!r}")
-    return refresh_ttl
+    return refresh_ttl and not context.info.read_only

@@ -16,7 +16,7 @@ from typing import Any
 
 from psycopg import sql
 
-from memsoda_core.items.values import Condition, Namespace, StoredItem
+from memsoda_core.items.values import IS_OBJECT, Condition, Namespace, StoredItem
 from memsoda_core.store.statements import tenant_statement
 from memsoda_core.store.tenant_index import tenant_predicate
 
@@ -151,8 +151,11 @@ def filter_sql(conditions: list[Condition]) -> tuple[sql.Composable, dict[str, A
     for n, condition in enumerate(conditions):
         path, value = sql.Placeholder(f"filter_path_{n}"), sql.Placeholder(f"filter_value_{n}")
         params[f"filter_path_{n}"] = list(condition.path)
-        params[f"filter_value_{n}"] = condition.value_json
         found = sql.SQL("(i.value #> {p}::text[])").format(p=path)
+        if condition.op == IS_OBJECT:
+            parts.append(sql.SQL("jsonb_typeof({f}) = 'object'").format(f=found))
+            continue
+        params[f"filter_value_{n}"] = condition.value_json
         if condition.op in ("$eq", "$ne"):
             compare = sql.SQL("=" if condition.op == "$eq" else "<>")
             parts.append(sql.SQL("coalesce({f}, 'null'::jsonb) {c} {v}::jsonb").format(f=found, c=compare, v=value))

@@ -41,6 +41,10 @@ MAX_SEARCH_SCOPES = 50
 Namespace = tuple[str, ...]
 Comparison = Literal["$eq", "$ne", "$gt", "$gte", "$lt", "$lte"]
 COMPARISONS: frozenset[str] = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte"})
+IS_OBJECT: Literal["object"] = "object"
+"""The test a nested mapping of a filter makes of its field: the value there is a JSON object
+(LangGraph's `InMemoryStore` compares a nested mapping with a mapping only; `{"o": {}}` matches
+every item whose `o` is one). Not an operator a filter can name."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,10 +91,11 @@ class ValidItem:
 
 @dataclass(frozen=True)
 class Condition:
-    """One filter test: the JSON value at `path` of an item's value, compared with `value_json`."""
+    """One filter test: the JSON value at `path` of an item's value, compared with `value_json`
+    (`IS_OBJECT`: is a JSON object; `value_json` unused)."""
 
     path: tuple[str, ...]
-    op: Comparison
+    op: Comparison | Literal["object"]
     value_json: str
 
 
@@ -196,7 +201,8 @@ def _as_input(raw: Any, position: int) -> ItemInput:
 
 
 def parse_filter(filter: Mapping[str, Any] | None) -> list[Condition]:
-    """LangGraph's filter: `{"field": value}` (equal; a nested mapping compares its fields) or
+    """LangGraph's filter: `{"field": value}` (equal; a nested mapping matches an object whose fields
+    match it, so `{}` matches any object) or
     `{"field": {"$eq" | "$ne" | "$gt" | "$gte" | "$lt" | "$lte": value}}`. A missing field is JSON
     null for `$eq`/`$ne`; an order comparison holds only between values of one JSON type."""
     if filter is None:
@@ -219,6 +225,7 @@ def _conditions(filter: Mapping[Any, Any], path: tuple[str, ...], out: list[Cond
                     raise ValidationError(f"unknown filter operator {op!r}; use one of {sorted(COMPARISONS)}")
                 out.append(Condition(here, op, _operand(operand, op)))
         elif isinstance(wanted, Mapping):
+            out.append(Condition(here, IS_OBJECT, "null"))  # before its fields: `{}` tests this alone
             _conditions(wanted, here, out)
         else:
             out.append(Condition(here, "$eq", _operand(wanted, "$eq")))
