@@ -726,8 +726,10 @@ class AsyncMemory:
         """Items under `namespace_prefix` matching `filter` (LangGraph's: equality, `$eq`, `$ne`,
         `$gt`, `$gte`, `$lt`, `$lte`), in the scope, or in every dataset of `project` when `dataset`
         is None.
-        No query: most recently updated first. A query: recall in each scope, items ranked by the
-        fused score of their facts (`StoredItem.score`); limit + offset at most `limits.MAX_K`.
+        No query: most recently updated first. A query ranks every item the prefix and filter
+        select: first those whose fact a recall in their scope keeps, by its fused score
+        (`StoredItem.score`), then the other items with text, nearest the query first (score 0.0),
+        then those without text (score None). limit + offset at most `MAX_LIST_LIMIT` (10,000).
         `refresh_ttl`: the items found that have a TTL expire that long from now again (not on a
         read-only memory, which never writes)."""
         return await self._run(

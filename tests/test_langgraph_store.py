@@ -158,11 +158,44 @@ async def test_search_by_meaning_puts_the_right_item_first(store: Store) -> None
     assert [i.key for i in top_two + rest] == [i.key for i in everything]
 
 
+async def test_a_search_by_query_ranks_every_item_its_prefix_and_filter_select(store: Store) -> None:
+    """The prefix and the filter select items before anything is ranked, and limit and offset page
+    over all of them. Recall keeps at most `MAX_K` (200) facts, here all about coffee: the weather
+    notes that the filter or a deeper prefix selects were lost when those applied after its cut,
+    and so was every page past it. Items with no text come last, unscored, as in `InMemoryStore`."""
+    coffee = [
+        PutOp(("mem", "u1", "notes"), f"c{n}", {"content": f"note {n}: I drink coffee every morning", "kind": "common"})
+        for n in range(210)
+    ]
+    weather = [
+        PutOp(
+            ("mem", "u1", "profile"), f"w{n}", {"content": f"note {n} about the weather and the garden", "kind": "rare"}
+        )
+        for n in range(5)
+    ]
+    unindexed = PutOp(("mem", "u1", "notes"), "unindexed", {"content": "a rare note", "kind": "rare"}, index=False)
+    await store.batch([*coffee, *weather, unindexed])
+    rare = await store.search(("mem", "u1"), query="coffee", filter={"kind": "rare"}, limit=10)
+    assert [i.key for i in rare[-1:]] == ["unindexed"] and rare[-1].score is None
+    assert sorted(i.key for i in rare[:-1]) == [f"w{n}" for n in range(5)]
+    profile = await store.search(("mem", "u1", "profile"), query="coffee", limit=10)
+    assert sorted(i.key for i in profile) == [f"w{n}" for n in range(5)]
+    assert len(await store.search(("mem", "u1"), query="coffee", limit=10, offset=200)) == 10
+    everything = await store.search(("mem", "u1"), query="coffee", limit=300)
+    assert len(everything) == 216 and everything[-1].key == "unindexed" and everything[-1].score is None
+    assert {i.key for i in everything[-6:-1]} == {f"w{n}" for n in range(5)}  # the least like the query
+    scores = [i.score for i in everything[:-1]]
+    assert all(isinstance(s, float) for s in scores) and scores == sorted(scores, reverse=True)
+    pages = [await store.search(("mem", "u1"), query="coffee", limit=50, offset=n) for n in range(0, 216, 50)]
+    assert [i.key for page in pages for i in page] == [i.key for i in everything]
+
+
 async def test_index_false_and_index_fields(store: Store) -> None:
     namespace = ("docs", "u1")
     await store.put(namespace, "hidden", {"content": "the launch code is swordfish"}, index=False)
     await store.put(namespace, "titled", {"title": "swordfish recipes", "body": "grilled fish"}, index=["title"])
-    assert [i.key for i in await store.search(namespace, query="swordfish")] == ["titled"]
+    found = await store.search(namespace, query="swordfish")  # the unindexed item last, unscored (as InMemoryStore)
+    assert [(i.key, i.score is None) for i in found] == [("titled", False), ("hidden", True)]
     assert {i.key for i in await store.search(namespace)} == {"hidden", "titled"}  # no query: every item
 
 

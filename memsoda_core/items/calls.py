@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from memsoda_core.embedders.protocol import Vector
 from memsoda_core.errors import ValidationError
 from memsoda_core.items import operations as items_ops
 from memsoda_core.items.values import (
@@ -20,7 +21,6 @@ from memsoda_core.items.values import (
     parse_filter,
     parse_match,
 )
-from memsoda_core.limits import MAX_K
 from memsoda_core.memory_context import MemoryContext
 from memsoda_core.models import RecallResult
 from memsoda_core.recall.calls import top_facts_op
@@ -56,10 +56,10 @@ def search_items_op(
     refresh = refreshes(context, refresh_ttl)
     (dataset, project), prefix = check_item_scope(dataset, project), check_namespace(namespace_prefix, empty=True)
     text, conditions = check_query(query), parse_filter(filter)
-    check_page(limit, offset, most=MAX_LIST_LIMIT if text is None else MAX_K)
+    check_page(limit, offset, most=MAX_LIST_LIMIT)
 
-    def recall_in(where: Scope, keep: int) -> Operation[RecallResult]:
-        return top_facts_op(context, where, text, keep)
+    def recall_in(where: Scope, keep: int, vector: Vector | None) -> Operation[RecallResult]:
+        return top_facts_op(context, where, text, keep, query_embedding=vector)
 
     found = items_ops.search_items(
         context.info,
@@ -71,6 +71,7 @@ def search_items_op(
         limit=limit,
         offset=offset,
         recall_in=recall_in,
+        embed_timeout_s=context.options.embed_timeout_s,
     )
     return _refreshing(context, found) if refresh else found
 

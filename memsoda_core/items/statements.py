@@ -199,6 +199,30 @@ def items_of_facts(schema: str, filters: sql.Composable) -> sql.Composed:
     )
 
 
+def unkept_items(schema: str, filters: sql.Composable, *, scoped: bool, by_vector: bool) -> sql.Composed:
+    """A search by query's items after those recall kept: items under %(prefix)s matching `filters`
+    whose fact is not one of recall's kept facts (%(kept_datasets)s, %(kept_ids)s: pairs), those
+    with a fact first, nearest the query embedding %(qvec)s first (`by_vector`; else, as those
+    without one, most recently updated first), a page of %(limit)s after %(offset)s; in one
+    scope, or (`scoped` False) in every dataset of the project. Every such item's distance is
+    computed (no index serves a filtered set); it runs only for a page reaching past the kept ones."""
+    nearest = sql.SQL("f.embedding <=> %(qvec)s, " if by_vector else "")
+    return tenant_statement(
+        """SELECT {columns} FROM {s}.items i
+           LEFT JOIN {s}.facts f ON f.dataset = i.dataset AND f.project = i.project AND f.id = i.fact_id
+           WHERE {scope}{under}{filters}
+             AND NOT EXISTS (SELECT 1 FROM unnest(%(kept_datasets)s::text[], %(kept_ids)s::bigint[]) AS k(dataset, id)
+                             WHERE k.dataset = i.dataset AND k.id = i.fact_id)
+           ORDER BY i.fact_id IS NULL, {nearest}i.updated_at DESC, i.namespace, i.key
+           LIMIT %(limit)s OFFSET %(offset)s""",
+        schema,
+        filters=filters,
+        scope=_scope(scoped),
+        nearest=nearest,
+        **_PARTS,
+    )
+
+
 def item_scopes(schema: str) -> sql.Composed:
     """The datasets of project %(project)s holding items under %(prefix)s, at most %(limit)s."""
     return tenant_statement(

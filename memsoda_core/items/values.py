@@ -34,7 +34,7 @@ MAX_LABEL_CHARS = 200
 MAX_NAMESPACE_LABELS = 32
 MAX_KEY_CHARS = 1_000
 MAX_LIST_LIMIT = 10_000
-"""`limit` of an item search without a query, or of a namespace listing."""
+"""`limit` + `offset` of an item search (with a query or without) or of a namespace listing."""
 MAX_SEARCH_SCOPES = 50
 """Datasets one search by query may span (one recall each): more raise `LimitError`."""
 
@@ -64,7 +64,8 @@ class ItemInput:
 
 @dataclass(frozen=True, kw_only=True)
 class StoredItem:
-    """A stored item. `score`: the fused recall score of its fact, in a search by query."""
+    """A stored item. `score`, in a search by query: the fused recall score of its fact; 0.0 when
+    recall did not keep its fact (ranked after those it kept), None when it has no text."""
 
     dataset: str
     project: str
