@@ -696,9 +696,11 @@ class AsyncMemory:
         self, items: Sequence[ItemInput | Mapping[str, Any]], *, dataset: str, project: str
     ) -> list[int | None]:
         """Store, replace or (value None) delete items in one transaction. An item with `text`
-        gets a fact "user noted <text>" that recall finds; replacing or deleting the item ends the
-        fact (superseded by the new text's) once no item refers to it. Returns the fact id (or None)
-        of each distinct (namespace, key), in the order of their last writes."""
+        gets a fact "user noted <text>" that recall finds (an equal live fact, if there is one);
+        replacing or deleting the item ends the fact (superseded by the new text's) once no item
+        refers to it, unless the application wrote it too (`add_facts`, `remember`, an import):
+        then it stays. Returns the fact id (or None) of each distinct (namespace, key), in the
+        order of their last writes."""
         return await self._run(lambda: items_calls.put_items_op(self._context, items, dataset, project))
 
     async def get_item(

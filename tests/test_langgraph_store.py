@@ -42,6 +42,7 @@ from memsoda_core import (
     ValidationError,
 )
 from memsoda_langgraph import MemsodaStore
+from tests.conftest import Either
 
 
 class Store:
@@ -130,6 +131,36 @@ async def test_each_item_has_one_live_fact_and_updates_supersede_it(store: Store
     by_text = {f.object: f for f in await facts()}
     assert by_text["likes black coffee"].invalid_at is not None and by_text["likes black coffee"].superseded_by is None
     assert [f.object for f in by_text.values() if f.invalid_at is None] == ["likes oolong"]
+
+
+async def test_a_fact_the_application_wrote_outlives_the_items_that_shared_it(
+    store: Store, memory: Memory | AsyncMemory
+) -> None:
+    """An item whose text equals a live fact refers to it; only a fact an item's put created ends
+    when no item refers to it any more. A fact the application wrote, before the item or since,
+    stays live and recall finds it."""
+    namespace = ("memories", "u1")
+    scope = store.raw.scope(namespace)
+    core = Either(memory)
+
+    def noted(text: str) -> dict[str, str]:
+        return {"subject": "user", "predicate": "noted", "object": text, "object_type": "LITERAL"}
+
+    (before,) = await core.add_facts([noted("buy milk")], **scope)
+    await store.put(namespace, "milk", {"content": "buy milk"})
+    assert (await core.get_item(namespace, "milk", **scope)).fact_id == before
+    await store.put(namespace, "bread", {"content": "buy bread"})
+    made = (await core.get_item(namespace, "bread", **scope)).fact_id
+    assert await core.add_facts([noted("buy bread")], **scope) == [made]  # written since by the application
+    await store.put(namespace, "eggs", {"content": "buy eggs"})
+    eggs = (await core.get_item(namespace, "eggs", **scope)).fact_id
+    for key in ("milk", "bread", "eggs"):
+        await store.delete(namespace, key)
+    assert (await core.get_fact(before, **scope)).invalid_at is None
+    assert (await core.get_fact(made, **scope)).invalid_at is None
+    assert (await core.get_fact(eggs, **scope)).invalid_at is not None  # the store's own: ended
+    recalled = await core.recall("milk", **scope)
+    assert before in {s.fact.id for s in recalled.facts}
 
 
 async def test_search_by_meaning_puts_the_right_item_first(store: Store) -> None:

@@ -4,9 +4,13 @@ says what an item is).
 A write of items is one transaction. Their facts go through the reconciling write path
 (`writing.operation.write_facts`: one embedding call, the facts' relation locks), which also locks the
 relations of the facts the items refer to now; then each item's own advisory lock is taken, the
-facts they refer to are read again under it, the items are stored or deleted, and each fact no item
-refers to any more is ended: superseded by its item's new fact, or just ended when the item went
-or lost its text. So a fact is live exactly while some item refers to it.
+facts they refer to are read again under it, the items are stored or deleted, and each fact of
+items' own that no item refers to any more is ended: superseded by its item's new fact, or just
+ended when the item went or lost its text. A fact is items' own (`facts.item_owned`) when an item's
+put created it and no other write (`add_facts`, `remember`, an import) has written it since; an
+item whose text equals a live fact refers to that fact, and a fact the application wrote itself
+outlives the items that shared it. So a fact of items' own is live exactly while some item refers
+to it. The mark changes only under the fact's relation lock, which every write of it holds.
 
 A search by query ranks the items its prefix and filter select (in SQL, before any ranking): those
 whose fact memsoda's recall of their scope keeps (RRF over vector, anchor and keyword signals) by
@@ -102,7 +106,7 @@ def put_items(
     facts = [item.fact for item in valid if item.fact is not None]
     if facts:
         ids = yield from write_facts(
-            info, scope, facts, None, standalone=True, also_lock=old_values, guard=under_item_locks
+            info, scope, facts, None, standalone=True, also_lock=old_values, guard=under_item_locks, item_owned=True
         )
     else:
         learned = yield from lock_facts(info, scope, [], old_values)
@@ -137,8 +141,8 @@ def _end_orphans(
     now: datetime,
     learned: datetime,
 ) -> Operation[None]:
-    """End each fact the items referred to before this write that no item refers to now, superseded
-    by its item's new fact when it has one."""
+    """End each fact of items' own the items referred to before this write that no item refers to
+    now, superseded by its item's new fact when it has one."""
     position = {(item.namespace, item.key): n for n, item in enumerate(valid)}
     successor: dict[int, int | None] = {}
     for row in held:

@@ -121,11 +121,11 @@ def delete_items(schema: str) -> sql.Composed:
 
 
 def orphaned_facts(schema: str) -> sql.Composed:
-    """Which of facts %(ids)s are live, began before %(now)s and no item of the scope refers to any
-    more (their relations' locks are held), locked FOR UPDATE."""
+    """Which of facts %(ids)s are items' own, live, began before %(now)s and no item of the scope
+    refers to any more (their relations' locks are held), locked FOR UPDATE."""
     return tenant_statement(
         """SELECT f.id FROM {s}.facts f
-           WHERE {tenant_f} AND f.id = ANY(%(ids)s::bigint[])
+           WHERE {tenant_f} AND f.id = ANY(%(ids)s::bigint[]) AND f.item_owned
              AND f.invalid_at IS NULL AND f.superseded_by IS NULL AND f.valid_at < %(now)s
              AND NOT EXISTS (SELECT 1 FROM {s}.items i WHERE {tenant_i} AND i.fact_id = f.id)
            ORDER BY f.id
@@ -320,19 +320,20 @@ def delete_expired_items(schema: str) -> sql.Composed:
 
 
 def expired_item_facts(schema: str, depth: int) -> sql.Composed:
-    """`deleting.delete_facts`' selection of the facts of expired items: facts %(ids)s that no item
-    refers to any more, with the item's past texts they superseded (back along `superseded_by`, at
-    most `depth` steps)."""
+    """`deleting.delete_facts`' selection of the facts of expired items: those of facts %(ids)s that
+    no item refers to any more and are items' own, with the item's past texts (items' own facts
+    superseded by one of those facts, back along `superseded_by`, at most `depth` steps). A fact
+    the application wrote stays, and so does its history; an item's past text it superseded goes."""
     return tenant_statement(
         """WITH RECURSIVE chain AS (
-               SELECT f.id, 1 AS depth FROM {s}.facts f
+               SELECT f.id, f.item_owned, 1 AS depth FROM {s}.facts f
                WHERE {tenant_f} AND f.id = ANY(%(ids)b::bigint[])
                  AND NOT EXISTS (SELECT 1 FROM {s}.items i WHERE {tenant_i} AND i.fact_id = f.id)
                UNION ALL
-               SELECT f.id, c.depth + 1 FROM chain c
+               SELECT f.id, f.item_owned, c.depth + 1 FROM chain c
                JOIN {s}.facts f ON {tenant_f} AND f.superseded_by = c.id
-               WHERE c.depth < {depth})
-           SELECT DISTINCT id AS fact_id FROM chain""",
+               WHERE c.depth < {depth} AND f.item_owned)
+           SELECT DISTINCT id AS fact_id FROM chain WHERE item_owned""",
         schema,
         depth=sql.Literal(depth),
     )

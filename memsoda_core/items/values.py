@@ -4,8 +4,10 @@ pure checks of what goes in: values, namespaces, filters and namespace patterns.
 An item lives in a scope (dataset, project) under a namespace (a path of labels) and a key. An item
 with text gets one fact, "user noted <text>" (a LITERAL object), written by the ordinary
 reconciling write path, so recall finds items by meaning, entities and keywords, fused as for any
-fact (`items.operations`). Equal texts in one scope are one fact, as equal facts always are; an item's
-fact ends (superseded by its new text's fact) when no item refers to it any more.
+fact (`items.operations`). Equal texts in one scope are one fact, as equal facts always are, and an
+item whose text equals a live fact the application wrote refers to that fact. A fact an item's put
+created ends (superseded by its new text's fact) when no item refers to it any more; a fact the
+application wrote (before or since) is the application's, and stays.
 """
 
 from __future__ import annotations
