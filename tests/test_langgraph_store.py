@@ -7,8 +7,10 @@ items, filters, isolation, search by meaning, langmem's memory tools and agents 
 from __future__ import annotations
 
 import math
+import threading
 import uuid
 from collections.abc import AsyncIterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -161,6 +163,31 @@ async def test_a_fact_the_application_wrote_outlives_the_items_that_shared_it(
     assert (await core.get_fact(eggs, **scope)).invalid_at is not None  # the store's own: ended
     recalled = await core.recall("milk", **scope)
     assert before in {s.fact.id for s in recalled.facts}
+
+
+def test_a_fact_written_while_its_last_item_goes_stays_live(sync_memory: Memory) -> None:
+    """`add_facts` of an item's text racing the item's delete: whichever commits first, the text is
+    a live fact afterwards, the one `add_facts` returned (the mark is read and cleared under the
+    fact's relation lock, which both writes take)."""
+    scope = ScopeArgs(dataset="race", project=f"race-{uuid.uuid4().hex[:10]}")
+    with ThreadPoolExecutor(2) as pool:
+        for n in range(6):
+            text = f"buy {n} bottles of milk"
+            sync_memory.put_items([{"namespace": ["n"], "key": "k", "value": {}, "text": text}], **scope)
+            start = threading.Barrier(2)
+
+            def add(text: str = text, start: threading.Barrier = start) -> list[int]:
+                start.wait()
+                return sync_memory.add_facts([{"subject": "user", "predicate": "noted", "object": text}], **scope)
+
+            def delete(start: threading.Barrier = start) -> None:
+                start.wait()
+                sync_memory.put_items([{"namespace": ["n"], "key": "k", "value": None}], **scope)
+
+            added, deleted = pool.submit(add), pool.submit(delete)
+            deleted.result()
+            (fact_id,) = added.result()
+            assert sync_memory.get_fact(fact_id, **scope).invalid_at is None, n
 
 
 async def test_search_by_meaning_puts_the_right_item_first(store: Store) -> None:
