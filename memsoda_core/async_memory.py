@@ -704,19 +704,21 @@ class AsyncMemory:
         self, items: Sequence[ItemInput | Mapping[str, Any]], *, dataset: str, project: str
     ) -> list[int | None]:
         """Store, replace or (value None) delete items in one transaction. An item with `text`
-        gets a fact "user noted <text>" that recall finds; replacing or deleting the item ends the
-        fact (superseded by the new text's) once no item refers to it. Returns the fact id (or None)
-        of each distinct (namespace, key), in the order of their last writes."""
+        gets a fact "user noted <text>" that recall finds (an equal live fact, if there is one);
+        replacing or deleting the item ends the fact (superseded by the new text's) once no item
+        refers to it, unless the application wrote it too (`add_facts`, `remember`, an import):
+        then it stays. Returns the fact id (or None) of each distinct (namespace, key), in the
+        order of their last writes."""
         return await self._run(lambda: items_calls.put_items_op(self._context, items, dataset, project))
 
     async def get_item(
         self, namespace: Sequence[str], key: str, *, dataset: str, project: str, refresh_ttl: bool = False
     ) -> StoredItem | None:
         """The item at (`namespace`, `key`) of the scope, or None. `refresh_ttl`: an item with a
-        TTL expires that long from now again."""
+        TTL expires that long from now again (not on a read-only memory, which never writes)."""
         return await self._run(
             lambda: items_calls.get_item_op(self._context, namespace, key, dataset, project, refresh_ttl),
-            read_only=not refresh_ttl,
+            read_only=not items_calls.refreshes(self._context, refresh_ttl),
         )
 
     async def search_items(
@@ -734,14 +736,17 @@ class AsyncMemory:
         """Items under `namespace_prefix` matching `filter` (LangGraph's: equality, `$eq`, `$ne`,
         `$gt`, `$gte`, `$lt`, `$lte`), in the scope, or in every dataset of `project` when `dataset`
         is None.
-        No query: most recently updated first. A query: recall in each scope, items ranked by the
-        fused score of their facts (`StoredItem.score`); limit + offset at most `limits.MAX_K`.
-        `refresh_ttl`: the items found that have a TTL expire that long from now again."""
+        No query: most recently updated first. A query ranks every item the prefix and filter
+        select: first those whose fact a recall in their scope keeps, by its fused score
+        (`StoredItem.score`), then the other items with text, nearest the query first (score 0.0),
+        then those without text (score None). limit + offset at most `MAX_LIST_LIMIT` (10,000).
+        `refresh_ttl`: the items found that have a TTL expire that long from now again (not on a
+        read-only memory, which never writes)."""
         return await self._run(
             lambda: items_calls.search_items_op(
                 self._context, namespace_prefix, project, dataset, query, filter, limit, offset, refresh_ttl
             ),
-            read_only=not refresh_ttl,
+            read_only=not items_calls.refreshes(self._context, refresh_ttl),
         )
 
     async def list_item_namespaces(

@@ -69,6 +69,22 @@ async def test_a_fact_another_item_refers_to_outlives_the_expired_item(memory: E
     assert (await memory.get_item(NS, "b", **scope)).fact_id == fact_id
 
 
+async def test_a_sweep_keeps_a_fact_the_application_wrote(memory: Either, scope: ScopeArgs) -> None:
+    """An expired item that shared a fact the application wrote leaves it live; the item's past
+    text, which that fact superseded, goes with the item."""
+    (mine,) = await memory.add_facts(
+        [{"subject": "user", "predicate": "noted", "object": "tea", "object_type": "LITERAL"}], **scope
+    )
+    (past,) = await memory.put_items([item("a", "coffee", 1)], **scope)
+    assert await memory.put_items([item("a", "tea", 1)], **scope) == [mine]
+    assert (await memory.get_fact(past, **scope)).superseded_by == mine
+    a = await memory.get_item(NS, "a", **scope)
+    assert await memory.sweep_items(project=scope["project"], at=a.expires_at) == 1
+    assert (await memory.get_fact(mine, **scope)).invalid_at is None
+    with pytest.raises(NotFoundError):
+        await memory.get_fact(past, **scope)
+
+
 async def test_ttl_arguments_are_checked(memory: Either, scope: ScopeArgs) -> None:
     for ttl in (0, -1, float("nan"), True, "5"):
         with pytest.raises(ValidationError):

@@ -7,8 +7,10 @@ items, filters, isolation, search by meaning, langmem's memory tools and agents 
 from __future__ import annotations
 
 import math
+import threading
 import uuid
 from collections.abc import AsyncIterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -45,6 +47,7 @@ from memsoda_core import (
 )
 from memsoda_core.limits import MAX_QUERY_CHARS
 from memsoda_langgraph import MemsodaStore
+from tests.conftest import Either
 
 
 class Store:
@@ -135,6 +138,61 @@ async def test_each_item_has_one_live_fact_and_updates_supersede_it(store: Store
     assert [f.object for f in by_text.values() if f.invalid_at is None] == ["likes oolong"]
 
 
+async def test_a_fact_the_application_wrote_outlives_the_items_that_shared_it(
+    store: Store, memory: Memory | AsyncMemory
+) -> None:
+    """An item whose text equals a live fact refers to it; only a fact an item's put created ends
+    when no item refers to it any more. A fact the application wrote, before the item or since,
+    stays live and recall finds it."""
+    namespace = ("memories", "u1")
+    scope = store.raw.scope(namespace)
+    core = Either(memory)
+
+    def noted(text: str) -> dict[str, str]:
+        return {"subject": "user", "predicate": "noted", "object": text, "object_type": "LITERAL"}
+
+    (before,) = await core.add_facts([noted("buy milk")], **scope)
+    await store.put(namespace, "milk", {"content": "buy milk"})
+    assert (await core.get_item(namespace, "milk", **scope)).fact_id == before
+    await store.put(namespace, "bread", {"content": "buy bread"})
+    made = (await core.get_item(namespace, "bread", **scope)).fact_id
+    assert await core.add_facts([noted("buy bread")], **scope) == [made]  # written since by the application
+    await store.put(namespace, "eggs", {"content": "buy eggs"})
+    eggs = (await core.get_item(namespace, "eggs", **scope)).fact_id
+    for key in ("milk", "bread", "eggs"):
+        await store.delete(namespace, key)
+    assert (await core.get_fact(before, **scope)).invalid_at is None
+    assert (await core.get_fact(made, **scope)).invalid_at is None
+    assert (await core.get_fact(eggs, **scope)).invalid_at is not None  # the store's own: ended
+    recalled = await core.recall("milk", **scope)
+    assert before in {s.fact.id for s in recalled.facts}
+
+
+def test_a_fact_written_while_its_last_item_goes_stays_live(sync_memory: Memory) -> None:
+    """`add_facts` of an item's text racing the item's delete: whichever commits first, the text is
+    a live fact afterwards, the one `add_facts` returned (the mark is read and cleared under the
+    fact's relation lock, which both writes take)."""
+    scope = ScopeArgs(dataset="race", project=f"race-{uuid.uuid4().hex[:10]}")
+    with ThreadPoolExecutor(2) as pool:
+        for n in range(6):
+            text = f"buy {n} bottles of milk"
+            sync_memory.put_items([{"namespace": ["n"], "key": "k", "value": {}, "text": text}], **scope)
+            start = threading.Barrier(2)
+
+            def add(text: str = text, start: threading.Barrier = start) -> list[int]:
+                start.wait()
+                return sync_memory.add_facts([{"subject": "user", "predicate": "noted", "object": text}], **scope)
+
+            def delete(start: threading.Barrier = start) -> None:
+                start.wait()
+                sync_memory.put_items([{"namespace": ["n"], "key": "k", "value": None}], **scope)
+
+            added, deleted = pool.submit(add), pool.submit(delete)
+            deleted.result()
+            (fact_id,) = added.result()
+            assert sync_memory.get_fact(fact_id, **scope).invalid_at is None, n
+
+
 async def test_search_by_meaning_puts_the_right_item_first(store: Store) -> None:
     namespace = ("memories", "u1")
     notes = {
@@ -161,11 +219,44 @@ async def test_search_by_meaning_puts_the_right_item_first(store: Store) -> None
     assert [i.key for i in top_two + rest] == [i.key for i in everything]
 
 
+async def test_a_search_by_query_ranks_every_item_its_prefix_and_filter_select(store: Store) -> None:
+    """The prefix and the filter select items before anything is ranked, and limit and offset page
+    over all of them. Recall keeps at most `MAX_K` (200) facts, here all about coffee: the weather
+    notes that the filter or a deeper prefix selects were lost when those applied after its cut,
+    and so was every page past it. Items with no text come last, unscored, as in `InMemoryStore`."""
+    coffee = [
+        PutOp(("mem", "u1", "notes"), f"c{n}", {"content": f"note {n}: I drink coffee every morning", "kind": "common"})
+        for n in range(210)
+    ]
+    weather = [
+        PutOp(
+            ("mem", "u1", "profile"), f"w{n}", {"content": f"note {n} about the weather and the garden", "kind": "rare"}
+        )
+        for n in range(5)
+    ]
+    unindexed = PutOp(("mem", "u1", "notes"), "unindexed", {"content": "a rare note", "kind": "rare"}, index=False)
+    await store.batch([*coffee, *weather, unindexed])
+    rare = await store.search(("mem", "u1"), query="coffee", filter={"kind": "rare"}, limit=10)
+    assert [i.key for i in rare[-1:]] == ["unindexed"] and rare[-1].score is None
+    assert sorted(i.key for i in rare[:-1]) == [f"w{n}" for n in range(5)]
+    profile = await store.search(("mem", "u1", "profile"), query="coffee", limit=10)
+    assert sorted(i.key for i in profile) == [f"w{n}" for n in range(5)]
+    assert len(await store.search(("mem", "u1"), query="coffee", limit=10, offset=200)) == 10
+    everything = await store.search(("mem", "u1"), query="coffee", limit=300)
+    assert len(everything) == 216 and everything[-1].key == "unindexed" and everything[-1].score is None
+    assert {i.key for i in everything[-6:-1]} == {f"w{n}" for n in range(5)}  # the least like the query
+    scores = [i.score for i in everything[:-1]]
+    assert all(isinstance(s, float) for s in scores) and scores == sorted(scores, reverse=True)
+    pages = [await store.search(("mem", "u1"), query="coffee", limit=50, offset=n) for n in range(0, 216, 50)]
+    assert [i.key for page in pages for i in page] == [i.key for i in everything]
+
+
 async def test_index_false_and_index_fields(store: Store) -> None:
     namespace = ("docs", "u1")
     await store.put(namespace, "hidden", {"content": "the launch code is swordfish"}, index=False)
     await store.put(namespace, "titled", {"title": "swordfish recipes", "body": "grilled fish"}, index=["title"])
-    assert [i.key for i in await store.search(namespace, query="swordfish")] == ["titled"]
+    found = await store.search(namespace, query="swordfish")  # the unindexed item last, unscored (as InMemoryStore)
+    assert [(i.key, i.score is None) for i in found] == [("titled", False), ("hidden", True)]
     assert {i.key for i in await store.search(namespace)} == {"hidden", "titled"}  # no query: every item
 
 
@@ -216,6 +307,52 @@ async def test_filters_run_in_sql_like_langgraphs(store: Store) -> None:
     assert len(await store.search(("products", "odd"), filter={"price": {"$gt": "m"}})) == 1
     with pytest.raises(ValidationError):
         await store.search(namespace, filter={"price": {"$regex": "x"}})
+
+
+async def test_a_nested_mapping_filter_matches_objects_only_like_langgraphs(store: Store) -> None:
+    """`{"o": {}}` matches items whose `o` is an object (any object), not every item; a nested
+    mapping's fields are tested only where the field is an object, as `InMemoryStore` does."""
+    namespace = ("products", "nested")
+    rows: dict[str, dict[str, Any]] = {
+        "object": {"o": {"p": 1}},
+        "empty": {"o": {}},
+        "number": {"o": 5},
+        "list": {"o": [1]},
+        "null": {"o": None},
+        "missing": {"x": 1},
+    }
+    reference = InMemoryStore()
+    for key, value in rows.items():
+        await store.put(namespace, key, value)
+        reference.put(namespace, key, value)
+    cases: list[dict[str, Any]] = [{"o": {}}, {"o": {"q": None}}, {"o": {"p": 1}}, {"o": {"p": {}}}]
+    for case in cases:
+        got = {i.key for i in await store.search(namespace, filter=case)}
+        assert got == {i.key for i in reference.search(namespace, filter=case)}, case
+    assert {i.key for i in await store.search(namespace, filter={"o": {}})} == {"object", "empty"}
+
+
+async def test_a_read_only_memory_serves_langgraphs_reads(store: Store, pg_dsn: str, embedder: LocalEmbedder) -> None:
+    """LangGraph reads with `refresh_ttl=True` by default; a read-only memory serves them (it never
+    refreshes a TTL: that is a write), items with a TTL included."""
+    namespace = ("memories", "u1")
+    await store.put(namespace, "plain", {"content": "likes green tea"})
+    await store.put(namespace, "timed", {"content": "likes black coffee"}, ttl=60)
+    scope = store.raw.scope(namespace)
+    with Memory.open(pg_dsn, embedder, read_only=True) as opened:
+
+        def expiry() -> Any:
+            found = opened.get_item(namespace, "timed", **scope)
+            return None if found is None else found.expires_at
+
+        before = expiry()
+        reader = MemsodaStore(opened, project=scope["project"])
+        for key, text in (("plain", "likes green tea"), ("timed", "likes black coffee")):
+            got = reader.get(namespace, key)
+            assert got is not None and got.value == {"content": text}
+        assert {i.key for i in reader.search(namespace)} == {"plain", "timed"}
+        assert reader.search(namespace, query="coffee", limit=1)[0].key == "timed"
+        assert before is not None and expiry() == before
 
 
 async def test_namespaces_are_tenants_and_users_never_meet(store: Store) -> None:

@@ -47,12 +47,16 @@ def store(pg_dsn: str, embedder: LocalEmbedder) -> Iterator[dict[str, Any]]:
         memory.add_facts([{"subject": "user", "predicate": "works at", "object": "philips"}], **SCOPE)
         memory.add_episodes([{"text": "The user talked about moving house."}], **SCOPE)
         memory.put_items([{"namespace": ["notes"], "key": "k1", "value": {"a": 1}, "text": "buy a bike"}], **SCOPE)
+        timed_item = {"namespace": ["timed"], "key": "t", "value": {}, "text": "a timed note", "ttl_minutes": 60}
+        memory.put_items([timed_item], **SCOPE)
+        timed = memory.get_item(["timed"], "t", **SCOPE)
         exported = io.StringIO()
         memory.export_jsonl(exported, **SCOPE)
         answers: dict[str, Any] = {
             "live": sorted(f.object for f in memory.list_facts(**SCOPE).facts),
             "stats": memory.stats(**SCOPE),
             "export": exported.getvalue(),
+            "timed_expiry": timed.expires_at if timed is not None else None,
         }
     assert "utrecht" in answers["live"] and "amsterdam" not in answers["live"]
     try:
@@ -122,6 +126,14 @@ async def assert_reads_served(memory: Either, store: dict[str, Any]) -> None:
     item = await memory.get_item(["notes"], "k1", **SCOPE)
     assert item is not None and item.value == {"a": 1}
     assert [i.key for i in await memory.search_items(["notes"], query="bike", **SCOPE)] == ["k1"]
+    # a read that asks to refresh TTLs (LangGraph's default) is served, and refreshes nothing
+    for refresh in (True, False):
+        item = await memory.get_item(["notes"], "k1", **SCOPE, refresh_ttl=refresh)
+        assert item is not None and item.value == {"a": 1}
+        timed = await memory.get_item(["timed"], "t", **SCOPE, refresh_ttl=refresh)
+        assert timed is not None and timed.expires_at == store["timed_expiry"]
+        (found,) = await memory.search_items(["timed"], query="timed note", **SCOPE, refresh_ttl=refresh)
+        assert found.expires_at == store["timed_expiry"]
     exported = io.StringIO()
     await memory.export_jsonl(exported, **SCOPE)
     assert exported.getvalue() == store["export"]

@@ -174,6 +174,7 @@ def test_a_version_4_store_with_duplicates_migrates_without_losing_them(
             conn.execute(f"DROP INDEX {schema}.facts_relation, {schema}.facts_superseded_by")
             conn.execute(f"ALTER TABLE {schema}.facts DROP COLUMN superseded_by, DROP COLUMN times_seen")
             conn.execute(f"ALTER TABLE {schema}.facts DROP COLUMN expired_at")  # and without version 6's
+            conn.execute(f"ALTER TABLE {schema}.facts DROP COLUMN item_owned")  # and version 13's
             conn.execute(f"UPDATE {schema}.meta SET value = '4' WHERE key = 'schema_version'")  # noqa: S608
             conn.execute(  # the duplicate a version-4 write stored
                 f"""INSERT INTO {schema}.facts (dataset, project, subject, predicate, object, object_type,

@@ -14,6 +14,7 @@ import sys
 import tempfile
 import textwrap
 import time
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -140,6 +141,7 @@ def test_a_store_of_an_older_version_is_upgraded_at_open(pg_dsn: str, embedder: 
             conn.execute("DROP INDEX upgrade_test.facts_relation, upgrade_test.facts_superseded_by")
             conn.execute("ALTER TABLE upgrade_test.facts DROP COLUMN superseded_by, DROP COLUMN times_seen")
             conn.execute("ALTER TABLE upgrade_test.facts DROP COLUMN expired_at")  # and version 6's
+            conn.execute("ALTER TABLE upgrade_test.facts DROP COLUMN item_owned")  # and version 13's
             conn.execute("DROP TABLE upgrade_test.items")  # and without version 7's
             conn.execute("DROP TABLE upgrade_test.fact_sources")  # and version 8's
             conn.execute("DROP TABLE upgrade_test.tenant_partitions")  # and version 9's
@@ -159,6 +161,34 @@ def test_a_store_of_an_older_version_is_upgraded_at_open(pg_dsn: str, embedder: 
     finally:
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute("DROP SCHEMA IF EXISTS upgrade_test CASCADE")
+
+
+def test_the_upgrade_to_v13_takes_the_facts_items_refer_to_as_theirs(pg_dsn: str, embedder: LocalEmbedder) -> None:
+    """Before v13 a fact created for an item was not told apart from one the application wrote: the
+    facts items refer to at the upgrade are items' own, and end with the last item that refers to them."""
+    schema = f"memsoda_v12_{uuid.uuid4().hex[:8]}"
+    scope: ScopeArgs = {"dataset": "d", "project": "p"}
+    noted = {"subject": "user", "predicate": "noted", "object": "buy milk", "object_type": "LITERAL"}
+    try:
+        with Memory.open(pg_dsn, embedder, schema=schema) as memory:
+            (fact_id,) = memory.put_items([{"namespace": ["n"], "key": "k", "value": {}, "text": "buy milk"}], **scope)
+            (own,) = memory.add_facts([{**noted, "object": "buy bread"}], **scope)
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:  # what a version-12 store looks like
+            conn.execute(sql.SQL("ALTER TABLE {}.facts DROP COLUMN item_owned").format(sql.Identifier(schema)))
+            conn.execute(
+                sql.SQL("UPDATE {}.meta SET value = '12' WHERE key = 'schema_version'").format(sql.Identifier(schema))
+            )
+        with Memory.open(pg_dsn, embedder, schema=schema) as memory:
+            memory.put_items([{"namespace": ["n"], "key": "k", "value": None}], **scope)
+            assert fact_id is not None and memory.get_fact(fact_id, **scope).invalid_at is not None
+            assert memory.put_items([{"namespace": ["n"], "key": "b", "value": {}, "text": "buy bread"}], **scope) == [
+                own
+            ]
+            memory.put_items([{"namespace": ["n"], "key": "b", "value": None}], **scope)
+            assert memory.get_fact(own, **scope).invalid_at is None
+    finally:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 def test_other_schema_name_is_a_separate_store(pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs) -> None:

@@ -321,6 +321,7 @@ def test_a_plain_store_from_before_is_partitioned_at_open_and_its_tenants_move_l
                 sql.Identifier(schema)
             )
         )
+        conn.execute(sql.SQL("ALTER TABLE {}.facts DROP COLUMN item_owned").format(sql.Identifier(schema)))  # v13
         conn.execute(sql.SQL("DELETE FROM {}.meta WHERE key = 'layout'").format(sql.Identifier(schema)))
         conn.execute(
             sql.SQL("UPDATE {}.meta SET value = '8' WHERE key = 'schema_version'").format(sql.Identifier(schema))

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from memsoda_core.embedders.protocol import Vector
 from memsoda_core.errors import ValidationError
 from memsoda_core.items import operations as items_ops
 from memsoda_core.items.values import (
@@ -27,7 +28,6 @@ from memsoda_core.items.values import (
     parse_match,
     validate_items,
 )
-from memsoda_core.limits import MAX_K
 from memsoda_core.memory_context import MemoryContext
 from memsoda_core.models import RecallResult
 from memsoda_core.recall.calls import top_facts_op
@@ -63,7 +63,7 @@ def check_search_items(
     refresh = _check_refresh(refresh_ttl)
     where, prefix = check_item_scope(dataset, project), check_namespace(namespace_prefix, empty=True)
     text, conditions = check_query(query), parse_filter(filter)
-    check_page(limit, offset, most=MAX_LIST_LIMIT if text is None else MAX_K)
+    check_page(limit, offset, most=MAX_LIST_LIMIT)
     return where, prefix, text, conditions, refresh
 
 
@@ -104,7 +104,8 @@ def get_item_op(
     scope, labels, key, refresh = check_get_item(
         namespace, key, dataset=dataset, project=project, refresh_ttl=refresh_ttl
     )
-    return items_ops.get_item(context.info, scope, labels, key, refresh_at=context.now() if refresh else None)
+    at = context.now() if refreshes(context, refresh) else None
+    return items_ops.get_item(context.info, scope, labels, key, refresh_at=at)
 
 
 def search_items_op(
@@ -118,7 +119,7 @@ def search_items_op(
     offset: int,
     refresh_ttl: Any = False,
 ) -> Operation[list[StoredItem]]:
-    (dataset, project), prefix, text, conditions, refresh = check_search_items(
+    (dataset, project), prefix, text, conditions, checked_refresh = check_search_items(
         namespace_prefix,
         project=project,
         dataset=dataset,
@@ -128,9 +129,10 @@ def search_items_op(
         offset=offset,
         refresh_ttl=refresh_ttl,
     )
+    refresh = refreshes(context, checked_refresh)
 
-    def recall_in(where: Scope, keep: int) -> Operation[RecallResult]:
-        return top_facts_op(context, where, text, keep)
+    def recall_in(where: Scope, keep: int, vector: Vector | None) -> Operation[RecallResult]:
+        return top_facts_op(context, where, text, keep, query_embedding=vector)
 
     found = items_ops.search_items(
         context.info,
@@ -142,6 +144,7 @@ def search_items_op(
         limit=limit,
         offset=offset,
         recall_in=recall_in,
+        embed_timeout_s=context.options.embed_timeout_s,
     )
     return _refreshing(context, found) if refresh else found
 
@@ -173,6 +176,13 @@ def list_item_namespaces_op(
     return items_ops.list_item_namespaces(
         context.info, project, dataset, patterns, max_depth=depth, limit=limit, offset=offset
     )
+
+
+def refreshes(context: MemoryContext, refresh_ttl: Any) -> bool:
+    """Whether a read of items refreshes their TTLs (a write): when asked (`refresh_ttl`, True or
+    False) and the memory can write. A read-only memory (a replica, a read-only role) never
+    refreshes, so its reads stay reads; the items' expiry is moved by reads on a writable one."""
+    return _check_refresh(refresh_ttl) and not context.info.read_only
 
 
 def _check_refresh(refresh_ttl: Any) -> bool:

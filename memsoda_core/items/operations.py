@@ -4,13 +4,17 @@ says what an item is).
 A write of items is one transaction. Their facts go through the reconciling write path
 (`writing.operation.write_facts`: one embedding call, the facts' relation locks), which also locks the
 relations of the facts the items refer to now; then each item's own advisory lock is taken, the
-facts they refer to are read again under it, the items are stored or deleted, and each fact no item
-refers to any more is ended: superseded by its item's new fact, or just ended when the item went
-or lost its text. So a fact is live exactly while some item refers to it.
+facts they refer to are read again under it, the items are stored or deleted, and each fact of
+items' own that no item refers to any more is ended: superseded by its item's new fact, or just
+ended when the item went or lost its text. A fact is items' own (`facts.item_owned`) when an item's
+put created it and no other write (`add_facts`, `remember`, an import) has written it since; an
+item whose text equals a live fact refers to that fact, and a fact the application wrote itself
+outlives the items that shared it. So a fact of items' own is live exactly while some item refers
+to it. The mark changes only under the fact's relation lock, which every write of it holds.
 
-A search by query is memsoda's recall in each scope it spans (RRF over vector, anchor and keyword
-signals), its kept facts mapped back to the items that refer to them, filtered, and ranked by the
-fused score.
+A search by query ranks the items its prefix and filter select (in SQL, before any ranking): those
+whose fact memsoda's recall of their scope keeps (RRF over vector, anchor and keyword signals) by
+the fused score, then the rest (`_ranked_page`).
 """
 
 from __future__ import annotations
@@ -21,7 +25,10 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from memsoda_core.errors import LimitError
+from psycopg import sql
+
+from memsoda_core.embedders.protocol import Vector
+from memsoda_core.errors import EmbeddingError, LimitError
 from memsoda_core.forgetting import retention_statements as sql_retention
 from memsoda_core.forgetting.operations import delete_fact_set, hold_scope
 from memsoda_core.items import statements as sql_items
@@ -38,7 +45,7 @@ from memsoda_core.items.values import (
 from memsoda_core.limits import MAX_K
 from memsoda_core.models import RecallResult
 from memsoda_core.ops.maintenance import ensure_tenant_indexes
-from memsoda_core.runner.steps import Operation, execute, execute_as, read_aside
+from memsoda_core.runner.steps import Operation, embed_query, execute, execute_as, read_aside
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import Scope
 from memsoda_core.writing import inserts
@@ -46,9 +53,9 @@ from memsoda_core.writing import reconcile_statements as sql_reconcile
 from memsoda_core.writing.insert_rows import insert_rows
 from memsoda_core.writing.operation import lock_facts, write_facts
 
-RecallIn = Callable[[Scope, int], Operation[RecallResult]]
-"""Recall of the search's query in a scope, keeping that many facts (built by the memory, which
-holds the recall options and scope sizes)."""
+RecallIn = Callable[[Scope, int, Vector | None], Operation[RecallResult]]
+"""Recall of the search's query in a scope, keeping that many facts, with the query's embedding
+when there is one (built by the memory, which holds the recall options and scope sizes)."""
 
 
 def _batch(items: Sequence[ValidItem], fact_ids: Mapping[int, int] | None = None) -> str:
@@ -99,7 +106,7 @@ def put_items(
     facts = [item.fact for item in valid if item.fact is not None]
     if facts:
         ids = yield from write_facts(
-            info, scope, facts, None, standalone=True, also_lock=old_values, guard=under_item_locks
+            info, scope, facts, None, standalone=True, also_lock=old_values, guard=under_item_locks, item_owned=True
         )
     else:
         learned = yield from lock_facts(info, scope, [], old_values)
@@ -134,8 +141,8 @@ def _end_orphans(
     now: datetime,
     learned: datetime,
 ) -> Operation[None]:
-    """End each fact the items referred to before this write that no item refers to now, superseded
-    by its item's new fact when it has one."""
+    """End each fact of items' own the items referred to before this write that no item refers to
+    now, superseded by its item's new fact when it has one."""
     position = {(item.namespace, item.key): n for n, item in enumerate(valid)}
     successor: dict[int, int | None] = {}
     for row in held:
@@ -202,10 +209,11 @@ def search_items(
     limit: int,
     offset: int,
     recall_in: RecallIn,
+    embed_timeout_s: float,
 ) -> Operation[list[StoredItem]]:
     """Items under `prefix` matching `conditions`, in the scope (`dataset` None: in every dataset of
-    the project holding such items). No query: most recently updated first. A query: by the fused
-    score of their facts in a recall of each scope (at most `MAX_SEARCH_SCOPES`), highest first."""
+    the project holding such items), a page of `limit` after `offset`. No query: most recently
+    updated first. A query ranks every matching item (`_ranked_page`)."""
     filters, filter_params = sql_items.filter_sql(conditions)
     params: dict[str, Any] = {**sql_items.prefix_params(prefix), **filter_params, "project": project}
     if query is None:
@@ -224,12 +232,43 @@ def search_items(
             )
         datasets = [str(row[0]) for row in found]
     scopes = [Scope(dataset=name, project=project) for name in datasets]
+    return (
+        yield from _ranked_page(
+            info, scopes, dataset, query, filters, params, limit, offset, recall_in, embed_timeout_s
+        )
+    )
+
+
+def _ranked_page(
+    info: StoreInfo,
+    scopes: Sequence[Scope],
+    dataset: str | None,
+    query: str,
+    filters: sql.Composable,
+    params: Mapping[str, Any],
+    limit: int,
+    offset: int,
+    recall_in: RecallIn,
+    embed_timeout_s: float,
+) -> Operation[list[StoredItem]]:
+    """A page of the matching items (`params`: the prefix, the filter, the project; all applied in
+    SQL before anything is ranked) in the order of a search by query: first those whose fact a
+    recall of its scope keeps (up to `MAX_K` facts a scope: RRF over vector, anchor and keyword
+    signals), by that fused score; then the other items with a fact, nearest the query first
+    (score 0.0); last those with no text to search (score None), most recently updated first,
+    as LangGraph's `InMemoryStore` puts its unindexed items after the scored ones."""
+    try:
+        vector: Vector | None = yield from embed_query(query, embed_timeout_s)
+    except EmbeddingError:  # recall says so in its own result; the rest is ranked by recency
+        vector = None
     scored: list[tuple[float, int, StoredItem]] = []
+    kept: list[tuple[str, int]] = []
     for each in scopes:
-        result = yield from recall_in(each, MAX_K)  # all it fuses: the prefix and filter drop some
-        order = {s.fact.id: (s.score, rank) for rank, s in enumerate(result.facts)}
+        result = yield from recall_in(each, MAX_K, vector)
+        order = {s.fact.id: (s.score, rank) for rank, s in enumerate(result.facts, start=1)}
         if not order:
             continue
+        kept.extend((each.dataset, fact_id) for fact_id in order)
         rows = yield from execute_as(
             sql_items.ItemRow,
             sql_items.items_of_facts(info.schema, filters),
@@ -240,7 +279,20 @@ def search_items(
             score, rank = order[row.fact_id]
             scored.append((score, rank, row.stored(score)))
     scored.sort(key=lambda entry: (-entry[0], entry[1]))
-    return [item for _, _, item in scored[offset : offset + limit]]
+    page = [item for _, _, item in scored[offset : offset + limit]]
+    if len(page) == limit:
+        return page
+    statement = sql_items.unkept_items(info.schema, filters, scoped=dataset is not None, by_vector=vector is not None)
+    rest = {
+        "dataset": dataset,
+        "kept_datasets": [name for name, _ in kept],
+        "kept_ids": [fact_id for _, fact_id in kept],
+        "qvec": vector,
+        "limit": limit - len(page),
+        "offset": max(0, offset - len(scored)),
+    }
+    rows = yield from execute_as(sql_items.ItemRow, statement, {**params, **rest})
+    return page + [row.stored(None if row.fact_id is None else 0.0) for row in rows]
 
 
 def list_item_namespaces(

@@ -16,7 +16,7 @@ from typing import Any
 
 from psycopg import sql
 
-from memsoda_core.items.values import Condition, Namespace, StoredItem
+from memsoda_core.items.values import IS_OBJECT, Condition, Namespace, StoredItem
 from memsoda_core.store.statements import tenant_statement
 from memsoda_core.store.tenant_index import tenant_predicate
 
@@ -121,11 +121,11 @@ def delete_items(schema: str) -> sql.Composed:
 
 
 def orphaned_facts(schema: str) -> sql.Composed:
-    """Which of facts %(ids)s are live, began before %(now)s and no item of the scope refers to any
-    more (their relations' locks are held), locked FOR UPDATE."""
+    """Which of facts %(ids)s are items' own, live, began before %(now)s and no item of the scope
+    refers to any more (their relations' locks are held), locked FOR UPDATE."""
     return tenant_statement(
         """SELECT f.id FROM {s}.facts f
-           WHERE {tenant_f} AND f.id = ANY(%(ids)s::bigint[])
+           WHERE {tenant_f} AND f.id = ANY(%(ids)s::bigint[]) AND f.item_owned
              AND f.invalid_at IS NULL AND f.superseded_by IS NULL AND f.valid_at < %(now)s
              AND NOT EXISTS (SELECT 1 FROM {s}.items i WHERE {tenant_i} AND i.fact_id = f.id)
            ORDER BY f.id
@@ -151,8 +151,11 @@ def filter_sql(conditions: list[Condition]) -> tuple[sql.Composable, dict[str, A
     for n, condition in enumerate(conditions):
         path, value = sql.Placeholder(f"filter_path_{n}"), sql.Placeholder(f"filter_value_{n}")
         params[f"filter_path_{n}"] = list(condition.path)
-        params[f"filter_value_{n}"] = condition.value_json
         found = sql.SQL("(i.value #> {p}::text[])").format(p=path)
+        if condition.op == IS_OBJECT:
+            parts.append(sql.SQL("jsonb_typeof({f}) = 'object'").format(f=found))
+            continue
+        params[f"filter_value_{n}"] = condition.value_json
         if condition.op in ("$eq", "$ne"):
             compare = sql.SQL("=" if condition.op == "$eq" else "<>")
             parts.append(sql.SQL("coalesce({f}, 'null'::jsonb) {c} {v}::jsonb").format(f=found, c=compare, v=value))
@@ -192,6 +195,30 @@ def items_of_facts(schema: str, filters: sql.Composable) -> sql.Composed:
            ORDER BY i.namespace, i.key""",
         schema,
         filters=filters,
+        **_PARTS,
+    )
+
+
+def unkept_items(schema: str, filters: sql.Composable, *, scoped: bool, by_vector: bool) -> sql.Composed:
+    """A search by query's items after those recall kept: items under %(prefix)s matching `filters`
+    whose fact is not one of recall's kept facts (%(kept_datasets)s, %(kept_ids)s: pairs), those
+    with a fact first, nearest the query embedding %(qvec)s first (`by_vector`; else, as those
+    without one, most recently updated first), a page of %(limit)s after %(offset)s; in one
+    scope, or (`scoped` False) in every dataset of the project. Every such item's distance is
+    computed (no index serves a filtered set); it runs only for a page reaching past the kept ones."""
+    nearest = sql.SQL("f.embedding <=> %(qvec)s, " if by_vector else "")
+    return tenant_statement(
+        """SELECT {columns} FROM {s}.items i
+           LEFT JOIN {s}.facts f ON f.dataset = i.dataset AND f.project = i.project AND f.id = i.fact_id
+           WHERE {scope}{under}{filters}
+             AND NOT EXISTS (SELECT 1 FROM unnest(%(kept_datasets)s::text[], %(kept_ids)s::bigint[]) AS k(dataset, id)
+                             WHERE k.dataset = i.dataset AND k.id = i.fact_id)
+           ORDER BY i.fact_id IS NULL, {nearest}i.updated_at DESC, i.namespace, i.key
+           LIMIT %(limit)s OFFSET %(offset)s""",
+        schema,
+        filters=filters,
+        scope=_scope(scoped),
+        nearest=nearest,
         **_PARTS,
     )
 
@@ -293,19 +320,20 @@ def delete_expired_items(schema: str) -> sql.Composed:
 
 
 def expired_item_facts(schema: str, depth: int) -> sql.Composed:
-    """`deleting.delete_facts`' selection of the facts of expired items: facts %(ids)s that no item
-    refers to any more, with the item's past texts they superseded (back along `superseded_by`, at
-    most `depth` steps)."""
+    """`deleting.delete_facts`' selection of the facts of expired items: those of facts %(ids)s that
+    no item refers to any more and are items' own, with the item's past texts (items' own facts
+    superseded by one of those facts, back along `superseded_by`, at most `depth` steps). A fact
+    the application wrote stays, and so does its history; an item's past text it superseded goes."""
     return tenant_statement(
         """WITH RECURSIVE chain AS (
-               SELECT f.id, 1 AS depth FROM {s}.facts f
+               SELECT f.id, f.item_owned, 1 AS depth FROM {s}.facts f
                WHERE {tenant_f} AND f.id = ANY(%(ids)b::bigint[])
                  AND NOT EXISTS (SELECT 1 FROM {s}.items i WHERE {tenant_i} AND i.fact_id = f.id)
                UNION ALL
-               SELECT f.id, c.depth + 1 FROM chain c
+               SELECT f.id, f.item_owned, c.depth + 1 FROM chain c
                JOIN {s}.facts f ON {tenant_f} AND f.superseded_by = c.id
-               WHERE c.depth < {depth})
-           SELECT DISTINCT id AS fact_id FROM chain""",
+               WHERE c.depth < {depth} AND f.item_owned)
+           SELECT DISTINCT id AS fact_id FROM chain WHERE item_owned""",
         schema,
         depth=sql.Literal(depth),
     )

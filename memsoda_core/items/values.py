@@ -4,8 +4,10 @@ pure checks of what goes in: values, namespaces, filters and namespace patterns.
 An item lives in a scope (dataset, project) under a namespace (a path of labels) and a key. An item
 with text gets one fact, "user noted <text>" (a LITERAL object), written by the ordinary
 reconciling write path, so recall finds items by meaning, entities and keywords, fused as for any
-fact (`items.operations`). Equal texts in one scope are one fact, as equal facts always are; an item's
-fact ends (superseded by its new text's fact) when no item refers to it any more.
+fact (`items.operations`). Equal texts in one scope are one fact, as equal facts always are, and an
+item whose text equals a live fact the application wrote refers to that fact. A fact an item's put
+created ends (superseded by its new text's fact) when no item refers to it any more; a fact the
+application wrote (before or since) is the application's, and stays.
 """
 
 from __future__ import annotations
@@ -34,13 +36,17 @@ MAX_LABEL_CHARS = 200
 MAX_NAMESPACE_LABELS = 32
 MAX_KEY_CHARS = 1_000
 MAX_LIST_LIMIT = 10_000
-"""`limit` of an item search without a query, or of a namespace listing."""
+"""`limit` + `offset` of an item search (with a query or without) or of a namespace listing."""
 MAX_SEARCH_SCOPES = 50
 """Datasets one search by query may span (one recall each): more raise `LimitError`."""
 
 Namespace = tuple[str, ...]
 Comparison = Literal["$eq", "$ne", "$gt", "$gte", "$lt", "$lte"]
 COMPARISONS: frozenset[str] = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte"})
+IS_OBJECT: Literal["object"] = "object"
+"""The test a nested mapping of a filter makes of its field: the value there is a JSON object
+(LangGraph's `InMemoryStore` compares a nested mapping with a mapping only; `{"o": {}}` matches
+every item whose `o` is one). Not an operator a filter can name."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,7 +66,8 @@ class ItemInput:
 
 @dataclass(frozen=True, kw_only=True)
 class StoredItem:
-    """A stored item. `score`: the fused recall score of its fact, in a search by query."""
+    """A stored item. `score`, in a search by query: the fused recall score of its fact; 0.0 when
+    recall did not keep its fact (ranked after those it kept), None when it has no text."""
 
     dataset: str
     project: str
@@ -87,10 +94,11 @@ class ValidItem:
 
 @dataclass(frozen=True)
 class Condition:
-    """One filter test: the JSON value at `path` of an item's value, compared with `value_json`."""
+    """One filter test: the JSON value at `path` of an item's value, compared with `value_json`
+    (`IS_OBJECT`: is a JSON object; `value_json` unused)."""
 
     path: tuple[str, ...]
-    op: Comparison
+    op: Comparison | Literal["object"]
     value_json: str
 
 
@@ -203,7 +211,8 @@ def _as_input(raw: Any, position: int) -> ItemInput:
 
 
 def parse_filter(filter: Mapping[str, Any] | None) -> list[Condition]:
-    """LangGraph's filter: `{"field": value}` (equal; a nested mapping compares its fields) or
+    """LangGraph's filter: `{"field": value}` (equal; a nested mapping matches an object whose fields
+    match it, so `{}` matches any object) or
     `{"field": {"$eq" | "$ne" | "$gt" | "$gte" | "$lt" | "$lte": value}}`. A missing field is JSON
     null for `$eq`/`$ne`; an order comparison holds only between values of one JSON type."""
     if filter is None:
@@ -226,6 +235,7 @@ def _conditions(filter: Mapping[Any, Any], path: tuple[str, ...], out: list[Cond
                     raise ValidationError(f"unknown filter operator {op!r}; use one of {sorted(COMPARISONS)}")
                 out.append(Condition(here, op, _operand(operand, op)))
         elif isinstance(wanted, Mapping):
+            out.append(Condition(here, IS_OBJECT, "null"))  # before its fields: `{}` tests this alone
             _conditions(wanted, here, out)
         else:
             out.append(Condition(here, "$eq", _operand(wanted, "$eq")))

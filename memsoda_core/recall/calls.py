@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from memsoda_core.embedders import check_vectors
+from memsoda_core.embedders.protocol import Vector
 from memsoda_core.errors import ConfigurationError, EmbeddingError, LimitError, ValidationError
 from memsoda_core.learning.call import RememberCall
 from memsoda_core.memory_context import MemoryContext
@@ -31,7 +32,7 @@ def recall_op(
     dataset: str,
     project: str,
     include: Iterable[str],
-    query_embedding: Sequence[float] | None,
+    query_embedding: Sequence[float] | Vector | None,
     as_of: Any,
     options: RecallOptions | None,
     overrides: dict[str, Any],
@@ -81,16 +82,19 @@ def recall_op(
     )
 
 
-def top_facts_op(context: MemoryContext, scope: Scope, query: str | None, keep: int) -> Operation[RecallResult]:
-    """A recall with the memory's options but `keep` facts kept: what `remember` shows its
-    extractor and what an item search maps back to items."""
+def top_facts_op(
+    context: MemoryContext, scope: Scope, query: str | None, keep: int, *, query_embedding: Vector | None = None
+) -> Operation[RecallResult]:
+    """A recall with the memory's options but `keep` facts kept (and the query's embedding when
+    the caller has it): what `remember` shows its extractor and what an item search maps back to
+    items."""
     return recall_op(
         context,
         query,
         dataset=scope.dataset,
         project=scope.project,
         include=(),
-        query_embedding=None,
+        query_embedding=query_embedding,
         as_of=None,
         options=None,
         overrides={"facts_in_context": keep},

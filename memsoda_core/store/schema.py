@@ -15,7 +15,7 @@ from psycopg import sql
 
 from memsoda_core.store.lexemes import recount_lexemes
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 
 KEYWORD_SEPARATORS = string.punctuation
 """ASCII punctuation is blanked before full-text indexing, as the query side splits terms on it
@@ -384,6 +384,23 @@ def bump_layout_generation_statement(schema: str) -> sql.Composed:
     ).format(s=sql.Identifier(schema), k=sql.Literal(LAYOUT_GENERATION_KEY))
 
 
+def _v13(shape: StoreShape) -> list[sql.Composed]:
+    """Which facts exist for items only (`item_owned`): created by an item's put and written by
+    nothing else since (`items.operations`). Only those end, or go with a sweep, when no item refers
+    to them any more; a fact the application wrote itself outlives the items that shared it.
+    Before v13 the two were not told apart: the facts items refer to now are taken as items' own
+    (as they were treated). No table rewrite: the default is a constant."""
+    s = sql.Identifier(shape.schema)
+    return [
+        sql.SQL("ALTER TABLE {s}.facts ADD COLUMN item_owned boolean NOT NULL DEFAULT false").format(s=s),
+        sql.SQL(
+            """UPDATE {s}.facts f SET item_owned = true
+               WHERE EXISTS (SELECT 1 FROM {s}.items i
+                             WHERE i.dataset = f.dataset AND i.project = f.project AND i.fact_id = f.id)"""
+        ).format(s=s),
+    ]
+
+
 MIGRATIONS: dict[int, Migration] = {
     1: _v1,
     2: _v2,
@@ -397,6 +414,7 @@ MIGRATIONS: dict[int, Migration] = {
     10: _v10,
     11: _v11,
     12: _v12,
+    13: _v13,
 }
 """Version -> DDL. Append only; never edit a released migration."""
 

@@ -251,13 +251,14 @@ FACTS = TableInsert(
         each("times_seen", "seen", "int", get=lambda r: r.seen),
         each("embedding", "embeddings", "vector", get=lambda r: r.embedding),
         Column("created_at", "%(learned_at)s"),
+        Column("item_owned", "%(item_owned)s"),
     ),
     " RETURNING id, " + fact_lexemes().as_string(None) + " AS lexemes",
 )
 """Insert a batch of `NewFact`s (`FACTS.params`; a column is one line here) in the given order (so
 their ids ascend in it), learned at
-%(learned_at)s (`created_at`; a NULL start is stored as `UNKNOWN_START`); each row returned as a
-`statements.InsertedFact`."""
+%(learned_at)s (`created_at`; a NULL start is stored as `UNKNOWN_START`), written for items or not
+(%(item_owned)s); each row returned as a `statements.InsertedFact`."""
 
 
 def fact_arrays(facts: Sequence[ValidFact], fields: Sequence[str]) -> dict[str, list[Any]]:

@@ -49,6 +49,7 @@ def write_facts(
     guard: Callable[[datetime], Operation[None]] | None = None,
     learned: datetime | None = None,
     counts: CountDeltas | None = None,
+    item_owned: bool = False,
 ) -> Operation[list[int]]:
     """One whole write of a batch. One embedding call for the batch (the facts, unless their
     `vectors` are given, and the names of entities the scope does not have yet), then, under the
@@ -66,7 +67,10 @@ def write_facts(
     second, rare call), and a repeated fact counts in `times_seen`. An import's batches run in its
     open transaction, which holds their locks already: entities are read and locked after the
     reconciliation, the embedding runs inside that transaction, and repeats do not count (an import
-    restores, it does not observe), and `learned` is the time its locks were taken."""
+    restores, it does not observe), and `learned` is the time its locks were taken.
+
+    `item_owned`: the write of an item's text (`items.operations`): the facts it creates are items'
+    own (`store.schema._v13`); any other write of a stored fact makes it no longer so."""
     if not facts:
         return []
     base = {"dataset": scope.dataset, "project": scope.project}
@@ -112,11 +116,11 @@ def write_facts(
     deltas = CountDeltas()
     if rows:
         fact_ids, deltas = yield from _insert_new(
-            info, scope, rows, plan.seen, fact_vectors, entity_ids, new_vectors, learned
+            info, scope, rows, plan.seen, fact_vectors, entity_ids, new_vectors, learned, item_owned
         )
         deltas.types = dict(zip(entities.names, entities.types, strict=True))
         deltas.touches = Counter(dict(zip(entities.names, entities.touches, strict=True)))
-    yield from apply_plan(info, scope, plan, fact_ids, learned)
+    yield from apply_plan(info, scope, plan, fact_ids, learned, item_owned=item_owned)
     if counts is None:
         yield from bump_counts(info, scope, deltas)
     else:
@@ -176,10 +180,11 @@ def reconcile(
 
 
 def apply_plan(
-    info: StoreInfo, scope: Scope, plan: Plan, fact_ids: Sequence[int], learned: datetime
+    info: StoreInfo, scope: Scope, plan: Plan, fact_ids: Sequence[int], learned: datetime, *, item_owned: bool = False
 ) -> Operation[None]:
     """The ends and merges of `plan` on stored facts, once its new facts have `fact_ids`; memory
-    learns at `learned` that the stored facts it ends have ended (`expired_at`)."""
+    learns at `learned` that the stored facts it ends have ended (`expired_at`); a merge by a
+    write that is not an item's (`item_owned` False) makes the fact no longer items' own."""
     base = {"dataset": scope.dataset, "project": scope.project}
 
     def fact_id(ref: Ref) -> int:
@@ -208,6 +213,7 @@ def apply_plan(
                 "valid_ats": [m.valid_at for m in merges],
                 "quotes": [m.quote for m in merges],
                 "repeats": [m.repeats for m in merges],
+                "item_owned": item_owned,
             },
         )
 
@@ -221,9 +227,10 @@ def _insert_new(
     entity_ids: dict[str, int],
     new_vectors: dict[str, Vector],
     learned: datetime,
+    item_owned: bool,
 ) -> Operation[tuple[list[int], CountDeltas]]:
     """Insert the entities `facts` need that `entity_ids` lacks, then the facts (learned at
-    `learned`) and their links."""
+    `learned`; items' own or not) and their links."""
     base = {"dataset": scope.dataset, "project": scope.project}
     entities = entity_rows(facts)
     names = entities.names
@@ -265,7 +272,7 @@ def _insert_new(
         sql_write.InsertedFact,
         info,
         inserts.FACTS,
-        {**base, **inserts.FACTS.params(new), "learned_at": learned},
+        {**base, **inserts.FACTS.params(new), "learned_at": learned, "item_owned": item_owned},
     )
     fact_ids = sorted(int(row.id) for row in inserted)
     lexeme_counts = Counter(lexeme for row in inserted for lexeme in row.lexemes)

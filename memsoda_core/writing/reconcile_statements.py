@@ -172,11 +172,13 @@ def end_facts(schema: str) -> sql.Composed:
 def merge_facts(schema: str) -> sql.Composed:
     """Fold writes equal to stored facts %(ids)s into them: the higher confidence, the earlier start
     (none, NULL, is earliest), the stored quote (else the new one), and %(repeats)s more times
-    seen. The start of a fact that another ended (`superseded_by` it) is the moment that one ended,
-    and is kept: moved earlier, both would be live between."""
+    seen; a fact stays items' own only while items alone write it (%(item_owned)s: this write is
+    an item's). The start of a fact that another ended (`superseded_by` it) is the moment that one
+    ended, and is kept: moved earlier, both would be live between."""
     return tenant_statement(
         """UPDATE {s}.facts f
            SET confidence = greatest(f.confidence, u.confidence),
+               item_owned = f.item_owned AND %(item_owned)s,
                valid_at = CASE WHEN EXISTS (SELECT 1 FROM {s}.facts p WHERE {tenant_p} AND p.superseded_by = f.id)
                                THEN f.valid_at ELSE least(f.valid_at, coalesce(u.valid_at, {unknown})) END,
                source_quote = coalesce(f.source_quote, u.quote),
