@@ -267,3 +267,39 @@ async def test_a_shown_fact_is_changed_once_per_answer(memory: Either, scope: Sc
     assert result.ended == (job,) and result.added == ()
     ((rejected),) = result.rejected
     assert rejected.index == 1 and "changed by an earlier operation" in rejected.reason
+
+
+TWO_CITIES = [
+    {"role": "user", "content": "I live in Paris. Or was it Rome? I work at Philips.", "timestamp": "2026-03-01"}
+]
+
+
+def two_cities_without_a_start() -> ScriptedExtractor:
+    return ScriptedExtractor(
+        answer(
+            add("user", "lives in", "paris", "I live in Paris", object_type="PLACE"),
+            add("user", "lives in", "Rome", "Or was it Rome", object_type="PLACE"),
+            add("user", "lives in", "Paris", "I live in Paris", object_type="PLACE"),  # the same value again
+            add("user", "works at", "philips", "I work at Philips", object_type="ORGANIZATION"),
+        )
+    )
+
+
+async def test_two_values_without_a_start_of_a_single_valued_relation_reject_the_second(
+    memory: Either, scope: ScopeArgs
+) -> None:
+    await memory.set_single_valued(["Lives In"], **scope)
+    result = await memory.remember(TWO_CITIES, **scope, extractor=two_cities_without_a_start())
+    ((rejected,),) = (result.rejected,)
+    assert rejected.index == 1 and rejected.op == "add"
+    assert "without valid_at" in rejected.reason and "operation 0" in rejected.reason
+    written = (await memory.list_facts(**scope, status="all")).facts
+    assert sorted(f.object for f in written) == ["paris", "philips"]
+    # with raise, the whole answer is refused and nothing is written
+    other = {**scope, "project": "raise"}
+    await memory.set_single_valued(["lives in"], **other)
+    with pytest.raises(ExtractionError) as raised:
+        await memory.remember(TWO_CITIES, **other, extractor=two_cities_without_a_start(), on_invalid="raise")
+    assert [reason[:13] for reason in raised.value.rejected] == ["operation 1 ("]
+    assert "without valid_at" in raised.value.rejected[0]
+    assert (await memory.list_facts(**other, status="all")).facts == ()
