@@ -4,6 +4,8 @@ failure paths (nothing written)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import psycopg
 import pytest
 
@@ -15,6 +17,8 @@ from memsoda_core import (
     ScopeArgs,
     ValidationError,
 )
+from memsoda_core.learning.messages import check_messages
+from memsoda_core.learning.operations import check_answer
 from tests.conftest import Either
 from tests.scripted_extractor import ScriptedExtractor, add, answer, end, supersede
 
@@ -303,3 +307,43 @@ async def test_two_values_without_a_start_of_a_single_valued_relation_reject_the
     assert [reason[:13] for reason in raised.value.rejected] == ["operation 1 ("]
     assert "without valid_at" in raised.value.rejected[0]
     assert (await memory.list_facts(**other, status="all")).facts == ()
+
+
+MARS = [{"role": "user", "content": "I think I will live on Mars one day. I do.", "timestamp": "2026-03-01"}]
+
+
+async def test_a_quote_of_function_words_alone_is_rejected(memory: Either, scope: ScopeArgs) -> None:
+    extractor = ScriptedExtractor(
+        answer(
+            add("user", "lives in", "mars", "I", object_type="PLACE"),
+            add("user", "lives in", "mars", "I do", object_type="PLACE"),
+            add("user", "wants to live on", "mars", "live on Mars one day", object_type="PLACE"),
+        )
+    )
+    result = await memory.remember(MARS, **scope, extractor=extractor)
+    assert [r.index for r in result.rejected] == [0, 1]
+    assert all("states nothing" in r.reason for r in result.rejected)
+    ((fact, _),) = [(await memory.get_fact(i, **scope), i) for i in result.added]
+    assert fact.predicate == "wants to live on"
+
+
+@pytest.mark.parametrize(
+    ("quote", "accepted"),
+    [
+        ("I", False),
+        ("me", False),
+        ("I'm", False),
+        ("the user", False),
+        ("What is this", False),
+        ("in", False),
+        ("Understood", True),
+        ("I live in Paris", True),
+        ("Ik woon in Parijs", True),
+        ("42", True),
+    ],
+)
+def test_a_quote_must_hold_a_content_word(quote: str, accepted: bool) -> None:
+    messages = check_messages([{"role": "user", "content": f"Well: {quote}."}])
+    raw = answer(add("user", "lives in", "paris", quote))
+    checked = check_answer(raw, messages=messages, shown=(), user="user", now=datetime.now(UTC))
+    assert (len(checked.operations), len(checked.rejected)) == ((1, 0) if accepted else (0, 1))

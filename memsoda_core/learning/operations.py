@@ -1,6 +1,7 @@
 """An extractor's answer, parsed and checked before anything is written (pure).
 
-Every proposed operation must stand on the window: its quote occurs in one of the messages, the
+Every proposed operation must stand on the window: its quote states something (a word that is not
+a function word or the speaker's, `messages.FUNCTION_WORDS`) and occurs in one of the messages, the
 fact it changes is one of those the extractor was shown (so nothing in a message can make the
 model touch another fact or another tenant), and its fact passes `add_facts`' validation.
 """
@@ -15,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from memsoda_core.errors import ExtractionError, ValidationError
-from memsoda_core.learning.messages import WindowMessage, quoted_message
+from memsoda_core.learning.messages import WindowMessage, content_words, quoted_message
 from memsoda_core.learning.schema import MODEL_FIELDS, OPERATIONS
 from memsoda_core.models import Fact, RejectedOperation
 from memsoda_core.validation import ValidFact, display, load_json, parse_time, validate_fact
@@ -82,6 +83,11 @@ def _speaker(name: Any, user: str) -> Any:
 def _quote_source(quote: Any, messages: Sequence[WindowMessage]) -> WindowMessage:
     if not isinstance(quote, str) or not quote.strip():
         raise ValidationError("it has no source_quote")
+    if not content_words(quote) - SPEAKER_WORDS:
+        raise ValidationError(
+            f"its source_quote {quote[:80]!r} states nothing: it has no word but function words and words "
+            "for the speaker; quote the words of the message that state the fact"
+        )
     message = quoted_message(quote, messages)
     if message is None:
         raise ValidationError(f"its source_quote {quote[:80]!r} occurs in none of the messages")
