@@ -132,3 +132,15 @@ async def test_one_batch_in_any_order_leaves_the_same_history(
     await assert_one_value_at_a_time(memory, scope)
     for _, start, _ in WRITES:
         assert await live_cities(memory, scope, day(start)) == expected_city(WRITES, day(start))
+
+
+async def test_an_equal_value_said_with_an_earlier_start_moves_back_over_free_time_only(
+    memory: Either, scope: ScopeArgs
+) -> None:
+    await memory.set_single_valued(["lives in"], **scope)
+    await memory.add_facts([lives("lisbon", "2019-01-01", "2021-01-01")], **scope)
+    (berlin,) = await memory.add_facts([lives("berlin", "2025-04-01")], **scope)
+    assert await memory.add_facts([lives("berlin", "2020-01-01")], **scope) == [berlin]
+    assert (await memory.get_fact(berlin, **scope)).valid_at == day("2021-01-01")  # where lisbon ended
+    await assert_one_value_at_a_time(memory, scope)
+    assert await live_cities(memory, scope, day("2020-06-01")) == ["lisbon"]

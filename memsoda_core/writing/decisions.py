@@ -14,7 +14,8 @@ The rules, for every path that writes facts (`add_facts`, `supersede`, `import_j
   ended value's end moves earlier and memory keeps the time it first learned it ended. A value
   that never comes back is not revived: a value with its own end leaves the time after it empty.
   A new value equal to the one holding at its start (or starting with it) resolves to that fact;
-  another value starting at the same instant cannot be ordered: `IntervalError`.
+  another value starting at the same instant cannot be ordered: `IntervalError`. An equal write
+  with an earlier start moves the live fact's start back over time no other value holds only.
 - Inside one batch, the same rules hold between earlier and later inputs.
 
 Time. A fact with no start (`valid_at` None) is true for as long as memory knows: it is the
@@ -150,10 +151,12 @@ def plan_batch(
                 plan.resolved.append(new(ended_lines[line]))
                 continue
         else:
-            equal = next((row.id for row in stored if row.same and batch.end_of(row) is None), None)
-            if equal is not None:
-                _merge_into(plan, equal, fact, repeat)
-                plan.resolved.append(old(equal))
+            equal_row = next((row for row in stored if row.same and batch.end_of(row) is None), None)
+            if equal_row is not None and equal_row.id is not None:
+                if head.single_valued:
+                    fact = _start_over_free_time(fact, equal_row, batch.spans(plan, stored, head))
+                _merge_into(plan, equal_row.id, fact, repeat)
+                plan.resolved.append(old(equal_row.id))
                 continue
             if head.value in batch.live_values:
                 _fold_into_insert(plan, batch.live_values[head.value], fact, repeat, replacing)
@@ -230,6 +233,20 @@ class _Batch:
         self.values[index] = head.value
         if timeless:
             self.timeless.add(index)
+
+
+def _start_over_free_time(fact: ValidFact, live: Met, spans: Sequence[_Span]) -> ValidFact:
+    """An equal write moves the live fact's start earlier over time no other value of the
+    relation holds: at most to the latest end of those that began before it."""
+    taken = [
+        min(span.end or _key(live.valid_at), _key(live.valid_at))
+        for span in spans
+        if not span.same and _key(span.start) < _key(live.valid_at)
+    ]
+    floor = max(taken, default=None)
+    if floor is None or _key(fact.valid_at) >= floor:
+        return fact
+    return dataclasses.replace(fact, valid_at=floor)
 
 
 def _fold_into_insert(plan: Plan, index: int, fact: ValidFact, repeat: int, replacing: set[int]) -> None:
