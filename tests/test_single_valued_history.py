@@ -5,13 +5,16 @@ writes."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from memsoda_core import IntervalError, ScopeArgs
+from memsoda_core import IntervalError, LocalEmbedder, Memory, ScopeArgs
 from tests.conftest import Either
 
 LIVES = {"subject": "user", "predicate": "lives in", "object_type": "PLACE"}
@@ -38,7 +41,7 @@ async def assert_one_value_at_a_time(memory: Either, scope: ScopeArgs) -> None:
         assert end <= start, f"{first} and {second} overlap: {spans}"
 
 
-def expected_city(writes: list[tuple[str, str, str | None]], at: datetime) -> list[str]:
+def expected_city(writes: Sequence[tuple[str, str, str | None]], at: datetime) -> list[str]:
     """The latest-started value holds from its start until its own end (if given) or the next start."""
     started = [(day(start), city, end) for city, start, end in writes if day(start) <= at]
     if not started:
@@ -144,3 +147,22 @@ async def test_an_equal_value_said_with_an_earlier_start_moves_back_over_free_ti
     assert (await memory.get_fact(berlin, **scope)).valid_at == day("2021-01-01")  # where lisbon ended
     await assert_one_value_at_a_time(memory, scope)
     assert await live_cities(memory, scope, day("2020-06-01")) == ["lisbon"]
+
+
+def test_concurrent_writers_into_one_history_leave_one_value_at_a_time(
+    pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs
+) -> None:
+    """Each writer reads the relation's history under its lock (`lock_relations`), so writers
+    placing values into it take turns: whatever order they commit in, the history is the rule's."""
+    writes = [(f"city {i}", f"{2000 + (i * 7) % 24}-01-01", None) for i in range(24)]  # starts in a scrambled order
+    vector = embedder.embed_documents(["x"])[0]
+    with Memory.open(pg_dsn, embedder, pool_size=8) as memory, ThreadPoolExecutor(max_workers=8) as pool:
+        memory.set_single_valued(["lives in"], **scope)
+        futures = [pool.submit(memory.add_facts, [lives(*write)], **scope, vectors=[vector]) for write in writes]
+        for future in futures:
+            future.result()
+        either = Either(memory)
+        asyncio.run(assert_one_value_at_a_time(either, scope))
+        for _, start, _ in writes:
+            at = day(start) + timedelta(days=1)
+            assert sorted(f.object for f in memory.list_facts(**scope, as_of=at).facts) == expected_city(writes, at)
