@@ -166,3 +166,15 @@ def test_concurrent_writers_into_one_history_leave_one_value_at_a_time(
         for _, start, _ in writes:
             at = day(start) + timedelta(days=1)
             assert sorted(f.object for f in memory.list_facts(**scope, as_of=at).facts) == expected_city(writes, at)
+
+
+async def test_a_value_without_a_start_after_ended_values_starts_when_memory_learns_it(
+    memory: Either, scope: ScopeArgs
+) -> None:
+    await memory.set_single_valued(["lives in"], **scope)
+    await memory.add_facts([lives("lisbon", "2019-01-01", "2021-01-01")], **scope)
+    (porto,) = await memory.add_facts([{**LIVES, "object": "porto"}], **scope)
+    stored = await memory.get_fact(porto, **scope)
+    assert stored.valid_at is not None and stored.valid_at == stored.created_at
+    await assert_one_value_at_a_time(memory, scope)
+    assert await live_cities(memory, scope, day("2020-01-01")) == ["lisbon"]
