@@ -337,6 +337,21 @@ def test_plan_a_value_with_its_own_end_is_cut_at_the_next_start_and_one_end_per_
     assert sorted(plan.ends) == [End(new(0), MAR, new(1)), End(new(1), may, new(2))]
 
 
+def test_plan_an_equal_value_folded_in_a_batch_moves_back_over_free_time_only() -> None:
+    may = datetime(2025, 5, 1, tzinfo=UTC)
+    facts = validate_facts(
+        [
+            {**FACTS[1], "valid_at": may},
+            {**FACTS[1], "object": "bmw", "valid_at": JAN, "invalid_at": MAR},
+            {**FACTS[1], "valid_at": datetime(2024, 1, 1, tzinfo=UTC)},
+        ]
+    )
+    rows = [*met(1, 1, 1, single=True), *met(2, 1, 2, single=True), *met(3, 1, 1, single=True)]
+    plan = plan_batch(facts, rows, learned=NOW)
+    assert plan.resolved == [new(0), new(1), new(0)]
+    assert (plan.inserts[0].valid_at, plan.inserts[1].invalid_at) == (MAR, MAR)  # where bmw ended
+
+
 def test_supersede_of_a_fact_no_longer_live_writes_nothing_and_names_the_live_one() -> None:
     state = sql_reconcile.FactState(5, "user", "drives", "tesla", JAN, MAR, 6)
     script = write_script({})

@@ -154,11 +154,14 @@ def plan_batch(
             equal_row = next((row for row in stored if row.same and batch.end_of(row) is None), None)
             if equal_row is not None and equal_row.id is not None:
                 if head.single_valued:
-                    fact = _start_over_free_time(fact, equal_row, batch.spans(plan, stored, head))
+                    fact = _start_over_free_time(fact, equal_row.valid_at, batch.spans(plan, stored, head))
                 _merge_into(plan, equal_row.id, fact, repeat)
                 plan.resolved.append(old(equal_row.id))
                 continue
             if head.value in batch.live_values:
+                kept = plan.inserts[batch.live_values[head.value]]
+                if head.single_valued:
+                    fact = _start_over_free_time(fact, kept.valid_at, batch.spans(plan, stored, head))
                 _fold_into_insert(plan, batch.live_values[head.value], fact, repeat, replacing)
                 plan.resolved.append(new(batch.live_values[head.value]))
                 continue
@@ -235,14 +238,11 @@ class _Batch:
             self.timeless.add(index)
 
 
-def _start_over_free_time(fact: ValidFact, live: Met, spans: Sequence[_Span]) -> ValidFact:
-    """An equal write moves the live fact's start earlier over time no other value of the
-    relation holds: at most to the latest end of those that began before it."""
-    taken = [
-        min(span.end or _key(live.valid_at), _key(live.valid_at))
-        for span in spans
-        if not span.same and _key(span.start) < _key(live.valid_at)
-    ]
+def _start_over_free_time(fact: ValidFact, live_start: datetime | None, spans: Sequence[_Span]) -> ValidFact:
+    """An equal write moves the live fact's start (`live_start`) earlier over time no other value
+    of the relation holds: at most to the latest end of those that began before it."""
+    begins = _key(live_start)
+    taken = [min(span.end or begins, begins) for span in spans if not span.same and _key(span.start) < begins]
     floor = max(taken, default=None)
     if floor is None or _key(fact.valid_at) >= floor:
         return fact
