@@ -169,7 +169,7 @@ def plan_batch(
         if head.single_valued:
             spans = batch.spans(plan, stored, head)
             if fact.valid_at is None and fact.invalid_at is None and spans:
-                fact = _start_when_learned(plan, fact, batch.timeless_open(plan, head.relation), learned)
+                fact = _start_when_learned(fact, batch.timeless_open(plan, head.relation), learned)
             same = _same_value_at_start(spans, fact)
             if same is not None:
                 _resolve_to(plan, same, fact, repeat if fact.invalid_at is None else 0)
@@ -275,7 +275,7 @@ def _learned_start(fact: ValidFact, learned: datetime) -> ValidFact:
     return dataclasses.replace(fact, valid_at=learned)
 
 
-def _start_when_learned(plan: Plan, fact: ValidFact, timeless_open: bool, learned: datetime) -> ValidFact:
+def _start_when_learned(fact: ValidFact, timeless_open: bool, learned: datetime) -> ValidFact:
     """A new value without a start of a relation that has a history starts at `learned` (there is
     no earlier place for it that no other value holds); two such values of one relation in the
     batch have no order."""
