@@ -432,8 +432,8 @@ class AsyncMemory:
         call = RememberCall.check(
             messages, dataset=dataset, project=project, extractor=chosen, on_invalid=on_invalid, now=now, **settings
         )
-        found = await self._run(lambda: recall_calls.related_op(self._context, call), read_only=True)
-        request = call.request(found)
+        before = await self._run(lambda: recall_calls.related_op(self._context, call), read_only=True)
+        request = call.request(before)
         try:
             # sync: raw = call.extractor.extract(request)
             raw = await call.extractor.aextract(request)
@@ -441,7 +441,7 @@ class AsyncMemory:
             raise
         except Exception as exc:
             raise extraction_failed(call.extractor, exc) from exc
-        checked = call.answer(raw, request)
+        checked = call.answer(raw, request, before)
         applied = await self._run(lambda: self._context.resizing(call.scope, call.apply(self.info, checked)))
         return call.result(request, checked, applied)
 

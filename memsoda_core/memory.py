@@ -428,15 +428,15 @@ class Memory:
         call = RememberCall.check(
             messages, dataset=dataset, project=project, extractor=chosen, on_invalid=on_invalid, now=now, **settings
         )
-        found = self._run(lambda: recall_calls.related_op(self._context, call), read_only=True)
-        request = call.request(found)
+        before = self._run(lambda: recall_calls.related_op(self._context, call), read_only=True)
+        request = call.request(before)
         try:
             raw = call.extractor.extract(request)
         except MemsodaError:
             raise
         except Exception as exc:
             raise extraction_failed(call.extractor, exc) from exc
-        checked = call.answer(raw, request)
+        checked = call.answer(raw, request, before)
         applied = self._run(lambda: self._context.resizing(call.scope, call.apply(self.info, checked)))
         return call.result(request, checked, applied)
 

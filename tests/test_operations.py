@@ -308,6 +308,50 @@ def test_plan_within_a_batch_equal_facts_fold_and_a_later_value_replaces_an_earl
     assert plan.ends == [End(new(0), datetime(2025, 6, 1, tzinfo=UTC), new(1))]
 
 
+def test_plan_a_value_placed_into_the_history_meets_the_ended_facts_too() -> None:
+    """Stored: 7 from JAN to MAY (ended, learned earlier), 8 from MAY (live). A value from MAR ends
+    7 there (memory keeps when it first learned 7 ended) and itself ends where 8 starts."""
+    may = datetime(2025, 5, 1, tzinfo=UTC)
+    rows = [
+        sql_reconcile.Met(1, 1, 1, True, 7, False, JAN, may),
+        sql_reconcile.Met(1, 1, 1, True, 8, False, may, None),
+    ]
+    (fact,) = validate_facts([{**FACTS[1], "valid_at": MAR}])
+    plan = plan_batch([fact], rows, learned=NOW)
+    assert plan.inserts[0].invalid_at == may
+    assert sorted(plan.ends) == sorted([End(new(0), may, old(8)), End(old(7), MAR, new(0), ended_before=True)])
+
+
+def test_plan_a_value_with_its_own_end_is_cut_at_the_next_start_and_one_end_per_fact() -> None:
+    may = datetime(2025, 5, 1, tzinfo=UTC)
+    facts = validate_facts(
+        [
+            {**FACTS[1], "object": "bmw", "valid_at": JAN, "invalid_at": datetime(2026, 1, 1, tzinfo=UTC)},
+            {**FACTS[1], "object": "audi", "valid_at": MAR},
+            {**FACTS[1], "object": "fiat", "valid_at": may},
+        ]
+    )
+    rows = [*met(1, 1, 1, single=True), *met(2, 1, 2, single=True), *met(3, 1, 3, single=True)]
+    plan = plan_batch(facts, rows, learned=NOW)
+    assert [f.invalid_at for f in plan.inserts] == [MAR, may, None]
+    assert sorted(plan.ends) == [End(new(0), MAR, new(1)), End(new(1), may, new(2))]
+
+
+def test_plan_an_equal_value_folded_in_a_batch_moves_back_over_free_time_only() -> None:
+    may = datetime(2025, 5, 1, tzinfo=UTC)
+    facts = validate_facts(
+        [
+            {**FACTS[1], "valid_at": may},
+            {**FACTS[1], "object": "bmw", "valid_at": JAN, "invalid_at": MAR},
+            {**FACTS[1], "valid_at": datetime(2024, 1, 1, tzinfo=UTC)},
+        ]
+    )
+    rows = [*met(1, 1, 1, single=True), *met(2, 1, 2, single=True), *met(3, 1, 1, single=True)]
+    plan = plan_batch(facts, rows, learned=NOW)
+    assert plan.resolved == [new(0), new(1), new(0)]
+    assert (plan.inserts[0].valid_at, plan.inserts[1].invalid_at) == (MAR, MAR)  # where bmw ended
+
+
 def test_supersede_of_a_fact_no_longer_live_writes_nothing_and_names_the_live_one() -> None:
     state = sql_reconcile.FactState(5, "user", "drives", "tesla", JAN, MAR, 6)
     script = write_script({})

@@ -77,10 +77,10 @@ async def test_a_new_value_of_a_single_valued_relation_supersedes_the_live_one(
     assert ended.invalid_at == datetime(2025, 3, 1, tzinfo=UTC) and ended.superseded_by == new
     assert live_count(pg_dsn, scope, "bank is") == 1
     assert [f.id for f in await memory.history(new, **scope)] == [old, new]
-    # an older value arriving late is history: ended where the live value starts
+    # an older value arriving late is history: ended where the next value (ended or live) starts
     (late,) = await memory.add_facts([{**BANK, "object": "rabobank", "valid_at": "2023-01-01"}], **scope)
     history = await memory.get_fact(late, **scope)
-    assert (history.invalid_at, history.superseded_by) == (datetime(2025, 3, 1, tzinfo=UTC), new)
+    assert (history.invalid_at, history.superseded_by) == (datetime(2024, 1, 1, tzinfo=UTC), old)
     assert live_count(pg_dsn, scope, "bank is") == 1
     # multi-valued relations keep accumulating
     await memory.add_facts([{**LIVES, "predicate": "likes", "object": o} for o in ("tea", "jazz")], **scope)

@@ -4,6 +4,8 @@ failure paths (nothing written)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import psycopg
 import pytest
 
@@ -15,6 +17,8 @@ from memsoda_core import (
     ScopeArgs,
     ValidationError,
 )
+from memsoda_core.learning.messages import check_messages
+from memsoda_core.learning.operations import check_answer
 from tests.conftest import Either
 from tests.scripted_extractor import ScriptedExtractor, add, answer, end, supersede
 
@@ -267,3 +271,79 @@ async def test_a_shown_fact_is_changed_once_per_answer(memory: Either, scope: Sc
     assert result.ended == (job,) and result.added == ()
     ((rejected),) = result.rejected
     assert rejected.index == 1 and "changed by an earlier operation" in rejected.reason
+
+
+TWO_CITIES = [
+    {"role": "user", "content": "I live in Paris. Or was it Rome? I work at Philips.", "timestamp": "2026-03-01"}
+]
+
+
+def two_cities_without_a_start() -> ScriptedExtractor:
+    return ScriptedExtractor(
+        answer(
+            add("user", "lives in", "paris", "I live in Paris", object_type="PLACE"),
+            add("user", "lives in", "Rome", "Or was it Rome", object_type="PLACE"),
+            add("user", "lives in", "Paris", "I live in Paris", object_type="PLACE"),  # the same value again
+            add("user", "works at", "philips", "I work at Philips", object_type="ORGANIZATION"),
+        )
+    )
+
+
+async def test_two_values_without_a_start_of_a_single_valued_relation_reject_the_second(
+    memory: Either, scope: ScopeArgs
+) -> None:
+    await memory.set_single_valued(["Lives In"], **scope)
+    result = await memory.remember(TWO_CITIES, **scope, extractor=two_cities_without_a_start())
+    ((rejected,),) = (result.rejected,)
+    assert rejected.index == 1 and rejected.op == "add"
+    assert "without valid_at" in rejected.reason and "operation 0" in rejected.reason
+    written = (await memory.list_facts(**scope, status="all")).facts
+    assert sorted(f.object for f in written) == ["paris", "philips"]
+    # with raise, the whole answer is refused and nothing is written
+    other = {**scope, "project": "raise"}
+    await memory.set_single_valued(["lives in"], **other)
+    with pytest.raises(ExtractionError) as raised:
+        await memory.remember(TWO_CITIES, **other, extractor=two_cities_without_a_start(), on_invalid="raise")
+    assert [reason[:13] for reason in raised.value.rejected] == ["operation 1 ("]
+    assert "without valid_at" in raised.value.rejected[0]
+    assert (await memory.list_facts(**other, status="all")).facts == ()
+
+
+MARS = [{"role": "user", "content": "I think I will live on Mars one day. I do.", "timestamp": "2026-03-01"}]
+
+
+async def test_a_quote_of_function_words_alone_is_rejected(memory: Either, scope: ScopeArgs) -> None:
+    extractor = ScriptedExtractor(
+        answer(
+            add("user", "lives in", "mars", "I", object_type="PLACE"),
+            add("user", "lives in", "mars", "I do", object_type="PLACE"),
+            add("user", "wants to live on", "mars", "live on Mars one day", object_type="PLACE"),
+        )
+    )
+    result = await memory.remember(MARS, **scope, extractor=extractor)
+    assert [r.index for r in result.rejected] == [0, 1]
+    assert all("states nothing" in r.reason for r in result.rejected)
+    ((fact, _),) = [(await memory.get_fact(i, **scope), i) for i in result.added]
+    assert fact.predicate == "wants to live on"
+
+
+@pytest.mark.parametrize(
+    ("quote", "accepted"),
+    [
+        ("I", False),
+        ("me", False),
+        ("I'm", False),
+        ("the user", False),
+        ("What is this", False),
+        ("in", False),
+        ("Understood", True),
+        ("I live in Paris", True),
+        ("Ik woon in Parijs", True),
+        ("42", True),
+    ],
+)
+def test_a_quote_must_hold_a_content_word(quote: str, accepted: bool) -> None:
+    messages = check_messages([{"role": "user", "content": f"Well: {quote}."}])
+    raw = answer(add("user", "lives in", "paris", quote))
+    checked = check_answer(raw, messages=messages, shown=(), user="user", now=datetime.now(UTC))
+    assert (len(checked.operations), len(checked.rejected)) == ((1, 0) if accepted else (0, 1))

@@ -24,6 +24,15 @@ MAX_RELATED = limits.MAX_K
 
 
 @dataclass(frozen=True, kw_only=True)
+class Related:
+    """What `remember` reads before its model runs: the live facts recall finds for the window,
+    and the scope's single-valued predicates (`check_answer` rejects what they cannot order)."""
+
+    found: RecallResult
+    single_valued: frozenset[str]
+
+
+@dataclass(frozen=True, kw_only=True)
 class RememberCall:
     scope: Scope
     messages: tuple[WindowMessage, ...]
@@ -83,16 +92,22 @@ class RememberCall:
         text = "\n".join(said)
         return text[-limits.MAX_QUERY_CHARS :]
 
-    def request(self, related: RecallResult) -> ExtractionRequest:
-        shown = tuple(sorted((scored.fact for scored in related.facts), key=lambda fact: fact.id))
+    def request(self, related: Related) -> ExtractionRequest:
+        shown = tuple(sorted((scored.fact for scored in related.found.facts), key=lambda fact: fact.id))
         return ExtractionRequest(
             messages=self.messages, facts=shown, user=self.user, now=self.now, summarize=self.summarize
         )
 
-    def answer(self, raw: Any, request: ExtractionRequest) -> CheckedExtraction:
+    def answer(self, raw: Any, request: ExtractionRequest, related: Related) -> CheckedExtraction:
         """The extractor's answer checked (`learning.operations.check_answer`)."""
         return check_answer(
-            raw, messages=self.messages, shown=request.facts, user=self.user, now=self.now, on_invalid=self.on_invalid
+            raw,
+            messages=self.messages,
+            shown=request.facts,
+            user=self.user,
+            now=self.now,
+            on_invalid=self.on_invalid,
+            single_valued=related.single_valued,
         )
 
     def episode(self, checked: CheckedExtraction) -> ValidEpisode | None:

@@ -70,6 +70,30 @@ def _check_message(item: Any, position: int) -> WindowMessage:
     )
 
 
+_CLOSED_CLASSES = (
+    "i me my mine myself you your yours yourself he him his himself she her hers herself it its itself "
+    "we us our ours ourselves they them their theirs themselves this that these those who whom whose "
+    "which what a an the some any each every all both no",  # pronouns and determiners
+    "in on at to of for from by with about as into onto over under up down out off than via per",  # prepositions
+    "and or but nor so if because then",  # conjunctions
+    "am is are was were be been being do does did have has had will would shall should can could may "
+    "might must not",  # auxiliaries, the copula and negation
+    "m s t ll ve d re",  # what contractions leave once folded: i'm, it's, don't, we'll, i've, you'd, you're
+)
+
+FUNCTION_WORDS = frozenset(word for group in _CLOSED_CLASSES for word in group.split())
+"""The common English closed-class words (pronouns, determiners, prepositions, conjunctions,
+auxiliaries), as `_folded` splits them. They occur in nearly any message and state nothing of their own, so a quote
+made of them alone neither supports a fact nor tells which message it came from. A closed class is
+a fixed list by definition, not one tuned to data; a word of another language is never in it (it
+counts as content: the rule only refuses, never guesses)."""
+
+
+def content_words(text: str) -> frozenset[str]:
+    """The words of `text`, folded as quotes are matched (`_folded`), that are not `FUNCTION_WORDS`."""
+    return frozenset(_folded(text).split()) - FUNCTION_WORDS
+
+
 def window_time(messages: Sequence[WindowMessage], now: datetime) -> datetime:
     """The window's time: its last timestamped message's, else `now`."""
     stamped = [m.timestamp for m in messages if m.timestamp is not None]

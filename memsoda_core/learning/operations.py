@@ -1,6 +1,7 @@
 """An extractor's answer, parsed and checked before anything is written (pure).
 
-Every proposed operation must stand on the window: its quote occurs in one of the messages, the
+Every proposed operation must stand on the window: its quote states something (a word that is not
+a function word or the speaker's, `messages.FUNCTION_WORDS`) and occurs in one of the messages, the
 fact it changes is one of those the extractor was shown (so nothing in a message can make the
 model touch another fact or another tenant), and its fact passes `add_facts`' validation.
 """
@@ -9,13 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from memsoda_core.errors import ExtractionError, ValidationError
-from memsoda_core.learning.messages import WindowMessage, quoted_message
+from memsoda_core.learning.messages import WindowMessage, content_words, quoted_message
 from memsoda_core.learning.schema import MODEL_FIELDS, OPERATIONS
 from memsoda_core.models import Fact, RejectedOperation
 from memsoda_core.validation import ValidFact, display, load_json, parse_time, validate_fact
@@ -82,6 +83,11 @@ def _speaker(name: Any, user: str) -> Any:
 def _quote_source(quote: Any, messages: Sequence[WindowMessage]) -> WindowMessage:
     if not isinstance(quote, str) or not quote.strip():
         raise ValidationError("it has no source_quote")
+    if not content_words(quote) - SPEAKER_WORDS:
+        raise ValidationError(
+            f"its source_quote {quote[:80]!r} states nothing: it has no word but function words and words "
+            "for the speaker; quote the words of the message that state the fact"
+        )
     message = quoted_message(quote, messages)
     if message is None:
         raise ValidationError(f"its source_quote {quote[:80]!r} occurs in none of the messages")
@@ -153,6 +159,28 @@ def _check_one(
     raise ValidationError(f"op must be one of {list(OPERATIONS)}, got {display(op)}")
 
 
+Relation = tuple[str, str]
+"""A fact's subject and case-folded predicate."""
+
+
+def _check_order(checked: Checked, single_valued: Collection[str], unstarted: dict[Relation, Checked]) -> None:
+    """Two values without a start of one single-valued relation (`single_valued`: the scope's
+    predicates, case folded; or the fact's own flag) cannot be ordered (`writing.decisions`), so
+    an answer may give it one: `unstarted` holds the first, by relation."""
+    fact = checked.fact
+    if fact is None or fact.valid_at is not None or fact.invalid_at is not None:
+        return
+    if not (fact.single_valued or fact.predicate.lower() in single_valued):
+        return
+    first = unstarted.setdefault((fact.subject, fact.predicate.lower()), checked)
+    assert first.fact is not None
+    if first.fact.object.lower() != fact.object.lower():
+        raise ValidationError(
+            f"{fact.subject} {fact.predicate} holds one value at a time and operation {first.index} already "
+            f"gives it {first.fact.object!r} without valid_at; two values without valid_at have no order"
+        )
+
+
 def check_answer(
     raw: Any,
     *,
@@ -161,23 +189,28 @@ def check_answer(
     user: str,
     now: datetime,
     on_invalid: str = "skip",
+    single_valued: Collection[str] = frozenset(),
 ) -> CheckedExtraction:
     """`raw` parsed (`parse_answer`) and each operation checked against the window: those that
     fail are `rejected` with their reason (`on_invalid="skip"`), or make the whole answer raise
     `ExtractionError` (`"raise"`). `now` is the window's time: the start of a new value that
     supersedes a shown fact, and the end of an ended one, when the answer gives none; an added fact
-    without a start has no known start, as in `add_facts`."""
+    without a start has no known start, as in `add_facts`. Of two added values without a start of
+    one relation in `single_valued` (the scope's predicates), the later is rejected (`_check_order`)."""
     proposed, summary = parse_answer(raw)
     by_id = {fact.id: fact for fact in shown}
     passed: list[Checked] = []
     rejected: list[RejectedOperation] = []
     seen: set[int] = set()  # the shown facts an earlier operation changes
+    unstarted: dict[Relation, Checked] = {}  # the first value without a start of each single-valued relation
     for index, data in enumerate(proposed):
         op = _op_name(data)
         try:
             if not isinstance(data, Mapping):
                 raise ValidationError(f"an operation must be an object, got {type(data).__name__}")
-            passed.append(_check_one(index, data, messages, by_id, user, now, seen))
+            checked = _check_one(index, data, messages, by_id, user, now, seen)
+            _check_order(checked, single_valued, unstarted)
+            passed.append(checked)
         except ValidationError as exc:
             rejected.append(RejectedOperation(index=index, op=op, reason=str(exc)))
         except RecursionError:  # a value nested deeper than the checks can walk

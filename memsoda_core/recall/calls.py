@@ -9,9 +9,10 @@ from typing import Any
 from memsoda_core.embedders import check_vectors
 from memsoda_core.embedders.protocol import Vector
 from memsoda_core.errors import ConfigurationError, EmbeddingError, LimitError, ValidationError
-from memsoda_core.learning.call import RememberCall
+from memsoda_core.learning.call import Related, RememberCall
 from memsoda_core.memory_context import MemoryContext
 from memsoda_core.models import IncludeOption, RecallResult
+from memsoda_core.ops.reading import single_valued_predicates
 from memsoda_core.option_checks import check_options_type
 from memsoda_core.options import RecallOptions
 from memsoda_core.recall.operation import recall as recall_operation
@@ -101,16 +102,14 @@ def top_facts_op(
     )
 
 
-def related_op(context: MemoryContext, call: RememberCall) -> Operation[RecallResult]:
-    """The live facts recall finds for a `remember` window (none when `related` is 0)."""
-    if not call.related:
-        return _nothing_related()
-    return top_facts_op(context, call.scope, call.query(), call.related)
-
-
-def _nothing_related() -> Operation[RecallResult]:
-    return RecallResult(context="", facts=(), entities=())
-    yield  # an operation with no requests
+def related_op(context: MemoryContext, call: RememberCall) -> Operation[Related]:
+    """The live facts recall finds for a `remember` window (none when `related` is 0), and the
+    scope's single-valued predicates."""
+    found = RecallResult(context="", facts=(), entities=())
+    if call.related:
+        found = yield from top_facts_op(context, call.scope, call.query(), call.related)
+    predicates = yield from single_valued_predicates(context.info, call.scope)
+    return Related(found=found, single_valued=frozenset(predicates))
 
 
 def profile_op(

@@ -7,16 +7,22 @@ The rules, for every path that writes facts (`add_facts`, `supersede`, `import_j
   fact keeps the higher confidence, the earlier start and its quote (the new one if it had none),
   and counts the repetition (`times_seen`; an import restores and does not count).
 - An ended input (an exported history line) equal to a fact with the same interval resolves to it.
-- An open input of a single-valued relation with a new value ends the live one at its start
-  (`superseded_by` the new fact). A new value that starts before the live one is history: it is
-  stored ended where the live one starts. Two values starting at the same instant cannot be
-  ordered: `IntervalError`.
+- A single-valued relation holds at most one value at any valid time, and the latest-started
+  value holds from its start. A new value is placed into the relation's whole history (its ended
+  facts too): it ends where the next value starts, if that is before its own end (`superseded_by`
+  that one), and the value holding at its start (live or ended) ends there, superseded by it; an
+  ended value's end moves earlier and memory keeps the time it first learned it ended. A value
+  that never comes back is not revived: a value with its own end leaves the time after it empty.
+  A new value equal to the one holding at its start (or starting with it) resolves to that fact;
+  another value starting at the same instant cannot be ordered: `IntervalError`. An equal write
+  with an earlier start moves the live fact's start back over time no other value holds only.
 - Inside one batch, the same rules hold between earlier and later inputs.
 
 Time. A fact with no start (`valid_at` None) is true for as long as memory knows: it is the
 earliest start, so an equal write without one makes the stored fact's start unknown too. A new
 value without a start that ends a live one starts when memory learns it (`learned`, the write's
-time after its locks), and the old value ends then: no `as_of` sees both. Two values without a
+time after its locks), and the old value ends then: no `as_of` sees both; so does one of a
+relation that has only ended values (no earlier time is free of them). Two values without a
 start of one single-valued relation in one batch cannot be ordered: `IntervalError`. A fact
 with `starts_when_learned` (a `supersede` without `valid_at`) starts at `learned` too.
 """
@@ -56,6 +62,9 @@ class End(NamedTuple):
     fact: Ref
     at: datetime
     by: Ref | None
+    ended_before: bool = False
+    """A stored fact that had ended already (its end moves earlier): memory keeps the time it first
+    learned that it ended (`expired_at`)."""
 
 
 @dataclass
@@ -117,11 +126,8 @@ def plan_batch(
         rows.setdefault(row.ord, []).append(row)
     plan = Plan()
     repeat = 1 if count_repeats else 0
-    ended: set[int] = set()  # stored facts this batch ends
-    live_values: dict[int, int] = {}  # value group -> open insert holding it
-    live_relations: dict[int, list[int]] = {}  # relation group -> open inserts
+    batch = _Batch()
     ended_lines: dict[tuple[int, datetime | None, datetime], int] = {}  # an ended insert per value and interval
-    timeless: set[int] = set()  # open inserts of single-valued relations that came without a start
     replacing: set[int] = set()  # inserts that end another: their start is that one's end, kept
     for position, fact in enumerate(facts, start=1):
         group = rows[position]
@@ -129,55 +135,133 @@ def plan_batch(
         stored = [row for row in group if row.id is not None]
         if fact.invalid_at is not None:
             line = (head.value, fact.valid_at, fact.invalid_at)
-            equal = next((row.id for row in stored if row.same), None)
+            equal = next(
+                (
+                    row.id
+                    for row in stored
+                    if row.same and row.valid_at == fact.valid_at and batch.end_of(row) == fact.invalid_at
+                ),
+                None,
+            )
             if equal is not None:
                 _merge_into(plan, equal, fact, 0)
                 plan.resolved.append(old(equal))
-            elif line in ended_lines:
-                plan.resolved.append(new(ended_lines[line]))
-            else:
-                ended_lines[line] = _insert(plan, fact, position)
-            continue
-        equal = next((row.id for row in stored if row.same and row.id not in ended), None)
-        if equal is not None:
-            _merge_into(plan, equal, fact, repeat)
-            plan.resolved.append(old(equal))
-            continue
-        if head.value in live_values:
-            index = live_values[head.value]
-            kept = plan.inserts[index]
-            plan.inserts[index] = dataclasses.replace(
-                kept,
-                confidence=max(kept.confidence, fact.confidence),
-                valid_at=kept.valid_at if index in replacing else earliest(kept.valid_at, fact.valid_at),
-                source_quote=kept.source_quote if kept.source_quote is not None else fact.source_quote,
-            )
-            if repeat:
-                plan.seen[index] += repeat
-            else:  # an import: the count of the line that says more
-                plan.seen[index] = max(plan.seen[index], fact.times_seen)
-            plan.resolved.append(new(index))
-            continue
-        index = _insert(plan, fact, position)
-        if head.single_valued:
-            others: list[tuple[Ref, datetime | None]] = [
-                (old(row.id), row.valid_at)
-                for row in stored
-                if row.id is not None and not row.same and row.id not in ended
-            ]
-            batch = live_relations.get(head.relation, [])
-            others += [(new(other), plan.inserts[other].valid_at) for other in batch]
-            if fact.valid_at is None:
-                timeless.add(index)
-                if others:
-                    _start_when_learned(plan, index, batch, timeless, learned)
-            if not _replace(plan, index, others, ended, live_values, live_relations):
                 continue
-            if others:
+            if line in ended_lines:
+                plan.resolved.append(new(ended_lines[line]))
+                continue
+        else:
+            equal_row = next((row for row in stored if row.same and batch.end_of(row) is None), None)
+            if equal_row is not None and equal_row.id is not None:
+                if head.single_valued:
+                    fact = _start_over_free_time(fact, equal_row.valid_at, batch.spans(plan, stored, head))
+                _merge_into(plan, equal_row.id, fact, repeat)
+                plan.resolved.append(old(equal_row.id))
+                continue
+            if head.value in batch.live_values:
+                kept = plan.inserts[batch.live_values[head.value]]
+                if head.single_valued:
+                    fact = _start_over_free_time(fact, kept.valid_at, batch.spans(plan, stored, head))
+                _fold_into_insert(plan, batch.live_values[head.value], fact, repeat, replacing)
+                plan.resolved.append(new(batch.live_values[head.value]))
+                continue
+        spans: list[_Span] = []
+        if head.single_valued:
+            spans = batch.spans(plan, stored, head)
+            if fact.valid_at is None and fact.invalid_at is None and spans:
+                fact = _start_when_learned(fact, batch.timeless_open(plan, head.relation), learned)
+            same = _same_value_at_start(spans, fact)
+            if same is not None:
+                _resolve_to(plan, same, fact, repeat if fact.invalid_at is None else 0)
+                continue
+        index = _insert(plan, fact, position)
+        if fact.invalid_at is not None:
+            ended_lines[(head.value, fact.valid_at, fact.invalid_at)] = index
+        if head.single_valued:
+            batch.add(index, head, timeless=facts[position - 1].valid_at is None)
+            if _place(plan, index, spans, batch) and plan.inserts[index].invalid_at is None:
                 replacing.add(index)
-        live_values[head.value] = index
-        live_relations.setdefault(head.relation, []).append(index)
+        if plan.inserts[index].invalid_at is None:
+            batch.live_values[head.value] = index
     return plan
+
+
+class _Span(NamedTuple):
+    """A fact of a single-valued relation's history, as the batch has left it so far."""
+
+    ref: Ref
+    start: datetime | None
+    end: datetime | None
+    same: bool
+    """It holds the value of the input being placed."""
+    ended_before: bool
+    """A stored fact that had ended before this write."""
+
+
+@dataclass
+class _Batch:
+    """What the inputs placed so far did: the stored facts they end (at the new end), the inserts
+    of each single-valued relation (open or ended) with their value groups, the open insert
+    holding each value, and the inserts of single-valued relations that came without a start."""
+
+    stored_ends: dict[int, datetime] = field(default_factory=dict)
+    relation_inserts: dict[int, list[int]] = field(default_factory=dict)
+    values: dict[int, int] = field(default_factory=dict)
+    live_values: dict[int, int] = field(default_factory=dict)
+    timeless: set[int] = field(default_factory=set)
+
+    def end_of(self, row: Met) -> datetime | None:
+        return self.stored_ends.get(row.id, row.invalid_at) if row.id is not None else None
+
+    def spans(self, plan: Plan, stored: Sequence[Met], head: Met) -> list[_Span]:
+        """The relation's history (its stored facts, and the batch's inserts of it so far)."""
+        spans = [
+            _Span(old(row.id), row.valid_at, self.end_of(row), bool(row.same), row.invalid_at is not None)
+            for row in stored
+            if row.id is not None
+        ]
+        for index in self.relation_inserts.get(head.relation, []):
+            fact = plan.inserts[index]
+            spans.append(_Span(new(index), fact.valid_at, fact.invalid_at, self.values[index] == head.value, False))
+        return spans
+
+    def timeless_open(self, plan: Plan, relation: int) -> bool:
+        return any(
+            index in self.timeless and plan.inserts[index].invalid_at is None
+            for index in self.relation_inserts.get(relation, [])
+        )
+
+    def add(self, index: int, head: Met, *, timeless: bool) -> None:
+        self.relation_inserts.setdefault(head.relation, []).append(index)
+        self.values[index] = head.value
+        if timeless:
+            self.timeless.add(index)
+
+
+def _start_over_free_time(fact: ValidFact, live_start: datetime | None, spans: Sequence[_Span]) -> ValidFact:
+    """An equal write moves the live fact's start (`live_start`) earlier over time no other value
+    of the relation holds: at most to the latest end of those that began before it."""
+    begins = _key(live_start)
+    taken = [min(span.end or begins, begins) for span in spans if not span.same and _key(span.start) < begins]
+    floor = max(taken, default=None)
+    if floor is None or _key(fact.valid_at) >= floor:
+        return fact
+    return dataclasses.replace(fact, valid_at=floor)
+
+
+def _fold_into_insert(plan: Plan, index: int, fact: ValidFact, repeat: int, replacing: set[int]) -> None:
+    """An open input equal to the batch's open insert `index`: folded into it."""
+    kept = plan.inserts[index]
+    plan.inserts[index] = dataclasses.replace(
+        kept,
+        confidence=max(kept.confidence, fact.confidence),
+        valid_at=kept.valid_at if index in replacing else earliest(kept.valid_at, fact.valid_at),
+        source_quote=kept.source_quote if kept.source_quote is not None else fact.source_quote,
+    )
+    if repeat:
+        plan.seen[index] += repeat
+    else:  # an import: the count of the line that says more
+        plan.seen[index] = max(plan.seen[index], fact.times_seen)
 
 
 def _learned_start(fact: ValidFact, learned: datetime) -> ValidFact:
@@ -191,16 +275,16 @@ def _learned_start(fact: ValidFact, learned: datetime) -> ValidFact:
     return dataclasses.replace(fact, valid_at=learned)
 
 
-def _start_when_learned(plan: Plan, index: int, batch: list[int], timeless: set[int], learned: datetime) -> None:
-    """A new value without a start that meets a live one starts at `learned`; two such values of
-    one relation in the batch have no order."""
-    fact = plan.inserts[index]
-    if any(other in timeless for other in batch):
+def _start_when_learned(fact: ValidFact, timeless_open: bool, learned: datetime) -> ValidFact:
+    """A new value without a start of a relation that has a history starts at `learned` (there is
+    no earlier place for it that no other value holds); two such values of one relation in the
+    batch have no order."""
+    if timeless_open:
         raise IntervalError(
             f"{fact.subject} {fact.predicate} holds one value at a time and this write gives it two values "
             "without valid_at; give them valid_at, or write them one after the other"
         )
-    plan.inserts[index] = dataclasses.replace(fact, valid_at=learned)
+    return dataclasses.replace(fact, valid_at=learned)
 
 
 def _insert(plan: Plan, fact: ValidFact, position: int) -> int:
@@ -211,44 +295,67 @@ def _insert(plan: Plan, fact: ValidFact, position: int) -> int:
     return len(plan.inserts) - 1
 
 
-def _replace(
-    plan: Plan,
-    index: int,
-    others: list[tuple[Ref, datetime | None]],
-    ended: set[int],
-    live_values: dict[int, int],
-    live_relations: dict[int, list[int]],
-) -> bool:
-    """The new value `index` of a single-valued relation against its live `others`: it ends them
-    (True: it is live), or it is history, ended where the earliest later one starts (False)."""
-    fact = plan.inserts[index]
-    if not others:
-        return True
-    begins = fact.valid_at
-    assert begins is not None  # a new value without a start that meets others starts when learned
-    later = sorted((start, ref) for ref, start in others if start is not None and start > begins)
-    if later:
-        end, successor = later[0]
-        plan.inserts[index] = dataclasses.replace(fact, invalid_at=end)
-        plan.ends.append(End(new(index), end, successor))
-        return False
-    for _ref, other in others:
-        if other == begins:
-            raise IntervalError(
-                f"{fact.subject} {fact.predicate} holds one value at a time and already has another "
-                f"starting at {begins.isoformat()}; give the new value a later valid_at"
-            )
-    for ref, _start in others:
-        plan.ends.append(End(ref, begins, new(index)))
-        number = ref.number
-        if ref.kind == "old":
-            ended.add(number)
+def _holds(span: _Span, at: datetime | None) -> bool:
+    """`span` holds at `at` and began before it."""
+    return _key(span.start) < _key(at) and (span.end is None or _key(at) < span.end)
+
+
+def _same_value_at_start(spans: Sequence[_Span], fact: ValidFact) -> _Span | None:
+    """The fact of the history that already says what `fact` says from its start: one of its value
+    that starts with it, or (for an open input) holds at its start. Another value starting with it
+    cannot be ordered: `IntervalError`."""
+    for span in spans:
+        if _key(span.start) != _key(fact.valid_at):
             continue
-        plan.inserts[number] = dataclasses.replace(plan.inserts[number], invalid_at=begins)
-        for groups in live_relations.values():
-            if number in groups:
-                groups.remove(number)
-        for value, holder in list(live_values.items()):
-            if holder == number:
-                del live_values[value]
-    return True
+        if span.same:
+            return span
+        start = "an unknown start" if fact.valid_at is None else fact.valid_at.isoformat()
+        raise IntervalError(
+            f"{fact.subject} {fact.predicate} holds one value at a time and already has another "
+            f"starting at {start}; give the new value another valid_at"
+        )
+    if fact.invalid_at is None:
+        return next((span for span in spans if span.same and _holds(span, fact.valid_at)), None)
+    return None
+
+
+def _resolve_to(plan: Plan, span: _Span, fact: ValidFact, repeat: int) -> None:
+    if span.ref.kind == "old":
+        _merge_into(plan, span.ref.number, fact, repeat)
+    else:
+        index = span.ref.number
+        kept = plan.inserts[index]
+        plan.inserts[index] = dataclasses.replace(kept, confidence=max(kept.confidence, fact.confidence))
+        plan.seen[index] += repeat
+    plan.resolved.append(span.ref)
+
+
+def _place(plan: Plan, index: int, spans: Sequence[_Span], batch: _Batch) -> bool:
+    """Put the new value `index` of a single-valued relation into its history `spans`: it ends
+    where the next value starts (if before its own end), and the value holding at its start ends
+    there, superseded by it. True when it ended one."""
+    fact = plan.inserts[index]
+    later = sorted(
+        (span.start, span.ref) for span in spans if span.start is not None and _key(span.start) > _key(fact.valid_at)
+    )
+    if later and (fact.invalid_at is None or later[0][0] < fact.invalid_at):
+        end, successor = later[0]
+        _end(plan, batch, new(index), end, successor)
+    holders = [span for span in spans if _holds(span, fact.valid_at)]
+    for span in holders:
+        assert fact.valid_at is not None  # nothing holds before the earliest start
+        _end(plan, batch, span.ref, fact.valid_at, new(index), ended_before=span.ended_before)
+    return bool(holders)
+
+
+def _end(plan: Plan, batch: _Batch, ref: Ref, at: datetime, by: Ref | None, *, ended_before: bool = False) -> None:
+    """End `ref` at `at`, superseded by `by`: one `End` per fact, the last one decided."""
+    plan.ends[:] = [end for end in plan.ends if end.fact != ref]
+    plan.ends.append(End(ref, at, by, ended_before))
+    if ref.kind == "old":
+        batch.stored_ends[ref.number] = at
+        return
+    plan.inserts[ref.number] = dataclasses.replace(plan.inserts[ref.number], invalid_at=at)
+    for value, holder in list(batch.live_values.items()):
+        if holder == ref.number:
+            del batch.live_values[value]

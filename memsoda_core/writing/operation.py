@@ -198,7 +198,7 @@ def apply_plan(
                 "ids": [fact_id(end.fact) for end in plan.ends],
                 "ats": [end.at for end in plan.ends],
                 "bys": [None if end.by is None else fact_id(end.by) for end in plan.ends],
-                "expireds": [learned if end.fact.kind == "old" else None for end in plan.ends],
+                "expireds": [learned if end.fact.kind == "old" and not end.ended_before else None for end in plan.ends],
             },
         )
     if plan.merges:

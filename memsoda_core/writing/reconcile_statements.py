@@ -122,11 +122,13 @@ class Met:
 
 
 def met_facts(schema: str) -> sql.Composed:
-    """The `Met` rows of a batch: for an open input (no invalid_at), the live facts of its relation
-    that hold its value, and all live ones when the relation is single-valued (by the input's
-    %(singles)s flag or the scope's registry); for an ended input, the facts of equal value and
-    equal interval (an exported history line). Keys are compared in SQL alone, so the batch and
-    the store are grouped by one definition of case folding."""
+    """The `Met` rows of a batch: for an input of a single-valued relation (by the input's
+    %(singles)s flag or the scope's registry), every fact of the relation, ended or not (its
+    history, read under the relation's lock, which every writer that ends or deletes one of its
+    facts holds); else, for an open input (no invalid_at), the live facts that hold its value, and
+    for an ended input the facts of equal value and equal interval (an exported history line).
+    Keys are compared in SQL alone, so the batch and the store are grouped by one definition of
+    case folding."""
     return tenant_statement(
         """WITH u AS (
                SELECT * FROM unnest({met}, %(singles)b::boolean[])
@@ -145,8 +147,8 @@ def met_facts(schema: str) -> sql.Composed:
                SELECT f.id, lower(f.object) = k.okey AS same, f.valid_at, f.invalid_at
                FROM {s}.facts f
                WHERE {tenant_f} AND f.subject = k.subject AND lower(f.predicate) = k.pkey
-                 AND CASE WHEN k.invalid_at IS NULL
-                          THEN f.invalid_at IS NULL AND (k.single_valued OR lower(f.object) = k.okey)
+                 AND CASE WHEN k.single_valued THEN true
+                          WHEN k.invalid_at IS NULL THEN f.invalid_at IS NULL AND lower(f.object) = k.okey
                           ELSE f.valid_at = coalesce(k.valid_at, {unknown}) AND f.invalid_at = k.invalid_at
                                AND lower(f.object) = k.okey END) m ON true
            ORDER BY k.ord, m.id""",
@@ -159,9 +161,11 @@ def met_facts(schema: str) -> sql.Composed:
 
 def end_facts(schema: str) -> sql.Composed:
     """End facts %(ids)s at %(ats)s, superseded by %(bys)s (NULL: ended, not replaced), memory
-    learning it at %(expireds)s (NULL for a fact this write stores ended)."""
+    learning it at %(expireds)s (NULL: the fact keeps the time it has, none for a fact this write
+    stores ended, and when memory first learned the end of a fact that had ended already)."""
     return tenant_statement(
-        """UPDATE {s}.facts f SET invalid_at = u.at, superseded_by = u.by, expired_at = u.expired
+        """UPDATE {s}.facts f SET invalid_at = u.at, superseded_by = u.by,
+                                  expired_at = coalesce(u.expired, f.expired_at)
            FROM unnest(%(ids)b::bigint[], %(ats)b::timestamptz[], %(bys)b::bigint[],
                        %(expireds)b::timestamptz[]) AS u(id, at, by, expired)
            WHERE {tenant_f} AND f.id = u.id""",

@@ -1,0 +1,180 @@
+"""A single-valued relation's whole history, against the real server: a value written into the
+middle of it (backdated, between two values, or with its own end) leaves at most one value at
+every valid time, and the latest-started value holds from its start, whatever the order of the
+writes."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from memsoda_core import IntervalError, LocalEmbedder, Memory, ScopeArgs
+from tests.conftest import Either
+
+LIVES = {"subject": "user", "predicate": "lives in", "object_type": "PLACE"}
+
+
+def day(text: str) -> datetime:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+
+def lives(city: str, start: str, end: str | None = None) -> dict[str, Any]:
+    return {**LIVES, "object": city, "valid_at": start, **({"invalid_at": end} if end else {})}
+
+
+async def live_cities(memory: Either, scope: ScopeArgs, at: datetime) -> list[str]:
+    return sorted(f.object for f in (await memory.list_facts(**scope, as_of=at)).facts)
+
+
+async def assert_one_value_at_a_time(memory: Either, scope: ScopeArgs) -> None:
+    """No two stored facts of the relation are valid at one instant."""
+    facts = (await memory.list_facts(**scope, predicate="lives in", status="all", limit=100)).facts
+    far = datetime.max.replace(tzinfo=UTC)
+    spans = sorted((f.valid_at or datetime.min.replace(tzinfo=UTC), f.invalid_at or far, f.object) for f in facts)
+    for (_, end, first), (start, _, second) in itertools.pairwise(spans):
+        assert end <= start, f"{first} and {second} overlap: {spans}"
+
+
+def expected_city(writes: Sequence[tuple[str, str, str | None]], at: datetime) -> list[str]:
+    """The latest-started value holds from its start until its own end (if given) or the next start."""
+    started = [(day(start), city, end) for city, start, end in writes if day(start) <= at]
+    if not started:
+        return []
+    _start, city, end = max(started)
+    return [] if end is not None and at >= day(end) else [city]
+
+
+async def test_a_backdated_value_ends_where_the_next_value_starts(memory: Either, scope: ScopeArgs) -> None:
+    """The reviewer's repro: porto, written last with the earliest start, ends where lisbon starts."""
+    await memory.set_single_valued(["lives in"], **scope)
+    (lisbon,) = await memory.add_facts([lives("lisbon", "2019-01-01")], **scope)
+    (berlin,) = await memory.add_facts([lives("berlin", "2025-04-01")], **scope)
+    (porto,) = await memory.add_facts([lives("porto", "2010-01-01")], **scope)
+    stored = await memory.get_fact(porto, **scope)
+    assert (stored.invalid_at, stored.superseded_by) == (day("2019-01-01"), lisbon)
+    assert (await memory.get_fact(lisbon, **scope)).superseded_by == berlin  # the rest of the history is kept
+    assert await live_cities(memory, scope, day("2022-06-01")) == ["lisbon"]
+    recalled = await memory.recall("where do I live?", **scope, as_of="2022-06-01")
+    assert [s.fact.object for s in recalled.facts] == ["lisbon"]
+    assert await live_cities(memory, scope, day("2015-01-01")) == ["porto"]
+    await assert_one_value_at_a_time(memory, scope)
+
+
+async def test_a_value_between_two_others_ends_the_earlier_one_at_its_start(memory: Either, scope: ScopeArgs) -> None:
+    await memory.set_single_valued(["lives in"], **scope)
+    lisbon, berlin = await memory.add_facts([lives("lisbon", "2019-01-01"), lives("berlin", "2025-04-01")], **scope)
+    before = await memory.get_fact(lisbon, **scope)
+    (madrid,) = await memory.add_facts([lives("madrid", "2022-01-01")], **scope)
+    shortened, inserted = await memory.get_fact(lisbon, **scope), await memory.get_fact(madrid, **scope)
+    assert (shortened.invalid_at, shortened.superseded_by) == (day("2022-01-01"), madrid)
+    assert shortened.expired_at == before.expired_at  # memory learned then that lisbon had ended
+    assert (inserted.invalid_at, inserted.superseded_by) == (day("2025-04-01"), berlin)
+    assert [f.object for f in await memory.history(lisbon, **scope)] == ["lisbon", "madrid", "berlin"]
+    await assert_one_value_at_a_time(memory, scope)
+
+
+async def test_a_value_with_its_own_end_shortens_the_one_it_interrupts(memory: Either, scope: ScopeArgs) -> None:
+    await memory.set_single_valued(["lives in"], **scope)
+    (lisbon,) = await memory.add_facts([lives("lisbon", "2019-01-01")], **scope)
+    (rome,) = await memory.add_facts([lives("rome", "2020-01-01", "2021-01-01")], **scope)
+    assert (await memory.get_fact(lisbon, **scope)).invalid_at == day("2020-01-01")
+    assert (await memory.get_fact(rome, **scope)).invalid_at == day("2021-01-01")
+    assert await live_cities(memory, scope, day("2022-01-01")) == []  # lisbon does not come back
+    # an end given past the next value's start is cut there
+    (oslo,) = await memory.add_facts([lives("oslo", "2018-01-01", "2030-01-01")], **scope)
+    cut = await memory.get_fact(oslo, **scope)
+    assert (cut.invalid_at, cut.superseded_by) == (day("2019-01-01"), lisbon)
+    await assert_one_value_at_a_time(memory, scope)
+
+
+async def test_a_value_starting_with_an_ended_one_is_an_error(memory: Either, scope: ScopeArgs) -> None:
+    await memory.set_single_valued(["lives in"], **scope)
+    await memory.add_facts([lives("lisbon", "2019-01-01"), lives("berlin", "2025-04-01")], **scope)
+    with pytest.raises(IntervalError, match="2019-01-01"):
+        await memory.add_facts([lives("porto", "2019-01-01")], **scope)
+    # the same value at the same start is what the history already says
+    ids = await memory.add_facts([lives("lisbon", "2019-01-01"), lives("lisbon", "2020-01-01")], **scope)
+    assert len(set(ids)) == 1
+    assert len((await memory.list_facts(**scope, status="all")).facts) == 2
+
+
+WRITES: list[tuple[str, str, str | None]] = [
+    ("porto", "2010-01-01", None),
+    ("lisbon", "2019-01-01", None),
+    ("rome", "2021-06-01", "2022-06-01"),
+    ("berlin", "2025-04-01", None),
+]
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations(range(len(WRITES)))))
+async def test_any_order_of_writes_leaves_the_same_history(
+    memory: Either, scope: ScopeArgs, order: tuple[int, ...]
+) -> None:
+    await memory.set_single_valued(["lives in"], **scope)
+    for i in order:
+        await memory.add_facts([lives(*WRITES[i])], **scope)
+    await assert_one_value_at_a_time(memory, scope)
+    starts = [day(start) for _, start, _ in WRITES] + [day(end) for _, _, end in WRITES if end]
+    moments = sorted({m + delta for m in starts for delta in (timedelta(0), timedelta(days=-1), timedelta(days=1))})
+    for at in moments:
+        assert await live_cities(memory, scope, at) == expected_city(WRITES, at), at
+
+
+@pytest.mark.parametrize("order", [(0, 1, 2, 3), (3, 2, 1, 0), (1, 3, 0, 2)])
+async def test_one_batch_in_any_order_leaves_the_same_history(
+    memory: Either, scope: ScopeArgs, order: tuple[int, ...]
+) -> None:
+    await memory.set_single_valued(["lives in"], **scope)
+    await memory.add_facts([lives(*WRITES[i]) for i in order], **scope)
+    await assert_one_value_at_a_time(memory, scope)
+    for _, start, _ in WRITES:
+        assert await live_cities(memory, scope, day(start)) == expected_city(WRITES, day(start))
+
+
+async def test_an_equal_value_said_with_an_earlier_start_moves_back_over_free_time_only(
+    memory: Either, scope: ScopeArgs
+) -> None:
+    await memory.set_single_valued(["lives in"], **scope)
+    await memory.add_facts([lives("lisbon", "2019-01-01", "2021-01-01")], **scope)
+    (berlin,) = await memory.add_facts([lives("berlin", "2025-04-01")], **scope)
+    assert await memory.add_facts([lives("berlin", "2020-01-01")], **scope) == [berlin]
+    assert (await memory.get_fact(berlin, **scope)).valid_at == day("2021-01-01")  # where lisbon ended
+    await assert_one_value_at_a_time(memory, scope)
+    assert await live_cities(memory, scope, day("2020-06-01")) == ["lisbon"]
+
+
+def test_concurrent_writers_into_one_history_leave_one_value_at_a_time(
+    pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs
+) -> None:
+    """Each writer reads the relation's history under its lock (`lock_relations`), so writers
+    placing values into it take turns: whatever order they commit in, the history is the rule's."""
+    writes = [(f"city {i}", f"{2000 + (i * 7) % 24}-01-01", None) for i in range(24)]  # starts in a scrambled order
+    vector = embedder.embed_documents(["x"])[0]
+    with Memory.open(pg_dsn, embedder, pool_size=8) as memory, ThreadPoolExecutor(max_workers=8) as pool:
+        memory.set_single_valued(["lives in"], **scope)
+        futures = [pool.submit(memory.add_facts, [lives(*write)], **scope, vectors=[vector]) for write in writes]
+        for future in futures:
+            future.result()
+        either = Either(memory)
+        asyncio.run(assert_one_value_at_a_time(either, scope))
+        for _, start, _ in writes:
+            at = day(start) + timedelta(days=1)
+            assert sorted(f.object for f in memory.list_facts(**scope, as_of=at).facts) == expected_city(writes, at)
+
+
+async def test_a_value_without_a_start_after_ended_values_starts_when_memory_learns_it(
+    memory: Either, scope: ScopeArgs
+) -> None:
+    await memory.set_single_valued(["lives in"], **scope)
+    await memory.add_facts([lives("lisbon", "2019-01-01", "2021-01-01")], **scope)
+    (porto,) = await memory.add_facts([{**LIVES, "object": "porto"}], **scope)
+    stored = await memory.get_fact(porto, **scope)
+    assert stored.valid_at is not None and stored.valid_at == stored.created_at
+    await assert_one_value_at_a_time(memory, scope)
+    assert await live_cities(memory, scope, day("2020-01-01")) == ["lisbon"]
