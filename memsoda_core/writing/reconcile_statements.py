@@ -123,10 +123,13 @@ class Met:
 
 def met_facts(schema: str) -> sql.Composed:
     """The `Met` rows of a batch: for an input of a single-valued relation (by the input's
-    %(singles)s flag or the scope's registry), every fact of the relation, ended or not (its
-    history, read under the relation's lock, which every writer that ends or deletes one of its
-    facts holds); else, for an open input (no invalid_at), the live facts that hold its value, and
-    for an ended input the facts of equal value and equal interval (an exported history line).
+    %(singles)s flag or the scope's registry), the facts of the relation, ended or not, that hold
+    at its start or after it (read under the relation's lock, which every writer that ends or
+    deletes one of its facts holds): a value that ended before the input starts cannot meet it, so
+    a history written in time order costs one live fact per write, not the whole history (an
+    input without a start reads all of it); else, for an open input (no invalid_at), the live
+    facts that hold its value, and for an ended input the facts of equal value and equal interval
+    (an exported history line).
     Keys are compared in SQL alone, so the batch and the store are grouped by one definition of
     case folding."""
     return tenant_statement(
@@ -147,7 +150,8 @@ def met_facts(schema: str) -> sql.Composed:
                SELECT f.id, lower(f.object) = k.okey AS same, f.valid_at, f.invalid_at
                FROM {s}.facts f
                WHERE {tenant_f} AND f.subject = k.subject AND lower(f.predicate) = k.pkey
-                 AND CASE WHEN k.single_valued THEN true
+                 AND CASE WHEN k.single_valued
+                          THEN f.invalid_at IS NULL OR f.invalid_at > coalesce(k.valid_at, {unknown})
                           WHEN k.invalid_at IS NULL THEN f.invalid_at IS NULL AND lower(f.object) = k.okey
                           ELSE f.valid_at = coalesce(k.valid_at, {unknown}) AND f.invalid_at = k.invalid_at
                                AND lower(f.object) = k.okey END) m ON true
