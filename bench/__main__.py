@@ -1,4 +1,4 @@
-"""`python -m bench quality|speed|ingest|layout|tenants|replicas|citus|reembed|...`: the results."""
+"""`python -m bench quality|speed|ingest|layout|tenants|replicas|citus|history|reembed|...`: the results."""
 
 from __future__ import annotations
 
@@ -148,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
 
     commands.add_parser("soak", help="recalls, writers and forget(entity) racing, then the invariant counts")
 
+    history = commands.add_parser("history", help="one write's cost as a single-valued relation's history grows")
+    history.add_argument("--values", type=int, default=2_000, help="values written of each kind")
+    history.add_argument("--window", type=int, default=100, help="writes in each p50 (the first and the last)")
+
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["soak"]:  # its options are bench.soak's own
         from bench import soak as bench_soak
@@ -257,6 +261,10 @@ def main(argv: list[str] | None = None) -> int:
                 max_sessions=args.sessions,
             )
         )
+    elif args.command == "history":
+        from bench import history as bench_history
+
+        sys.stdout.write(bench_history.run(values=args.values, window=args.window))
     elif args.command == "stream":
         from bench import stream as bench_stream
 

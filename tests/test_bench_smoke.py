@@ -223,3 +223,11 @@ def test_tenants_smoke(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFi
     concurrency = re.search(r"(\d+) add_facts and (\d+) recalls, (\d+) errors", out)
     assert concurrency is not None and int(concurrency[1]) > 0 and int(concurrency[2]) > 0
     assert concurrency[3] == "0"
+
+
+def test_history_smoke(bench_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["history", "--values", "12", "--window", "4"]) == 0
+    out = capsys.readouterr().out
+    for kind in ("with a start, in time order", "without a start"):
+        assert re.search(rf"^\| {kind} \| [\d.]+ \| [\d.]+ \| [\d.]+x \|$", out, re.MULTILINE), kind
+    assert "Live values of the relation at the end: 1 (one expected)." in out
