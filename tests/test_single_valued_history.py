@@ -6,7 +6,9 @@ writes."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+import random
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -178,3 +180,33 @@ async def test_a_value_without_a_start_after_ended_values_starts_when_memory_lea
     assert stored.valid_at is not None and stored.valid_at == stored.created_at
     await assert_one_value_at_a_time(memory, scope)
     assert await live_cities(memory, scope, day("2020-01-01")) == ["lisbon"]
+
+
+async def test_an_equal_value_without_a_start_moves_back_to_where_the_last_value_ended(
+    memory: Either, scope: ScopeArgs
+) -> None:
+    """A write without a start reads what holds when memory learns it and the value that ended last
+    (`met_facts`), not the whole history: enough to move the live start back over free time only."""
+    await memory.set_single_valued(["lives in"], **scope)
+    await memory.add_facts([lives("rome", "2010-01-01", "2015-01-01")], **scope)
+    await memory.add_facts([lives("lisbon", "2019-01-01", "2021-01-01")], **scope)
+    (berlin,) = await memory.add_facts([lives("berlin", "2025-04-01")], **scope)
+    assert await memory.add_facts([{**LIVES, "object": "berlin"}], **scope) == [berlin]
+    assert (await memory.get_fact(berlin, **scope)).valid_at == day("2021-01-01")
+    await assert_one_value_at_a_time(memory, scope)
+
+
+@pytest.mark.parametrize("seed", range(6))
+async def test_writes_with_and_without_a_start_keep_one_value_at_a_time(
+    memory: Either, scope: ScopeArgs, seed: int
+) -> None:
+    rng = random.Random(seed)
+    await memory.set_single_valued(["lives in"], **scope)
+    for _ in range(14):
+        city = rng.choice(["lisbon", "porto", "berlin", "rome"])
+        dated = lives(city, f"{2000 + rng.randrange(20)}-0{1 + rng.randrange(9)}-01")
+        write = dated if rng.random() < 0.6 else {**LIVES, "object": city}  # no start: when memory learns it
+        with contextlib.suppress(IntervalError):  # another value with the same start
+            await memory.add_facts([write], **scope)
+        await assert_one_value_at_a_time(memory, scope)
+    assert len(await live_cities(memory, scope, datetime.now(UTC))) <= 1
