@@ -52,7 +52,7 @@ from memsoda_core.models import (
     TimeInput,
 )
 from memsoda_core.ops import calls as fact_calls
-from memsoda_core.ops.open_settings import aclose_built, check_read_only, open_settings
+from memsoda_core.ops.open_settings import aclose_built, check_flag, open_settings
 from memsoda_core.ops.opening import open_store, reload_layout
 from memsoda_core.ops.transfer import parse_jsonl
 from memsoda_core.option_checks import check_options_type
@@ -139,6 +139,7 @@ class AsyncMemory:
         tenant_index_min_facts: int | None = None,
         layout: str | None = None,
         read_only: bool = False,
+        worker_reads: bool = True,
     ) -> AsyncMemory:
         """Open (creating or upgrading the schema) the store at `dsn`, `MEMSODA_DSN`, or the embedded server
         under `home` / `MEMSODA_HOME`. A `dsn` is a postgresql:// or postgres:// URI or libpq key=value pairs;
@@ -150,7 +151,10 @@ class AsyncMemory:
         or a LlamaIndex LLM). `layout`, for a new store: "partitioned" (a large tenant in partitions of its own;
         the default but under Citus) or "plain" (`docs/ARCHITECTURE.md`, "Tenant layouts"). `text_search_config`,
         for a new store: the PostgreSQL text search configuration of its keyword signal (None: english);
-        fixed then, so an existing store refuses another one. `read_only`: see `read_only`."""
+        fixed then, so an existing store refuses another one. `read_only`: see `read_only`. `worker_reads`, on
+        a Citus store: a small tenant's recall is read straight from the worker holding its shards, which keeps
+        its plan (through the coordinator while that worker cannot be reached from here); False sends every
+        statement through the coordinator (`docs/ARCHITECTURE.md`, "Citus")."""
         check_pool_args(pool_size, pool_timeout)
         check_options_type(options, RecallOptions, "Memory.open")
         chosen_synthesizer = as_synthesizer(synthesizer)
@@ -161,12 +165,13 @@ class AsyncMemory:
         try:
             runner = await AsyncRunner.open(
                 target,
-                open_store(**opening.store, read_only=check_read_only(read_only)),
+                open_store(**opening.store, read_only=check_flag(read_only, "read_only")),
                 embedder=opening.embedder,
                 synthesizer=chosen_synthesizer,
                 cache_size=cache_size,
                 pool_size=pool_size,
                 pool_timeout=pool_timeout,
+                worker_reads=check_flag(worker_reads, "worker_reads"),
             )
         except BaseException:
             await asyncio.to_thread(release_target, target)

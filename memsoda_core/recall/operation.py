@@ -45,12 +45,14 @@ from memsoda_core.recall.statements import (
 )
 from memsoda_core.runner.steps import (
     Execute,
+    NotRead,
     Operation,
     Planning,
     Row,
     concurrently,
     embed_query,
     execute,
+    read_on_node,
     synthesize,
 )
 from memsoda_core.store.info import StoreInfo
@@ -220,12 +222,34 @@ def _hits(
         size = yield from layout.scope_size(info, scope, Planning.CACHED)
         scope_sizes.put(scope, size)
     access = layout.access(info, scope, size)
+    if access.direct is not None:
+        direct = yield from _read_direct(info, plan, access.direct, params, size.facts)
+        if not isinstance(direct, NotRead):
+            return direct, access, size.facts
+        if direct is NotRead.FAILED:  # read its place again at the next recall
+            scope_sizes.forget(scope)
     results = yield from concurrently(_executes(info, plan, access, params, size.facts))
     if access.moved is not None and size.facts and not any(results):
         scope_sizes.forget(scope)
         access = access.moved
         results = yield from concurrently(_executes(info, plan, access, params, size.facts))
     return results, access, size.facts
+
+
+def _read_direct(
+    info: StoreInfo, plan: RecallPlan, direct: ScopeAccess, params: dict[str, Any], scope_facts: int
+) -> Operation[list[list[HitRow]] | NotRead]:
+    """The hit rows of a recall that runs as one statement, read straight from the node holding the
+    scope's shards (`ScopeAccess.direct`), or why they must be read through the coordinator: not
+    read there, or `FAILED` when nothing was found in a scope that holds facts (its shards have
+    moved, so the statement's guard returned nothing: `layouts.shards.placed_guard`)."""
+    executes = _executes(info, plan, direct, params, scope_facts)
+    if len(executes) != 1 or direct.shards is None:
+        return NotRead.NOT_TRIED
+    rows = yield from read_on_node(executes[0], direct.shards.host, direct.shards.port)
+    if isinstance(rows, NotRead):
+        return rows
+    return [rows] if rows or not scope_facts else NotRead.FAILED
 
 
 def _kept_facts(info: StoreInfo, access: ScopeAccess, params: dict[str, Any], ids: list[int]) -> Operation[list[Row]]:
