@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, LiteralString
 
 import pytest
+from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from memsoda_core import ConfigurationError, LocalEmbedder, Memory
@@ -36,8 +37,8 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _read(statement: str, host: str, port: int) -> Operation[list[Any] | NotRead]:
-    return (yield from read_on_node(Execute(statement), host, port))
+def _read(statement: LiteralString, host: str, port: int) -> Operation[list[Any] | NotRead]:
+    return (yield from read_on_node(Execute(sql.SQL(statement)), host, port))
 
 
 def test_a_read_on_a_node_returns_its_rows(memory: Memory, pg_dsn: str) -> None:

@@ -154,7 +154,7 @@ def statements_sent(dsn: str) -> Iterator[Sent]:
     `dsn` (the coordinator), and `elsewhere`."""
     sent = Sent()
     original = psycopg.Cursor.execute
-    port = int(conninfo_to_dict(dsn)["port"])
+    port = int(str(conninfo_to_dict(dsn)["port"]))
 
     def record(self: psycopg.Cursor[Any], query: Any, params: Any = None, **kwargs: Any) -> Any:
         text = query.decode() if isinstance(query, bytes) else query  # bytes: compiled
