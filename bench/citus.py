@@ -6,7 +6,9 @@ The cluster runs at PostgreSQL's and Citus' defaults (`DEFAULT_NODE_SETTINGS`), 
 distributed as a user does it: made by `Memory.open`, distributed by `memsoda --dsn ... distribute`
 with no options (`citus.shard_count` shards, no tenant isolated), then opened again. With
 `tuned`, a second store on the same cluster is distributed with 8 shards and the large tenant
-isolated on a shard of its own, its rows beside the defaults'. Each tenant is its own dataset
+isolated on a shard of its own, its rows beside the defaults'. With `through_coordinator`, a second
+Memory on the defaults' store is opened with `worker_reads=False`: every statement through the
+coordinator, as a client that cannot reach the workers reads. Each tenant is its own dataset
 (the distribution key), loaded with COPY (`synth.load`) after distributing, so the rows go
 straight to the shards; every store is then vacuumed and left by autovacuum, on the workers too
 (`bench.common.settle`), before anything is timed. Recall gets precomputed query vectors
@@ -63,6 +65,8 @@ class Layout:
 
 DEFAULTS = Layout("Citus defaults")
 TUNED = Layout(f"{TUNED_SHARDS} shards, large tenant isolated", shard_count=TUNED_SHARDS, isolate_large=True)
+THROUGH_COORDINATOR = "Citus defaults, worker_reads=False"
+"""The label of the defaults' store read through the coordinator alone (`through_coordinator`)."""
 
 
 def _tool() -> ModuleType:
@@ -161,6 +165,7 @@ def run(
     warmup: int = 15,
     citus_dsn: str | None = None,
     tuned: bool = False,
+    through_coordinator: bool = False,
     shard_direct: bool = False,
     seed: int = 7,
 ) -> str:
@@ -192,6 +197,10 @@ def run(
                 synth.load(conn, memory.info.schema, tenants)
             memory.maintain()
             loads[label] = time.perf_counter() - started
+        if through_coordinator:  # the defaults' store, loaded above
+            schema = stores[DEFAULTS.label].info.schema
+            memory = stack.enter_context(Memory.open(coordinator, embedder, schema=schema, worker_reads=False))
+            stores[THROUGH_COORDINATOR] = memory
         for memory in stores.values():  # measured in steady state: no autovacuum of the load beside it
             settle(memory.dsn, memory.info.schema, also_wait_on=_workers(memory.dsn))
         out.append(f"Run: {environment(one.dsn)}; store embedder {embedder.model} ({dims}-d).\n")
@@ -230,10 +239,10 @@ def run(
             indexed = " (own indexes)" if size >= one.info.tenant_index_min_facts else ""
             r1, r1_p50 = _cell(recall_ms["one node"])
             w1, w1_p50 = _cell(write_ms["one node"])
-            for layout in layouts:
-                r2, r2_p50 = _cell(recall_ms[layout.label])
-                w2, w2_p50 = _cell(write_ms[layout.label])
-                row = [f"{size:,} facts{indexed}", layout.label, r1, r2, f"{r2_p50 / r1_p50:.2f}x", w1, w2]
+            for label in [label for label in stores if label != "one node"]:
+                r2, r2_p50 = _cell(recall_ms[label])
+                w2, w2_p50 = _cell(write_ms[label])
+                row = [f"{size:,} facts{indexed}", label, r1, r2, f"{r2_p50 / r1_p50:.2f}x", w1, w2]
                 rows.append([*row, f"{w2_p50 / w1_p50:.2f}x"])
         header = [
             "tenant",

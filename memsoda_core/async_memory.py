@@ -160,6 +160,7 @@ class AsyncMemory:
         chosen_synthesizer = as_synthesizer(synthesizer)
         chosen_extractor = as_extractor(extractor)
         settings = (schema, text_search_config, tenant_index_min_facts, layout)
+        reads_on_workers = check_flag(worker_reads, "worker_reads")
         opening = await asyncio.to_thread(open_settings, embedder, dsn, home, *settings)
         target = opening.target
         try:
@@ -171,7 +172,6 @@ class AsyncMemory:
                 cache_size=cache_size,
                 pool_size=pool_size,
                 pool_timeout=pool_timeout,
-                worker_reads=check_flag(worker_reads, "worker_reads"),
             )
         except BaseException:
             await asyncio.to_thread(release_target, target)
@@ -184,6 +184,7 @@ class AsyncMemory:
             options=options or DEFAULT_OPTIONS,
             synthesizer=chosen_synthesizer,
             extractor=chosen_extractor,
+            worker_reads=reads_on_workers,
         )
         self._layout_due = time.monotonic() + generation.CHECK_EVERY_S  # the open has just read it
         return self

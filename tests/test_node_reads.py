@@ -67,12 +67,6 @@ def test_a_node_that_cannot_be_reached_is_not_tried_again_for_a_while(memory: Me
     assert memory._runner.run(_read("SELECT 1", "127.0.0.1", port), read_only=True) is NotRead.NOT_TRIED
 
 
-def test_without_worker_reads_nothing_is_read_on_a_node(pg_dsn: str, embedder: LocalEmbedder) -> None:
-    host, port = _node(pg_dsn)
-    with Memory.open(pg_dsn, embedder, schema=SCHEMA, worker_reads=False) as memory:
-        assert memory._runner.run(_read("SELECT 1", host, port), read_only=True) is NotRead.NOT_TRIED
-
-
 def test_worker_reads_must_be_a_bool(pg_dsn: str, embedder: LocalEmbedder) -> None:
     with pytest.raises(ConfigurationError, match="worker_reads must be True or False"):
         Memory.open(pg_dsn, embedder, schema=SCHEMA, worker_reads="yes")  # type: ignore[arg-type]

@@ -48,10 +48,13 @@ class CitusLayout(PlainLayout):
             return routed
         return replace(routed, direct=ScopeAccess(shards=size.shards, planning=Planning.CACHED))
 
-    def scope_size(self, info: StoreInfo, scope: Scope, planning: Planning) -> Operation[ScopeSize]:
-        """Its fact count, and for a scope under the tenant-index threshold where its shards are."""
+    def scope_size(
+        self, info: StoreInfo, scope: Scope, planning: Planning, *, shards: bool = False
+    ) -> Operation[ScopeSize]:
+        """Its fact count, and with `shards`, for a scope under the tenant-index threshold, where
+        its shards are (read from the coordinator's metadata)."""
         facts = yield from scope_fact_count(info, scope, planning)
-        if facts >= info.tenant_index_min_facts:
+        if not shards or facts >= info.tenant_index_min_facts:
             return ScopeSize(facts)
         rows = yield from execute_as(PlacementRow, place_statement(info.schema), place_params(scope.dataset))
         return ScopeSize(facts, shards=place_from(rows))

@@ -78,6 +78,7 @@ def recall(
     as_of: datetime | None,
     now: datetime,
     scope_sizes: ScopeSizes,
+    worker_reads: bool = True,
     known_at: datetime | None = None,
     conversation: Sequence[tuple[str, str]] | None = None,
     exclude: frozenset[int] = frozenset(),
@@ -147,7 +148,7 @@ def recall(
     params["kept_candidates"] = options.facts_in_context + len(exclude) + KEPT_MARGIN
     mark = time.perf_counter()
     plan = plan_for(request)
-    results, access, scope_facts = yield from _hits(info, scope, plan, params, scope_sizes)
+    results, access, scope_facts = yield from _hits(info, scope, plan, params, scope_sizes, worker_reads)
     timings["query"] = _ms(mark)
     mark = time.perf_counter()
     rows = [row for statement_rows in results for row in statement_rows]
@@ -207,7 +208,12 @@ def recall(
 
 
 def _hits(
-    info: StoreInfo, scope: Scope, plan: RecallPlan, params: dict[str, Any], scope_sizes: ScopeSizes
+    info: StoreInfo,
+    scope: Scope,
+    plan: RecallPlan,
+    params: dict[str, Any],
+    scope_sizes: ScopeSizes,
+    worker_reads: bool,
 ) -> Operation[tuple[list[list[HitRow]], ScopeAccess, int]]:
     """The hit rows of the recall statements `plan` runs for `scope`, the scope's access they ran
     with, and the scope's fact count it was derived from (`ScopeSizes`: remembered, or read here).
@@ -219,7 +225,7 @@ def _hits(
     layout = layout_of(info)
     size = scope_sizes.get(scope)
     if size is None:
-        size = yield from layout.scope_size(info, scope, Planning.CACHED)
+        size = yield from layout.scope_size(info, scope, Planning.CACHED, shards=worker_reads)
         scope_sizes.put(scope, size)
     access = layout.access(info, scope, size)
     if access.direct is not None:

@@ -179,7 +179,7 @@ class AsyncRunner:
         pool_timeout: float,
         nodes: NodePools | None = None,
     ) -> None:
-        """`nodes`: the pools of reads on other nodes (`ReadOnNode`); None reads on none."""
+        """`nodes`: the pools of reads on other nodes (`ReadOnNode`), another runner's to share."""
         self.pool = pool
         self.target = target
         self.info = info
@@ -188,7 +188,7 @@ class AsyncRunner:
         self._cache = EmbeddingCache(cache_size)
         self._cache_size = cache_size
         self._pool_timeout = pool_timeout
-        self._nodes = nodes
+        self._nodes = nodes if nodes is not None else NodePools(target.dsn, pool.max_size)
 
     def with_embedder(self, embedder: Embedder, info: StoreInfo) -> AsyncRunner:
         """A runner on the same pool that embeds with `embedder` into `info`'s vector space, with an
@@ -215,11 +215,9 @@ class AsyncRunner:
         cache_size: int,
         pool_size: int,
         pool_timeout: float,
-        worker_reads: bool = True,
     ) -> AsyncRunner:
         """Run `opening` (schema checks and migrations) on a connection of its own, then open the
-        pool, waiting for its first connections so the first recall finds its spare one. Without
-        `worker_reads`, no statement is read on another node (`ReadOnNode`)."""
+        pool, waiting for its first connections so the first recall finds its spare one."""
         try:
             conn = await psycopg.AsyncConnection.connect(target.dsn, **CONNECTION_KWARGS)
         except psycopg.OperationalError as exc:
@@ -254,13 +252,11 @@ class AsyncRunner:
             synthesizer=synthesizer,
             cache_size=cache_size,
             pool_timeout=pool_timeout,
-            nodes=NodePools(target.dsn, pool_size) if worker_reads else None,
         )
 
     async def close(self) -> None:
         try:
-            if self._nodes is not None:
-                await self._nodes.close()
+            await self._nodes.close()
         finally:
             await self.pool.close()
 
@@ -437,7 +433,7 @@ class AsyncRunner:
         the node is marked unreachable; marked so when its pool gives no connection in
         `NODE_CONNECTION_WAIT_S` though none of its connections is busy (it cannot connect)."""
         node: Node = (request.host, request.port)
-        if self._nodes is None or not self._nodes.reachable(node):
+        if not self._nodes.reachable(node):
             return NotRead.NOT_TRIED
         pool = await self._nodes.pool(node)
         try:

@@ -176,7 +176,7 @@ class Runner:
         pool_timeout: float,
         nodes: NodePools | None = None,
     ) -> None:
-        """`nodes`: the pools of reads on other nodes (`ReadOnNode`); None reads on none."""
+        """`nodes`: the pools of reads on other nodes (`ReadOnNode`), another runner's to share."""
         self.pool = pool
         self.target = target
         self.info = info
@@ -185,7 +185,7 @@ class Runner:
         self._cache = EmbeddingCache(cache_size)
         self._cache_size = cache_size
         self._pool_timeout = pool_timeout
-        self._nodes = nodes
+        self._nodes = nodes if nodes is not None else NodePools(target.dsn, pool.max_size)
 
     def with_embedder(self, embedder: Embedder, info: StoreInfo) -> Runner:
         """A runner on the same pool that embeds with `embedder` into `info`'s vector space, with an
@@ -212,11 +212,9 @@ class Runner:
         cache_size: int,
         pool_size: int,
         pool_timeout: float,
-        worker_reads: bool = True,
     ) -> Runner:
         """Run `opening` (schema checks and migrations) on a connection of its own, then open the
-        pool, waiting for its first connections so the first recall finds its spare one. Without
-        `worker_reads`, no statement is read on another node (`ReadOnNode`)."""
+        pool, waiting for its first connections so the first recall finds its spare one."""
         try:
             conn = psycopg.Connection.connect(target.dsn, **CONNECTION_KWARGS)
         except psycopg.OperationalError as exc:
@@ -251,13 +249,11 @@ class Runner:
             synthesizer=synthesizer,
             cache_size=cache_size,
             pool_timeout=pool_timeout,
-            nodes=NodePools(target.dsn, pool_size) if worker_reads else None,
         )
 
     def close(self) -> None:
         try:
-            if self._nodes is not None:
-                self._nodes.close()
+            self._nodes.close()
         finally:
             self.pool.close()
 
@@ -433,7 +429,7 @@ class Runner:
         the node is marked unreachable; marked so when its pool gives no connection in
         `NODE_CONNECTION_WAIT_S` though none of its connections is busy (it cannot connect)."""
         node: Node = (request.host, request.port)
-        if self._nodes is None or not self._nodes.reachable(node):
+        if not self._nodes.reachable(node):
             return NotRead.NOT_TRIED
         pool = self._nodes.pool(node)
         try:
