@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     citus.add_argument(
         "--shard-direct",
         action="store_true",
-        help="also time the small tenant's statement read straight from its shards on the worker, plan kept",
+        help="also time the small tenant's statement alone: one node, through the coordinator, on the worker's shards",
     )
 
     cli = commands.add_parser("cli", help="the command line's wall time: recall beside stats, cold open + recall")

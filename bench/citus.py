@@ -6,8 +6,8 @@ The cluster runs at PostgreSQL's and Citus' defaults (`DEFAULT_NODE_SETTINGS`), 
 distributed as a user does it: made by `Memory.open`, distributed by `memsoda --dsn ... distribute`
 with no options (`citus.shard_count` shards, no tenant isolated), then opened again. With
 `tuned`, a second store on the same cluster is distributed with 8 shards and the large tenant
-isolated on a shard of its own, its rows beside the defaults'. With `through_coordinator`, a second
-Memory on the defaults' store is opened with `worker_reads=False`: every statement through the
+isolated on a shard of its own, its rows beside the defaults'. With `through_coordinator`, another
+store distributed as the defaults' is read with `worker_reads=False`: every statement through the
 coordinator, as a client that cannot reach the workers reads. Each tenant is its own dataset
 (the distribution key), loaded with COPY (`synth.load`) after distributing, so the rows go
 straight to the shards; every store is then vacuumed and left by autovacuum, on the workers too
@@ -61,12 +61,13 @@ class Layout:
     shard_count: int | None = None
     """None: as `memsoda distribute` with no options, `citus.shard_count`."""
     isolate_large: bool = False
+    worker_reads: bool = True
+    """`Memory.open(worker_reads=...)`."""
 
 
 DEFAULTS = Layout("Citus defaults")
 TUNED = Layout(f"{TUNED_SHARDS} shards, large tenant isolated", shard_count=TUNED_SHARDS, isolate_large=True)
-THROUGH_COORDINATOR = "Citus defaults, worker_reads=False"
-"""The label of the defaults' store read through the coordinator alone (`through_coordinator`)."""
+THROUGH_COORDINATOR = Layout("Citus defaults, worker_reads=False", worker_reads=False)
 
 
 def _tool() -> ModuleType:
@@ -99,12 +100,12 @@ def citus_memory(embedder: Embedder, coordinator: str, layout: Layout, large: st
     (dropped afterwards)."""
     schema = f"bench_{uuid.uuid4().hex[:10]}"
     Memory.open(coordinator, embedder, schema=schema).close()
-    if layout == DEFAULTS:
+    if layout.shard_count is None and not layout.isolate_large:
         _distribute_as_a_user(coordinator, schema)
     else:
         isolate = [large] if layout.isolate_large else []
         distribute(coordinator, schema, shard_count=layout.shard_count, isolate=isolate, transfer_mode="block_writes")
-    memory = Memory.open(coordinator, embedder, schema=schema)
+    memory = Memory.open(coordinator, embedder, schema=schema, worker_reads=layout.worker_reads)
     try:
         yield memory
     finally:
@@ -182,7 +183,7 @@ def run(
         for name, size in sizes.items()
     ]
     workload = {t.dataset: synth.queries(t, warmup + recalls, words=words, seed=seed) for t in tenants}
-    layouts = [DEFAULTS, TUNED] if tuned else [DEFAULTS]
+    layouts = [DEFAULTS, *([TUNED] if tuned else []), *([THROUGH_COORDINATOR] if through_coordinator else [])]
     out: list[str] = []
     with ExitStack() as stack:
         one = stack.enter_context(bench_memory(embedder))
@@ -197,10 +198,6 @@ def run(
                 synth.load(conn, memory.info.schema, tenants)
             memory.maintain()
             loads[label] = time.perf_counter() - started
-        if through_coordinator:  # the defaults' store, loaded above
-            schema = stores[DEFAULTS.label].info.schema
-            memory = stack.enter_context(Memory.open(coordinator, embedder, schema=schema, worker_reads=False))
-            stores[THROUGH_COORDINATOR] = memory
         for memory in stores.values():  # measured in steady state: no autovacuum of the load beside it
             settle(memory.dsn, memory.info.schema, also_wait_on=_workers(memory.dsn))
         out.append(f"Run: {environment(one.dsn)}; store embedder {embedder.model} ({dims}-d).\n")
@@ -239,10 +236,10 @@ def run(
             indexed = " (own indexes)" if size >= one.info.tenant_index_min_facts else ""
             r1, r1_p50 = _cell(recall_ms["one node"])
             w1, w1_p50 = _cell(write_ms["one node"])
-            for label in [label for label in stores if label != "one node"]:
-                r2, r2_p50 = _cell(recall_ms[label])
-                w2, w2_p50 = _cell(write_ms[label])
-                row = [f"{size:,} facts{indexed}", label, r1, r2, f"{r2_p50 / r1_p50:.2f}x", w1, w2]
+            for layout in layouts:
+                r2, r2_p50 = _cell(recall_ms[layout.label])
+                w2, w2_p50 = _cell(write_ms[layout.label])
+                row = [f"{size:,} facts{indexed}", layout.label, r1, r2, f"{r2_p50 / r1_p50:.2f}x", w1, w2]
                 rows.append([*row, f"{w2_p50 / w1_p50:.2f}x"])
         header = [
             "tenant",
@@ -277,6 +274,6 @@ def _direct_table(direct: DirectReads, facts: int) -> str:
         rows.append([form, f"{p['p50']:.2f} / {p['p95']:.2f}", f"{p['p50'] / base:.2f}x"])
     return (
         f"\nThe {facts:,}-fact tenant's recall statement alone, after each of its Citus recalls again"
-        " (`--shard-direct`; the worker's shards read directly is a routing memsoda does not do,"
-        " measured to size it):\n\n" + markdown_table(["statement run", "p50 / p95 ms", "against one node"], rows)
+        " (`--shard-direct`: memsoda's two forms, through the coordinator and on the worker's shards):\n\n"
+        + markdown_table(["statement run", "p50 / p95 ms", "against one node"], rows)
     )
