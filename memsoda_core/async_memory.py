@@ -64,6 +64,7 @@ from memsoda_core.reembed import operation as reembed_ops
 from memsoda_core.reembed.async_api import reembed_store
 from memsoda_core.reembed.operation import DEFAULT_BATCH_SIZE, ReembedReport
 from memsoda_core.runner.async_runner import Advance, AsyncRunner, Sink
+from memsoda_core.runner.event_loop import close_from_any_loop
 from memsoda_core.runner.policy import check_pool_args
 from memsoda_core.runner.steps import Operation
 from memsoda_core.runner.target import Target, release_target
@@ -219,10 +220,15 @@ class AsyncMemory:
         user. Closing again does nothing; an operation after it raises `StoreUnavailableError`."""
         if self._closed:
             return
+        # sync: self._close_clients()
+        await close_from_any_loop(self._runner.pool, self._close_clients)
         self._closed = True
+        await asyncio.to_thread(release_target, self._target)
+
+    async def _close_clients(self) -> None:
+        """Close the pool and an embedder `open` built."""
         await self._runner.close()
         await aclose_built(self._runner.embedder if self._built_embedder else None)
-        await asyncio.to_thread(release_target, self._target)
 
     async def __aenter__(self) -> AsyncMemory:
         return self

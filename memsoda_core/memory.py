@@ -217,10 +217,14 @@ class Memory:
         user. Closing again does nothing; an operation after it raises `StoreUnavailableError`."""
         if self._closed:
             return
+        self._close_clients()
         self._closed = True
+        release_target(self._target)
+
+    def _close_clients(self) -> None:
+        """Close the pool and an embedder `open` built."""
         self._runner.close()
         close_built(self._runner.embedder if self._built_embedder else None)
-        release_target(self._target)
 
     def __enter__(self) -> Memory:
         return self

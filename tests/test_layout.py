@@ -36,6 +36,7 @@ CORE_API = {
     "EmbedderMismatchError",
     "EmbeddingError",
     "EmptyFieldError",
+    "EventLoopError",
     "Entity",
     "Episode",
     "EpisodeInput",
