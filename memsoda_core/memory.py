@@ -34,9 +34,10 @@ from memsoda_core.forgetting.rules import ForgetReport, RetentionReport, Retenti
 from memsoda_core.items import calls as items_calls
 from memsoda_core.items.values import ItemInput, StoredItem
 from memsoda_core.layouts import generation
-from memsoda_core.learning.applying import fact_sources
+from memsoda_core.learning.applying import Applied, SingleValuedChanged, fact_sources
 from memsoda_core.learning.call import RememberCall, extraction_failed
 from memsoda_core.learning.extractors import ExtractorLike, as_extractor
+from memsoda_core.learning.operations import CheckedExtraction
 from memsoda_core.memory_context import MemoryContext
 from memsoda_core.models import (
     EpisodeInput,
@@ -71,6 +72,9 @@ from memsoda_core.synthesis import SynthesizerLike, as_synthesizer
 from memsoda_core.validation import check_scope
 
 T = TypeVar("T")
+
+REMEMBER_RECHECKS = 3
+"""Writes of one `remember` answer, each after a `set_single_valued` that changed what it checked."""
 
 
 class _EmittedLines:
@@ -441,8 +445,15 @@ class Memory:
         except Exception as exc:
             raise extraction_failed(call.extractor, exc) from exc
         checked = call.answer(raw, request, before)
-        applied = self._run(lambda: self._context.resizing(call.scope, call.apply(self.info, checked)))
-        return call.result(request, checked, applied)
+        for _ in range(REMEMBER_RECHECKS):
+            try:
+                return call.result(request, checked, self._apply_answer(call, checked))
+            except SingleValuedChanged as changed:  # declared while the model ran: check as if read now
+                checked = call.answer(raw, request, replace(before, single_valued=changed.predicates))
+        raise StoreError("the scope's single-valued relations kept changing while remember wrote: call it again")
+
+    def _apply_answer(self, call: RememberCall, checked: CheckedExtraction) -> Applied:
+        return self._run(lambda: self._context.resizing(call.scope, call.apply(self.info, checked)))
 
     def sources(self, fact_id: int, *, dataset: str, project: str) -> list[FactSource]:
         """The messages fact `fact_id` was learned from by `remember` (thread and message ids),

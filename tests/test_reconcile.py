@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
@@ -15,6 +16,9 @@ import pytest
 
 from memsoda_core import IntervalError, LocalEmbedder, Memory, NotFoundError, NotLiveError, ScopeArgs
 from memsoda_core.store.schema import SCHEMA_VERSION
+from memsoda_core.validation import validate_facts
+from memsoda_core.writing import inserts
+from memsoda_core.writing import reconcile_statements as sql_reconcile
 from tests.conftest import Either
 
 LIVES = {"subject": "user", "predicate": "lives in", "object": "amsterdam", "object_type": "PLACE"}
@@ -118,6 +122,25 @@ def test_concurrent_writers_of_a_single_valued_relation_leave_one_live_fact(
     assert live_count(pg_dsn, scope, "bank is") == 1
     assert len(page.facts) == 32
     assert live_count(pg_dsn, scope, "lives in") == 3  # equal facts written at once: stored once
+
+
+def test_declaring_a_relation_single_valued_waits_for_the_writers_in_the_scope(
+    pg_dsn: str, sync_memory: Memory, scope: ScopeArgs
+) -> None:
+    sync_memory.add_facts([LIVES], **scope)
+    keys = inserts.fact_arrays(validate_facts([LIVES]), sql_reconcile.KEY_FIELDS)
+    params = {**scope, "schema": "memsoda", **keys, "singles": [False]}
+    with psycopg.connect(pg_dsn) as writer, ThreadPoolExecutor(max_workers=1) as pool:
+        writer.execute(sql_reconcile.lock_relations("memsoda"), params)  # a writer's locks, held until it commits
+        declared = pool.submit(sync_memory.set_single_valued, ["lives in"], **scope)
+        deadline = time.monotonic() + 30
+        while not writer.execute(
+            "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND pid <> pg_backend_pid()"
+        ).fetchall():  # the registry does not change under a writer's locks: it waits for the commit
+            assert not declared.done() and time.monotonic() < deadline, "set_single_valued did not wait"
+            time.sleep(0.05)
+        writer.commit()
+        assert declared.result(timeout=60) == ["lives in"]
 
 
 async def test_only_a_live_fact_can_be_superseded_or_ended(memory: Either, scope: ScopeArgs) -> None:
