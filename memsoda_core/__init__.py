@@ -35,7 +35,7 @@ from memsoda_core.errors import (
     TextTooLongError,
     ValidationError,
 )
-from memsoda_core.forgetting.rules import ForgetReport, RetentionReport, RetentionRule
+from memsoda_core.forgetting.rules import ForgetReport, MaintainReport, RetentionReport, RetentionRule
 from memsoda_core.items.values import ItemInput, StoredItem
 from memsoda_core.learning import (
     ExtractionRequest,
@@ -128,6 +128,7 @@ __all__ = [
     "LimitError",
     "LlamaIndexExtractor",
     "LocalEmbedder",
+    "MaintainReport",
     "Memory",
     "MemsodaError",
     "Message",

@@ -30,7 +30,7 @@ from memsoda_core.errors import (
 )
 from memsoda_core.files import open_sink, progress_callback, read_jsonl
 from memsoda_core.forgetting import calls as forgetting_calls
-from memsoda_core.forgetting.rules import ForgetReport, RetentionReport, RetentionRule
+from memsoda_core.forgetting.rules import ForgetReport, MaintainReport, RetentionReport, RetentionRule
 from memsoda_core.items import calls as items_calls
 from memsoda_core.items.values import ItemInput, StoredItem
 from memsoda_core.layouts import generation
@@ -488,12 +488,15 @@ class Memory:
             lambda: forgetting_calls.forget_source_op(self._context, dataset, project, thread_id, message_ids)
         )
 
-    def maintain(self, *, retention: bool = True) -> list[str]:
+    def maintain(self, *, retention: bool = True) -> MaintainReport:
         """Purge the facts the scopes' retention rules have outlived (`apply_retention`; not with
-        `retention=False`), refresh statistics and build the tenant indexes of every
-        dataset/project at or above `tenant_index_min_facts` facts that lacks them (writes through
-        memsoda do this on their own; call it after loading rows with COPY). Returns the names of
-        the indexes built."""
+        `retention=False`), repair single-valued relations whose values overlap in valid time (a
+        store written before the single-valued history fix: each value still true when the next
+        other value starts ends there, superseded by it, as a write places them), refresh
+        statistics and build the tenant indexes of every dataset/project at or above
+        `tenant_index_min_facts` facts that lacks them (writes through memsoda do this on their
+        own; call it after loading rows with COPY). Returns a `MaintainReport`: the purge, the
+        facts ended by the repair, the names of the indexes built."""
         return self._run(lambda: forgetting_calls.maintain_op(self._context, retention))
 
     def set_retention(

@@ -67,6 +67,7 @@ CORE_API = {
     "LayoutChangedError",
     "LimitError",
     "LocalEmbedder",
+    "MaintainReport",
     "Memory",
     "MemsodaError",
     "NotFoundError",
