@@ -132,6 +132,10 @@ async def test_an_export_says_which_facts_items_own_and_an_import_keeps_it(
     copy: ScopeArgs = {**scope, "project": "copy"}
     await load(memory, out.getvalue(), copy)
     assert owned_by_items(pg_dsn, copy) == {"buy milk": True, "tea": False}
+    note = {"namespace": ["notes"], "key": "k", "text": "buy milk"}
+    await memory.put_items([{**note, "value": {"t": 2}}], **copy)  # an item comes to refer to it
+    await memory.put_items([{**note, "value": None}], **copy)  # and goes: items' own fact ends
+    assert [f.object for f in (await memory.list_facts(**copy)).facts] == ["tea"]
     # an item-owned line equal to a fact the application wrote leaves it the application's
     both: ScopeArgs = {**scope, "project": "both"}
     await memory.add_facts([{"subject": "user", "predicate": "noted", "object": "buy milk"}], **both)
