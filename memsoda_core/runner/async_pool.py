@@ -67,6 +67,7 @@ class Pool(AsyncConnectionPool[Connection]):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, connection_class=PooledConnection, **kwargs)
+        self.loop = asyncio.get_running_loop()  # async only
         self.in_use = 0
         self._counting = threading.Lock()
 

@@ -26,6 +26,7 @@ from memsoda_core.runner.compiled import Compiled
 
 # sync: from memsoda_core.runner.embedding import EmbeddingCache, call_with_timeout, embedding_failure
 from memsoda_core.runner.embedding import EmbeddingCache, embedding_failure
+from memsoda_core.runner.event_loop import check_loop
 from memsoda_core.runner.policy import (
     CANCEL_TIMEOUT_S,
     CONNECTION_KWARGS,
@@ -285,6 +286,7 @@ class AsyncRunner:
         `policy.RERUN_ATTEMPTS` runs in all, after a short wait) when PostgreSQL ends its
         transaction as a deadlock or serialization victim before anything of it left the
         transaction (`policy.may_rerun`)."""
+        check_loop(self.pool)  # async only
         runs = 0
         while True:
             runs += 1
