@@ -231,7 +231,7 @@ class AsyncMemory:
         if self._closed:
             return
         # sync: self._close_clients()
-        await close_from_any_loop(self._runner.pool, self._close_clients)
+        await close_from_any_loop(self._runner.pools(), self._close_clients)
         self._closed = True
         await asyncio.to_thread(release_target, self._target)
 

@@ -143,6 +143,9 @@ class NodePools:
             await pool.close()
         return kept
 
+    def opened(self) -> list[Pool]:
+        return list(self._pools.values())
+
     async def close(self) -> None:
         pools, self._pools = list(self._pools.values()), {}
         for pool in pools:

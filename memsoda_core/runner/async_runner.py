@@ -255,6 +255,10 @@ class AsyncRunner:
             pool_timeout=pool_timeout,
         )
 
+    def pools(self) -> list[Pool]:
+        """Its pool, then those of the other nodes it has read on."""
+        return [self.pool, *self._nodes.opened()]
+
     async def close(self) -> None:
         try:
             await self._nodes.close()

@@ -8,7 +8,7 @@ the sync runner has no loop.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from memsoda_core.errors import EventLoopError
 from memsoda_core.runner.async_pool import Pool
@@ -23,12 +23,12 @@ def check_loop(pool: Pool) -> None:
         )
 
 
-async def close_from_any_loop(pool: Pool, close: Callable[[], Awaitable[None]]) -> None:
-    """Run `close` (which closes `pool`) in the loop that opened `pool`, if it is the running one.
-    A loop that no longer runs (closed by `asyncio.run`, or stopped) took the pool's tasks with
-    it: only its idle connections are left, closed here. A loop still running in another thread
-    may be using the pool: `EventLoopError`, saying to close it there."""
-    opened_in = pool.loop
+async def close_from_any_loop(pools: Sequence[Pool], close: Callable[[], Awaitable[None]]) -> None:
+    """Run `close` (which closes `pools`, all opened in one loop) in the loop that opened them, if
+    it is the running one. A loop that no longer runs (closed by `asyncio.run`, or stopped) took
+    the pools' tasks with it: only their idle connections are left, closed here. A loop still
+    running in another thread may be using them: `EventLoopError`, saying to close it there."""
+    opened_in = pools[0].loop
     if asyncio.get_running_loop() is opened_in:
         await close()
     elif opened_in.is_running():
@@ -37,7 +37,8 @@ async def close_from_any_loop(pool: Pool, close: Callable[[], Awaitable[None]]) 
             "(asyncio.run_coroutine_threadsafe(memory.close(), loop))"
         )
     else:
-        await _close_orphaned(pool)
+        for pool in pools:
+            await _close_orphaned(pool)
 
 
 async def _close_orphaned(pool: Pool) -> None:

@@ -141,6 +141,9 @@ class NodePools:
             pool.close()
         return kept
 
+    def opened(self) -> list[Pool]:
+        return list(self._pools.values())
+
     def close(self) -> None:
         pools, self._pools = list(self._pools.values()), {}
         for pool in pools:

@@ -251,6 +251,10 @@ class Runner:
             pool_timeout=pool_timeout,
         )
 
+    def pools(self) -> list[Pool]:
+        """Its pool, then those of the other nodes it has read on."""
+        return [self.pool, *self._nodes.opened()]
+
     def close(self) -> None:
         try:
             self._nodes.close()
