@@ -156,7 +156,7 @@ class Memory:
         fixed then, so an existing store refuses another one. `read_only`: see `read_only`. `worker_reads`, on
         a Citus store: a small tenant's recall is read straight from the worker holding its shards, which keeps
         its plan (through the coordinator while that worker cannot be reached from here); False sends every
-        statement through the coordinator (`docs/ARCHITECTURE.md`, "Citus")."""
+        statement through the coordinator (README, "Running on a Citus cluster")."""
         check_pool_args(pool_size, pool_timeout)
         check_options_type(options, RecallOptions, "Memory.open")
         chosen_synthesizer = as_synthesizer(synthesizer)
