@@ -125,13 +125,13 @@ def met_facts(schema: str) -> sql.Composed:
     """The `Met` rows of a batch, read under the relations' locks (which every writer that ends or
     deletes a fact holds), learned at %(learned_at)s:
     - for an input of a single-valued relation (by the input's %(singles)s flag or the scope's
-      registry), the facts of the relation, ended or not, that hold at the input's start or after
-      it: a value that ended before cannot meet it, so a history costs the facts from that time
-      on, not the whole history. An open input without a start starts when memory learns it if
-      the relation has facts at all (`writing.decisions`), so for it that time is %(learned_at)s,
-      plus the one that ended last of another value (how far an equal live fact's start may move
-      back) and the one that ended last (whether the relation has a history); an ended input
-      without a start is placed first and reads it all;
+      registry), the facts of the relation, ended or not, that hold at its start or after it
+      (`since`): a value that ended before cannot meet it, so a write reads the history from
+      there on, not all of it. An open input without a start starts when memory learns it if the
+      relation has facts at all (`writing.decisions`): its `since` is %(learned_at)s, and it also
+      reads the fact that ended last (whether there are any) and the last of another value (how
+      far an equal live value's start may move back). An
+      ended input without a start is placed first: it reads the whole history;
     - else, for an open input (no invalid_at), the live facts that hold its value, and for an
       ended input the facts of equal value and equal interval (an exported history line).
     Keys are compared in SQL alone, so the batch and the store are grouped by one definition of
