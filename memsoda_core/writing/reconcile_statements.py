@@ -130,8 +130,8 @@ def met_facts(schema: str) -> sql.Composed:
       there on, not all of it. An open input without a start starts when memory learns it if the
       relation has facts at all (`writing.decisions`): its `since` is %(learned_at)s, and it also
       reads the fact that ended last (whether there are any) and the last of another value (how
-      far an equal live value's start may move back). An
-      ended input without a start is placed first: it reads the whole history;
+      far an equal live value's start may move back). An ended input without a start is placed
+      first: it reads the whole history;
     - else, for an open input (no invalid_at), the live facts that hold its value, and for an
       ended input the facts of equal value and equal interval (an exported history line).
     Keys are compared in SQL alone, so the batch and the store are grouped by one definition of
