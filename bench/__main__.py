@@ -121,11 +121,16 @@ def main(argv: list[str] | None = None) -> int:
     citus.add_argument("--warmup", type=int, default=15)
     citus.add_argument("--citus-dsn", help="an existing coordinator (default: start one with 2 workers here)")
     citus.add_argument("--tuned", action="store_true", help="also a store with 8 shards, the large tenant isolated")
+    citus.add_argument(
+        "--through-coordinator",
+        action="store_true",
+        help="also the defaults' store read with worker_reads=False (every statement through the coordinator)",
+    )
     citus.add_argument("--embedder", choices=("local", "hash"), default="hash")
     citus.add_argument(
         "--shard-direct",
         action="store_true",
-        help="also time the small tenant's statement read straight from its shards on the worker, plan kept",
+        help="also time the small tenant's statement alone: one node, through the coordinator, on the worker's shards",
     )
 
     cli = commands.add_parser("cli", help="the command line's wall time: recall beside stats, cold open + recall")
@@ -282,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
                 warmup=args.warmup,
                 citus_dsn=args.citus_dsn,
                 tuned=args.tuned,
+                through_coordinator=args.through_coordinator,
                 shard_direct=args.shard_direct,
             )
         )

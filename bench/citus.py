@@ -6,7 +6,9 @@ The cluster runs at PostgreSQL's and Citus' defaults (`DEFAULT_NODE_SETTINGS`), 
 distributed as a user does it: made by `Memory.open`, distributed by `memsoda --dsn ... distribute`
 with no options (`citus.shard_count` shards, no tenant isolated), then opened again. With
 `tuned`, a second store on the same cluster is distributed with 8 shards and the large tenant
-isolated on a shard of its own, its rows beside the defaults'. Each tenant is its own dataset
+isolated on a shard of its own, its rows beside the defaults'. With `through_coordinator`, another
+store distributed as the defaults' is read with `worker_reads=False`: every statement through the
+coordinator, as a client that cannot reach the workers reads. Each tenant is its own dataset
 (the distribution key), loaded with COPY (`synth.load`) after distributing, so the rows go
 straight to the shards; every store is then vacuumed and left by autovacuum, on the workers too
 (`bench.common.settle`), before anything is timed. Recall gets precomputed query vectors
@@ -59,10 +61,13 @@ class Layout:
     shard_count: int | None = None
     """None: as `memsoda distribute` with no options, `citus.shard_count`."""
     isolate_large: bool = False
+    worker_reads: bool = True
+    """`Memory.open(worker_reads=...)`."""
 
 
 DEFAULTS = Layout("Citus defaults")
 TUNED = Layout(f"{TUNED_SHARDS} shards, large tenant isolated", shard_count=TUNED_SHARDS, isolate_large=True)
+THROUGH_COORDINATOR = Layout("Citus defaults, worker_reads=False", worker_reads=False)
 
 
 def _tool() -> ModuleType:
@@ -95,12 +100,12 @@ def citus_memory(embedder: Embedder, coordinator: str, layout: Layout, large: st
     (dropped afterwards)."""
     schema = f"bench_{uuid.uuid4().hex[:10]}"
     Memory.open(coordinator, embedder, schema=schema).close()
-    if layout == DEFAULTS:
+    if layout.shard_count is None and not layout.isolate_large:
         _distribute_as_a_user(coordinator, schema)
     else:
         isolate = [large] if layout.isolate_large else []
         distribute(coordinator, schema, shard_count=layout.shard_count, isolate=isolate, transfer_mode="block_writes")
-    memory = Memory.open(coordinator, embedder, schema=schema)
+    memory = Memory.open(coordinator, embedder, schema=schema, worker_reads=layout.worker_reads)
     try:
         yield memory
     finally:
@@ -161,6 +166,7 @@ def run(
     warmup: int = 15,
     citus_dsn: str | None = None,
     tuned: bool = False,
+    through_coordinator: bool = False,
     shard_direct: bool = False,
     seed: int = 7,
 ) -> str:
@@ -177,7 +183,7 @@ def run(
         for name, size in sizes.items()
     ]
     workload = {t.dataset: synth.queries(t, warmup + recalls, words=words, seed=seed) for t in tenants}
-    layouts = [DEFAULTS, TUNED] if tuned else [DEFAULTS]
+    layouts = [DEFAULTS, *([TUNED] if tuned else []), *([THROUGH_COORDINATOR] if through_coordinator else [])]
     out: list[str] = []
     with ExitStack() as stack:
         one = stack.enter_context(bench_memory(embedder))
@@ -268,6 +274,6 @@ def _direct_table(direct: DirectReads, facts: int) -> str:
         rows.append([form, f"{p['p50']:.2f} / {p['p95']:.2f}", f"{p['p50'] / base:.2f}x"])
     return (
         f"\nThe {facts:,}-fact tenant's recall statement alone, after each of its Citus recalls again"
-        " (`--shard-direct`; the worker's shards read directly is a routing memsoda does not do,"
-        " measured to size it):\n\n" + markdown_table(["statement run", "p50 / p95 ms", "against one node"], rows)
+        " (`--shard-direct`: memsoda's two forms, through the coordinator and on the worker's shards):\n\n"
+        + markdown_table(["statement run", "p50 / p95 ms", "against one node"], rows)
     )

@@ -141,7 +141,7 @@ def run(
         with connect(memory.dsn) as conn:
             report = synth.load(conn, memory.info.schema, tenants)
         started = time.perf_counter()
-        built = memory.maintain()
+        built = memory.maintain().indexes
         tenant_s = time.perf_counter() - started
         rows.append(
             [

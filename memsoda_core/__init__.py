@@ -16,6 +16,7 @@ from memsoda_core.errors import (
     EmbedderMismatchError,
     EmbeddingError,
     EmptyFieldError,
+    EventLoopError,
     ExtractionError,
     ImportFormatError,
     IntervalError,
@@ -34,7 +35,7 @@ from memsoda_core.errors import (
     TextTooLongError,
     ValidationError,
 )
-from memsoda_core.forgetting.rules import ForgetReport, RetentionReport, RetentionRule
+from memsoda_core.forgetting.rules import ForgetReport, MaintainReport, RetentionReport, RetentionRule
 from memsoda_core.items.values import ItemInput, StoredItem
 from memsoda_core.learning import (
     ExtractionRequest,
@@ -105,6 +106,7 @@ __all__ = [
     "Entity",
     "Episode",
     "EpisodeInput",
+    "EventLoopError",
     "ExtractionError",
     "ExtractionRequest",
     "Extractor",
@@ -126,6 +128,7 @@ __all__ = [
     "LimitError",
     "LlamaIndexExtractor",
     "LocalEmbedder",
+    "MaintainReport",
     "Memory",
     "MemsodaError",
     "Message",

@@ -31,13 +31,14 @@ from memsoda_core.errors import (
 )
 from memsoda_core.files import open_sink, progress_callback, read_jsonl
 from memsoda_core.forgetting import calls as forgetting_calls
-from memsoda_core.forgetting.rules import ForgetReport, RetentionReport, RetentionRule
+from memsoda_core.forgetting.rules import ForgetReport, MaintainReport, RetentionReport, RetentionRule
 from memsoda_core.items import calls as items_calls
 from memsoda_core.items.values import ItemInput, StoredItem
 from memsoda_core.layouts import generation
-from memsoda_core.learning.applying import fact_sources
+from memsoda_core.learning.applying import Applied, SingleValuedChanged, fact_sources
 from memsoda_core.learning.call import RememberCall, extraction_failed
 from memsoda_core.learning.extractors import ExtractorLike, as_extractor
+from memsoda_core.learning.operations import CheckedExtraction
 from memsoda_core.memory_context import MemoryContext
 from memsoda_core.models import (
     EpisodeInput,
@@ -52,7 +53,7 @@ from memsoda_core.models import (
     TimeInput,
 )
 from memsoda_core.ops import calls as fact_calls
-from memsoda_core.ops.open_settings import aclose_built, check_read_only, open_settings
+from memsoda_core.ops.open_settings import aclose_built, check_flag, open_settings
 from memsoda_core.ops.opening import open_store, reload_layout
 from memsoda_core.ops.transfer import parse_jsonl
 from memsoda_core.option_checks import check_options_type
@@ -64,6 +65,7 @@ from memsoda_core.reembed import operation as reembed_ops
 from memsoda_core.reembed.async_api import reembed_store
 from memsoda_core.reembed.operation import DEFAULT_BATCH_SIZE, ReembedReport
 from memsoda_core.runner.async_runner import Advance, AsyncRunner, Sink
+from memsoda_core.runner.event_loop import close_from_any_loop
 from memsoda_core.runner.policy import check_pool_args
 from memsoda_core.runner.steps import Operation
 from memsoda_core.runner.target import Target, release_target
@@ -72,6 +74,9 @@ from memsoda_core.synthesis import SynthesizerLike, as_synthesizer
 from memsoda_core.validation import check_scope
 
 T = TypeVar("T")
+
+REMEMBER_RECHECKS = 3
+"""Writes of one `remember` answer, each after a `set_single_valued` that changed what it checked."""
 
 
 class _EmittedLines:
@@ -139,6 +144,7 @@ class AsyncMemory:
         tenant_index_min_facts: int | None = None,
         layout: str | None = None,
         read_only: bool = False,
+        worker_reads: bool = True,
     ) -> AsyncMemory:
         """Open (creating or upgrading the schema) the store at `dsn`, `MEMSODA_DSN`, or the embedded server
         under `home` / `MEMSODA_HOME`. A `dsn` is a postgresql:// or postgres:// URI or libpq key=value pairs;
@@ -150,18 +156,22 @@ class AsyncMemory:
         or a LlamaIndex LLM). `layout`, for a new store: "partitioned" (a large tenant in partitions of its own;
         the default but under Citus) or "plain" (`docs/ARCHITECTURE.md`, "Tenant layouts"). `text_search_config`,
         for a new store: the PostgreSQL text search configuration of its keyword signal (None: english);
-        fixed then, so an existing store refuses another one. `read_only`: see `read_only`."""
+        fixed then, so an existing store refuses another one. `read_only`: see `read_only`. `worker_reads`, on
+        a Citus store: a small tenant's recall is read straight from the worker holding its shards, which keeps
+        its plan (through the coordinator while that worker cannot be reached from here); False sends every
+        statement through the coordinator (README, "Running on a Citus cluster")."""
         check_pool_args(pool_size, pool_timeout)
         check_options_type(options, RecallOptions, "Memory.open")
         chosen_synthesizer = as_synthesizer(synthesizer)
         chosen_extractor = as_extractor(extractor)
         settings = (schema, text_search_config, tenant_index_min_facts, layout)
+        reads_on_workers = check_flag(worker_reads, "worker_reads")
         opening = await asyncio.to_thread(open_settings, embedder, dsn, home, *settings)
         target = opening.target
         try:
             runner = await AsyncRunner.open(
                 target,
-                open_store(**opening.store, read_only=check_read_only(read_only)),
+                open_store(**opening.store, read_only=check_flag(read_only, "read_only")),
                 embedder=opening.embedder,
                 synthesizer=chosen_synthesizer,
                 cache_size=cache_size,
@@ -179,6 +189,7 @@ class AsyncMemory:
             options=options or DEFAULT_OPTIONS,
             synthesizer=chosen_synthesizer,
             extractor=chosen_extractor,
+            worker_reads=reads_on_workers,
         )
         self._layout_due = time.monotonic() + generation.CHECK_EVERY_S  # the open has just read it
         return self
@@ -219,10 +230,15 @@ class AsyncMemory:
         user. Closing again does nothing; an operation after it raises `StoreUnavailableError`."""
         if self._closed:
             return
+        # sync: self._close_clients()
+        await close_from_any_loop(self._runner.pools(), self._close_clients)
         self._closed = True
+        await asyncio.to_thread(release_target, self._target)
+
+    async def _close_clients(self) -> None:
+        """Close the pool and an embedder `open` built."""
         await self._runner.close()
         await aclose_built(self._runner.embedder if self._built_embedder else None)
-        await asyncio.to_thread(release_target, self._target)
 
     async def __aenter__(self) -> AsyncMemory:
         return self
@@ -442,8 +458,15 @@ class AsyncMemory:
         except Exception as exc:
             raise extraction_failed(call.extractor, exc) from exc
         checked = call.answer(raw, request, before)
-        applied = await self._run(lambda: self._context.resizing(call.scope, call.apply(self.info, checked)))
-        return call.result(request, checked, applied)
+        for _ in range(REMEMBER_RECHECKS):
+            try:
+                return call.result(request, checked, await self._apply_answer(call, checked))
+            except SingleValuedChanged as changed:  # declared while the model ran: check as if read now
+                checked = call.answer(raw, request, replace(before, single_valued=changed.predicates))
+        raise StoreError("the scope's single-valued relations kept changing while remember wrote: call it again")
+
+    async def _apply_answer(self, call: RememberCall, checked: CheckedExtraction) -> Applied:
+        return await self._run(lambda: self._context.resizing(call.scope, call.apply(self.info, checked)))
 
     async def sources(self, fact_id: int, *, dataset: str, project: str) -> list[FactSource]:
         """The messages fact `fact_id` was learned from by `remember` (thread and message ids),
@@ -478,12 +501,15 @@ class AsyncMemory:
             lambda: forgetting_calls.forget_source_op(self._context, dataset, project, thread_id, message_ids)
         )
 
-    async def maintain(self, *, retention: bool = True) -> list[str]:
+    async def maintain(self, *, retention: bool = True) -> MaintainReport:
         """Purge the facts the scopes' retention rules have outlived (`apply_retention`; not with
-        `retention=False`), refresh statistics and build the tenant indexes of every
-        dataset/project at or above `tenant_index_min_facts` facts that lacks them (writes through
-        memsoda do this on their own; call it after loading rows with COPY). Returns the names of
-        the indexes built."""
+        `retention=False`), repair single-valued relations whose values overlap in valid time (a
+        store written before the single-valued history fix: each value still true when the next
+        other value starts ends there, superseded by it, as a write places them), refresh
+        statistics and build the tenant indexes of every dataset/project at or above
+        `tenant_index_min_facts` facts that lacks them (writes through memsoda do this on their
+        own; call it after loading rows with COPY). Returns a `MaintainReport`: the purge, the
+        facts ended by the repair, the names of the indexes built."""
         return await self._run(lambda: forgetting_calls.maintain_op(self._context, retention))
 
     async def set_retention(

@@ -25,7 +25,8 @@
     │   ├── ReadOnlyStoreError     a write to a store open read-only (a replica, a read-only role)
     │   ├── LayoutChangedError     the store was distributed twice while an operation ran; call it again
     │   └── SchemaError            the schema is newer than this memsoda, or pgvector is missing
-    └── ConfigurationError         an option or environment variable is wrong
+    ├── ConfigurationError         an option or environment variable is wrong
+    └── EventLoopError             an AsyncMemory used outside the event loop that opened it (also a RuntimeError)
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ __all__ = [
     "EmbedderMismatchError",
     "EmbeddingError",
     "EmptyFieldError",
+    "EventLoopError",
     "ExtractionError",
     "ImportFormatError",
     "IntervalError",
@@ -186,3 +188,10 @@ class SchemaError(StoreError):
 
 class ConfigurationError(MemsodaError):
     """An option or environment variable has an invalid value."""
+
+
+class EventLoopError(MemsodaError, RuntimeError):
+    """An `AsyncMemory` was used in an event loop other than the one that opened it (each
+    `asyncio.run` starts a new loop). Its connection pool runs tasks in that loop, so it cannot
+    serve another: open the memory inside the coroutine that uses it. `close()` works from any
+    loop, except while the opening loop still runs in another thread: close it there."""

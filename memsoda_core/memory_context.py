@@ -35,6 +35,9 @@ class MemoryContext:
     calibrations: CalibrationCache = field(default_factory=CalibrationCache)
     synthesizer: Synthesizer | None = None
     extractor: Extractor | None = None
+    worker_reads: bool = True
+    """On a Citus store, a small scope's recall is read on the worker holding its shards
+    (`layouts.citus`)."""
 
     @staticmethod
     def now() -> datetime:

@@ -55,6 +55,8 @@ class ValidFact:
     """With no `valid_at`: start when memory learns it, the write's time (`supersede`)."""
     times_seen: int = 1
     """How often it was written before (an import restores the exported count)."""
+    item_owned: bool = False
+    """Written by items alone (an import restores the exported flag, `facts.item_owned`)."""
 
     @property
     def object_is_entity(self) -> bool:

@@ -36,6 +36,7 @@ from memsoda_core import (
     AsyncMemory,
     ConfigurationError,
     EmbeddingError,
+    EventLoopError,
     LimitError,
     LocalEmbedder,
     Memory,
@@ -394,6 +395,47 @@ async def test_a_closed_memory_says_so_and_closes_once(pg_dsn: str, embedder: Lo
         await memory.recall("anything", dataset="d", project="p")
     with pytest.raises(StoreUnavailableError, match="this Memory is closed"):
         await memory.add_facts([{"subject": "a", "predicate": "b", "object": "c"}], dataset="d", project="p")
+
+
+def test_an_async_memory_closes_from_another_event_loop(pg_dsn: str, embedder: LocalEmbedder) -> None:
+    memory = asyncio.run(AsyncMemory.open(pg_dsn, embedder))  # a loop closed on return
+    idle = list(memory._runner.pool._pool)
+    assert idle
+    asyncio.run(memory.close())
+    assert all(conn.closed for conn in idle)
+    with pytest.raises(StoreUnavailableError, match="this Memory is closed"):
+        asyncio.run(memory.recall("anything", dataset="d", project="p"))
+
+
+def test_an_async_memory_used_in_another_event_loop_says_so(pg_dsn: str, embedder: LocalEmbedder) -> None:
+    memory = asyncio.run(AsyncMemory.open(pg_dsn, embedder))
+    try:
+        # refused at once: the pool's tasks, which make its connections, ended with the first loop
+        with pytest.raises(EventLoopError, match="opened in another event loop"):
+            asyncio.run(memory.recall("anything", dataset="d", project="p"))
+        with pytest.raises(EventLoopError, match="opened in another event loop"):
+            asyncio.run(memory.add_facts([{"subject": "a", "predicate": "b", "object": "c"}], dataset="d", project="p"))
+    finally:
+        asyncio.run(memory.close())
+
+
+def test_an_async_memory_whose_loop_runs_in_another_thread_is_closed_there(
+    pg_dsn: str, embedder: LocalEmbedder
+) -> None:
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever)
+    thread.start()
+    try:
+        memory = asyncio.run_coroutine_threadsafe(AsyncMemory.open(pg_dsn, embedder), loop).result(60)
+        with pytest.raises(EventLoopError, match="close it there"):
+            asyncio.run(memory.close())
+        asyncio.run_coroutine_threadsafe(memory.close(), loop).result(60)
+        with pytest.raises(StoreUnavailableError, match="this Memory is closed"):
+            asyncio.run_coroutine_threadsafe(memory.recall("anything", dataset="d", project="p"), loop).result(60)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        loop.close()
 
 
 @pytest.mark.parametrize("flavour", ["sync", "async"])

@@ -467,7 +467,7 @@ def test_named_statements_are_the_ones_composed_for_the_scope_itself() -> None:
            WHERE {scope_f} AND f.id = ANY(%(fact_ids)b::bigint[])""",
                 "s",
                 access=kept,
-                fact_columns=fact_columns("s", named=scope, leaves=leaves),
+                fact_columns=fact_columns("s", tables=kept.tables("s"), named=scope),
             )
         )
         assert facts_statement("s", ScopeAccess(named=scope, kept_named=scope, leaves=leaves)) == direct

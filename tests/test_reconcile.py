@@ -6,16 +6,23 @@ from __future__ import annotations
 
 import io
 import json
+import time
+import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from memsoda_core import IntervalError, LocalEmbedder, Memory, NotFoundError, NotLiveError, ScopeArgs
 from memsoda_core.store.schema import SCHEMA_VERSION
-from tests.conftest import Either
+from memsoda_core.validation import validate_facts
+from memsoda_core.writing import inserts
+from memsoda_core.writing import reconcile_statements as sql_reconcile
+from tests.conftest import Either, open_memory
 
 LIVES = {"subject": "user", "predicate": "lives in", "object": "amsterdam", "object_type": "PLACE"}
 BANK = {"subject": "user", "predicate": "bank is", "object": "abn amro", "object_type": "LITERAL"}
@@ -118,6 +125,92 @@ def test_concurrent_writers_of_a_single_valued_relation_leave_one_live_fact(
     assert live_count(pg_dsn, scope, "bank is") == 1
     assert len(page.facts) == 32
     assert live_count(pg_dsn, scope, "lives in") == 3  # equal facts written at once: stored once
+
+
+def test_declaring_a_relation_single_valued_waits_for_the_writers_in_the_scope(
+    pg_dsn: str, sync_memory: Memory, scope: ScopeArgs
+) -> None:
+    sync_memory.add_facts([LIVES], **scope)
+    keys = inserts.fact_arrays(validate_facts([LIVES]), sql_reconcile.KEY_FIELDS)
+    params = {**scope, "schema": "memsoda", **keys, "singles": [False]}
+    with psycopg.connect(pg_dsn) as writer, ThreadPoolExecutor(max_workers=1) as pool:
+        writer.execute(sql_reconcile.lock_relations("memsoda"), params)  # a writer's locks, held until it commits
+        declared = pool.submit(sync_memory.set_single_valued, ["lives in"], **scope)
+        deadline = time.monotonic() + 30
+        while not writer.execute(
+            "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND pid <> pg_backend_pid()"
+        ).fetchall():  # the registry does not change under a writer's locks: it waits for the commit
+            assert not declared.done() and time.monotonic() < deadline, "set_single_valued did not wait"
+            time.sleep(0.05)
+        writer.commit()
+        assert declared.result(timeout=60) == ["lives in"]
+
+
+@pytest.fixture
+def overlap_schema(pg_dsn: str) -> Iterator[str]:
+    """A schema of its own: `maintain` repairs every scope of its store, and counts what it did."""
+    name = f"overlaps_{uuid.uuid4().hex[:8]}"
+    yield name
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+def insert_value(
+    conn: psycopg.Connection[Any], schema: str, like: int, obj: str, valid: str, invalid: str | None
+) -> int:
+    """A value of fact `like`'s relation written around memsoda, as a store from before the
+    single-valued history fix may hold it."""
+    row = conn.execute(
+        sql.SQL(
+            """INSERT INTO {s}.facts (dataset, project, subject, predicate, object, object_type, subject_id,
+                   object_id, anchor_id, valid_at, invalid_at, confidence, embedding)
+               SELECT dataset, project, subject, predicate, %(o)s, object_type, subject_id, NULL, anchor_id,
+                      %(va)s, %(ia)s, confidence, embedding
+               FROM {s}.facts WHERE id = %(like)s RETURNING id"""
+        ).format(s=sql.Identifier(schema)),
+        {"o": obj, "va": valid, "ia": invalid, "like": like},
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_maintain_ends_overlapping_values_of_a_single_valued_relation(
+    pg_dsn: str, embedder: LocalEmbedder, overlap_schema: str, scope: ScopeArgs, flavour: str
+) -> None:
+    memory = await open_memory(flavour, pg_dsn, embedder, schema=overlap_schema)
+    try:
+        await memory.set_single_valued(["Lives In"], **scope)
+        (paris,) = await memory.add_facts([{**LIVES, "object": "paris", "valid_at": "2019-01-01"}], **scope)
+        tea, coffee = await memory.add_facts(  # not single-valued: both stay
+            [
+                {"subject": "user", "predicate": "likes", "object": "tea", "valid_at": "2019-01-01"},
+                {"subject": "user", "predicate": "likes", "object": "coffee", "valid_at": "2020-01-01"},
+            ],
+            **scope,
+        )
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            rome = insert_value(conn, overlap_schema, paris, "rome", "2021-01-01+00", None)
+            berlin = insert_value(conn, overlap_schema, paris, "berlin", "2020-01-01+00", "2022-01-01+00")
+            paris_again = insert_value(conn, overlap_schema, paris, "Paris", "2019-06-01+00", None)  # the same value
+        report = await memory.maintain()
+        assert report.overlaps_repaired == 3
+        facts = {f.id: f for f in (await memory.list_facts(**scope, status="all")).facts}
+        ends = {fid: (facts[fid].invalid_at, facts[fid].superseded_by) for fid in (paris, paris_again, berlin, rome)}
+        assert ends == {
+            paris: (datetime(2020, 1, 1, tzinfo=UTC), berlin),  # ends where the next other value starts
+            paris_again: (datetime(2020, 1, 1, tzinfo=UTC), berlin),
+            berlin: (datetime(2021, 1, 1, tzinfo=UTC), rome),  # an ended value's end moves earlier
+            rome: (None, None),
+        }
+        assert facts[paris].expired_at is not None and facts[berlin].expired_at is None  # learned now; kept
+        assert facts[tea].invalid_at is None and facts[coffee].invalid_at is None
+        for at, holding in [("2019-03-01", {"paris"}), ("2020-06-01", {"berlin"}), ("2021-06-01", {"rome"})]:
+            page = await memory.list_facts(**scope, predicate="lives in", as_of=at)
+            assert {f.object.lower() for f in page.facts} == holding, at
+        assert (await memory.maintain()).overlaps_repaired == 0
+    finally:
+        await memory.close()
 
 
 async def test_only_a_live_fact_can_be_superseded_or_ended(memory: Either, scope: ScopeArgs) -> None:

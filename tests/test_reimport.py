@@ -10,9 +10,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import psycopg
+import pytest
 from typer.testing import CliRunner
 
-from memsoda_core import ImportReport, Memory, ScopeArgs
+from memsoda_core import ImportFormatError, ImportReport, Memory, ScopeArgs
 from memsoda_core.cli import app
 from tests.conftest import Either
 
@@ -106,6 +108,46 @@ async def test_skip_reports_the_same_bad_lines_each_time(memory: Either, scope: 
         assert [number for number, _ in report.errors] == [3, 5]
         assert split(report) == expected
     assert await counts(memory, scope) == (2, 1)
+
+
+def owned_by_items(pg_dsn: str, scope: ScopeArgs) -> dict[str, bool]:
+    """Each fact's object and whether it is items' own (`facts.item_owned`)."""
+    with psycopg.connect(pg_dsn) as conn:
+        rows = conn.execute(
+            "SELECT object, item_owned FROM memsoda.facts WHERE dataset = %s AND project = %s",
+            (scope["dataset"], scope["project"]),
+        ).fetchall()
+    return {str(obj): bool(owned) for obj, owned in rows}
+
+
+async def test_an_export_says_which_facts_items_own_and_an_import_keeps_it(
+    memory: Either, scope: ScopeArgs, pg_dsn: str
+) -> None:
+    await memory.put_items([{"namespace": ["notes"], "key": "k", "value": {"t": 1}, "text": "buy milk"}], **scope)
+    await memory.add_facts([{"subject": "user", "predicate": "likes", "object": "tea"}], **scope)
+    out = io.StringIO()
+    await memory.export_jsonl(out, **scope)
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [line.get("item_owned") for line in lines] == [True, None]  # written only when true
+    copy: ScopeArgs = {**scope, "project": "copy"}
+    await load(memory, out.getvalue(), copy)
+    assert owned_by_items(pg_dsn, copy) == {"buy milk": True, "tea": False}
+    note = {"namespace": ["notes"], "key": "k", "text": "buy milk"}
+    await memory.put_items([{**note, "value": {"t": 2}}], **copy)  # an item comes to refer to it
+    await memory.put_items([{**note, "value": None}], **copy)  # and goes: items' own fact ends
+    assert [f.object for f in (await memory.list_facts(**copy)).facts] == ["tea"]
+    # an item-owned line equal to a fact the application wrote leaves it the application's
+    both: ScopeArgs = {**scope, "project": "both"}
+    await memory.add_facts([{"subject": "user", "predicate": "noted", "object": "buy milk"}], **both)
+    await load(memory, out.getvalue(), both)
+    assert owned_by_items(pg_dsn, both) == {"buy milk": False, "tea": False}
+    # a file from before the field imports every fact as the application's
+    old = "".join(json.dumps({k: v for k, v in line.items() if k != "item_owned"}) + "\n" for line in lines)
+    legacy: ScopeArgs = {**scope, "project": "legacy"}
+    await load(memory, old, legacy)
+    assert owned_by_items(pg_dsn, legacy) == {"buy milk": False, "tea": False}
+    with pytest.raises(ImportFormatError, match="item_owned"):
+        await load(memory, jsonl([{**lines[0], "item_owned": "yes"}]), {**scope, "project": "bad"})
 
 
 def test_two_imports_at_once_write_each_episode_once(sync_memory: Memory, scope: ScopeArgs) -> None:

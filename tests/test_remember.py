@@ -4,6 +4,7 @@ failure paths (nothing written)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import psycopg
@@ -17,6 +18,7 @@ from memsoda_core import (
     ScopeArgs,
     ValidationError,
 )
+from memsoda_core.learning import ExtractionRequest
 from memsoda_core.learning.messages import check_messages
 from memsoda_core.learning.operations import check_answer
 from tests.conftest import Either
@@ -306,6 +308,37 @@ async def test_two_values_without_a_start_of_a_single_valued_relation_reject_the
         await memory.remember(TWO_CITIES, **other, extractor=two_cities_without_a_start(), on_invalid="raise")
     assert [reason[:13] for reason in raised.value.rejected] == ["operation 1 ("]
     assert "without valid_at" in raised.value.rejected[0]
+    assert (await memory.list_facts(**other, status="all")).facts == ()
+
+
+def declaring_single_valued(declare: Callable[[], object]) -> ScriptedExtractor:
+    """`two_cities_without_a_start`'s answer, given once `declare` has run: between `remember`'s
+    read of the scope's single-valued predicates and its write."""
+    (answered,) = two_cities_without_a_start()._answers
+
+    def script(request: ExtractionRequest) -> object:
+        declare()
+        return answered
+
+    return ScriptedExtractor(script=script)
+
+
+async def test_a_relation_declared_single_valued_while_the_model_runs_rejects_the_second_value(
+    memory: Either, sync_memory: Memory, scope: ScopeArgs
+) -> None:
+    # another connection declares "lives in" single-valued after remember read the scope: the write,
+    # under the relation's locks, finds it so and the answer is checked again (it raised IntervalError)
+    declare = declaring_single_valued(lambda: sync_memory.set_single_valued(["Lives In"], **scope))
+    result = await memory.remember(TWO_CITIES, **scope, extractor=declare)
+    ((rejected,),) = (result.rejected,)
+    assert rejected.index == 1 and "without valid_at" in rejected.reason
+    written = (await memory.list_facts(**scope, status="all")).facts
+    assert sorted(f.object for f in written) == ["paris", "philips"]
+    other: ScopeArgs = {**scope, "project": "raise"}
+    declare = declaring_single_valued(lambda: sync_memory.set_single_valued(["lives in"], **other))
+    with pytest.raises(ExtractionError) as raised:
+        await memory.remember(TWO_CITIES, **other, extractor=declare, on_invalid="raise")
+    assert [reason[:13] for reason in raised.value.rejected] == ["operation 1 ("]
     assert (await memory.list_facts(**other, status="all")).facts == ()
 
 

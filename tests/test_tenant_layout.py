@@ -256,7 +256,7 @@ def test_an_interrupted_move_leaves_the_tenant_where_it_was(memory: Memory, pg_d
         assert made == (0,)  # none of the tables it made is left
         assert _texts(memory, "who visited Town3?", BIG)
         conn.execute(sql.SQL("DROP TABLE {}.{}").format(sql.Identifier(schema), sql.Identifier(blocker)))
-    assert memory.maintain() == [index.name for index in sql_layout.leaf_indexes(BIG)]
+    assert list(memory.maintain().indexes) == [index.name for index in sql_layout.leaf_indexes(BIG)]
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         assert _moved(conn, schema) == {(BIG.dataset, BIG.project)}
 

@@ -2,9 +2,10 @@
 
 The async code is the source (as in psycopg's `tools/async_to_sync.py`): each pair below is
 rewritten token by token (`async def` -> `def`, `await x` -> `x`, async names -> sync names), a
-line preceded by a `# sync: <line>` comment is replaced by that line, and the result is formatted
-by ruff. `--check` fails (exit 1) when a generated file differs from what its source gives, which
-`./dev test` runs before the tests.
+line preceded by a `# sync: <line>` comment is replaced by that line, a line ending in `# async only`
+is left out (what only an event loop needs, such as the check that one is used in the loop that
+opened it), and the result is formatted by ruff. `--check` fails (exit 1) when a generated file
+differs from what its source gives, which `./dev test` runs before the tests.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ RENAMES = (
 )
 
 PRAGMA = re.compile(r"^(\s*)# sync: (.*)$")
+ASYNC_ONLY = "# async only"
 
 
 def header(source: str) -> str:
@@ -77,6 +79,8 @@ def convert(text: str, source: str) -> str:
         if replacement is not None:
             out.append(replacement)
             replacement = None
+            continue
+        if line.endswith(ASYNC_ONLY):
             continue
         for pattern, repl in RENAMES:
             line = re.sub(pattern, repl, line)

@@ -46,6 +46,7 @@ from memsoda_core.items.statements import expired_item_facts, filter_sql
 from memsoda_core.items.values import Condition
 from memsoda_core.layouts import REGISTRY as LAYOUTS
 from memsoda_core.layouts.access import ScopeAccess, ScopeSize
+from memsoda_core.layouts.shards import ShardPlace
 from memsoda_core.layouts.write_form import WriteForm
 from memsoda_core.learning.sources import only_sourced_facts
 from memsoda_core.options import DEFAULT_OPTIONS
@@ -62,7 +63,7 @@ from memsoda_core.reembed.statements import TABLES as REEMBED_TABLES
 from memsoda_core.reembed.statements import next_index
 from memsoda_core.runner.compiled import Compiled
 from memsoda_core.store.info import StoreInfo
-from memsoda_core.store.layout import PARTITIONED, leaf_indexes
+from memsoda_core.store.layout import PARTITIONED, READ_TABLES, leaf_indexes
 from memsoda_core.store.schema import MIGRATIONS, StoreShape
 from memsoda_core.store.statements import entity_facts
 from memsoda_core.store.tenant_index import DEFAULT_MIN_FACTS, tenant_indexes
@@ -102,6 +103,7 @@ FRAGMENTS = frozenset(
         "recall.signals.vector.vector_cte",
         "recall.statements.hits_statement",
         "store.fact_columns.fact_columns",
+        "layouts.shards.placed_guard",
         "store.lexemes.fact_lexemes",
         "store.tenant_index.table_alias",
         "store.tenant_index.tenant_predicate",
@@ -196,12 +198,21 @@ def _named(name: str, result: Any) -> Iterator[Entry]:
 
 # -- recall --------------------------------------------------------------------------------------
 
+SHARDS = ShardPlace(
+    relations=tuple((table, f"{table}_{102008 + i}") for i, table in enumerate(READ_TABLES)),
+    shard_ids=tuple(102008 + i for i in range(len(READ_TABLES))),
+    host="worker-1",
+    port=5432,
+)
+"""A Citus worker's shards of a small scope (`layouts.shards`)."""
+
 _SIZES: tuple[tuple[str, ScopeSize | None], ...] = (
     ("none", None),
     ("small", ScopeSize(0)),
     ("large", ScopeSize(MIN_FACTS)),
     ("placed", ScopeSize(0, placed=True)),
     ("moved", ScopeSize(MIN_FACTS, placed=True, moved=True)),
+    ("sharded", ScopeSize(1, shards=SHARDS)),
 )
 
 
@@ -218,6 +229,8 @@ def scope_accesses() -> list[tuple[str, ScopeAccess, int]]:
             found = [(label, access)]
             if access.moved is not None:
                 found.append((f"{label}>moved", access.moved))
+            if access.direct is not None:
+                found.append((f"{label}>direct", access.direct))
             for case, derived in found:
                 key = (derived.form, derived.kept_named, facts < MIN_FACTS)
                 cases.setdefault(key, ([], derived, facts))[0].append(case)

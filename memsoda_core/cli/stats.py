@@ -53,19 +53,25 @@ def maintain(
     as_json: JsonOpt = False,
     retention: Annotated[bool, typer.Option(help="Purge what the retention rules have outlived first.")] = True,
 ) -> None:
-    """Purge the facts retention rules have outlived (`memsoda retention`), refresh statistics and
-    build the indexes that large datasets/projects lack (after loading rows around memsoda, e.g.
+    """Purge the facts retention rules have outlived (`memsoda retention`), repair single-valued
+    relations whose values overlap (stores written before that fix), refresh statistics and build
+    the indexes that large datasets/projects lack (after loading rows around memsoda, e.g.
     with COPY). Writes through memsoda build them on their own."""
     with open_memory(settings_of(ctx), embeds=False) as memory:
         purged = memory.apply_retention() if retention else None
-        built = memory.maintain(retention=False)
+        report = memory.maintain(retention=False)
         threshold = memory.info.tenant_index_min_facts
+    built, repaired = list(report.indexes), report.overlaps_repaired
     if as_json:
         facts = None if purged is None else {"facts": purged.facts, "items": purged.items}
-        print_json({"built": built, "tenant_index_min_facts": threshold, "purged": facts})
+        print_json(
+            {"built": built, "tenant_index_min_facts": threshold, "purged": facts, "overlaps_repaired": repaired}
+        )
         return
     if purged is not None:
         out().print(f"retention: purged {purged.facts} facts and {purged.items} items")
+    if repaired:
+        out().print(f"single-valued relations: ended {repaired} fact(s) where the next value starts")
     if not built:
         out().print(f"statistics refreshed; every dataset/project of {threshold:,}+ facts has its indexes")
         return

@@ -1,5 +1,6 @@
 """The forgetting operation builders of a memory: forget, forget_source, retention rules and their
-purge, maintain. Arguments are checked here, eagerly, so bad input raises at the call."""
+purge, maintain (with the repair of overlapping single-valued values). Arguments are checked here,
+eagerly, so bad input raises at the call."""
 
 from __future__ import annotations
 
@@ -9,9 +10,17 @@ from memsoda_core.errors import ValidationError
 from memsoda_core.forgetting import retention as retention_ops
 from memsoda_core.forgetting.operations import forget as forget_scope
 from memsoda_core.forgetting.operations import forget_source
-from memsoda_core.forgetting.rules import ForgetReport, RetentionReport, RetentionRule, check_retention, check_source
+from memsoda_core.forgetting.rules import (
+    ForgetReport,
+    MaintainReport,
+    RetentionReport,
+    RetentionRule,
+    check_retention,
+    check_source,
+)
 from memsoda_core.memory_context import MemoryContext
 from memsoda_core.ops.maintenance import maintain
+from memsoda_core.ops.overlaps import repair_overlaps
 from memsoda_core.runner.steps import Operation
 from memsoda_core.validation import Scope, check_entity_name, check_scope, parse_time
 
@@ -30,16 +39,19 @@ def forget_source_op(
     return context.resizing(scope, forget_source(context.info, scope, source))
 
 
-def maintain_op(context: MemoryContext, retention: Any = True) -> Operation[list[str]]:
+def maintain_op(context: MemoryContext, retention: Any = True) -> Operation[MaintainReport]:
     if not isinstance(retention, bool):
         raise ValidationError(f"retention must be True or False, got {retention!r}")
     return _maintaining(context, retention)
 
 
-def _maintaining(context: MemoryContext, retention: bool) -> Operation[list[str]]:
-    if retention:
-        yield from apply_retention_op(context, None)
-    return (yield from maintain(context.info))
+def _maintaining(context: MemoryContext, retention: bool) -> Operation[MaintainReport]:
+    """Retention's purge, the repair of overlapping single-valued values, then statistics and
+    indexes (their builds commit what came before)."""
+    purged = (yield from apply_retention_op(context, None)) if retention else None
+    repaired = yield from repair_overlaps(context.info)
+    built = yield from maintain(context.info)
+    return MaintainReport(retention=purged, overlaps_repaired=repaired, indexes=tuple(built))
 
 
 def set_retention_op(

@@ -56,6 +56,18 @@ class RetentionReport:
 
 
 @dataclass(frozen=True, kw_only=True)
+class MaintainReport:
+    """What `Memory.maintain` did: the retention purge (None with `retention=False`); the facts of
+    single-valued relations it ended where the relation's next value starts, values that were true
+    at one valid time, as a store written before the single-valued history fix may hold
+    (`ops.overlaps`); and the tenant indexes it built."""
+
+    retention: RetentionReport | None
+    overlaps_repaired: int
+    indexes: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
 class SourceSelection:
     """A checked source to forget: a thread, message ids, or both (messages of that thread)."""
 

@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 from psycopg import sql
 
+from memsoda_core.layouts.shards import ShardPlace
 from memsoda_core.runner.steps import Planning
 from memsoda_core.store.layout import table_refs
 from memsoda_core.store.tenant_index import scope_predicate, tenant_predicate
@@ -25,6 +26,8 @@ class ScopeSize(NamedTuple):
     moved: bool = False
     """It has leaves of its own (`store.layout.tenant_tables`): its reads may name them. A scope
     never moves back, so this stays true for as long as it is remembered."""
+    shards: ShardPlace | None = None
+    """On a Citus cluster: its shards and the worker holding them (`layouts.shards`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,17 +56,27 @@ class ScopeAccess:
     moved: ScopeAccess | None = None
     """Where the scope's rows are if another process moved them since its place was read (they were
     not found here): its own partitions. None: its rows cannot move away from where this reads."""
+    shards: ShardPlace | None = None
+    """The tables are the scope's shards on the Citus worker holding them, by name, and each
+    statement returns nothing unless that worker still holds them (`layouts.shards`)."""
+    direct: ScopeAccess | None = None
+    """The same reads straight from the worker holding the scope's shards (an access with `shards`),
+    which keeps their plans (a Citus worker plans each statement the coordinator sends it). The
+    runner reads there when it can reach that worker, else as this access says."""
 
     @property
     def form(self) -> ScopeAccess:
         """Only what the signals' statement text depends on (their memo key: the plan modes, the kept
         read's and the moved access do not change it)."""
-        return ScopeAccess(named=self.named, default_partitions=self.default_partitions, leaves=self.leaves)
+        return ScopeAccess(
+            named=self.named, default_partitions=self.default_partitions, leaves=self.leaves, shards=self.shards
+        )
 
     def tables(self, schema: str) -> dict[str, sql.Composable]:
-        """{facts}, {entities}, {fact_entities} of a read's template (`store.layout.table_refs`)."""
+        """The tables of a read's template ({facts}, {entities}...: `store.layout.table_refs`)."""
         leaves = self.named if self.leaves else None
-        return table_refs(schema, default_partitions=self.default_partitions, leaves=leaves)
+        shards = dict(self.shards.relations) if self.shards is not None else None
+        return table_refs(schema, default_partitions=self.default_partitions, leaves=leaves, shards=shards)
 
     def tenant(self, alias: str | None = None) -> sql.Composed:
         """The tenant predicate on `alias`: the scope's names as literals (`named`), or bound."""

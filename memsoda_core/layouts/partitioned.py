@@ -140,7 +140,9 @@ class PartitionedLayout:
             return _own(scope, leaves=size.moved, cached=small)
         return ScopeAccess(default_partitions=True, moved=_own(scope, cached=True))
 
-    def scope_size(self, info: StoreInfo, scope: Scope, planning: Planning) -> Operation[ScopeSize]:
+    def scope_size(
+        self, info: StoreInfo, scope: Scope, planning: Planning, *, shards: bool = False
+    ) -> Operation[ScopeSize]:
         return (yield from scope_size(info, scope, planning))
 
     def grow(self, info: StoreInfo, scope: Scope, *, move: bool = True) -> Operation[list[str]]:

@@ -42,7 +42,9 @@ class PlainLayout:
             return SHARED
         return ScopeAccess(named=scope, planning=Planning.GENERIC)
 
-    def scope_size(self, info: StoreInfo, scope: Scope, planning: Planning) -> Operation[ScopeSize]:
+    def scope_size(
+        self, info: StoreInfo, scope: Scope, planning: Planning, *, shards: bool = False
+    ) -> Operation[ScopeSize]:
         return ScopeSize((yield from scope_fact_count(info, scope, planning)))
 
     def missing(self, info: StoreInfo, scope: Scope, params: dict[str, object]) -> Operation[list[Any]]:

@@ -33,8 +33,11 @@ class Layout(Protocol):
         operation that reads none, whose statements bind the tenant)."""
         ...
 
-    def scope_size(self, info: StoreInfo, scope: Scope, planning: Planning) -> Operation[ScopeSize]:
-        """Read what `access` needs of `scope` (one primary-key lookup)."""
+    def scope_size(
+        self, info: StoreInfo, scope: Scope, planning: Planning, *, shards: bool = False
+    ) -> Operation[ScopeSize]:
+        """Read what `access` needs of `scope` (one primary-key lookup); with `shards`, where its
+        shards are too, on a layout that spreads scopes over nodes (`ScopeSize.shards`)."""
         ...
 
     def grow(self, info: StoreInfo, scope: Scope, *, move: bool = True) -> Operation[list[str]]:

@@ -10,10 +10,11 @@ from typing import NamedTuple
 
 from memsoda_core.errors import NotFoundError
 from memsoda_core.learning import sources as sql_sources
-from memsoda_core.learning.operations import Checked, CheckedExtraction
+from memsoda_core.learning.operations import Checked, CheckedExtraction, unordered_if_single_valued
 from memsoda_core.models import FactSource
 from memsoda_core.ops.editing import check_live, write_episodes
 from memsoda_core.ops.maintenance import ensure_tenant_indexes
+from memsoda_core.ops.reading import single_valued_predicates
 from memsoda_core.runner.steps import Operation, embed_documents, execute, execute_as, read_aside
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import Scope, ValidEpisode
@@ -32,6 +33,29 @@ class Applied:
     superseded: tuple[tuple[int, int], ...]
     ended: tuple[int, ...]
     episode_id: int | None
+
+
+class SingleValuedChanged(Exception):
+    """The write found predicates single-valued that the answer was checked as not (declared by
+    `set_single_valued` after `remember` read them): nothing was written; `remember` checks the
+    answer again against the scope's single-valued `predicates` and writes what passes."""
+
+    def __init__(self, predicates: frozenset[str]) -> None:
+        super().__init__(f"declared single-valued while remember ran: {sorted(predicates)}")
+        self.predicates = predicates
+
+
+def check_single_valued(info: StoreInfo, scope: Scope, checked: CheckedExtraction) -> Operation[None]:
+    """Under the write's locks (which `set_single_valued` waits for), `SingleValuedChanged` when a
+    predicate whose relation the answer gives two values without a start is single-valued now:
+    the write rules cannot order them (`writing.decisions`). No read for an answer without such
+    a relation."""
+    at_risk = unordered_if_single_valued(checked)
+    if not at_risk:
+        return
+    declared = frozenset((yield from single_valued_predicates(info, scope)))
+    if declared & at_risk:
+        raise SingleValuedChanged(declared)
 
 
 class Ending(NamedTuple):
@@ -63,7 +87,8 @@ def apply_extraction(
     read, before it opens): one batch of the new facts (one embedding call) under the
     locks of their relations and of the facts they supersede or end, each target checked live
     once the locks are held (`NotLiveError` when another writer ended it since it was shown: then
-    nothing is written), then the ends, the sources, and the episode."""
+    nothing is written), as is the scope's registry of single-valued predicates
+    (`SingleValuedChanged`), then the ends, the sources, and the episode."""
     if not checked.operations and episode is None:
         return Applied(added=(), superseded=(), ended=(), episode_id=None)  # no statement, no transaction
     base = {"dataset": scope.dataset, "project": scope.project}
@@ -88,6 +113,7 @@ def apply_extraction(
 
     def guard(at: datetime) -> Operation[None]:
         learned.append(at)
+        yield from check_single_valued(info, scope, checked)
         for change in changes:
             assert change.target is not None
             verb = "supersede" if change.op == "supersede" else "invalidate"

@@ -46,6 +46,9 @@ class CheckedExtraction:
     rejected: tuple[RejectedOperation, ...]
     summary: str | None
     proposed: int = 0
+    single_valued: frozenset[str] = frozenset()
+    """The scope's single-valued predicates it was checked against (`learning.applying` compares
+    them with those the write finds)."""
 
 
 def parse_answer(raw: Any) -> tuple[list[Any], str | None]:
@@ -181,6 +184,21 @@ def _check_order(checked: Checked, single_valued: Collection[str], unstarted: di
         )
 
 
+def unordered_if_single_valued(checked: CheckedExtraction) -> frozenset[str]:
+    """The predicates (case folded) not single-valued when `checked` was checked whose relation
+    it gives two values without a start: declared single-valued since, `_check_order` would
+    reject the later one."""
+    values: dict[Relation, set[str]] = {}
+    for operation in checked.operations:
+        fact = operation.fact
+        if fact is None or fact.valid_at is not None or fact.invalid_at is not None or fact.single_valued:
+            continue
+        values.setdefault((fact.subject, fact.predicate.lower()), set()).add(fact.object.lower())
+    return frozenset(predicate for (_, predicate), objects in values.items() if len(objects) > 1) - (
+        checked.single_valued
+    )
+
+
 def check_answer(
     raw: Any,
     *,
@@ -219,5 +237,9 @@ def check_answer(
         reasons = tuple(f"operation {r.index} ({r.op}): {r.reason}" for r in rejected)
         raise ExtractionError(f"{len(rejected)} of {len(proposed)} operations failed their checks", rejected=reasons)
     return CheckedExtraction(
-        operations=tuple(passed), rejected=tuple(rejected), summary=summary, proposed=len(proposed)
+        operations=tuple(passed),
+        rejected=tuple(rejected),
+        summary=summary,
+        proposed=len(proposed),
+        single_valued=frozenset(single_valued),
     )

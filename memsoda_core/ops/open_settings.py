@@ -88,10 +88,11 @@ def open_settings(
         raise
 
 
-def check_read_only(read_only: Any) -> bool:
-    if not isinstance(read_only, bool):
-        raise ConfigurationError(f"read_only must be True or False, got {type(read_only).__name__}")
-    return read_only
+def check_flag(value: Any, name: str) -> bool:
+    """`value` when it is a bool, else ConfigurationError naming `name`."""
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"{name} must be True or False, got {type(value).__name__}")
+    return value
 
 
 def close_built(embedder: Embedder | None) -> None:

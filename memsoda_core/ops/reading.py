@@ -14,6 +14,7 @@ from memsoda_core.store import fact_reads as sql_reads
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import Scope, check_batch_size, check_entity_name, check_line, integer
 from memsoda_core.writing import reconcile_statements as sql_reconcile
+from memsoda_core.writing.operation import hold_dataset
 
 MAX_PAGE = 1000
 """The most facts one `list_facts` page holds."""
@@ -86,8 +87,12 @@ def set_single_valued(
     info: StoreInfo, scope: Scope, predicates: Sequence[str], single_valued: bool
 ) -> Operation[list[str]]:
     """Register (or, `single_valued=False`, unregister) predicates as single-valued in the scope;
-    returns the scope's single-valued predicates."""
+    returns the scope's single-valued predicates. First every reconciliation lock of the scope, as
+    `forget` takes them: the writes in flight commit under the registry they locked by, and the
+    registry holds still while a writer holds its locks (`learning.applying.check_single_valued`)."""
     params = {"dataset": scope.dataset, "project": scope.project, "predicates": list(predicates)}
+    yield from hold_dataset(info, scope)
+    yield from execute(sql_reconcile.lock_scope(info.schema), {**params, "schema": info.schema})
     change = sql_reconcile.add_single_valued if single_valued else sql_reconcile.remove_single_valued
     yield from execute(change(info.schema), params)
     return (yield from single_valued_predicates(info, scope))

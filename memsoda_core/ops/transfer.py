@@ -39,11 +39,15 @@ _EXPORT_PAGE = 1000
 
 
 def fact_record(row: sql_store.ExportedFact) -> dict[str, Any]:
-    """An exported line: the fact's exported columns (`fact_columns.EXPORTED_FIELDS`), ready for
+    """An exported line: the fact's exported columns (`fact_columns.EXPORTED_FIELDS`), and
+    `"item_owned": true` last for a fact items wrote alone (absent: the application's), ready for
     `import_jsonl`."""
     values = {name: getattr(row.fact, name) for name in EXPORTED_FIELDS if name != "subject_type"}
     values["subject_type"] = row.subject_type
-    return {"kind": "fact", **{name: _json_value(values[name]) for name in EXPORTED_FIELDS}}
+    record = {"kind": "fact", **{name: _json_value(values[name]) for name in EXPORTED_FIELDS}}
+    if row.item_owned:
+        record["item_owned"] = True
+    return record
 
 
 def _json_value(value: Any) -> Any:
@@ -100,7 +104,7 @@ def export_jsonl(info: StoreInfo, scope: Scope) -> Operation[int]:
     return written + len(episodes)
 
 
-_FACT_RECORD_IGNORED = {"kind", "id", "times_seen"}
+_FACT_RECORD_IGNORED = {"kind", "id", "times_seen", "item_owned"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,6 +138,14 @@ class ImportCounts:
     facts_merged: int
     episodes_new: int
     episodes_present: int
+
+
+def _item_owned(record: Mapping[str, Any], line: int) -> bool:
+    """An exported line's `item_owned` (absent: false, the application's fact), restored on import."""
+    value = record.get("item_owned", False)
+    if not isinstance(value, bool):
+        raise ImportFormatError(f"item_owned must be true or false, got {display(value)}", line=line)
+    return value
 
 
 def _times_seen(record: Mapping[str, Any], line: int) -> int:
@@ -193,8 +205,10 @@ def parse_jsonl(lines: Iterable[str], *, now: datetime, on_error: str) -> Parsed
                 if kind not in ("fact", "episode"):
                     raise ImportFormatError(f"unknown kind {display(kind)}; use 'fact' or 'episode'", line=number)
                 if kind == "fact":
-                    seen = _times_seen(record, number)
-                    facts.extend(dataclasses.replace(fact, times_seen=seen) for fact in validate_facts([body]))
+                    seen, owned = _times_seen(record, number), _item_owned(record, number)
+                    facts.extend(
+                        dataclasses.replace(fact, times_seen=seen, item_owned=owned) for fact in validate_facts([body])
+                    )
                 else:
                     episode = validate_episode(body, now=now)
                     dated = body.get("created_at") is not None
@@ -236,7 +250,7 @@ def import_records(
         learned = yield from lock_facts(info, scope, facts)
     for start in range(0, len(facts), batch_size):
         batch = facts[start : start + batch_size]
-        yield from write_facts(info, scope, batch, None, standalone=False, learned=learned, counts=deltas)
+        yield from _import_batch(info, scope, batch, learned, deltas)
         yield from progress(len(batch))
     yield from bump_counts(info, scope, deltas)  # once, at the end: see `CountDeltas`
     episodes_new = yield from _import_episodes(info, scope, episodes, batch_size)
@@ -250,6 +264,22 @@ def import_records(
         episodes_new=episodes_new,
         episodes_present=len(episodes) - episodes_new,
     )
+
+
+def _import_batch(
+    info: StoreInfo, scope: Scope, batch: Sequence[ValidFact], learned: datetime, deltas: CountDeltas
+) -> Operation[None]:
+    """Write one batch of an import's facts. A batch with lines items own (`ValidFact.item_owned`)
+    is written as items' (its new facts items' own, the stored ones it meets left as they are);
+    then the facts its other lines resolved to are no longer items' own, as after any other write."""
+    owned = any(fact.item_owned for fact in batch)
+    ids = yield from write_facts(
+        info, scope, batch, None, standalone=False, learned=learned, counts=deltas, item_owned=owned
+    )
+    shared = sorted({fact_id for fact_id, fact in zip(ids, batch, strict=True) if not fact.item_owned})
+    if owned and shared:
+        base = {"dataset": scope.dataset, "project": scope.project}
+        yield from execute(sql_write.clear_item_owned(info.schema), {**base, "ids": shared})
 
 
 def _import_episodes(

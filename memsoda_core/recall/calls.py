@@ -77,6 +77,7 @@ def recall_op(
         scope_sizes=context.scope_sizes,
         scope_stats=context.scope_stats,
         calibrations=context.calibrations,
+        worker_reads=context.worker_reads,
         known_at=times.known_at,
         conversation=turns,
         exclude=excluded,

@@ -45,12 +45,14 @@ from memsoda_core.recall.statements import (
 )
 from memsoda_core.runner.steps import (
     Execute,
+    NotRead,
     Operation,
     Planning,
     Row,
     concurrently,
     embed_query,
     execute,
+    read_on_node,
     synthesize,
 )
 from memsoda_core.store.info import StoreInfo
@@ -76,6 +78,7 @@ def recall(
     as_of: datetime | None,
     now: datetime,
     scope_sizes: ScopeSizes,
+    worker_reads: bool = True,
     known_at: datetime | None = None,
     conversation: Sequence[tuple[str, str]] | None = None,
     exclude: frozenset[int] = frozenset(),
@@ -145,7 +148,7 @@ def recall(
     params["kept_candidates"] = options.facts_in_context + len(exclude) + KEPT_MARGIN
     mark = time.perf_counter()
     plan = plan_for(request)
-    results, access, scope_facts = yield from _hits(info, scope, plan, params, scope_sizes)
+    results, access, scope_facts = yield from _hits(info, scope, plan, params, scope_sizes, worker_reads)
     timings["query"] = _ms(mark)
     mark = time.perf_counter()
     rows = [row for statement_rows in results for row in statement_rows]
@@ -205,7 +208,12 @@ def recall(
 
 
 def _hits(
-    info: StoreInfo, scope: Scope, plan: RecallPlan, params: dict[str, Any], scope_sizes: ScopeSizes
+    info: StoreInfo,
+    scope: Scope,
+    plan: RecallPlan,
+    params: dict[str, Any],
+    scope_sizes: ScopeSizes,
+    worker_reads: bool,
 ) -> Operation[tuple[list[list[HitRow]], ScopeAccess, int]]:
     """The hit rows of the recall statements `plan` runs for `scope`, the scope's access they ran
     with, and the scope's fact count it was derived from (`ScopeSizes`: remembered, or read here).
@@ -217,15 +225,37 @@ def _hits(
     layout = layout_of(info)
     size = scope_sizes.get(scope)
     if size is None:
-        size = yield from layout.scope_size(info, scope, Planning.CACHED)
+        size = yield from layout.scope_size(info, scope, Planning.CACHED, shards=worker_reads)
         scope_sizes.put(scope, size)
     access = layout.access(info, scope, size)
+    if access.direct is not None:
+        direct = yield from _read_direct(info, plan, access.direct, params, size.facts)
+        if not isinstance(direct, NotRead):
+            return direct, access, size.facts
+        if direct is NotRead.FAILED:  # read its place again at the next recall
+            scope_sizes.forget(scope)
     results = yield from concurrently(_executes(info, plan, access, params, size.facts))
     if access.moved is not None and size.facts and not any(results):
         scope_sizes.forget(scope)
         access = access.moved
         results = yield from concurrently(_executes(info, plan, access, params, size.facts))
     return results, access, size.facts
+
+
+def _read_direct(
+    info: StoreInfo, plan: RecallPlan, direct: ScopeAccess, params: dict[str, Any], scope_facts: int
+) -> Operation[list[list[HitRow]] | NotRead]:
+    """The hit rows of a recall that runs as one statement, read straight from the node holding the
+    scope's shards (`ScopeAccess.direct`), or why they must be read through the coordinator: not
+    read there, or `FAILED` when nothing was found in a scope that holds facts (its shards have
+    moved, so the statement's guard returned nothing: `layouts.shards.placed_guard`)."""
+    executes = _executes(info, plan, direct, params, scope_facts)
+    if len(executes) != 1 or direct.shards is None:
+        return NotRead.NOT_TRIED
+    rows = yield from read_on_node(executes[0], direct.shards.host, direct.shards.port)
+    if isinstance(rows, NotRead):
+        return rows
+    return [rows] if rows or not scope_facts else NotRead.FAILED
 
 
 def _kept_facts(info: StoreInfo, access: ScopeAccess, params: dict[str, Any], ids: list[int]) -> Operation[list[Row]]:

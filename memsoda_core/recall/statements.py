@@ -20,6 +20,7 @@ from functools import lru_cache
 from psycopg import sql
 
 from memsoda_core.layouts.access import SHARED, ScopeAccess
+from memsoda_core.layouts.shards import placed_guard
 from memsoda_core.recall.fragments import fragment as _fragment
 from memsoda_core.recall.hits import DETAIL_TYPES
 from memsoda_core.recall.planning import PLANNED_AFRESH
@@ -124,8 +125,8 @@ SELECT {hit_columns}, k.*
 FROM hits h
 JOIN fused fu ON fu.fact_id = h.fact_id
 LEFT JOIN kept_facts k ON k.id = h.fact_id AND h.signal = fu.first_signal
-WHERE h.rank = 1
-   OR fu.score >= (SELECT min(score) FROM kept) - {tie}"""
+WHERE (h.rank = 1
+   OR fu.score >= (SELECT min(score) FROM kept) - {tie}){placed}"""
 """The tail of `kept_hits_statement`. The kept facts' columns are a CTE of their own, read by the ids
 of `kept` as an array: planned apart from the hits they are joined to, and without a join to
 `kept`, which costs less to plan (the statement is planned at every call on a Citus worker:
@@ -185,9 +186,7 @@ def _kept_hits_statement(
             *(sql.Identifier("h", column) for column in union.details),
         ]
     )
-    columns = fact_columns(
-        schema, default_partitions=access.default_partitions, named=access.named, leaves=access.leaves
-    )
+    columns = fact_columns(schema, tables=access.tables(schema), named=access.named)
     tail = _fragment(
         _KEPT_HITS,
         schema,
@@ -196,6 +195,7 @@ def _kept_hits_statement(
         hit_columns=hit_columns,
         fact_columns=columns,
         tie=sql.Literal(TIE),
+        placed=sql.SQL("") if access.shards is None else sql.SQL(" AND {}").format(placed_guard(access.shards)),
     )
     return rendered(sql.Composed([sql.SQL("WITH"), union.ctes, tail]))
 
@@ -312,9 +312,7 @@ def _facts_statement(schema: str, kept: ScopeAccess) -> Compiled:
            WHERE {scope_f} AND f.id = ANY(%(fact_ids)b::bigint[])""",
             schema,
             access=kept,
-            fact_columns=fact_columns(
-                schema, default_partitions=kept.default_partitions, named=kept.named, leaves=kept.leaves
-            ),
+            fact_columns=fact_columns(schema, tables=kept.tables(schema), named=kept.named),
         )
     )
 

@@ -11,14 +11,17 @@ from typing import Any
 
 import psycopg
 from pgvector.psycopg import register_vector_async
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import RowFactory
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from memsoda_core.runner.policy import (
     CONNECTION_KWARGS,
+    NODE_RETRY_S,
     POOL_FILL_POLL_S,
     PREPARED_MAX,
     PROBE_CONNECT_TIMEOUT_S,
+    RECONNECT_TIMEOUT_S,
     SESSION_SETTINGS,
     connection_failed,
     lend_newest_first,
@@ -64,6 +67,7 @@ class Pool(AsyncConnectionPool[Connection]):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, connection_class=PooledConnection, **kwargs)
+        self.loop = asyncio.get_running_loop()  # async only
         self.in_use = 0
         self._counting = threading.Lock()
 
@@ -88,6 +92,64 @@ class Pool(AsyncConnectionPool[Connection]):
                 lend_oldest_first(idle)
             raise
         return conn
+
+
+Node = tuple[str, int]
+"""Another node of the cluster: its host and port."""
+
+
+def node_conninfo(dsn: str, node: Node) -> str:
+    """`dsn` (user, database, password, options...) at `node`'s address instead of its own."""
+    params = conninfo_to_dict(dsn)
+    params.pop("hostaddr", None)
+    params["host"], params["port"] = node[0], str(node[1])
+    return make_conninfo("", **params)
+
+
+class NodePools:
+    """A pool per other node of the cluster read directly (a Citus worker), opened on first use
+    with the store's connection settings at that node's address, connecting in the background;
+    a node `unreachable` says is not read again for `policy.NODE_RETRY_S`."""
+
+    def __init__(self, dsn: str, max_size: int) -> None:
+        self._dsn = dsn
+        self._max_size = max_size
+        self._pools: dict[Node, Pool] = {}
+        self._retry_at: dict[Node, float] = {}
+
+    def reachable(self, node: Node) -> bool:
+        return self._retry_at.get(node, 0.0) <= time.monotonic()
+
+    def unreachable(self, node: Node) -> None:
+        self._retry_at[node] = time.monotonic() + NODE_RETRY_S
+
+    async def pool(self, node: Node) -> Pool:
+        pool = self._pools.get(node)
+        if pool is not None:
+            return pool
+        pool = Pool(
+            node_conninfo(self._dsn, node),
+            min_size=1,
+            max_size=self._max_size,
+            kwargs=CONNECTION_KWARGS,
+            configure=configure,
+            check=check,
+            reconnect_timeout=RECONNECT_TIMEOUT_S,
+            open=False,
+        )
+        await pool.open()
+        kept = self._pools.setdefault(node, pool)  # another caller may have opened one meanwhile
+        if kept is not pool:
+            await pool.close()
+        return kept
+
+    def opened(self) -> list[Pool]:
+        return list(self._pools.values())
+
+    async def close(self) -> None:
+        pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            await pool.close()
 
 
 async def check(conn: Connection) -> None:

@@ -21,17 +21,19 @@ from psycopg_pool import PoolTimeout
 
 from memsoda_core.embedders import Embedder, check_vectors
 from memsoda_core.errors import MemsodaError
-from memsoda_core.runner.async_pool import Pool, PooledConnection, check, configure, filled, probe
+from memsoda_core.runner.async_pool import Node, NodePools, Pool, PooledConnection, check, configure, filled, probe
 from memsoda_core.runner.compiled import Compiled
 
 # sync: from memsoda_core.runner.embedding import EmbeddingCache, call_with_timeout, embedding_failure
 from memsoda_core.runner.embedding import EmbeddingCache, embedding_failure
+from memsoda_core.runner.event_loop import check_loop
 from memsoda_core.runner.policy import (
     CANCEL_TIMEOUT_S,
     CONNECTION_KWARGS,
     END_GENERIC_PLAN,
     FORCE_GENERIC_PLAN,
     GENERIC_PLAN_PENDING,
+    NODE_CONNECTION_WAIT_S,
     PIPELINE_SUPPORTED,
     POOL_MIN_SIZE,
     READ_ASIDE_CONNECTION_WAIT_S,
@@ -54,12 +56,14 @@ from memsoda_core.runner.steps import (
     EmbedQuery,
     Emit,
     Execute,
+    NotRead,
     Operation,
     OutsideTransaction,
     OwnTransaction,
     Planning,
     Progress,
     ReadAside,
+    ReadOnNode,
     Synthesize,
 )
 from memsoda_core.runner.target import Target
@@ -174,7 +178,9 @@ class AsyncRunner:
         synthesizer: Synthesizer | None,
         cache_size: int,
         pool_timeout: float,
+        nodes: NodePools | None = None,
     ) -> None:
+        """`nodes`: the pools of reads on other nodes (`ReadOnNode`), another runner's to share."""
         self.pool = pool
         self.target = target
         self.info = info
@@ -183,6 +189,7 @@ class AsyncRunner:
         self._cache = EmbeddingCache(cache_size)
         self._cache_size = cache_size
         self._pool_timeout = pool_timeout
+        self._nodes = nodes if nodes is not None else NodePools(target.dsn, pool.max_size)
 
     def with_embedder(self, embedder: Embedder, info: StoreInfo) -> AsyncRunner:
         """A runner on the same pool that embeds with `embedder` into `info`'s vector space, with an
@@ -195,6 +202,7 @@ class AsyncRunner:
             synthesizer=self.synthesizer,
             cache_size=self._cache_size,
             pool_timeout=self._pool_timeout,
+            nodes=self._nodes,
         )
 
     @classmethod
@@ -247,8 +255,15 @@ class AsyncRunner:
             pool_timeout=pool_timeout,
         )
 
+    def pools(self) -> list[Pool]:
+        """Its pool, then those of the other nodes it has read on."""
+        return [self.pool, *self._nodes.opened()]
+
     async def close(self) -> None:
-        await self.pool.close()
+        try:
+            await self._nodes.close()
+        finally:
+            await self.pool.close()
 
     @classmethod
     async def run_on(cls, conn: Connection, op: Operation[T]) -> T:
@@ -275,6 +290,7 @@ class AsyncRunner:
         `policy.RERUN_ATTEMPTS` runs in all, after a short wait) when PostgreSQL ends its
         transaction as a deadlock or serialization victim before anything of it left the
         transaction (`policy.may_rerun`)."""
+        check_loop(self.pool)  # async only
         runs = 0
         while True:
             runs += 1
@@ -300,7 +316,7 @@ class AsyncRunner:
                     conns.append(await self._checkout(stack, read_only))
                 return conns[0]
 
-            return await self._drive(op, connection, self, sink, advance, effects)
+            return await self._drive(op, connection, self, sink, advance, effects, read_only)
 
     async def _checkout(self, stack: AsyncExitStack, read_only: bool) -> Connection:
         """A pooled connection, waiting at most `pool_timeout`, returned when `stack` closes. While
@@ -335,10 +351,11 @@ class AsyncRunner:
         sink: Sink | None = None,
         advance: Advance | None = None,
         effects: RunEffects | None = None,
+        read_only: bool = False,
     ) -> T:
         """Send each reply into `op` (or throw its error) until it returns. Without a `runner`
         (opening a store) only statements can be performed. `effects` records whether anything
-        of `op` left its transaction."""
+        of `op` left its transaction; a `read_only` run may read on other nodes (`ReadOnNode`)."""
         reply: Any = None
         error: BaseException | None = None
         while True:
@@ -360,6 +377,10 @@ class AsyncRunner:
                     reply = await _own_transaction(await connection(), request)
                 case ReadAside() if runner is not None:
                     reply = await runner._read_aside(request)
+                case ReadOnNode() if runner is not None and read_only:
+                    reply = await runner._read_on_node(request)
+                case ReadOnNode():  # its own connection would not see the operation's writes
+                    reply = NotRead.NOT_TRIED
                 case EmbedQuery() | EmbedDocuments() if runner is not None:
                     try:
                         reply = await runner._embed(request)
@@ -412,6 +433,33 @@ class AsyncRunner:
         except (psycopg.Error, PoolTimeout) as exc:
             read_aside_failed(request, exc)
             return None
+
+    async def _read_on_node(self, request: ReadOnNode) -> list[Any] | NotRead:
+        """`request`'s statement on a connection to its node, in autocommit mode. Not tried while
+        the node is marked unreachable; marked so when its pool gives no connection in
+        `NODE_CONNECTION_WAIT_S` though none of its connections is busy (it cannot connect)."""
+        node: Node = (request.host, request.port)
+        if not self._nodes.reachable(node):
+            return NotRead.NOT_TRIED
+        pool = await self._nodes.pool(node)
+        try:
+            conn = await pool.getconn(timeout=NODE_CONNECTION_WAIT_S)
+        except PoolTimeout:
+            if pool.in_use == 0:
+                logger.warning("node %s:%d gave no connection; reading through the coordinator", *node)
+                self._nodes.unreachable(node)
+            return NotRead.NOT_TRIED
+        try:
+            await _autocommit(conn, True)
+            return await _fetch(conn, request.statement)
+        except psycopg.Error as exc:
+            logger.warning("reading on node %s:%d failed (%s); reading through the coordinator", *node, exc)
+            return NotRead.FAILED
+        finally:
+            try:
+                await _finish_pending(conn)
+            finally:
+                await pool.putconn(conn)
 
     async def _embed(self, request: EmbedQuery | EmbedDocuments) -> Any:
         dims = self.info.dimensions

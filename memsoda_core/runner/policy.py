@@ -104,6 +104,14 @@ READ_ASIDE_CONNECTION_WAIT_S = 0.05
 The look-up only saves work, so on a busy pool it is skipped (every name is embedded) rather than
 adding a wait to the one the write's own connection may need."""
 
+NODE_CONNECTION_WAIT_S = 1.0
+"""How long a read on another node of the cluster (`steps.ReadOnNode`) waits for a connection to
+it: its pool connects in the background when first used. A node that gives none in that time
+is read through the coordinator for `NODE_RETRY_S`, so a worker this client cannot reach (a
+hosted cluster's private network) costs one wait a minute."""
+
+NODE_RETRY_S = 60.0
+
 POOL_MIN_SIZE = 2
 """Connections kept open: a recall's two statements run at once on two of them."""
 

@@ -96,6 +96,27 @@ class ReadAside:
     params: Params = None
 
 
+class NotRead(Enum):
+    """Why a `ReadOnNode` was not read on its node (then the operation reads another way)."""
+
+    NOT_TRIED = "not tried"
+    """The run is not read-only (a node's own connection would not see its writes), or the node
+    could not be reached lately."""
+    FAILED = "failed"
+    """The node was reached and the statement failed there (logged): what placed it there may be
+    out of date."""
+
+
+@dataclass(frozen=True)
+class ReadOnNode:
+    """A read-only statement on another node of the cluster (a Citus worker), on a pooled
+    connection of its own, in autocommit mode. Reply: its rows, or a `NotRead`."""
+
+    statement: Execute
+    host: str
+    port: int
+
+
 @dataclass(frozen=True)
 class EmbedDocuments:
     """Embed texts for storage. Reply: one checked vector per text (EmbeddingError thrown in)."""
@@ -140,6 +161,7 @@ Request = (
     | OutsideTransaction
     | OwnTransaction
     | ReadAside
+    | ReadOnNode
     | EmbedDocuments
     | EmbedQuery
     | Synthesize
@@ -190,6 +212,12 @@ def own_transaction(statements: Sequence[sql.Composed]) -> Operation[list[Row] |
 def read_aside(statement: Statement, params: Params = None) -> Operation[list[Row] | None]:
     """A best-effort read on a borrowed connection; None if it failed."""
     rows: list[Row] | None = yield ReadAside(statement, params)
+    return rows
+
+
+def read_on_node(statement: Execute, host: str, port: int) -> Operation[list[Any] | NotRead]:
+    """Run a read-only statement on the node at `host`:`port`; its rows, or why it was not read."""
+    rows: list[Any] | NotRead = yield ReadOnNode(statement, host, port)
     return rows
 
 

@@ -10,14 +10,17 @@ from typing import Any
 
 import psycopg
 from pgvector.psycopg import register_vector
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import RowFactory
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from memsoda_core.runner.policy import (
     CONNECTION_KWARGS,
+    NODE_RETRY_S,
     POOL_FILL_POLL_S,
     PREPARED_MAX,
     PROBE_CONNECT_TIMEOUT_S,
+    RECONNECT_TIMEOUT_S,
     SESSION_SETTINGS,
     connection_failed,
     lend_newest_first,
@@ -87,6 +90,64 @@ class Pool(ConnectionPool[Connection]):
                 lend_oldest_first(idle)
             raise
         return conn
+
+
+Node = tuple[str, int]
+"""Another node of the cluster: its host and port."""
+
+
+def node_conninfo(dsn: str, node: Node) -> str:
+    """`dsn` (user, database, password, options...) at `node`'s address instead of its own."""
+    params = conninfo_to_dict(dsn)
+    params.pop("hostaddr", None)
+    params["host"], params["port"] = node[0], str(node[1])
+    return make_conninfo("", **params)
+
+
+class NodePools:
+    """A pool per other node of the cluster read directly (a Citus worker), opened on first use
+    with the store's connection settings at that node's address, connecting in the background;
+    a node `unreachable` says is not read again for `policy.NODE_RETRY_S`."""
+
+    def __init__(self, dsn: str, max_size: int) -> None:
+        self._dsn = dsn
+        self._max_size = max_size
+        self._pools: dict[Node, Pool] = {}
+        self._retry_at: dict[Node, float] = {}
+
+    def reachable(self, node: Node) -> bool:
+        return self._retry_at.get(node, 0.0) <= time.monotonic()
+
+    def unreachable(self, node: Node) -> None:
+        self._retry_at[node] = time.monotonic() + NODE_RETRY_S
+
+    def pool(self, node: Node) -> Pool:
+        pool = self._pools.get(node)
+        if pool is not None:
+            return pool
+        pool = Pool(
+            node_conninfo(self._dsn, node),
+            min_size=1,
+            max_size=self._max_size,
+            kwargs=CONNECTION_KWARGS,
+            configure=configure,
+            check=check,
+            reconnect_timeout=RECONNECT_TIMEOUT_S,
+            open=False,
+        )
+        pool.open()
+        kept = self._pools.setdefault(node, pool)  # another caller may have opened one meanwhile
+        if kept is not pool:
+            pool.close()
+        return kept
+
+    def opened(self) -> list[Pool]:
+        return list(self._pools.values())
+
+    def close(self) -> None:
+        pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            pool.close()
 
 
 def check(conn: Connection) -> None:

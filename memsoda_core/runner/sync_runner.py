@@ -28,6 +28,7 @@ from memsoda_core.runner.policy import (
     END_GENERIC_PLAN,
     FORCE_GENERIC_PLAN,
     GENERIC_PLAN_PENDING,
+    NODE_CONNECTION_WAIT_S,
     PIPELINE_SUPPORTED,
     POOL_MIN_SIZE,
     READ_ASIDE_CONNECTION_WAIT_S,
@@ -50,15 +51,17 @@ from memsoda_core.runner.steps import (
     EmbedQuery,
     Emit,
     Execute,
+    NotRead,
     Operation,
     OutsideTransaction,
     OwnTransaction,
     Planning,
     Progress,
     ReadAside,
+    ReadOnNode,
     Synthesize,
 )
-from memsoda_core.runner.sync_pool import Pool, PooledConnection, check, configure, filled, probe
+from memsoda_core.runner.sync_pool import Node, NodePools, Pool, PooledConnection, check, configure, filled, probe
 from memsoda_core.runner.target import Target
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.synthesis import Synthesizer
@@ -171,7 +174,9 @@ class Runner:
         synthesizer: Synthesizer | None,
         cache_size: int,
         pool_timeout: float,
+        nodes: NodePools | None = None,
     ) -> None:
+        """`nodes`: the pools of reads on other nodes (`ReadOnNode`), another runner's to share."""
         self.pool = pool
         self.target = target
         self.info = info
@@ -180,6 +185,7 @@ class Runner:
         self._cache = EmbeddingCache(cache_size)
         self._cache_size = cache_size
         self._pool_timeout = pool_timeout
+        self._nodes = nodes if nodes is not None else NodePools(target.dsn, pool.max_size)
 
     def with_embedder(self, embedder: Embedder, info: StoreInfo) -> Runner:
         """A runner on the same pool that embeds with `embedder` into `info`'s vector space, with an
@@ -192,6 +198,7 @@ class Runner:
             synthesizer=self.synthesizer,
             cache_size=self._cache_size,
             pool_timeout=self._pool_timeout,
+            nodes=self._nodes,
         )
 
     @classmethod
@@ -244,8 +251,15 @@ class Runner:
             pool_timeout=pool_timeout,
         )
 
+    def pools(self) -> list[Pool]:
+        """Its pool, then those of the other nodes it has read on."""
+        return [self.pool, *self._nodes.opened()]
+
     def close(self) -> None:
-        self.pool.close()
+        try:
+            self._nodes.close()
+        finally:
+            self.pool.close()
 
     @classmethod
     def run_on(cls, conn: Connection, op: Operation[T]) -> T:
@@ -296,7 +310,7 @@ class Runner:
                     conns.append(self._checkout(stack, read_only))
                 return conns[0]
 
-            return self._drive(op, connection, self, sink, advance, effects)
+            return self._drive(op, connection, self, sink, advance, effects, read_only)
 
     def _checkout(self, stack: ExitStack, read_only: bool) -> Connection:
         """A pooled connection, waiting at most `pool_timeout`, returned when `stack` closes. While
@@ -331,10 +345,11 @@ class Runner:
         sink: Sink | None = None,
         advance: Advance | None = None,
         effects: RunEffects | None = None,
+        read_only: bool = False,
     ) -> T:
         """Send each reply into `op` (or throw its error) until it returns. Without a `runner`
         (opening a store) only statements can be performed. `effects` records whether anything
-        of `op` left its transaction."""
+        of `op` left its transaction; a `read_only` run may read on other nodes (`ReadOnNode`)."""
         reply: Any = None
         error: BaseException | None = None
         while True:
@@ -356,6 +371,10 @@ class Runner:
                     reply = _own_transaction(connection(), request)
                 case ReadAside() if runner is not None:
                     reply = runner._read_aside(request)
+                case ReadOnNode() if runner is not None and read_only:
+                    reply = runner._read_on_node(request)
+                case ReadOnNode():  # its own connection would not see the operation's writes
+                    reply = NotRead.NOT_TRIED
                 case EmbedQuery() | EmbedDocuments() if runner is not None:
                     try:
                         reply = runner._embed(request)
@@ -408,6 +427,33 @@ class Runner:
         except (psycopg.Error, PoolTimeout) as exc:
             read_aside_failed(request, exc)
             return None
+
+    def _read_on_node(self, request: ReadOnNode) -> list[Any] | NotRead:
+        """`request`'s statement on a connection to its node, in autocommit mode. Not tried while
+        the node is marked unreachable; marked so when its pool gives no connection in
+        `NODE_CONNECTION_WAIT_S` though none of its connections is busy (it cannot connect)."""
+        node: Node = (request.host, request.port)
+        if not self._nodes.reachable(node):
+            return NotRead.NOT_TRIED
+        pool = self._nodes.pool(node)
+        try:
+            conn = pool.getconn(timeout=NODE_CONNECTION_WAIT_S)
+        except PoolTimeout:
+            if pool.in_use == 0:
+                logger.warning("node %s:%d gave no connection; reading through the coordinator", *node)
+                self._nodes.unreachable(node)
+            return NotRead.NOT_TRIED
+        try:
+            _autocommit(conn, True)
+            return _fetch(conn, request.statement)
+        except psycopg.Error as exc:
+            logger.warning("reading on node %s:%d failed (%s); reading through the coordinator", *node, exc)
+            return NotRead.FAILED
+        finally:
+            try:
+                _finish_pending(conn)
+            finally:
+                pool.putconn(conn)
 
     def _embed(self, request: EmbedQuery | EmbedDocuments) -> Any:
         dims = self.info.dimensions

@@ -92,14 +92,14 @@ than the select list's, so each exported column says its place): what `import_js
 
 
 def fact_columns(
-    schema: str, *, default_partitions: bool = False, named: Scope | None = None, leaves: bool = False
+    schema: str, *, tables: Mapping[str, sql.Composable] | None = None, named: Scope | None = None
 ) -> sql.Composed:
     """The select list of FACT_COLUMNS, each named by its field. Needs `f` (facts) and `a` (the
-    anchor entity) in the FROM clause. For a recall's kept read, whose plan is kept: with
-    `default_partitions` the links are read from the DEFAULT partitions, with `named` the tenant
-    is the scope's names, so that the plan holds no other tenant's partitions (`store.layout`), and
-    with `leaves` too the links are read from its leaf."""
-    parts = table_refs(schema, default_partitions=default_partitions, leaves=named if leaves else None)
+    anchor entity) in the FROM clause. For a recall's kept read, whose plan is kept: the links are
+    read from `tables` (`layouts.access.ScopeAccess.tables`: the DEFAULT partitions, a moved
+    scope's leaf, a worker's shard), and with `named` the tenant is the scope's names, so that the
+    plan holds no other tenant's partitions (`store.layout`)."""
+    parts = dict(tables) if tables is not None else table_refs(schema)
     parts["tenant_fm"] = tenant_predicate("fm") if named is None else scope_predicate(named, "fm")
     return sql.SQL(", ").join(
         sql.SQL("{} AS {}").format(sql.SQL(column.expression).format(**parts), sql.Identifier(column.name))

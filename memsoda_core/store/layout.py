@@ -21,6 +21,7 @@ tenant gets a shard of its own instead.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from psycopg import sql
@@ -106,24 +107,33 @@ def shared(table: str) -> str:
     return f"{table}_shared"
 
 
+READ_TABLES = ("facts", "entities", "fact_entities", "scopes", "lexemes")
+"""The tables a read's template names by key (`table_refs`): what a recall statement reads."""
+
+
 def table_refs(
-    schema: str, *, default_partitions: bool = False, leaves: Scope | None = None
+    schema: str,
+    *,
+    default_partitions: bool = False,
+    leaves: Scope | None = None,
+    shards: Mapping[str, str] | None = None,
 ) -> dict[str, sql.Composable]:
-    """{facts}, {entities}, {fact_entities} for a read's template: the partitioned tables, or with
-    `default_partitions` their DEFAULT partitions by name (a small scope's reads: a kept plan over
-    a partitioned table would lock every partition at each run), or with `leaves` that moved
-    scope's own leaves by name (`tenant_tables`: planning then opens no partitioned table and
-    prunes nothing). memsoda's own plain table names, unquoted as they always were (a leaf's name
-    is lower-case letters, digits and underscores)."""
-    if leaves is not None:
-        return {
-            name: sql.SQL("{}.{}").format(sql.Identifier(schema), sql.SQL(tenant_tables(name, leaves).leaf))
-            for name in ("facts", "entities", "fact_entities")
-        }
-    return {
-        name: sql.SQL("{}.{}").format(sql.Identifier(schema), sql.SQL(shared(name) if default_partitions else name))
-        for name in ("facts", "entities", "fact_entities")
-    }
+    """{facts}, {entities}, {fact_entities}, {scopes} and {lexemes} for a read's template: the
+    tables, with `default_partitions` the DEFAULT partitions of the first three by name (a small
+    scope's reads: a kept plan over a partitioned table would lock every partition at each run),
+    with `leaves` that moved scope's own leaves by name (`tenant_tables`: planning then opens no
+    partitioned table and prunes nothing), or with `shards` a Citus worker's shards by name (table
+    -> shard, `layouts.shards`). memsoda's own plain table names, unquoted as they always were (a
+    leaf's name is lower-case letters, digits and underscores)."""
+    refs: dict[str, str] = {name: name for name in READ_TABLES}
+    if shards is not None:
+        return {name: sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(shards[name])) for name in refs}
+    for name in ("facts", "entities", "fact_entities"):
+        if leaves is not None:
+            refs[name] = tenant_tables(name, leaves).leaf
+        elif default_partitions:
+            refs[name] = shared(name)
+    return {name: sql.SQL("{}.{}").format(sql.Identifier(schema), sql.SQL(table)) for name, table in refs.items()}
 
 
 @dataclass(frozen=True)

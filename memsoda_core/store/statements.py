@@ -85,11 +85,13 @@ def count_facts(schema: str) -> sql.Composed:
 
 
 class ExportedFact:
-    """A row of `export_facts`, read by column name: the fact and its subject's type."""
+    """A row of `export_facts`, read by column name: the fact, its subject's type, and whether it is
+    items' own (`facts.item_owned`)."""
 
-    __slots__ = ("fact", "subject_type")
+    __slots__ = ("fact", "item_owned", "subject_type")
 
     def __init__(self, *, subject_type: str, **columns: Any) -> None:
+        self.item_owned = bool(columns.pop("item_owned", False))
         self.fact: Fact = fact_from(columns)
         self.subject_type = subject_type
 
@@ -97,7 +99,7 @@ class ExportedFact:
 def export_facts(schema: str) -> sql.Composed:
     """Every fact of a scope as an `ExportedFact`, in id order, by keyset pages."""
     return tenant_statement(
-        """SELECT {cols}, st.type AS subject_type
+        """SELECT {cols}, st.type AS subject_type, f.item_owned
            FROM {s}.facts f
            JOIN {s}.entities a ON a.dataset = f.dataset AND a.project = f.project AND a.id = f.anchor_id
            JOIN {s}.entities st ON st.dataset = f.dataset AND st.project = f.project AND st.id = f.subject_id

@@ -117,6 +117,14 @@ def insert_episodes(schema: str) -> sql.Composed:
     )
 
 
+def clear_item_owned(schema: str) -> sql.Composed:
+    """Facts %(ids)s are no longer items' own: the application wrote them too (an import's line)."""
+    return tenant_statement(
+        "UPDATE {s}.facts SET item_owned = false WHERE {tenant} AND id = ANY(%(ids)b::bigint[]) AND item_owned",
+        schema,
+    )
+
+
 def lock_imported_episodes() -> sql.Composed:
     """Until the transaction ends, the lock of the scope's imported episodes: two imports into one
     scope take turns, so each sees the episodes the other wrote (`stored_episodes`) and none is

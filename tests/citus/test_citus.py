@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 import pytest
 from pgvector.psycopg import register_vector
+from psycopg.conninfo import conninfo_to_dict
 from typer.testing import CliRunner
 
 from memsoda_core import LocalEmbedder, Memory, ScopeArgs, StoreError
@@ -138,14 +139,29 @@ alone ("coordinator only"): the catalog reads of tenant indexes and the items' a
 scope's row, so it runs on the tenant's worker, where the writers take their relation locks."""
 
 
+class Sent(list[tuple[Any, Any]]):
+    """The statements sent to the coordinator, with their parameters; `elsewhere`: those read
+    straight from a worker, with its port (`ReadOnNode`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.elsewhere: list[tuple[Any, Any, int]] = []
+
+
 @contextmanager
-def statements_sent() -> Iterator[list[tuple[str, Any]]]:
-    """Every statement a sync Memory sends (with its parameters) while inside."""
-    sent: list[tuple[Any, Any]] = []
+def statements_sent(dsn: str) -> Iterator[Sent]:
+    """Every statement a sync Memory sends (with its parameters) while inside: to the server at
+    `dsn` (the coordinator), and `elsewhere`."""
+    sent = Sent()
     original = psycopg.Cursor.execute
+    port = int(str(conninfo_to_dict(dsn)["port"]))
 
     def record(self: psycopg.Cursor[Any], query: Any, params: Any = None, **kwargs: Any) -> Any:
-        sent.append((query.decode() if isinstance(query, bytes) else query, params))  # bytes: compiled
+        text = query.decode() if isinstance(query, bytes) else query  # bytes: compiled
+        if self.connection.info.port == port:
+            sent.append((text, params))
+        else:
+            sent.elsewhere.append((text, params, self.connection.info.port))
         return original(self, query, params, **kwargs)
 
     psycopg.Cursor.execute = record  # type: ignore[method-assign]
@@ -205,19 +221,22 @@ def _known(text: str) -> bool:
 def test_recall_statements_are_routed_to_one_shard(citus_memory: Memory, cluster: Cluster) -> None:
     scope = new_scope()
     citus_memory.add_facts(FACTS, **scope)
-    with statements_sent() as sent:
+    with statements_sent(cluster.dsn) as sent:
         assert citus_memory.recall("where does Maya work?", **scope).facts
         assert citus_memory.recall(None, **scope).facts
     kinds = plans(cluster, sent)
     print("\nrecall plans:", *(f"  {kind:28} {text[:100]}" for text, kind in kinds.items()), sep="\n")
-    check_routing(kinds, _known)
-    assert sum(kind == "router" for kind in kinds.values()) >= 2  # the scope read and the hits statements
+    check_routing(kinds, lambda text: _known(text) or kinds[text] == "coordinator only")  # + where its shards are
+    assert sum(kind == "router" for kind in kinds.values()) >= 1  # the scope's size
+    # its hits, read straight from its shards on the worker that holds them
+    hits = [port for text, _, port in sent.elsewhere if isinstance(text, str) and text.lstrip().startswith("WITH")]
+    assert len(hits) == 2 and set(hits) <= {node.port for node in cluster.worker_nodes}
 
 
 def test_write_statements_stay_on_one_shard(citus_memory: Memory, cluster: Cluster) -> None:
     scope = new_scope()
     citus_memory.add_facts(FACTS[:1], **scope)
-    with statements_sent() as sent:
+    with statements_sent(cluster.dsn) as sent:
         citus_memory.add_facts(FACTS[1:], **scope)
     kinds = plans(cluster, sent)
     print("\nwrite plans:", *(f"  {kind:28} {text[:100]}" for text, kind in kinds.items()), sep="\n")
@@ -320,7 +339,7 @@ def test_langgraph_items_on_citus(citus_memory: Memory, cluster: Cluster) -> Non
 
     store = MemsodaStore(citus_memory, project="citus-items")
     ann, ben = ("memories", "ann"), ("memories", "ben")
-    with statements_sent() as sent:
+    with statements_sent(cluster.dsn) as sent:
         store.put(ann, "1", {"content": "Ann plays the cello"})
         store.put(ben, "1", {"content": "Ben plays the drums"})
         store.put(ann, "1", {"content": "Ann plays the viola"})
@@ -350,7 +369,7 @@ def test_remember_on_citus_stays_on_one_shard(citus_memory: Memory, cluster: Clu
             add("I", "plays", "the cello", "I play the cello"),
         )
     )
-    with statements_sent() as sent:
+    with statements_sent(cluster.dsn) as sent:
         result = citus_memory.remember(window, **scope, thread_id="t-1", extractor=extractor)
     assert len(result.added) == 2 and result.superseded == ((old, result.added[0]),)
     assert [s.message_id for s in citus_memory.sources(result.added[1], **scope)] == ["m1"]
@@ -363,7 +382,7 @@ def test_forget_on_citus_stays_on_one_shard(citus_memory: Memory, cluster: Clust
     scope = new_scope()
     citus_memory.add_facts(FACTS, **scope)
     citus_memory.add_episodes([{"text": "Maya talked about Berlin", "thread_id": "t-1"}], **scope)
-    with statements_sent() as sent:
+    with statements_sent(cluster.dsn) as sent:
         assert citus_memory.forget(**scope, entity="Tom") == 3
         assert citus_memory.forget(**scope) == len(FACTS) - 3
     kinds = plans(cluster, sent)

@@ -27,12 +27,14 @@ def test_citus_bench_smoke(
 ) -> None:
     monkeypatch.setenv("MEMSODA_DSN", pg_dsn)  # the one node: the session's server
     sizes = ["--small", "60", "--large", "150", "--recalls", "3", "--writes", "2", "--warmup", "1"]
-    assert main(["citus", *sizes, "--tuned", "--shard-direct", "--citus-dsn", cluster.dsn]) == 0
+    options = ["--tuned", "--through-coordinator", "--shard-direct"]
+    assert main(["citus", *sizes, *options, "--citus-dsn", cluster.dsn]) == 0
     out = capsys.readouterr().out
     assert "Citus defaults (32 shards, distributed: True)" in out and "8 shards, large tenant isolated (" in out
     for tenant in ("60 facts", "150 facts"):
         assert f"| {tenant} | Citus defaults |" in out
         assert f"| {tenant} | 8 shards, large tenant isolated |" in out
-    assert out.count("x |") >= 8  # the two ratios of each tenant and store
+        assert f"| {tenant} | Citus defaults, worker_reads=False |" in out
+    assert out.count("x |") >= 12  # the two ratios of each tenant and store
     for form in FORMS:  # the small tenant's statement alone, three ways
         assert re.search(rf"^\| {re.escape(form)} \| [\d.]+ / [\d.]+ \| [\d.]+x \|$", out, re.MULTILINE), form

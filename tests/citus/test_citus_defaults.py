@@ -15,6 +15,7 @@ from pgvector.psycopg import register_vector
 
 from memsoda_core import LocalEmbedder, Memory, RecallOptions, ScopeArgs
 from memsoda_core.distributed import distribute
+from memsoda_core.layouts.shards import place_params, place_statement
 from memsoda_core.recall.scope_stats import stats_statement
 from memsoda_core.runner.policy import PREPARE_ONLY_WHEN_ASKED
 from tests.citus.test_citus import FACTS, check_routing, new_scope, plans, statements_sent
@@ -37,14 +38,23 @@ def default_store(cluster: Cluster, embedder: LocalEmbedder) -> str:
 
 @pytest.fixture
 def memory(cluster: Cluster, default_store: str, embedder: LocalEmbedder) -> Iterator[Memory]:
+    """Every statement through the coordinator (`worker_reads=False`): as a small scope is read
+    when its worker cannot be reached, and a large one always."""
+    with Memory.open(cluster.dsn, embedder, schema=default_store, worker_reads=False) as opened:
+        yield opened
+
+
+@pytest.fixture
+def worker_memory(cluster: Cluster, default_store: str, embedder: LocalEmbedder) -> Iterator[Memory]:
+    """As `Memory.open` opens it: a small scope's recall read on the worker holding its shards."""
     with Memory.open(cluster.dsn, embedder, schema=default_store) as opened:
         yield opened
 
 
-def _recall_statements(memory: Memory, scope: ScopeArgs) -> list[tuple[str, Any]]:
+def _recall_statements(memory: Memory, scope: ScopeArgs, dsn: str) -> list[tuple[str, Any]]:
     """The statements (text, parameters) of two recalls of `scope`, with a query and without, that
     keep plans: not the scope's statistics read (`recall.scope_stats`, planned with its values)."""
-    with statements_sent() as sent:
+    with statements_sent(dsn) as sent:
         assert memory.recall("where does Maya work?", **scope).facts
         assert memory.recall(None, **scope).facts
     texts = [(q if isinstance(q, str) else q.as_string(None), params) for q, params in sent]
@@ -68,17 +78,17 @@ def test_the_cluster_default_shard_count(cluster: Cluster, default_store: str) -
 def test_recall_statements_name_the_scope_and_are_routed(memory: Memory, cluster: Cluster) -> None:
     scope = new_scope()
     memory.add_facts(FACTS, **scope)
-    statements = _recall_statements(memory, scope)
+    statements = _recall_statements(memory, scope, cluster.dsn)
     hits = [text for text, _ in statements if text.lstrip().startswith("WITH")]
     assert hits and all(f"'{scope['dataset']}'" in text for text in hits)  # the tenant as a literal
-    with statements_sent() as sent:
+    with statements_sent(cluster.dsn) as sent:
         memory.recall("where does Maya work?", **scope)
         memory.recall(None, **scope)
     kinds = plans(cluster, sent)
     check_routing(kinds, lambda text: False)  # every one a router plan, none on all 32 shards
 
 
-def test_a_small_scope_recall_is_one_statement(memory: Memory) -> None:
+def test_a_small_scope_recall_is_one_statement(memory: Memory, cluster: Cluster) -> None:
     """Once the scope's size and statistics are remembered, a recall of a small scope sends one
     statement: its signals and the kept facts' columns together, with no setting, transaction or
     second read around it (on Citus each statement is parsed and planned again on the worker:
@@ -86,9 +96,9 @@ def test_a_small_scope_recall_is_one_statement(memory: Memory) -> None:
     scope = new_scope()
     memory.add_facts(FACTS, **scope)
     assert memory.recall("where does Maya work?", **scope).facts  # remembers the size and statistics
-    with statements_sent() as sent:
+    with statements_sent(cluster.dsn) as sent:
         assert memory.recall("where does Maya work?", **scope).facts
-    assert len(sent) == 1
+    assert len(sent) == 1 and sent.elsewhere == []  # worker_reads=False
     ((text, _),) = sent
     assert text.lstrip().startswith("WITH")
 
@@ -99,7 +109,7 @@ def test_kept_plans_of_recall_statements_are_routed(memory: Memory, cluster: Clu
     and uses the kept plan (`generic_plans`) rather than planning again."""
     scope = new_scope()
     memory.add_facts(FACTS, **scope)
-    statements = _recall_statements(memory, scope)
+    statements = _recall_statements(memory, scope, cluster.dsn)
     with psycopg.connect(cluster.dsn, autocommit=True, prepare_threshold=PREPARE_ONLY_WHEN_ASKED) as conn:
         register_vector(conn)
         conn.execute("SET citus.multi_task_query_log_level = 'error'")
@@ -118,7 +128,8 @@ def test_a_shared_statement_with_a_bound_tenant_has_no_kept_plan(memory: Memory,
     generically by Citus, so it would be planned at every run."""
     scope = new_scope()
     memory.add_facts(FACTS, **scope)
-    text, params = next((t, p) for t, p in _recall_statements(memory, scope) if t.lstrip().startswith("WITH"))
+    statements = _recall_statements(memory, scope, cluster.dsn)
+    text, params = next((t, p) for t, p in statements if t.lstrip().startswith("WITH"))
     values = [*params, scope["dataset"], scope["project"]]  # a compiled statement's: by $n
     bound = text.replace(f"'{scope['dataset']}'", f"${len(values) - 1}").replace(
         f"'{scope['project']}'", f"${len(values)}"
@@ -152,9 +163,60 @@ def test_the_relevance_floor_is_measured_with_routed_statements(memory: Memory, 
     scope = new_scope()
     memory.add_facts(FACTS, **scope)
     floor = RecallOptions(min_relevance=0.3)
-    with statements_sent() as sent:
+    with statements_sent(cluster.dsn) as sent:
         result = memory.recall("where does Maya work?", **scope, options=floor)
     assert result.facts and result.relevance is not None and result.relevance >= 0.3
     texts = [text if isinstance(text, str) else text.as_string(None) for text, _ in sent]
     assert any("percentile_cont" in text for text in texts)  # the typical similarity was read here
-    check_routing(plans(cluster, sent), lambda text: False)
+    check_routing(plans(cluster, sent), lambda text: False)  # not even where its shards are: not read
+
+
+def _facts(memory: Memory, scope: ScopeArgs) -> list[list[tuple[int, float]]]:
+    return [
+        [(s.fact.id, round(s.score, 9)) for s in memory.recall(query, **scope).facts]
+        for query in ("where does Maya work?", "Tom", None)
+    ]
+
+
+def _shard_relations(cluster: Cluster, dataset: str) -> set[str]:
+    """The names of the dataset's shards of the tables a recall reads, from the coordinator."""
+    with psycopg.connect(cluster.dsn) as conn:
+        rows = conn.execute(place_statement(SCHEMA), place_params(dataset)).fetchall()
+    return {row[2] for row in rows}
+
+
+def test_a_small_scope_is_read_on_the_worker_holding_its_shards(
+    worker_memory: Memory, memory: Memory, cluster: Cluster
+) -> None:
+    """Once its size and place are remembered, a small scope's recall sends nothing to the
+    coordinator: one statement, on the worker, naming the scope's shards with the tenant bound (so
+    one kept plan serves every tenant of a shard); the same facts and scores as through the
+    coordinator."""
+    scope = new_scope()
+    worker_memory.add_facts(FACTS, **scope)
+    assert _facts(worker_memory, scope) == _facts(memory, scope)
+    with statements_sent(cluster.dsn) as sent:
+        assert worker_memory.recall("where does Maya work?", **scope).facts
+    assert sent == []
+    ((text, params, port),) = sent.elsewhere
+    assert port in {node.port for node in cluster.worker_nodes}
+    assert f"'{scope['dataset']}'" not in text and any(isinstance(p, str) and p == scope["dataset"] for p in params)
+    shards = _shard_relations(cluster, scope["dataset"])
+    assert len(shards) == 5 and all(f'"{SCHEMA}"."{shard}"' in text for shard in shards)
+
+
+def test_a_scope_whose_shards_moved_is_read_where_they_are(worker_memory: Memory, cluster: Cluster) -> None:
+    """A Memory that remembers a scope's shards on one worker recalls the same facts after the
+    scope moved to a shard of its own (the guard makes the old shards' read return nothing, or
+    they are gone): that recall is read through the coordinator, the next ones on the new shards."""
+    scope = new_scope()
+    worker_memory.add_facts(FACTS, **scope)
+    before = _facts(worker_memory, scope)
+    old = _shard_relations(cluster, scope["dataset"])
+    distribute(cluster.dsn, SCHEMA, isolate=[scope["dataset"]], transfer_mode="block_writes")
+    new = _shard_relations(cluster, scope["dataset"])
+    assert new.isdisjoint(old)
+    assert _facts(worker_memory, scope) == before
+    with statements_sent(cluster.dsn) as sent:
+        assert _facts(worker_memory, scope) == before
+    assert sent.elsewhere and all(any(shard in text for shard in new) for text, _, _ in sent.elsewhere)

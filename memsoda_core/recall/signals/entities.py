@@ -36,7 +36,7 @@ def name_like(schema: str, access: ScopeAccess = SHARED) -> sql.Composed:
     on the facts holding the whole name, loose where other names share its words ("Anna Smith",
     "Eva Smith")."""
     return fragment(
-        "(name ~ ' ' OR fact_count >= %(anchor_name_share)s * coalesce((SELECT min(l.facts) FROM {s}.lexemes l"
+        "(name ~ ' ' OR fact_count >= %(anchor_name_share)s * coalesce((SELECT min(l.facts) FROM {lexemes} l"
         " WHERE {scope_l} AND l.lexeme = ANY(tsvector_to_array(to_tsvector(%(tsconfig)s, name)))), 0))",
         schema,
         access=access,
@@ -51,7 +51,7 @@ HUB_TERMS = (
 search terms and counts each named hub apart, `keyword.keyword_ctes`)."""
 
 
-SCOPE_FACTS = "coalesce((SELECT sc.fact_count FROM {s}.scopes sc WHERE {scope_sc}), 0)"
+SCOPE_FACTS = "coalesce((SELECT sc.fact_count FROM {scopes} sc WHERE {scope_sc}), 0)"
 """SQL template (`fragments.fragment`): the scope's fact count, 0 before its first write."""
 
 

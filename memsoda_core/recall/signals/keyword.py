@@ -123,7 +123,7 @@ def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = Fal
                ln(1 + (greatest(min(sc.n), min(l.n)) - min(l.n) + 0.5) / (min(l.n) + 0.5)) AS idf
         FROM unnest((SELECT %(terms)b::text[])) WITH ORDINALITY AS t(term, i)
         CROSS JOIN LATERAL unnest(tsvector_to_array(to_tsvector(%(tsconfig)s::regconfig, t.term))) AS x(lexeme)
-        CROSS JOIN LATERAL (SELECT coalesce((SELECT l.facts FROM {s}.lexemes l
+        CROSS JOIN LATERAL (SELECT coalesce((SELECT l.facts FROM {lexemes} l
                                              WHERE {scope_l} AND l.lexeme = x.lexeme), 0) AS n OFFSET 0) l
         CROSS JOIN keyword_scope sc
         WHERE t.term NOT IN {hub_terms} AND l.n <= sc.common

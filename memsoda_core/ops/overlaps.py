@@ -1,0 +1,126 @@
+"""Repairing the values of a single-valued relation that overlap in valid time (operations).
+
+A store written before the single-valued history fix (CHANGELOG, "h-write") may hold two values of
+a relation its scope declares single-valued that are both true at some valid time; a write of the
+relation repairs its history, and `maintain` repairs every relation, by the write path's placement
+(`writing.decisions`): a value ends where the next other value starts, if that is before its own
+end, superseded by that value (memory learning the end now; a value that had ended keeps when it
+first learned that). Two values starting at the same instant have no order and are left as they
+are, as a write refuses to make them. Equal values (case folded) are one value, and do not overlap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from psycopg import sql
+
+from memsoda_core.runner.steps import Operation, execute, execute_as
+from memsoda_core.store.info import StoreInfo
+from memsoda_core.store.statements import tenant_statement
+from memsoda_core.validation import Scope
+from memsoda_core.writing import inserts
+from memsoda_core.writing import reconcile_statements as sql_reconcile
+from memsoda_core.writing.operation import hold_dataset
+
+
+def single_valued_scopes(schema: str) -> sql.Composed:
+    """(dataset, project) of every scope that declares a single-valued predicate."""
+    return sql.SQL("SELECT DISTINCT dataset, project FROM {s}.single_valued ORDER BY dataset, project").format(
+        s=sql.Identifier(schema)
+    )
+
+
+@dataclass(frozen=True)
+class Relation:
+    """A row of `overlapping_relations`: a relation (subject, case-folded predicate) and one of its
+    values, the key its locks are taken on (`reconcile_statements.lock_relations`)."""
+
+    subject: str
+    predicate: str
+    object: str
+
+
+def overlapping_relations(schema: str) -> sql.Composed:
+    """The scope's single-valued relations in which a value is still true when the next other
+    value starts."""
+    return tenant_statement(
+        """SELECT DISTINCT ON (f.subject, lower(f.predicate))
+                  f.subject, lower(f.predicate) AS predicate, lower(f.object) AS object
+           FROM {s}.facts f
+           CROSS JOIN LATERAL (
+               SELECT g.valid_at FROM {s}.facts g
+               WHERE {tenant_g} AND g.subject = f.subject AND lower(g.predicate) = lower(f.predicate)
+                 AND lower(g.object) <> lower(f.object) AND g.valid_at > f.valid_at
+               ORDER BY g.valid_at LIMIT 1) n
+           WHERE {tenant_f}
+             AND lower(f.predicate) IN (SELECT sv.predicate FROM {s}.single_valued sv WHERE {tenant_sv})
+             AND (f.invalid_at IS NULL OR f.invalid_at > n.valid_at)
+           ORDER BY f.subject, lower(f.predicate)""",
+        schema,
+    )
+
+
+def end_overlaps(schema: str) -> sql.Composed:
+    """End, in the scope's single-valued relations (%(subjects)s, %(predicates)s), each value
+    still true when the next other value starts, there, superseded by that value; memory learns
+    it at %(learned)s (a value that had ended keeps its `expired_at`). Returns the facts ended."""
+    return tenant_statement(
+        """WITH placed AS (
+               SELECT f.id, n.id AS by, n.valid_at AS at, f.invalid_at IS NOT NULL AS ended_before
+               FROM {s}.facts f
+               CROSS JOIN LATERAL (
+                   SELECT g.id, g.valid_at FROM {s}.facts g
+                   WHERE {tenant_g} AND g.subject = f.subject AND lower(g.predicate) = lower(f.predicate)
+                     AND lower(g.object) <> lower(f.object) AND g.valid_at > f.valid_at
+                   ORDER BY g.valid_at, g.id LIMIT 1) n
+               WHERE {tenant_f}
+                 AND lower(f.predicate) IN (SELECT sv.predicate FROM {s}.single_valued sv WHERE {tenant_sv})
+                 AND (f.subject, lower(f.predicate)) IN (
+                     SELECT * FROM unnest(%(subjects)s::text[], %(predicates)s::text[]))
+                 AND (f.invalid_at IS NULL OR f.invalid_at > n.valid_at))
+           UPDATE {s}.facts f
+           SET invalid_at = p.at, superseded_by = p.by,
+               expired_at = CASE WHEN p.ended_before THEN f.expired_at ELSE %(learned)s END
+           FROM placed p
+           WHERE {tenant_f} AND f.id = p.id
+           RETURNING f.id""",
+        schema,
+    )
+
+
+def repair_overlaps(info: StoreInfo) -> Operation[int]:
+    """In every scope with single-valued predicates, end the values that overlap another (see the
+    module docstring), under the locks of their relations (a write of one waits, and then meets a
+    repaired history); scope by scope in one order, in the operation's transaction. Returns how
+    many facts were ended."""
+    scopes = yield from execute_as(Scope, single_valued_scopes(info.schema))
+    ended = 0
+    for scope in scopes:
+        ended += yield from _repair_scope(info, scope)
+    return ended
+
+
+def _repair_scope(info: StoreInfo, scope: Scope) -> Operation[int]:
+    base = {"dataset": scope.dataset, "project": scope.project}
+    relations = yield from execute_as(Relation, overlapping_relations(info.schema), base)
+    if not relations:
+        return 0
+    yield from hold_dataset(info, scope)
+    columns = {column.name: str(column.param) for column in inserts.FACTS.columns}
+    keys = {columns[field]: [getattr(r, field) for r in relations] for field in sql_reconcile.KEY_FIELDS}
+    (locked,) = yield from execute_as(
+        sql_reconcile.Locked,
+        sql_reconcile.lock_relations(info.schema),
+        {**base, "schema": info.schema, **keys, "singles": [True] * len(relations)},
+    )
+    rows = yield from execute(
+        end_overlaps(info.schema),
+        {
+            **base,
+            "subjects": [r.subject for r in relations],
+            "predicates": [r.predicate for r in relations],
+            "learned": locked.learned_at,
+        },
+    )
+    return len(rows)
