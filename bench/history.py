@@ -5,7 +5,8 @@ one new value, an hour after the one before (a history written in time order), t
 without a start (each starts when memory learns it). Prints the p50 of the first and last
 `window` writes of each kind and their ratio: a write reads the facts that hold at its start or
 after it (`writing.reconcile_statements.met_facts`), so a history in time order should cost about
-the same at its end as at its start; one without a start reads the whole history.
+the same at its end as at its start; one without a start reads what holds when memory learns it
+and the values that ended last, so it should too.
 """
 
 from __future__ import annotations

@@ -3,8 +3,10 @@ and what they decide from the replies. The same operations run against the real 
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from datetime import UTC, datetime
+import random
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -362,3 +364,43 @@ def test_supersede_of_a_fact_no_longer_live_writes_nothing_and_names_the_live_on
     with pytest.raises(NotLiveError) as raised:
         drive(op, script)
     assert raised.value.live_id == 9 and "fact 9 is live now" in str(raised.value)
+
+
+def _history(rng: random.Random) -> list[sql_reconcile.Met]:
+    """A single-valued relation's stored history met by an input of value "a": facts one after
+    another, each ending where the next starts or earlier (a gap), the last one live or ended."""
+    rows: list[sql_reconcile.Met] = []
+    at = datetime(2000, 1, 1, tzinfo=UTC) + timedelta(days=rng.randrange(100))
+    for fact_id in range(1, rng.randrange(8) + 1):
+        start = None if fact_id == 1 and rng.random() < 0.3 else at
+        at += timedelta(days=1 + rng.randrange(400))
+        end = at - timedelta(days=rng.randrange(3)) if rng.random() < 0.4 else at  # a gap, or the next start
+        value = rng.choice("abc")
+        rows.append(sql_reconcile.Met(1, 1, 1, True, fact_id, value == "a", start, end))
+    if rows and rng.random() < 0.7:
+        rows[-1] = dataclasses.replace(rows[-1], invalid_at=None)
+    return rows
+
+
+def _read_from_learned(rows: list[sql_reconcile.Met], learned: datetime) -> list[sql_reconcile.Met]:
+    """What `met_facts` reads for an open input without a start: the facts that hold at `learned` or
+    after it, the one that ended last before, and the one of another value that ended last."""
+    after = [row for row in rows if row.invalid_at is None or row.invalid_at > learned]
+    before = sorted((row for row in rows if row not in after), key=lambda row: row.invalid_at or learned)
+    last = before[-1:]
+    last_other = [row for row in before if not row.same][-1:]
+    return sorted({row.id: row for row in [*after, *last, *last_other]}.values(), key=lambda row: row.id or 0)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_plan_a_value_without_a_start_needs_only_what_holds_when_learned_and_the_values_that_ended_last(
+    seed: int,
+) -> None:
+    """The plan of an open input without a start is the same from `met_facts`' narrowed read as from
+    the relation's whole history (which a write read before, at a cost growing with it)."""
+    rng = random.Random(seed)
+    rows = _history(rng)
+    (fact,) = validate_facts([{**FACTS[1], "object": "a"}])
+    whole = rows or [sql_reconcile.Met(1, 1, 1, True, None, None, None, None)]
+    narrowed = _read_from_learned(rows, NOW) or whole
+    assert plan_batch([fact], narrowed, learned=NOW) == plan_batch([fact], whole, learned=NOW)

@@ -14,9 +14,13 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
 import pytest
 
 from memsoda_core import IntervalError, LocalEmbedder, Memory, ScopeArgs
+from memsoda_core.validation import validate_facts
+from memsoda_core.writing import inserts
+from memsoda_core.writing import reconcile_statements as sql_reconcile
 from tests.conftest import Either
 
 LIVES = {"subject": "user", "predicate": "lives in", "object_type": "PLACE"}
@@ -194,6 +198,52 @@ async def test_an_equal_value_without_a_start_moves_back_to_where_the_last_value
     assert await memory.add_facts([{**LIVES, "object": "berlin"}], **scope) == [berlin]
     assert (await memory.get_fact(berlin, **scope)).valid_at == day("2021-01-01")
     await assert_one_value_at_a_time(memory, scope)
+
+
+async def test_an_equal_value_without_a_start_moves_back_past_an_ended_fact_of_its_own_value_to_another_value(
+    memory: Either, scope: ScopeArgs
+) -> None:
+    """The value that ended last is berlin's own: the read also takes the last of another value
+    (rome), so the live berlin does not move back over rome's time."""
+    await memory.set_single_valued(["lives in"], **scope)
+    await memory.add_facts([lives("rome", "2010-01-01", "2015-01-01")], **scope)
+    await memory.add_facts([lives("berlin", "2016-01-01", "2018-01-01")], **scope)
+    (berlin,) = await memory.add_facts([lives("berlin", "2025-04-01")], **scope)
+    assert await memory.add_facts([{**LIVES, "object": "berlin"}], **scope) == [berlin]
+    assert (await memory.get_fact(berlin, **scope)).valid_at is not None
+    assert await live_cities(memory, scope, day("2012-01-01")) == ["rome"]
+
+
+async def test_a_value_without_a_start_after_ended_facts_of_its_own_value_starts_when_memory_learns_it(
+    memory: Either, scope: ScopeArgs
+) -> None:
+    await memory.set_single_valued(["lives in"], **scope)
+    await memory.add_facts([lives("berlin", "2016-01-01", "2018-01-01")], **scope)
+    (berlin,) = await memory.add_facts([{**LIVES, "object": "berlin"}], **scope)
+    stored = await memory.get_fact(berlin, **scope)
+    assert stored.valid_at is not None and stored.valid_at == stored.created_at
+    await assert_one_value_at_a_time(memory, scope)
+
+
+def test_a_write_without_a_start_reads_what_holds_when_memory_learns_it_not_the_whole_history(
+    pg_dsn: str, sync_memory: Memory, scope: ScopeArgs
+) -> None:
+    """`met_facts` of an open input without a start: the live value and the one that ended last
+    (of another value: the same here), however long the history (a write read all of it, and its
+    cost grew with it: bench/RESULTS.md, "A long single-valued history's write cost")."""
+    sync_memory.set_single_valued(["lives in"], **scope)
+    ids = sync_memory.add_facts([lives(f"city {year}", f"{year}-01-01") for year in range(2000, 2012)], **scope)
+    undated = validate_facts([{**LIVES, "object": "oslo"}])
+    params = {
+        **scope,
+        **inserts.fact_arrays(undated, sql_reconcile.MET_FIELDS),
+        "singles": [False],
+        "learned_at": datetime.now(UTC),
+    }
+    with psycopg.connect(pg_dsn) as conn:
+        rows = conn.execute(sql_reconcile.met_facts("memsoda"), params).fetchall()
+    met = [sql_reconcile.Met(*row) for row in rows]
+    assert [(m.id, m.same, m.invalid_at) for m in met] == [(ids[-2], False, day("2011-01-01")), (ids[-1], False, None)]
 
 
 @pytest.mark.parametrize("seed", range(6))

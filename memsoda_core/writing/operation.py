@@ -174,6 +174,7 @@ def reconcile(
             "project": scope.project,
             **inserts.fact_arrays(facts, sql_reconcile.MET_FIELDS),
             "singles": [f.single_valued for f in facts],
+            "learned_at": learned,
         },
     )
     return plan_batch(facts, met, learned=learned, count_repeats=count_repeats)

@@ -122,14 +122,18 @@ class Met:
 
 
 def met_facts(schema: str) -> sql.Composed:
-    """The `Met` rows of a batch: for an input of a single-valued relation (by the input's
-    %(singles)s flag or the scope's registry), the facts of the relation, ended or not, that hold
-    at its start or after it (read under the relation's lock, which every writer that ends or
-    deletes one of its facts holds): a value that ended before the input starts cannot meet it, so
-    a history written in time order costs one live fact per write, not the whole history (an
-    input without a start reads all of it); else, for an open input (no invalid_at), the live
-    facts that hold its value, and for an ended input the facts of equal value and equal interval
-    (an exported history line).
+    """The `Met` rows of a batch, read under the relations' locks (which every writer that ends or
+    deletes a fact holds), learned at %(learned_at)s:
+    - for an input of a single-valued relation (by the input's %(singles)s flag or the scope's
+      registry), the facts of the relation, ended or not, that hold at its start or after it
+      (`since`): a value that ended before cannot meet it, so a write reads the history from
+      there on, not all of it. An open input without a start starts when memory learns it if the
+      relation has facts at all (`writing.decisions`): its `since` is %(learned_at)s, and it also
+      reads the fact that ended last (whether there are any) and the last of another value (how
+      far an equal live value's start may move back). An ended input without a start is placed
+      first: it reads the whole history;
+    - else, for an open input (no invalid_at), the live facts that hold its value, and for an
+      ended input the facts of equal value and equal interval (an exported history line).
     Keys are compared in SQL alone, so the batch and the store are grouped by one definition of
     case folding."""
     return tenant_statement(
@@ -142,19 +146,42 @@ def met_facts(schema: str) -> sql.Composed:
                       dense_rank() OVER (ORDER BY u.subject, lower(u.predicate), lower(u.object)) AS value,
                       (u.single OR EXISTS (SELECT 1 FROM {s}.single_valued r
                                            WHERE {tenant_r} AND r.predicate = lower(u.predicate)))
-                        AS single_valued
+                        AS single_valued,
+                      coalesce(u.valid_at, CASE WHEN u.invalid_at IS NULL THEN %(learned_at)s::timestamptz END,
+                               {unknown}) AS since
                FROM u)
            SELECT k.ord, k.relation, k.value, k.single_valued, m.id, m.same,
                   NULLIF(m.valid_at, {unknown}) AS valid_at, m.invalid_at
            FROM k LEFT JOIN LATERAL (
                SELECT f.id, lower(f.object) = k.okey AS same, f.valid_at, f.invalid_at
                FROM {s}.facts f
-               WHERE {tenant_f} AND f.subject = k.subject AND lower(f.predicate) = k.pkey
-                 AND CASE WHEN k.single_valued
-                          THEN f.invalid_at IS NULL OR f.invalid_at > coalesce(k.valid_at, {unknown})
-                          WHEN k.invalid_at IS NULL THEN f.invalid_at IS NULL AND lower(f.object) = k.okey
-                          ELSE f.valid_at = coalesce(k.valid_at, {unknown}) AND f.invalid_at = k.invalid_at
-                               AND lower(f.object) = k.okey END) m ON true
+               WHERE {tenant_f} AND f.subject = k.subject AND lower(f.predicate) = k.pkey AND f.invalid_at IS NULL
+                 AND (k.single_valued OR (k.invalid_at IS NULL AND lower(f.object) = k.okey))
+               UNION ALL
+               SELECT f.id, lower(f.object) = k.okey, f.valid_at, f.invalid_at
+               FROM {s}.facts f
+               WHERE k.single_valued AND {tenant_f} AND f.subject = k.subject AND lower(f.predicate) = k.pkey
+                 AND f.invalid_at > k.since
+               UNION ALL
+               ((SELECT f.id, lower(f.object) = k.okey, f.valid_at, f.invalid_at
+                FROM {s}.facts f
+                WHERE k.single_valued AND k.valid_at IS NULL AND k.invalid_at IS NULL
+                  AND {tenant_f} AND f.subject = k.subject AND lower(f.predicate) = k.pkey AND f.invalid_at <= k.since
+                ORDER BY f.invalid_at DESC LIMIT 1)
+               UNION
+               (SELECT f.id, false, f.valid_at, f.invalid_at
+                FROM {s}.facts f
+                WHERE k.single_valued AND k.valid_at IS NULL AND k.invalid_at IS NULL
+                  AND {tenant_f} AND f.subject = k.subject AND lower(f.predicate) = k.pkey AND f.invalid_at <= k.since
+                  AND lower(f.object) <> k.okey
+                ORDER BY f.invalid_at DESC LIMIT 1))
+               UNION ALL
+               SELECT f.id, true, f.valid_at, f.invalid_at
+               FROM {s}.facts f
+               WHERE NOT k.single_valued AND k.invalid_at IS NOT NULL
+                 AND {tenant_f} AND f.subject = k.subject AND lower(f.predicate) = k.pkey
+                 AND f.invalid_at = k.invalid_at AND f.valid_at = coalesce(k.valid_at, {unknown})
+                 AND lower(f.object) = k.okey) m ON true
            ORDER BY k.ord, m.id""",
         schema,
         unknown=sql.SQL(UNKNOWN_START),
