@@ -146,6 +146,69 @@ def test_declaring_a_relation_single_valued_waits_for_the_writers_in_the_scope(
         assert declared.result(timeout=60) == ["lives in"]
 
 
+def _wait_for_a_lock_wait(conn: psycopg.Connection[Any]) -> None:
+    deadline = time.monotonic() + 30
+    while not conn.execute(
+        "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND pid <> pg_backend_pid()"
+    ).fetchall():
+        assert time.monotonic() < deadline, "no writer waited for a lock"
+        time.sleep(0.05)
+
+
+def test_a_relation_declared_single_valued_while_a_writer_waits_is_locked_before_it_is_read(
+    pg_dsn: str, sync_memory: Memory, scope: ScopeArgs
+) -> None:
+    """`set_single_valued` holds every lock of the scope while it registers the relation; a writer
+    whose lock statement waited for it took only its value's lock (the statement's snapshot is
+    older than the registration), then reads the relation as single-valued. Its relation is not
+    locked: another writer of another value could run beside it (two live values). The write
+    locks it before it reads the relation again (`late_relations`), and its value replaces the
+    stored one."""
+    sync_memory.add_facts([LIVES], **scope)
+    lisbon = {**LIVES, "object": "lisbon"}
+    base = {**scope, "schema": "memsoda"}
+    keys = inserts.fact_arrays(validate_facts([lisbon]), sql_reconcile.KEY_FIELDS)
+
+    def declaring(declarer: psycopg.Connection[Any]) -> None:  # what set_single_valued holds, uncommitted
+        declarer.execute(sql_reconcile.lock_scope("memsoda"), base)
+        declarer.execute(sql_reconcile.add_single_valued("memsoda"), {**scope, "predicates": ["lives in"]})
+
+    # the statements alone: the lock statement locked no relation, the read sees a single-valued one
+    with psycopg.connect(pg_dsn) as declarer, psycopg.connect(pg_dsn) as writer, ThreadPoolExecutor(1) as pool:
+        declaring(declarer)
+        locking = pool.submit(
+            lambda: writer.execute(
+                sql_reconcile.lock_relations("memsoda"), {**base, **keys, "singles": [False]}
+            ).fetchall()
+        )
+        _wait_for_a_lock_wait(declarer)
+        declarer.rollback()  # (rolled back: the write below declares it again)
+        (locked,) = locking.result(timeout=30)
+        writer.rollback()
+    assert locked[2] == []  # relations_locked
+    # memsoda's own write, racing it the same way while another writer holds the relation's lock:
+    # once the declaration commits, the write waits for that lock before it reads the relation
+    relation = f"{LIVES['subject']}\x1f{LIVES['predicate'].lower()}"
+    bucket = "hashtext(concat_ws(chr(31), 'memsoda', %(dataset)s::text, %(project)s::text)), hashtext(%(key)s) & 511"
+    value = f"{relation}\x1flisbon"
+    with (
+        psycopg.connect(pg_dsn) as other,
+        psycopg.connect(pg_dsn) as declarer,
+        ThreadPoolExecutor(1) as pool,
+    ):
+        other.execute(f"SELECT pg_advisory_xact_lock({bucket})", {**scope, "key": relation})
+        declarer.execute(f"SELECT pg_advisory_xact_lock({bucket})", {**scope, "key": value})
+        declarer.execute(sql_reconcile.add_single_valued("memsoda"), {**scope, "predicates": ["lives in"]})
+        writing = pool.submit(sync_memory.add_facts, [lisbon], **scope)
+        _wait_for_a_lock_wait(declarer)  # on the value's lock
+        declarer.commit()
+        _wait_for_a_lock_wait(other)  # now on the relation's, which `other` holds
+        assert not writing.done()
+        other.commit()
+        writing.result(timeout=30)
+    assert live_count(pg_dsn, scope, "lives in") == 1
+
+
 @pytest.fixture
 def overlap_schema(pg_dsn: str) -> Iterator[str]:
     """A schema of its own: `maintain` repairs every scope of its store, and counts what it did."""

@@ -109,7 +109,7 @@ def put_items(
             info, scope, facts, None, standalone=True, also_lock=old_values, guard=under_item_locks, item_owned=True
         )
     else:
-        learned = yield from lock_facts(info, scope, [], old_values)
+        learned = (yield from lock_facts(info, scope, [], old_values)).learned_at
         yield from under_item_locks(learned)
         ids = []
     new_fact = dict(zip(writing, ids, strict=True))

@@ -124,7 +124,7 @@ def apply_extraction(
         ids = yield from write_facts(info, scope, facts, None, standalone=True, also_lock=also, guard=guard)
     else:
         ids = []
-        yield from guard((yield from lock_facts(info, scope, [], also)))
+        yield from guard((yield from lock_facts(info, scope, [], also)).learned_at)
     new_id = {c.index: fact_id for c, fact_id in zip(writes, ids, strict=True)}
     ends = [
         Ending(c.target, _end_at(c), new_id.get(c.index))

@@ -75,7 +75,7 @@ def invalidate(info: StoreInfo, scope: Scope, fact_id: int, *, at: Any) -> Opera
     fact_id = check_fact_id(fact_id)
     given = parse_time(at, "at")
     state = yield from _state(info, scope, fact_id, lock=False)
-    learned = yield from lock_facts(info, scope, [], [(state.subject, state.predicate, state.object)])
+    learned = (yield from lock_facts(info, scope, [], [(state.subject, state.predicate, state.object)])).learned_at
     when = given if given is not None else learned
     yield from check_live(info, scope, fact_id, at=when, verb="invalidate")
     params = {

@@ -247,7 +247,7 @@ def import_records(
         # The locks of every fact of the import, taken before its first row (and bounded in number,
         # `writing.reconcile_statements.LOCK_BUCKETS`): taken per batch, a batch's could wait for a writer that
         # waits for the import's new entities, a cycle.
-        learned = yield from lock_facts(info, scope, facts)
+        learned = (yield from lock_facts(info, scope, facts)).learned_at
     for start in range(0, len(facts), batch_size):
         batch = facts[start : start + batch_size]
         yield from _import_batch(info, scope, batch, learned, deltas)

@@ -78,18 +78,22 @@ def write_facts(
     known: dict[str, int] = {}
     embedded: list[Vector] = []
     texts = [] if vectors is not None else [fact.embedding_text for fact in facts]
+    relations_locked: Sequence[int] = ()  # an import's batch: its locks were taken for the whole import
     if standalone:
         found = yield from read_aside(sql_write.known_entities(info.schema), {**base, "names": all_names})
         known = {name: int(eid) for name, eid in found or ()}
         new_names = [name for name in all_names if name not in known]
         embedded = (yield from embed_documents(texts + new_names)) if texts or new_names else []
         new_vectors = dict(zip(new_names, embedded[len(texts) :], strict=True))
-        learned = yield from lock_facts(info, scope, facts, also_lock)
+        held = yield from lock_facts(info, scope, facts, also_lock)
+        learned, relations_locked = held.learned_at, held.relations_locked
     if learned is None:
         raise ValueError("a batch of an import needs the time its locks were taken (learned)")
     if guard is not None:
         yield from guard(learned)
-    plan = yield from reconcile(info, scope, facts, learned=learned, count_repeats=standalone)
+    plan = yield from reconcile(
+        info, scope, facts, learned=learned, count_repeats=standalone, relations_locked=relations_locked
+    )
     rows = plan.inserts
     entities = entity_rows(rows)
     names = entities.names
@@ -138,12 +142,18 @@ def hold_dataset(info: StoreInfo, scope: Scope) -> Operation[None]:
 
 
 def lock_facts(
-    info: StoreInfo, scope: Scope, facts: Sequence[ValidFact], also: Sequence[tuple[str, str, str]] = ()
-) -> Operation[datetime]:
-    """The advisory locks of `facts` (`writing.reconcile_statements.lock_relations`) and of the stored facts
-    `also` (subject, predicate, object: their value and relation both); returns the time memory
-    learns what the write holds (`writing.reconcile_statements.Locked`). First what the layout holds
-    of the dataset (`hold_dataset`), so no tenant move runs meanwhile."""
+    info: StoreInfo,
+    scope: Scope,
+    facts: Sequence[ValidFact],
+    also: Sequence[tuple[str, str, str]] = (),
+    *,
+    relations: bool = False,
+) -> Operation[sql_reconcile.Locked]:
+    """The advisory locks of `facts` (`writing.reconcile_statements.lock_relations`; with
+    `relations`, their relations' too, whatever the registry says) and of the stored facts `also`
+    (subject, predicate, object: their value and relation both); returns the time memory learns
+    what the write holds and which relations it locked (`writing.reconcile_statements.Locked`).
+    First what the layout holds of the dataset (`hold_dataset`), so no tenant move runs meanwhile."""
     yield from hold_dataset(info, scope)
     (locked,) = yield from execute_as(
         sql_reconcile.Locked,
@@ -156,27 +166,38 @@ def lock_facts(
                 param: values + [key[i] for key in also]
                 for i, (param, values) in enumerate(inserts.fact_arrays(facts, sql_reconcile.KEY_FIELDS).items())
             },
-            "singles": [f.single_valued for f in facts] + [True for _ in also],
+            "singles": [relations or f.single_valued for f in facts] + [True for _ in also],
         },
     )
-    return locked.learned_at
+    return locked
 
 
 def reconcile(
-    info: StoreInfo, scope: Scope, facts: Sequence[ValidFact], *, learned: datetime, count_repeats: bool
+    info: StoreInfo,
+    scope: Scope,
+    facts: Sequence[ValidFact],
+    *,
+    learned: datetime,
+    count_repeats: bool,
+    relations_locked: Sequence[int] = (),
 ) -> Operation[Plan]:
-    """The `Plan` of `facts` against the facts their relations hold (their locks are held)."""
-    met = yield from execute_as(
-        sql_reconcile.Met,
-        sql_reconcile.met_facts(info.schema),
-        {
-            "dataset": scope.dataset,
-            "project": scope.project,
-            **inserts.fact_arrays(facts, sql_reconcile.MET_FIELDS),
-            "singles": [f.single_valued for f in facts],
-            "learned_at": learned,
-        },
-    )
+    """The `Plan` of `facts` against the facts their relations hold (their locks are held; of the
+    inputs `relations_locked`, their relations' too). An input read as single-valued whose
+    relation is not locked (declared so while the write waited for its locks:
+    `reconcile_statements.late_relations`) has its relation locked now and is read again; taken
+    out of the locks' order, that lock may close a wait cycle, whose victim is run again."""
+    params = {
+        "dataset": scope.dataset,
+        "project": scope.project,
+        **inserts.fact_arrays(facts, sql_reconcile.MET_FIELDS),
+        "singles": [f.single_valued for f in facts],
+        "learned_at": learned,
+    }
+    met = yield from execute_as(sql_reconcile.Met, sql_reconcile.met_facts(info.schema), params)
+    late = sql_reconcile.late_relations(met, relations_locked)
+    if late:
+        yield from lock_facts(info, scope, [facts[i - 1] for i in late], relations=True)
+        met = yield from execute_as(sql_reconcile.Met, sql_reconcile.met_facts(info.schema), params)
     return plan_batch(facts, met, learned=learned, count_repeats=count_repeats)
 
 

@@ -19,7 +19,8 @@ another writer changed in between; a deadlock that closes is run again by the ru
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from psycopg import sql
@@ -51,17 +52,20 @@ def lock_relations(schema: str) -> sql.Composed:
     exactly one live value), and taking them first and in one order means no wait cycle.
 
     Returns a `Locked`: `learned_at` is read once every lock is held, so the writes of one value or
-    relation are learned in the order they take turns (transaction time; see `Locked`)."""
+    relation are learned in the order they take turns (transaction time; see `Locked`), and the
+    inputs whose relation it locked (by the registry as this statement's snapshot saw it: one a
+    `set_single_valued` committed while it waited is not among them, `late_relations`)."""
     return tenant_statement(
         """SELECT count(pg_advisory_xact_lock(k.scope_key, k.bucket)::text) AS locks,
-                  clock_timestamp() AS learned_at
-           FROM (SELECT DISTINCT
-                        hashtext(concat_ws(chr(31), %(schema)s::text, %(dataset)s::text, %(project)s::text))
+                  clock_timestamp() AS learned_at,
+                  coalesce(array_agg(k.ord) FILTER (WHERE k.whole), '{{}}') AS relations_locked
+           FROM (SELECT hashtext(concat_ws(chr(31), %(schema)s::text, %(dataset)s::text, %(project)s::text))
                           AS scope_key,
                         hashtext(concat_ws(chr(31), u.subject, lower(u.predicate),
                                            CASE WHEN r.whole THEN NULL ELSE lower(u.object) END))
-                          & {mask} AS bucket
-                 FROM unnest({keys}, %(singles)b::boolean[]) AS u({key_fields}, single)
+                          & {mask} AS bucket,
+                        u.ord, r.whole
+                 FROM unnest({keys}, %(singles)b::boolean[]) WITH ORDINALITY AS u({key_fields}, single, ord)
                  CROSS JOIN (VALUES (false), (true)) AS r(whole)
                  WHERE NOT r.whole OR u.single
                     OR EXISTS (SELECT 1 FROM {s}.single_valued sv
@@ -83,6 +87,8 @@ class Locked:
     """When memory learns what the write holds: its new facts' `created_at`, the `expired_at` of
     the facts it ends, and the start of a new value that has none of its own. Read after the
     locks (not the transaction's start), so a writer that waited for another learns later."""
+    relations_locked: list[int] = field(default_factory=list)
+    """The inputs (1-based) whose relation `lock_relations` locked as well as their value."""
 
 
 def lock_scope(schema: str) -> sql.Composed:
@@ -119,6 +125,15 @@ class Met:
     valid_at: datetime | None
     """The stored fact's start; None when it has none (or there is no stored fact)."""
     invalid_at: datetime | None
+
+
+def late_relations(met: Sequence[Met], relations_locked: Sequence[int]) -> list[int]:
+    """The inputs `met` reads as single-valued whose relation `lock_relations` did not lock: the
+    relation was declared single-valued (`set_single_valued`, which holds every lock of the scope)
+    while the write waited for its locks, so the lock statement's snapshot did not see it. The
+    write must lock their relations too before it reads them again."""
+    locked = set(relations_locked)
+    return sorted({row.ord for row in met if row.single_valued and row.ord not in locked})
 
 
 def met_facts(schema: str) -> sql.Composed:

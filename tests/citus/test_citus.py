@@ -242,6 +242,9 @@ def test_write_statements_stay_on_one_shard(citus_memory: Memory, cluster: Clust
     print("\nwrite plans:", *(f"  {kind:28} {text[:100]}" for text, kind in kinds.items()), sep="\n")
     check_routing(kinds, lambda text: _known(text) or kinds[text] == "coordinator only")
     assert not any(kind.startswith("fan-out") for kind in kinds.values())
+    # the relations' locks, on the tenant's worker, where `forget` and `set_single_valued` take theirs
+    locks = [kind for text, kind in kinds.items() if "pg_advisory_xact_lock(k.scope_key" in text]
+    assert locks == ["router"]
 
 
 # --- isolation and faults ---------------------------------------------------------------------------------
