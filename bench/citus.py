@@ -219,6 +219,7 @@ def run(
             scope: ScopeArgs = {"dataset": tenant.dataset, "project": tenant.project}
             recall_ms: dict[str, list[float]] = {label: [] for label in stores}
             write_ms: dict[str, list[float]] = {label: [] for label in stores}
+            after_ms: dict[str, list[float]] = {label: [] for label in stores}
             for i, query in enumerate(workload[tenant.dataset]):
                 for label, memory in stores.items():  # alternating, call by call
                     started = time.perf_counter()
@@ -228,19 +229,25 @@ def run(
             for i in range(warmup + writes):
                 facts = _facts(rng, 2)
                 vectors = np.asarray(synth._unit(np.random.default_rng(i).standard_normal((2, dims))))
+                query = workload[tenant.dataset][i % len(workload[tenant.dataset])]
                 for label, memory in stores.items():
                     started = time.perf_counter()
                     memory.add_facts(facts, **scope, vectors=vectors)
+                    wrote = time.perf_counter()
+                    memory.recall(query.text, **scope, query_embedding=query.values)  # an agent's next turn
                     if i >= warmup:
-                        write_ms[label].append((time.perf_counter() - started) * 1000)
+                        write_ms[label].append((wrote - started) * 1000)
+                        after_ms[label].append((time.perf_counter() - wrote) * 1000)
             indexed = " (own indexes)" if size >= one.info.tenant_index_min_facts else ""
             r1, r1_p50 = _cell(recall_ms["one node"])
             w1, w1_p50 = _cell(write_ms["one node"])
+            a1, a1_p50 = _cell(after_ms["one node"])
             for layout in layouts:
                 r2, r2_p50 = _cell(recall_ms[layout.label])
                 w2, w2_p50 = _cell(write_ms[layout.label])
+                a2, a2_p50 = _cell(after_ms[layout.label])
                 row = [f"{size:,} facts{indexed}", layout.label, r1, r2, f"{r2_p50 / r1_p50:.2f}x", w1, w2]
-                rows.append([*row, f"{w2_p50 / w1_p50:.2f}x"])
+                rows.append([*row, f"{w2_p50 / w1_p50:.2f}x", a1, a2, f"{a2_p50 / a1_p50:.2f}x"])
         header = [
             "tenant",
             "Citus store",
@@ -250,10 +257,14 @@ def run(
             "add_facts(2) p50 / p95 ms, one node",
             "Citus",
             "ratio p50",
+            "recall right after it, one node",
+            "Citus",
+            "ratio p50",
         ]
         out.append(
             f"{recalls} recalls and {writes} `add_facts` of 2 facts per tenant after {warmup} warm-up calls each, "
-            "the stores alternating call by call.\n"
+            "the stores alternating call by call; each `add_facts` followed by a recall (an agent's next turn: "
+            "the write made the memory forget the scope's size, which that recall reads again).\n"
         )
         out.append(markdown_table(header, rows))
         if shard_direct:  # after the table above, so that its calls alternate as they do without
