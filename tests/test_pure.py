@@ -512,6 +512,26 @@ def test_scope_sizes_expire_forget_and_stay_bounded() -> None:
     assert expired.get(a) is None  # trusted for no time at all
 
 
+def test_a_write_forgets_a_scope_size_not_where_its_shards_are() -> None:
+    from memsoda_core.layouts.access import ScopeSize
+    from memsoda_core.layouts.shards import ShardPlace
+    from memsoda_core.recall.planning import ScopeSizes
+    from memsoda_core.validation import Scope
+
+    scope = Scope(dataset="d", project="p")
+    place = ShardPlace(relations=(("facts", "facts_102008"),), shard_ids=(102008,), host="w1", port=5432)
+    sizes = ScopeSizes()
+    sizes.put(scope, ScopeSize(10, shards=place))
+    sizes.forget(scope)  # what a write does
+    assert sizes.get(scope) is None and sizes.place(scope) == place
+    sizes.put(scope, ScopeSize(11, shards=place))
+    sizes.forget_place(scope)  # a read where it was said they are did not find them
+    assert sizes.get(scope) is None and sizes.place(scope) is None
+    sizes.put(scope, ScopeSize(11, shards=place))
+    sizes.forget_all()  # the store's layout changed
+    assert sizes.place(scope) is None
+
+
 def test_the_date_statement_is_planned_for_its_window() -> None:
     from memsoda_core.recall.planning import statement_planning
     from memsoda_core.recall.statements import recall_groups

@@ -225,7 +225,10 @@ def _hits(
     layout = layout_of(info)
     size = scope_sizes.get(scope)
     if size is None:
-        size = yield from layout.scope_size(info, scope, Planning.CACHED, shards=worker_reads)
+        place = scope_sizes.place(scope) if worker_reads else None  # a write does not move it
+        size = yield from layout.scope_size(info, scope, Planning.CACHED, shards=worker_reads and place is None)
+        if place is not None:
+            size = size._replace(shards=place)
         scope_sizes.put(scope, size)
     access = layout.access(info, scope, size)
     if access.direct is not None:
@@ -233,7 +236,7 @@ def _hits(
         if not isinstance(direct, NotRead):
             return direct, access, size.facts
         if direct is NotRead.FAILED:  # read its place again at the next recall
-            scope_sizes.forget(scope)
+            scope_sizes.forget_place(scope)
     results = yield from concurrently(_executes(info, plan, access, params, size.facts))
     if access.moved is not None and size.facts and not any(results):
         scope_sizes.forget(scope)

@@ -9,13 +9,20 @@ scopes could not use them (bench/RESULTS.md, "Kept plans"). See docs/ARCHITECTUR
 The size is read once (a primary-key lookup) and remembered for `SCOPE_SIZE_TTL_S`; writes through
 the same store forget it. A size out of date is never wrong SQL, both kinds of statement mean the
 same: a scope that just crossed the threshold is then searched exactly instead of through its
-(approximate) HNSW, more slowly; one that shrank below it runs its own statements."""
+(approximate) HNSW, more slowly; one that shrank below it runs its own statements.
+
+Where a scope's shards are on Citus (`ScopeSize.shards`) is remembered apart, for
+`SHARD_PLACE_TTL_S`: a write changes the scope's size, not its place, so the recall after a write
+reads the size alone. A place out of date is found by the read it sends there (`layouts.shards`),
+which then forgets it."""
 
 from __future__ import annotations
 
 from memsoda_core.layouts.access import ScopeSize
+from memsoda_core.layouts.shards import ShardPlace
 from memsoda_core.recall.remembered import ScopeMemo
 from memsoda_core.runner.steps import Planning
+from memsoda_core.validation import Scope
 
 SCOPE_SIZE_TTL_S = 30.0
 """How long a scope's fact count is trusted. Another process may grow a scope past the threshold
@@ -23,12 +30,35 @@ meanwhile; until then this one searches it exactly (correct, slower)."""
 
 SCOPE_SIZES_KEPT = 4096
 
+SHARD_PLACE_TTL_S = 300.0
+"""How long where a scope's shards are is trusted (Citus moves them only when told to)."""
+
 
 class ScopeSizes(ScopeMemo[ScopeSize]):
-    """scope -> `ScopeSize`, for `SCOPE_SIZE_TTL_S`, at most `SCOPE_SIZES_KEPT` scopes."""
+    """scope -> `ScopeSize`, for `SCOPE_SIZE_TTL_S`, at most `SCOPE_SIZES_KEPT` scopes; and its
+    shards' place, for `SHARD_PLACE_TTL_S`, kept when the size is forgotten (`forget`: a write)."""
 
     def __init__(self, ttl_s: float = SCOPE_SIZE_TTL_S, size: int = SCOPE_SIZES_KEPT) -> None:
         super().__init__(ttl_s, size)
+        self._places: ScopeMemo[ShardPlace] = ScopeMemo(SHARD_PLACE_TTL_S, size)
+
+    def put(self, scope: Scope, value: ScopeSize) -> None:
+        super().put(scope, value)
+        if value.shards is not None and value.shards != self._places.get(scope):  # trusted from its read
+            self._places.put(scope, value.shards)
+
+    def place(self, scope: Scope) -> ShardPlace | None:
+        """Where `scope`'s shards were last read to be (None: not known)."""
+        return self._places.get(scope)
+
+    def forget_place(self, scope: Scope) -> None:
+        """Drop `scope`'s size and place (a read where it was said they are found they are not)."""
+        self._places.forget(scope)
+        self.forget(scope)
+
+    def forget_all(self) -> None:
+        self._places.forget_all()
+        super().forget_all()
 
 
 PLANNED_AFRESH = frozenset({"date"})

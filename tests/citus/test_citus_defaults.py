@@ -220,3 +220,18 @@ def test_a_scope_whose_shards_moved_is_read_where_they_are(worker_memory: Memory
     with statements_sent(cluster.dsn) as sent:
         assert _facts(worker_memory, scope) == before
     assert sent.elsewhere and all(any(shard in text for shard in new) for text, _, _ in sent.elsewhere)
+
+
+def test_the_recall_after_a_write_reads_the_size_again_not_the_place(worker_memory: Memory, cluster: Cluster) -> None:
+    """A write makes the memory forget the scope's size, not where its shards are: the agent's next
+    recall sends one statement to the coordinator (the size) and reads its hits on the worker."""
+    scope = new_scope()
+    worker_memory.add_facts(FACTS, **scope)
+    assert worker_memory.recall("where does Maya work?", **scope).facts  # size and place read
+    worker_memory.add_facts([{"subject": "Maya", "predicate": "likes", "object": "tea"}], **scope)
+    with statements_sent(cluster.dsn) as sent:
+        assert worker_memory.recall("what does Maya like?", **scope).facts
+    texts = [text if isinstance(text, str) else text.as_string(None) for text, _ in sent]
+    assert not any("pg_dist_placement" in text for text in texts)
+    assert any("fact_count" in text for text in texts)  # its size
+    assert [port for text, _, port in sent.elsewhere if isinstance(text, str) and text.lstrip().startswith("WITH")]
