@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -274,6 +275,91 @@ async def test_maintain_ends_overlapping_values_of_a_single_valued_relation(
         assert (await memory.maintain()).overlaps_repaired == 0
     finally:
         await memory.close()
+
+
+def test_maintain_commits_each_scope_it_repairs(
+    pg_dsn: str, embedder: LocalEmbedder, overlap_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each scope's repair commits before the next: the locks of thousands of scopes held at once
+    would not fit PostgreSQL's shared lock table ("out of shared memory", every run again)."""
+    from memsoda_core.ops import overlaps
+
+    scopes: list[ScopeArgs] = [{"dataset": f"d{n}", "project": "p"} for n in range(4)]
+    held: list[int] = []
+    with Memory.open(pg_dsn, embedder, schema=overlap_schema) as memory, psycopg.connect(pg_dsn) as watcher:
+        for scope in scopes:  # two values live at once, then the relation declared single-valued
+            cities = [{**LIVES, "object": "paris", "valid_at": "2019-01-01"}, {**LIVES, "object": "rome"}]
+            memory.add_facts(cities, **scope)
+            memory.set_single_valued(["lives in"], **scope)
+        original = overlaps._repair_scope
+
+        def watched(info: Any, scope: Any) -> Any:
+            ((locks,),) = watcher.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()"
+            ).fetchall()
+            watcher.rollback()
+            held.append(locks)
+            return (yield from original(info, scope))
+
+        monkeypatch.setattr(overlaps, "_repair_scope", watched)
+        assert memory.maintain(retention=False).overlaps_repaired == len(scopes)
+    assert held == [0] * len(scopes)  # no scope's locks are still held when the next starts
+
+
+def test_a_write_whose_relation_is_locked_late_is_learned_after_the_writers_it_waited_for(
+    pg_dsn: str, sync_memory: Memory, scope: ScopeArgs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A relation declared single-valued while writer W waited for its locks: W locks the relation
+    late, after another writer of it (porto) committed; W's value is then learned after porto's,
+    so it is the live one, not history before it."""
+    from memsoda_core.writing import operation as write_operation
+
+    sync_memory.add_facts([LIVES], **scope)
+    lisbon, porto = {**LIVES, "object": "lisbon"}, {**LIVES, "object": "porto"}
+    original, other_wrote = write_operation.lock_facts, threading.Event()
+
+    def then_another_writer(*args: Any, **kwargs: Any) -> Any:  # W holds its value's lock only
+        held = yield from original(*args, **kwargs)
+        if threading.current_thread().name.startswith("W") and not other_wrote.is_set():
+            other_wrote.set()
+            with ThreadPoolExecutor(1) as other:
+                other.submit(sync_memory.add_facts, [porto], **scope).result(timeout=30)
+        return held
+
+    monkeypatch.setattr(write_operation, "lock_facts", then_another_writer)
+    with psycopg.connect(pg_dsn) as declarer, ThreadPoolExecutor(1, thread_name_prefix="W") as pool:
+        declarer.execute(sql_reconcile.lock_scope("memsoda"), {**scope, "schema": "memsoda"})
+        declarer.execute(sql_reconcile.add_single_valued("memsoda"), {**scope, "predicates": ["lives in"]})
+        writing = pool.submit(sync_memory.add_facts, [lisbon], **scope)
+        _wait_for_a_lock_wait(declarer)
+        declarer.commit()
+        writing.result(timeout=60)
+    assert other_wrote.is_set()
+    live = sync_memory.list_facts(**scope, predicate="lives in").facts
+    assert [f.object for f in live] == ["lisbon"]
+
+
+def test_an_import_locks_its_relations_once(
+    sync_memory: Memory, scope: ScopeArgs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An import locks every relation of its facts with its values, before its first row; its
+    batches take no relation lock again."""
+    from memsoda_core.writing import operation as write_operation
+
+    sync_memory.set_single_valued(["lives in"], **scope)
+    lines = "".join(
+        json.dumps({"kind": "fact", "subject": f"user{i}", "predicate": "lives in", "object": "paris"}) + "\n"
+        for i in range(40)
+    )
+    original, late = write_operation.lock_facts, []
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        late.append(kwargs.get("relations", False))
+        return (yield from original(*args, **kwargs))
+
+    monkeypatch.setattr(write_operation, "lock_facts", counting)
+    sync_memory.import_jsonl(io.StringIO(lines), **scope, batch_size=10)
+    assert late == []  # (the import's own lock is `ops.transfer`'s)
 
 
 async def test_only_a_live_fact_can_be_superseded_or_ended(memory: Either, scope: ScopeArgs) -> None:

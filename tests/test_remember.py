@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 import psycopg
 import pytest
@@ -380,3 +381,38 @@ def test_a_quote_must_hold_a_content_word(quote: str, accepted: bool) -> None:
     raw = answer(add("user", "lives in", "paris", quote))
     checked = check_answer(raw, messages=messages, shown=(), user="user", now=datetime.now(UTC))
     assert (len(checked.operations), len(checked.rejected)) == ((1, 0) if accepted else (0, 1))
+
+
+def test_declaring_a_relation_in_a_scope_never_written_waits_for_remember(
+    sync_memory: Memory, scope: ScopeArgs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`set_single_valued` holds the registry still under a writer's locks in a scope with no row
+    yet too (its locks are read through the scope's row, which it now makes first): declared while
+    `remember` holds its locks, it waits for that write, which then keeps both cities (not yet one
+    value at a time) instead of losing the window to an `IntervalError`."""
+    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import TimeoutError as FutureTimeout
+
+    from memsoda_core.learning import applying
+
+    original, outcome = applying.check_single_valued, dict[str, Any]()
+    pool = ThreadPoolExecutor(1)
+
+    def then_declared(*args: Any, **kwargs: Any) -> Any:
+        yield from original(*args, **kwargs)
+        if "declared" not in outcome:
+            declaring = pool.submit(sync_memory.set_single_valued, ["Lives In"], **scope)
+            try:
+                outcome["declared"] = declaring.result(timeout=3)
+            except FutureTimeout:
+                outcome["declared"] = "waited for the write"
+
+    monkeypatch.setattr(applying, "check_single_valued", then_declared)
+    try:
+        result = sync_memory.remember(TWO_CITIES, **scope, extractor=two_cities_without_a_start())
+    finally:
+        pool.shutdown(wait=True)
+    assert outcome["declared"] == "waited for the write"
+    assert not result.rejected
+    cities = {f.object for f in sync_memory.list_facts(**scope, predicate="lives in", status="all").facts}
+    assert len(cities) == 2

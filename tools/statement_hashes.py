@@ -166,6 +166,7 @@ def arguments() -> dict[str, tuple[tuple[str, Any], ...]]:
         "index": tuple((index.name, index) for index in (*tenant_indexes(SCOPE), *leaf_indexes(SCOPE))),
         "renamed": (("none", ()), ("next", tuple(next_index(index).name for index in tenant_indexes(SCOPE)))),
         "access": tuple((name, access) for name, access, _ in scope_accesses()),
+        "place": (("sharded", SHARDS),),
         "reembed.statements.*.table": _labelled(*REEMBED_TABLES),
         # `distribute` reads its tables from the store: these stand for them (only the quoted name varies)
         "distributed.*.table": _labelled("facts", "entities", "items", "meta"),

@@ -78,6 +78,11 @@ def place_from(rows: Sequence[PlacementRow]) -> ShardPlace | None:
     )
 
 
+def placed_statement(place: ShardPlace) -> sql.Composed:
+    """One row, `placed`: `placed_guard` alone (whether an empty read there was an answer)."""
+    return sql.SQL("SELECT {} AS placed").format(placed_guard(place))
+
+
 def placed_guard(place: ShardPlace) -> sql.Composed:
     """True while the worker that runs the statement holds every shard of `place` (its copy of the
     cluster's metadata, read in the statement's own snapshot): a read from shards Citus has moved

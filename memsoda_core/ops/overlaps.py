@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from psycopg import sql
 
-from memsoda_core.runner.steps import Operation, execute, execute_as
+from memsoda_core.runner.steps import Operation, commit, execute, execute_as
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.store.statements import tenant_statement
 from memsoda_core.validation import Scope
@@ -92,12 +92,16 @@ def end_overlaps(schema: str) -> sql.Composed:
 def repair_overlaps(info: StoreInfo) -> Operation[int]:
     """In every scope with single-valued predicates, end the values that overlap another (see the
     module docstring), under the locks of their relations (a write of one waits, and then meets a
-    repaired history); scope by scope in one order, in the operation's transaction. Returns how
-    many facts were ended."""
+    repaired history); scope by scope in one order, each scope's repair committed before the next
+    (the locks of every scope at once would not fit PostgreSQL's lock table). Returns how many
+    facts were ended."""
     scopes = yield from execute_as(Scope, single_valued_scopes(info.schema))
     ended = 0
     for scope in scopes:
-        ended += yield from _repair_scope(info, scope)
+        repaired = yield from _repair_scope(info, scope)
+        if repaired:
+            yield from commit()
+        ended += repaired
     return ended
 
 

@@ -9,11 +9,12 @@ from typing import Any
 from memsoda_core import limits
 from memsoda_core.errors import LimitError, NotFoundError, ValidationError
 from memsoda_core.models import Fact, FactPage
-from memsoda_core.runner.steps import Operation, execute, execute_as
+from memsoda_core.runner.steps import Operation, execute, execute_as, outside_transaction
 from memsoda_core.store import fact_reads as sql_reads
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import Scope, check_batch_size, check_entity_name, check_line, integer
 from memsoda_core.writing import reconcile_statements as sql_reconcile
+from memsoda_core.writing import statements as sql_write
 from memsoda_core.writing.operation import hold_dataset
 
 MAX_PAGE = 1000
@@ -91,6 +92,9 @@ def set_single_valued(
     `forget` takes them: the writes in flight commit under the registry they locked by, and the
     registry holds still while a writer holds its locks (`learning.applying.check_single_valued`)."""
     params = {"dataset": scope.dataset, "project": scope.project, "predicates": list(predicates)}
+    # lock_scope finds the scope's locks through its row: a scope never written gets it first, committed
+    # on its own (a row this transaction held would close a wait cycle with a first write's count bump)
+    yield from outside_transaction(sql_write.ensure_scope(info.schema), params)
     yield from hold_dataset(info, scope)
     yield from execute(sql_reconcile.lock_scope(info.schema), {**params, "schema": info.schema})
     change = sql_reconcile.add_single_valued if single_valued else sql_reconcile.remove_single_valued

@@ -244,10 +244,11 @@ def import_records(
         yield from set_aside_fact_index(info, scope, len(facts), rebuild_index)
     deltas = CountDeltas()
     if facts:
-        # The locks of every fact of the import, taken before its first row (and bounded in number,
-        # `writing.reconcile_statements.LOCK_BUCKETS`): taken per batch, a batch's could wait for a writer that
-        # waits for the import's new entities, a cycle.
-        learned = (yield from lock_facts(info, scope, facts)).learned_at
+        # The locks of every fact of the import and of its relations, taken before its first row (and
+        # bounded in number, `writing.reconcile_statements.LOCK_BUCKETS`): taken per batch, a batch's could
+        # wait for a writer that waits for the import's new entities, a cycle; and no relation declared
+        # single-valued meanwhile is read without its lock (`writing.operation.reconcile`).
+        learned = (yield from lock_facts(info, scope, facts, relations=True)).learned_at
     for start in range(0, len(facts), batch_size):
         batch = facts[start : start + batch_size]
         yield from _import_batch(info, scope, batch, learned, deltas)

@@ -15,6 +15,7 @@ from memsoda_core.errors import (
 )
 from memsoda_core.layouts import layout_of
 from memsoda_core.layouts.access import ScopeAccess
+from memsoda_core.layouts.shards import placed_statement
 from memsoda_core.models import IncludeOption, RecallResult
 from memsoda_core.options import RecallOptions
 from memsoda_core.recall.adaptive import choose
@@ -250,15 +251,22 @@ def _read_direct(
 ) -> Operation[list[list[HitRow]] | NotRead]:
     """The hit rows of a recall that runs as one statement, read straight from the node holding the
     scope's shards (`ScopeAccess.direct`), or why they must be read through the coordinator: not
-    read there, or `FAILED` when nothing was found in a scope that holds facts (its shards have
-    moved, so the statement's guard returned nothing: `layouts.shards.placed_guard`)."""
+    read there, or `FAILED` when that node no longer holds them. The statement's guard
+    (`layouts.shards.placed_guard`) returns nothing then; so an empty read is an answer only when
+    the guard, read alone after it, still holds (a recall that rightly finds nothing)."""
     executes = _executes(info, plan, direct, params, scope_facts)
-    if len(executes) != 1 or direct.shards is None:
+    place = direct.shards
+    if len(executes) != 1 or place is None:
         return NotRead.NOT_TRIED
-    rows = yield from read_on_node(executes[0], direct.shards.host, direct.shards.port)
+    rows = yield from read_on_node(executes[0], place.host, place.port)
     if isinstance(rows, NotRead):
         return rows
-    return [rows] if rows or not scope_facts else NotRead.FAILED
+    if rows:
+        return [rows]
+    placed = yield from read_on_node(Execute(placed_statement(place)), place.host, place.port)
+    if isinstance(placed, NotRead) or not placed or not placed[0][0]:
+        return NotRead.FAILED
+    return [rows]
 
 
 def _kept_facts(info: StoreInfo, access: ScopeAccess, params: dict[str, Any], ids: list[int]) -> Operation[list[Row]]:

@@ -116,6 +116,7 @@ class NodePools:
         self._max_size = max_size
         self._pools: dict[Node, Pool] = {}
         self._retry_at: dict[Node, float] = {}
+        self._closed = False
 
     def reachable(self, node: Node) -> bool:
         return self._retry_at.get(node, 0.0) <= time.monotonic()
@@ -123,9 +124,11 @@ class NodePools:
     def unreachable(self, node: Node) -> None:
         self._retry_at[node] = time.monotonic() + NODE_RETRY_S
 
-    async def pool(self, node: Node) -> Pool:
+    async def pool(self, node: Node) -> Pool | None:
+        """`node`'s pool, opened on first use; None once `close` has run (a recall racing the close
+        reads through the coordinator, on a pool that is closed too, so it fails as it should)."""
         pool = self._pools.get(node)
-        if pool is not None:
+        if pool is not None or self._closed:
             return pool
         pool = Pool(
             node_conninfo(self._dsn, node),
@@ -139,14 +142,15 @@ class NodePools:
         )
         await pool.open()
         kept = self._pools.setdefault(node, pool)  # another caller may have opened one meanwhile
-        if kept is not pool:
+        if kept is not pool or self._closed:  # (closed meanwhile: `close` did not see this one)
             await pool.close()
-        return kept
+        return None if self._closed else kept
 
     def opened(self) -> list[Pool]:
         return list(self._pools.values())
 
     async def close(self) -> None:
+        self._closed = True
         pools, self._pools = list(self._pools.values()), {}
         for pool in pools:
             await pool.close()

@@ -51,6 +51,7 @@ from memsoda_core.runner.policy import (
     translate_db_error,
 )
 from memsoda_core.runner.steps import (
+    Commit,
     Concurrently,
     EmbedDocuments,
     EmbedQuery,
@@ -364,7 +365,9 @@ class AsyncRunner:
             except StopIteration as stop:
                 return stop.value  # type: ignore[no-any-return]
             reply, error = None, None
-            if effects is not None and isinstance(request, OutsideTransaction | OwnTransaction | Emit | Progress):
+            if effects is not None and isinstance(
+                request, OutsideTransaction | OwnTransaction | Commit | Emit | Progress
+            ):
                 effects.left_transaction = True
             match request:
                 case Execute():
@@ -375,6 +378,8 @@ class AsyncRunner:
                     reply = await _outside_transaction(await connection(), request)
                 case OwnTransaction():
                     reply = await _own_transaction(await connection(), request)
+                case Commit():
+                    await (await connection()).commit()
                 case ReadAside() if runner is not None:
                     reply = await runner._read_aside(request)
                 case ReadOnNode() if runner is not None and read_only:
@@ -442,6 +447,8 @@ class AsyncRunner:
         if not self._nodes.reachable(node):
             return NotRead.NOT_TRIED
         pool = await self._nodes.pool(node)
+        if pool is None:
+            return NotRead.NOT_TRIED
         try:
             conn = await pool.getconn(timeout=NODE_CONNECTION_WAIT_S)
         except PoolTimeout:

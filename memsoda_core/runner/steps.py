@@ -77,6 +77,13 @@ class OutsideTransaction:
 
 
 @dataclass(frozen=True)
+class Commit:
+    """Commit what the operation wrote so far, releasing its locks; its next statement opens a new
+    transaction (an operation over many scopes, each all or nothing, that must not hold every
+    scope's locks at once). Reply: None."""
+
+
+@dataclass(frozen=True)
 class OwnTransaction:
     """Run statements in one transaction of their own, after committing what the operation wrote:
     a change that must be all or nothing but must not wait on the operation's locks (moving a
@@ -159,6 +166,7 @@ Request = (
     Execute
     | Concurrently
     | OutsideTransaction
+    | Commit
     | OwnTransaction
     | ReadAside
     | ReadOnNode
@@ -201,6 +209,11 @@ def outside_transaction(statement: sql.Composed, params: Params = None) -> Opera
     failed."""
     rows: list[Row] | None = yield OutsideTransaction(statement, params)
     return rows
+
+
+def commit() -> Operation[None]:
+    """Commit what the operation wrote so far (see `Commit`)."""
+    yield Commit()
 
 
 def own_transaction(statements: Sequence[sql.Composed]) -> Operation[list[Row] | None]:

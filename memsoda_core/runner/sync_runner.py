@@ -46,6 +46,7 @@ from memsoda_core.runner.policy import (
     translate_db_error,
 )
 from memsoda_core.runner.steps import (
+    Commit,
     Concurrently,
     EmbedDocuments,
     EmbedQuery,
@@ -358,7 +359,9 @@ class Runner:
             except StopIteration as stop:
                 return stop.value  # type: ignore[no-any-return]
             reply, error = None, None
-            if effects is not None and isinstance(request, OutsideTransaction | OwnTransaction | Emit | Progress):
+            if effects is not None and isinstance(
+                request, OutsideTransaction | OwnTransaction | Commit | Emit | Progress
+            ):
                 effects.left_transaction = True
             match request:
                 case Execute():
@@ -369,6 +372,8 @@ class Runner:
                     reply = _outside_transaction(connection(), request)
                 case OwnTransaction():
                     reply = _own_transaction(connection(), request)
+                case Commit():
+                    (connection()).commit()
                 case ReadAside() if runner is not None:
                     reply = runner._read_aside(request)
                 case ReadOnNode() if runner is not None and read_only:
@@ -436,6 +441,8 @@ class Runner:
         if not self._nodes.reachable(node):
             return NotRead.NOT_TRIED
         pool = self._nodes.pool(node)
+        if pool is None:
+            return NotRead.NOT_TRIED
         try:
             conn = pool.getconn(timeout=NODE_CONNECTION_WAIT_S)
         except PoolTimeout:

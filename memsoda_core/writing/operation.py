@@ -78,7 +78,7 @@ def write_facts(
     known: dict[str, int] = {}
     embedded: list[Vector] = []
     texts = [] if vectors is not None else [fact.embedding_text for fact in facts]
-    relations_locked: Sequence[int] = ()  # an import's batch: its locks were taken for the whole import
+    relations_locked: Sequence[int] = range(1, len(facts) + 1)  # an import locked every relation of its facts
     if standalone:
         found = yield from read_aside(sql_write.known_entities(info.schema), {**base, "names": all_names})
         known = {name: int(eid) for name, eid in found or ()}
@@ -91,7 +91,7 @@ def write_facts(
         raise ValueError("a batch of an import needs the time its locks were taken (learned)")
     if guard is not None:
         yield from guard(learned)
-    plan = yield from reconcile(
+    plan, learned = yield from reconcile(
         info, scope, facts, learned=learned, count_repeats=standalone, relations_locked=relations_locked
     )
     rows = plan.inserts
@@ -180,12 +180,13 @@ def reconcile(
     learned: datetime,
     count_repeats: bool,
     relations_locked: Sequence[int] = (),
-) -> Operation[Plan]:
+) -> Operation[tuple[Plan, datetime]]:
     """The `Plan` of `facts` against the facts their relations hold (their locks are held; of the
-    inputs `relations_locked`, their relations' too). An input read as single-valued whose
-    relation is not locked (declared so while the write waited for its locks:
-    `reconcile_statements.late_relations`) has its relation locked now and is read again; taken
-    out of the locks' order, that lock may close a wait cycle, whose victim is run again."""
+    inputs `relations_locked`, their relations' too), and when memory learns it (`learned`). An
+    input read as single-valued whose relation is not locked (declared so while the write waited
+    for its locks: `reconcile_statements.late_relations`) has its relation locked now and is read
+    again, learned once that lock is held (after the writers it waited for); taken out of the
+    locks' order, that lock may close a wait cycle, whose victim is run again."""
     params = {
         "dataset": scope.dataset,
         "project": scope.project,
@@ -196,9 +197,11 @@ def reconcile(
     met = yield from execute_as(sql_reconcile.Met, sql_reconcile.met_facts(info.schema), params)
     late = sql_reconcile.late_relations(met, relations_locked)
     if late:
-        yield from lock_facts(info, scope, [facts[i - 1] for i in late], relations=True)
+        relocked = yield from lock_facts(info, scope, [facts[i - 1] for i in late], relations=True)
+        learned = relocked.learned_at
+        params["learned_at"] = learned
         met = yield from execute_as(sql_reconcile.Met, sql_reconcile.met_facts(info.schema), params)
-    return plan_batch(facts, met, learned=learned, count_repeats=count_repeats)
+    return plan_batch(facts, met, learned=learned, count_repeats=count_repeats), learned
 
 
 def apply_plan(

@@ -5,15 +5,18 @@ after the tenant moves to a shard of its own."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
 from pgvector.psycopg import register_vector
 
-from memsoda_core import LocalEmbedder, Memory, RecallOptions, ScopeArgs
+from memsoda_core import LocalEmbedder, Memory, MemsodaError, RecallOptions, ScopeArgs
 from memsoda_core.distributed import distribute
 from memsoda_core.layouts.shards import place_params, place_statement
 from memsoda_core.recall.scope_stats import stats_statement
@@ -171,6 +174,13 @@ def test_the_relevance_floor_is_measured_with_routed_statements(memory: Memory, 
     check_routing(plans(cluster, sent), lambda text: False)  # not even where its shards are: not read
 
 
+def _besides_layout_checks(sent: list[tuple[Any, Any]]) -> list[str]:
+    """The statements sent but the layout generation's read (an open Memory's, at most once a
+    second: `layouts.generation`)."""
+    texts = [text if isinstance(text, str) else text.as_string(None) for text, _ in sent]
+    return [text for text in texts if "layout_generation" not in text]
+
+
 def _facts(memory: Memory, scope: ScopeArgs) -> list[list[tuple[int, float]]]:
     return [
         [(s.fact.id, round(s.score, 9)) for s in memory.recall(query, **scope).facts]
@@ -197,7 +207,7 @@ def test_a_small_scope_is_read_on_the_worker_holding_its_shards(
     assert _facts(worker_memory, scope) == _facts(memory, scope)
     with statements_sent(cluster.dsn) as sent:
         assert worker_memory.recall("where does Maya work?", **scope).facts
-    assert sent == []
+    assert _besides_layout_checks(sent) == []
     ((text, params, port),) = sent.elsewhere
     assert port in {node.port for node in cluster.worker_nodes}
     assert f"'{scope['dataset']}'" not in text and any(isinstance(p, str) and p == scope["dataset"] for p in params)
@@ -235,3 +245,58 @@ def test_the_recall_after_a_write_reads_the_size_again_not_the_place(worker_memo
     assert not any("pg_dist_placement" in text for text in texts)
     assert any("fact_count" in text for text in texts)  # its size
     assert [port for text, _, port in sent.elsewhere if isinstance(text, str) and text.lstrip().startswith("WITH")]
+
+
+def test_a_recall_that_rightly_finds_nothing_is_answered_on_the_worker(worker_memory: Memory, cluster: Cluster) -> None:
+    """An empty read on the worker is an answer when the guard, read alone after it, still holds:
+    nothing goes to the coordinator and the place is kept."""
+    scope = new_scope()
+    worker_memory.add_facts(FACTS, **scope)
+    assert worker_memory.recall("where does Maya work?", **scope).facts  # size and place remembered
+    for _ in range(2):
+        with statements_sent(cluster.dsn) as sent:
+            before = worker_memory.recall("where does Maya work?", known_at=datetime(1990, 1, 1, tzinfo=UTC), **scope)
+        assert before.facts == () and _besides_layout_checks(sent) == []
+        assert any("pg_dist_local_group" in str(text) for text, _, _ in sent.elsewhere)  # the guard alone
+
+
+def test_an_empty_scope_whose_shards_moved_is_read_where_they_are(
+    worker_memory: Memory, memory: Memory, cluster: Cluster
+) -> None:
+    """A scope remembered empty, written by another process and then moved to a shard of its own:
+    the old shards' read returns nothing (the guard), which is not taken for an answer."""
+    scope = new_scope()
+    assert not worker_memory.recall("where does Maya work?", **scope).facts  # size 0 and place remembered
+    memory.add_facts(FACTS, **scope)
+    distribute(cluster.dsn, SCHEMA, isolate=[scope["dataset"]], transfer_mode="block_writes")
+    found = worker_memory.recall("where does Maya work?", **scope).facts
+    assert [s.fact.id for s in found] == [s.fact.id for s in memory.recall("where does Maya work?", **scope).facts]
+    assert found
+
+
+def test_a_recall_racing_close_opens_no_worker_pool(
+    worker_memory: Memory, cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`close()` between a recall's coordinator read and its worker read: the recall opens no pool
+    to the worker once the memory's pools are closed (it would outlive the memory)."""
+    from memsoda_core.recall import operation as recall_operation
+
+    scope = new_scope()
+    worker_memory.add_facts(FACTS, **scope)
+    worker_memory.recall("where does Maya work?", **scope)
+    worker_memory._context.scope_sizes.forget_all()  # the next recall reads its size first
+    nodes = worker_memory._runner._nodes
+    for pool in nodes.opened():
+        pool.close()
+    nodes._pools.clear()  # (as if no recall had read on the worker yet)
+    original = recall_operation._read_direct
+
+    def close_first(*args: Any, **kwargs: Any) -> Any:
+        with ThreadPoolExecutor(1) as other:
+            other.submit(worker_memory.close).result(timeout=30)
+        return (yield from original(*args, **kwargs))
+
+    monkeypatch.setattr(recall_operation, "_read_direct", close_first)
+    with contextlib.suppress(MemsodaError):  # its connection to the coordinator, already lent, may finish it
+        worker_memory.recall("where does Maya work?", **scope)
+    assert nodes.opened() == []
