@@ -19,9 +19,7 @@ from memsoda_core.runner.steps import Operation, commit, execute, execute_as
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.store.statements import tenant_statement
 from memsoda_core.validation import Scope
-from memsoda_core.writing import inserts
-from memsoda_core.writing import reconcile_statements as sql_reconcile
-from memsoda_core.writing.operation import hold_dataset
+from memsoda_core.writing.operation import lock_facts
 
 
 def single_valued_scopes(schema: str) -> sql.Composed:
@@ -41,23 +39,29 @@ class Relation:
     object: str
 
 
+_OVERLAPPING = """{s}.facts f
+           CROSS JOIN LATERAL (
+               SELECT g.id, g.valid_at FROM {s}.facts g
+               WHERE {tenant_g} AND g.subject = f.subject AND lower(g.predicate) = lower(f.predicate)
+                 AND lower(g.object) <> lower(f.object) AND g.valid_at > f.valid_at
+               ORDER BY g.valid_at, g.id LIMIT 1) n
+           WHERE {tenant_f}
+             AND lower(f.predicate) IN (SELECT sv.predicate FROM {s}.single_valued sv WHERE {tenant_sv})
+             AND (f.invalid_at IS NULL OR f.invalid_at > n.valid_at)"""
+"""The FROM and WHERE of a value `f` of the scope's single-valued relations still true when the
+next other value `n` starts (the first by start, then id)."""
+
+
 def overlapping_relations(schema: str) -> sql.Composed:
     """The scope's single-valued relations in which a value is still true when the next other
     value starts."""
     return tenant_statement(
         """SELECT DISTINCT ON (f.subject, lower(f.predicate))
                   f.subject, lower(f.predicate) AS predicate, lower(f.object) AS object
-           FROM {s}.facts f
-           CROSS JOIN LATERAL (
-               SELECT g.valid_at FROM {s}.facts g
-               WHERE {tenant_g} AND g.subject = f.subject AND lower(g.predicate) = lower(f.predicate)
-                 AND lower(g.object) <> lower(f.object) AND g.valid_at > f.valid_at
-               ORDER BY g.valid_at LIMIT 1) n
-           WHERE {tenant_f}
-             AND lower(f.predicate) IN (SELECT sv.predicate FROM {s}.single_valued sv WHERE {tenant_sv})
-             AND (f.invalid_at IS NULL OR f.invalid_at > n.valid_at)
+           FROM {overlapping}
            ORDER BY f.subject, lower(f.predicate)""",
         schema,
+        overlapping=tenant_statement(_OVERLAPPING, schema),
     )
 
 
@@ -68,17 +72,9 @@ def end_overlaps(schema: str) -> sql.Composed:
     return tenant_statement(
         """WITH placed AS (
                SELECT f.id, n.id AS by, n.valid_at AS at, f.invalid_at IS NOT NULL AS ended_before
-               FROM {s}.facts f
-               CROSS JOIN LATERAL (
-                   SELECT g.id, g.valid_at FROM {s}.facts g
-                   WHERE {tenant_g} AND g.subject = f.subject AND lower(g.predicate) = lower(f.predicate)
-                     AND lower(g.object) <> lower(f.object) AND g.valid_at > f.valid_at
-                   ORDER BY g.valid_at, g.id LIMIT 1) n
-               WHERE {tenant_f}
-                 AND lower(f.predicate) IN (SELECT sv.predicate FROM {s}.single_valued sv WHERE {tenant_sv})
+               FROM {overlapping}
                  AND (f.subject, lower(f.predicate)) IN (
-                     SELECT * FROM unnest(%(subjects)s::text[], %(predicates)s::text[]))
-                 AND (f.invalid_at IS NULL OR f.invalid_at > n.valid_at))
+                     SELECT * FROM unnest(%(subjects)s::text[], %(predicates)s::text[])))
            UPDATE {s}.facts f
            SET invalid_at = p.at, superseded_by = p.by,
                expired_at = CASE WHEN p.ended_before THEN f.expired_at ELSE %(learned)s END
@@ -86,6 +82,7 @@ def end_overlaps(schema: str) -> sql.Composed:
            WHERE {tenant_f} AND f.id = p.id
            RETURNING f.id""",
         schema,
+        overlapping=tenant_statement(_OVERLAPPING, schema),
     )
 
 
@@ -110,21 +107,15 @@ def _repair_scope(info: StoreInfo, scope: Scope) -> Operation[int]:
     relations = yield from execute_as(Relation, overlapping_relations(info.schema), base)
     if not relations:
         return 0
-    yield from hold_dataset(info, scope)
-    columns = {column.name: str(column.param) for column in inserts.FACTS.columns}
-    keys = {columns[field]: [getattr(r, field) for r in relations] for field in sql_reconcile.KEY_FIELDS}
-    (locked,) = yield from execute_as(
-        sql_reconcile.Locked,
-        sql_reconcile.lock_relations(info.schema),
-        {**base, "schema": info.schema, **keys, "singles": [True] * len(relations)},
-    )
+    values = [(r.subject, r.predicate, r.object) for r in relations]
+    learned = (yield from lock_facts(info, scope, [], values)).learned_at  # their values' and relations' locks
     rows = yield from execute(
         end_overlaps(info.schema),
         {
             **base,
             "subjects": [r.subject for r in relations],
             "predicates": [r.predicate for r in relations],
-            "learned": locked.learned_at,
+            "learned": learned,
         },
     )
     return len(rows)
