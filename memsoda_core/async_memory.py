@@ -466,7 +466,7 @@ class AsyncMemory:
         raise StoreError("the scope's single-valued relations kept changing while remember wrote: call it again")
 
     async def _apply_answer(self, call: RememberCall, checked: CheckedExtraction) -> Applied:
-        return await self._run(lambda: self._context.resizing(call.scope, call.apply(self.info, checked)))
+        return await self._run(lambda: self._context.growing(call.scope, call.apply(self.info, checked)))
 
     async def sources(self, fact_id: int, *, dataset: str, project: str) -> list[FactSource]:
         """The messages fact `fact_id` was learned from by `remember` (thread and message ids),

@@ -459,7 +459,7 @@ class Memory:
         raise StoreError("the scope's single-valued relations kept changing while remember wrote: call it again")
 
     def _apply_answer(self, call: RememberCall, checked: CheckedExtraction) -> Applied:
-        return self._run(lambda: self._context.resizing(call.scope, call.apply(self.info, checked)))
+        return self._run(lambda: self._context.growing(call.scope, call.apply(self.info, checked)))
 
     def sources(self, fact_id: int, *, dataset: str, project: str) -> list[FactSource]:
         """The messages fact `fact_id` was learned from by `remember` (thread and message ids),

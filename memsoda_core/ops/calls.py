@@ -26,7 +26,7 @@ def add_facts_op(
     vectors: Sequence[Sequence[float]] | np.ndarray[Any, Any] | None,
 ) -> Operation[list[int]]:
     scope = check_scope(dataset, project)
-    return context.resizing(scope, ops.add_facts(context.info, scope, facts, vectors=vectors))
+    return context.growing(scope, ops.add_facts(context.info, scope, facts, vectors=vectors))
 
 
 def invalidate_op(context: MemoryContext, fact_id: int, dataset: str, project: str, at: Any) -> Operation[bool]:
@@ -37,7 +37,7 @@ def supersede_op(
     context: MemoryContext, fact_id: int, new_fact: FactInput | Mapping[str, Any], dataset: str, project: str
 ) -> Operation[int]:
     scope = check_scope(dataset, project)
-    return context.resizing(scope, ops.supersede(context.info, scope, fact_id, new_fact))
+    return context.growing(scope, ops.supersede(context.info, scope, fact_id, new_fact))
 
 
 def add_episodes_op(

@@ -19,7 +19,7 @@ from pgvector.psycopg import register_vector
 from memsoda_core import LocalEmbedder, Memory, MemsodaError, RecallOptions, ScopeArgs
 from memsoda_core.distributed import distribute
 from memsoda_core.layouts.shards import place_params, place_statement
-from memsoda_core.recall.scope_stats import stats_statement
+from memsoda_core.recall.scope_stats import sample_statement
 from memsoda_core.runner.policy import PREPARE_ONLY_WHEN_ASKED
 from tests.citus.test_citus import FACTS, check_routing, new_scope, plans, statements_sent
 
@@ -61,7 +61,7 @@ def _recall_statements(memory: Memory, scope: ScopeArgs, dsn: str) -> list[tuple
         assert memory.recall("where does Maya work?", **scope).facts
         assert memory.recall(None, **scope).facts
     texts = [(q if isinstance(q, str) else q.as_string(None), params) for q, params in sent]
-    statistics = stats_statement(memory.info.schema).as_string(None)
+    statistics = sample_statement(memory.info.schema).as_string(None)
     return [
         (text, params)
         for text, params in texts
