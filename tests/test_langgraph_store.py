@@ -312,6 +312,46 @@ async def test_filters_run_in_sql_like_langgraphs(store: Store) -> None:
         await store.search(namespace, filter={"price": {"$regex": "x"}})
 
 
+async def test_order_filters_read_numbers_in_strings_like_inmemorystore(store: Store) -> None:
+    """`InMemoryStore` compares `$gt`/`$gte`/`$lt`/`$lte` as `float(value)` against
+    `float(operand)`, so "7" >= 5 and 10 >= "4"; memsoda reads a number in a string the same way
+    (a decimal number as text: `items.statements.NUMBER_TEXT`). Where `InMemoryStore` raises (a
+    string that is no number, a missing field), memsoda compares strings with strings only, and a
+    missing field matches nothing. PostgresStore compares every value as text ("10" < "4")."""
+    namespace = ("products", "coerced")
+    rows: dict[str, dict[str, Any]] = {
+        "int": {"v": 5},
+        "str": {"v": "7"},
+        "spaced": {"v": " 10 "},
+        "float": {"v": 2.5},
+        "exp": {"v": "-1e1"},
+    }
+    reference = InMemoryStore()
+    for key, value in rows.items():
+        await store.put(namespace, key, value)
+        reference.put(namespace, key, value)
+    cases: list[dict[str, Any]] = [
+        {"v": {"$gte": "4"}},
+        {"v": {"$gt": 4}},
+        {"v": {"$lt": "10"}},
+        {"v": {"$lte": " 2.5"}},
+        {"v": {"$gte": 5, "$lt": "8"}},
+        {"v": {"$gt": "-1e2"}},
+        {"v": {"$lt": -9.5}},
+    ]
+    for case in cases:
+        got = {i.key for i in await store.search(namespace, filter=case)}
+        assert got == {i.key for i in reference.search(namespace, filter=case)}, case
+    assert {i.key for i in await store.search(namespace, filter={"v": {"$gte": "4"}})} == {"int", "str", "spaced"}
+    await store.put(namespace, "word", {"v": "abc"})
+    await store.put(namespace, "none", {"w": 1})
+    reference.put(namespace, "word", {"v": "abc"})
+    with pytest.raises(ValueError):  # float("abc")
+        reference.search(namespace, filter={"v": {"$gt": 4}})
+    assert "word" not in {i.key for i in await store.search(namespace, filter={"v": {"$gt": 4}})}
+    assert {i.key for i in await store.search(namespace, filter={"v": {"$gt": "a"}})} == {"word"}  # strings only
+
+
 async def test_a_nested_mapping_filter_matches_objects_only_like_langgraphs(store: Store) -> None:
     """`{"o": {}}` matches items whose `o` is an object (any object), not every item; a nested
     mapping's fields are tested only where the field is an object, as `InMemoryStore` does."""
