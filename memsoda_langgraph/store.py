@@ -108,6 +108,8 @@ class MemsodaStore(BaseStore):
     still filterable. `index=False` stores an item that only `get` and searches without a query
     find. Ops of a batch apply in order, once every one is checked: a bad op (a value that is
     not a dict: `ArgumentTypeError`; any other `ValidationError`) raises before any is applied.
+    A read of an address no put can store (`()`, past memsoda's limits) finds nothing and a delete
+    of it does nothing, as in `InMemoryStore` (README, "Where it differs from `InMemoryStore`").
 
     `ttl`: LangGraph's `TTLConfig`, as its PostgresStore takes it (see "TTL" below): `default_ttl`
     (minutes) for puts that give none, `refresh_on_read` (default True) for get and search, and
