@@ -214,7 +214,8 @@ def parse_filter(filter: Mapping[str, Any] | None) -> list[Condition]:
     """LangGraph's filter: `{"field": value}` (equal; a nested mapping matches an object whose fields
     match it, so `{}` matches any object) or
     `{"field": {"$eq" | "$ne" | "$gt" | "$gte" | "$lt" | "$lte": value}}`. A missing field is JSON
-    null for `$eq`/`$ne`; an order comparison holds only between values of one JSON type."""
+    null for `$eq`/`$ne`; an order comparison holds between numbers, a number written in a string
+    counting as one (`items.statements.NUMBER_TEXT`), or between other strings."""
     if filter is None:
         return []
     if not isinstance(filter, Mapping):
