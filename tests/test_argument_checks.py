@@ -33,7 +33,7 @@ def _fact(**fields: Any) -> dict[str, Any]:
     return {"subject": "Ana", "predicate": "likes", "object": "tea", **fields}
 
 
-def _remember(memory: Either, scope: ScopeArgs, **arguments: Any) -> Awaitable[Any]:
+def _remember(memory: Either, scope: ScopeArgs, **arguments: Any) -> Any:
     messages = [{"role": "user", "content": "I like tea"}]
     return memory.remember(messages, **scope, extractor=ScriptedExtractor(answer()), **arguments)
 
