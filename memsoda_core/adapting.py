@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from memsoda_core.async_memory import AsyncMemory
-from memsoda_core.errors import ArgumentTypeError, ConfigurationError, LimitError, ScopeError, ValidationError
+from memsoda_core.checks import check_int
+from memsoda_core.errors import ArgumentTypeError, ConfigurationError, ScopeError, ValidationError
 from memsoda_core.memory import Memory
 from memsoda_core.models import RecallResult, ScoredFact
 from memsoda_core.recall.calls import INCLUDE_OPTIONS
@@ -78,17 +79,10 @@ def check_adapter_arguments(memory: Any, *, adapter: str, **arguments: Any) -> d
         memory.options.with_overrides({"facts_in_context": arguments["k"]})  # LimitError, ArgumentTypeError
     for name in ("max_facts", "profile_max_facts"):
         if name in arguments:
-            _check_max_facts(name, arguments[name])
+            check_int(arguments[name], name, low=1, high=MAX_FACTS)
     if "include" in arguments:
         checked["include"] = _checked_include(arguments["include"])
     return checked
-
-
-def _check_max_facts(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ArgumentTypeError(f"{name} must be an int, got {value!r}")
-    if not 1 <= value <= MAX_FACTS:
-        raise LimitError(f"{name} must be between 1 and {MAX_FACTS}, got {value}")
 
 
 def _checked_include(include: Any) -> tuple[str, ...]:
