@@ -89,7 +89,7 @@ def grown(sample: ScopeSample, growth: Growth) -> ScopeSample:
         replace(fact, times_seen=fact.times_seen + restated[fact.id]) if fact.id in restated else fact
         for fact in sample.latest
     )
-    return sample_of((*growth.added, *kept))
+    return sample_of((*growth.added[-SAMPLE_FACTS:], *kept))
 
 
 class ScopeStatsCache(ScopeMemo[ScopeSample]):
