@@ -165,14 +165,16 @@ def plan_batch(
             equal_row = next((row for row in stored if row.same and batch.end_of(row) is None), None)
             if equal_row is not None and equal_row.id is not None:
                 if head.single_valued:
-                    fact = _start_over_free_time(fact, equal_row.valid_at, batch.spans(plan, stored, head))
+                    history = batch.spans(plan, stored, head)
+                    fact = _start_over_free_time(fact, old(equal_row.id), equal_row.valid_at, history)
                 _merge_into(plan, equal_row.id, fact, repeat)
                 plan.resolved.append(old(equal_row.id))
                 continue
             if head.value in batch.live_values:
                 kept = plan.inserts[batch.live_values[head.value]]
                 if head.single_valued:
-                    fact = _start_over_free_time(fact, kept.valid_at, batch.spans(plan, stored, head))
+                    holder = new(batch.live_values[head.value])
+                    fact = _start_over_free_time(fact, holder, kept.valid_at, batch.spans(plan, stored, head))
                 _fold_into_insert(plan, batch.live_values[head.value], fact, repeat, replacing)
                 plan.resolved.append(new(batch.live_values[head.value]))
                 continue
@@ -249,11 +251,12 @@ class _Batch:
             self.timeless.add(index)
 
 
-def _start_over_free_time(fact: ValidFact, live_start: datetime | None, spans: Sequence[_Span]) -> ValidFact:
-    """An equal write moves the live fact's start (`live_start`) earlier over time no other value
-    of the relation holds: at most to the latest end of those that began before it."""
+def _start_over_free_time(fact: ValidFact, live: Ref, live_start: datetime | None, spans: Sequence[_Span]) -> ValidFact:
+    """An equal write moves the live fact `live`'s start (`live_start`) earlier over time no other
+    fact of the relation holds: at most to the latest end of those that began before it. An ended
+    run of the same value counts: moved over it, the value would hold twice at once."""
     begins = _key(live_start)
-    taken = [min(span.end or begins, begins) for span in spans if not span.same and _key(span.start) < begins]
+    taken = [min(span.end or begins, begins) for span in spans if span.ref != live and _key(span.start) < begins]
     floor = max(taken, default=None)
     if floor is None or _key(fact.valid_at) >= floor:
         return fact
