@@ -262,7 +262,7 @@ async def test_maintain_ends_overlapping_values_of_a_single_valued_relation(
         facts = {f.id: f for f in (await memory.list_facts(**scope, status="all")).facts}
         ends = {fid: (facts[fid].invalid_at, facts[fid].superseded_by) for fid in (paris, paris_again, berlin, rome)}
         assert ends == {
-            paris: (datetime(2020, 1, 1, tzinfo=UTC), berlin),  # ends where the next other value starts
+            paris: (datetime(2019, 6, 1, tzinfo=UTC), paris_again),  # ends where the next fact starts
             paris_again: (datetime(2020, 1, 1, tzinfo=UTC), berlin),
             berlin: (datetime(2021, 1, 1, tzinfo=UTC), rome),  # an ended value's end moves earlier
             rome: (None, None),
@@ -273,6 +273,35 @@ async def test_maintain_ends_overlapping_values_of_a_single_valued_relation(
             page = await memory.list_facts(**scope, predicate="lives in", as_of=at)
             assert {f.object.lower() for f in page.facts} == holding, at
         assert (await memory.maintain()).overlaps_repaired == 0
+    finally:
+        await memory.close()
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_maintain_ends_an_equal_value_and_leaves_values_starting_together(
+    pg_dsn: str, embedder: LocalEmbedder, overlap_schema: str, scope: ScopeArgs, flavour: str
+) -> None:
+    """Two live runs of one value (paris, Paris) showed the value twice: the earlier now ends where
+    the later starts (they were one value, left as they were). Two values starting at the same
+    instant cannot be ordered and neither can end at its start: left, and counted."""
+    memory = await open_memory(flavour, pg_dsn, embedder, schema=overlap_schema)
+    try:
+        await memory.set_single_valued(["lives in", "works at"], **scope)
+        works = {"subject": "user", "predicate": "works at", "object": "acme", "valid_at": "2020-01-01"}
+        paris, acme = await memory.add_facts([{**LIVES, "object": "paris", "valid_at": "2019-01-01"}, works], **scope)
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            paris_again = insert_value(conn, overlap_schema, paris, "Paris", "2019-06-01+00", None)
+            globex = insert_value(conn, overlap_schema, acme, "globex", "2020-01-01+00", None)
+        report = await memory.maintain(retention=False)
+        assert (report.overlaps_repaired, report.overlaps_left) == (1, 2)
+        facts = {f.id: f for f in (await memory.list_facts(**scope, status="all")).facts}
+        assert (facts[paris].invalid_at, facts[paris].superseded_by) == (datetime(2019, 6, 1, tzinfo=UTC), paris_again)
+        assert facts[paris_again].invalid_at is None
+        assert facts[acme].invalid_at is None and facts[globex].invalid_at is None
+        page = await memory.list_facts(**scope, predicate="lives in", as_of="2020-01-01")
+        assert [f.id for f in page.facts] == [paris_again]
+        again = await memory.maintain(retention=False)
+        assert (again.overlaps_repaired, again.overlaps_left) == (0, 2)
     finally:
         await memory.close()
 
