@@ -494,3 +494,73 @@ def test_the_cli_lists_shows_supersedes_invalidates_and_tells_a_fact_history(
     assert cli("invalidate", str(new), *where).exit_code == 0
     assert json.loads(cli("facts", "list", *where, "--json").stdout) == []
     assert len(json.loads(cli("facts", "list", *where, "--status", "all", "--json").stdout)) == 2
+
+
+def test_writers_and_repeated_declarations_of_their_relations_keep_one_live_value(
+    pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs
+) -> None:
+    """Stress, not timed: writers of values without a start of relations p0..p3, while another
+    thread declares them single-valued, undeclares and declares them again, over and over. A
+    writer whose locks waited for a declaration locks its relation late, out of the locks' order
+    (`reconcile_statements.late_relations`); a wait cycle that closes is run again. No error may
+    escape, and once the relations stay declared, a last write of each leaves one live value."""
+    predicates = [f"p{n}" for n in range(4)]
+    vector = embedder.embed_documents(["x"])[0]
+    declaring = threading.Event()
+
+    def fact(predicate: str, value: str) -> dict[str, Any]:
+        return {"subject": "user", "predicate": predicate, "object": value, "object_type": "LITERAL"}
+
+    def write(memory: Memory, writer: int, rounds: int) -> None:
+        for n in range(rounds):
+            predicate = predicates[(writer + n) % len(predicates)]
+            memory.add_facts([fact(predicate, f"w{writer} v{n}")], **scope, vectors=[vector])
+
+    def declare(memory: Memory, rounds: int) -> None:
+        for n in range(rounds):
+            predicate = predicates[n % len(predicates)]
+            memory.set_single_valued([predicate], **scope, single_valued=n % 3 != 2)
+            declaring.set()
+
+    with Memory.open(pg_dsn, embedder, pool_size=8) as memory:
+        memory.add_facts([fact("p0", "start")], **scope, vectors=[vector])  # the scope's row
+        with ThreadPoolExecutor(max_workers=7) as pool:
+            declarer = pool.submit(declare, memory, 60)
+            declaring.wait(timeout=30)
+            writers = [pool.submit(write, memory, writer, 30) for writer in range(6)]
+            for future in [declarer, *writers]:
+                future.result()  # an error in a thread is raised here
+        memory.set_single_valued(predicates, **scope)
+        for predicate in predicates:
+            memory.add_facts([fact(predicate, "last")], **scope, vectors=[vector])
+        for predicate in predicates:
+            live = memory.list_facts(**scope, predicate=predicate).facts
+            assert [f.object for f in live] == ["last"], predicate
+
+
+def test_a_declaration_that_loses_a_wait_cycle_with_a_late_relation_lock_is_run_again(
+    pg_dsn: str, sync_memory: Memory, scope: ScopeArgs
+) -> None:
+    """A writer that locks its relation late holds a value's lock and takes a lower one, out of
+    the locks' order, while `set_single_valued` takes every lock of the scope in ascending order:
+    a wait cycle, whose victim PostgreSQL ends. A declaration that was the victim raised
+    `StoreBusyError` (its committed step before, which makes the scope's row, kept the runner from
+    running it again); it is run again once the writer commits. The writer here is a connection
+    holding the scope's last lock and then taking its first, as `late_relations` does."""
+    sync_memory.add_facts([BANK], **scope)  # the scope's row
+    key = "SELECT hashtext(concat_ws(chr(31), 'memsoda', %(dataset)s::text, %(project)s::text))"
+    with psycopg.connect(pg_dsn) as writer, ThreadPoolExecutor(1) as pool:
+        writer.execute("SET deadlock_timeout = '30s'")  # the declaration's check finds the cycle
+        ((scope_key,),) = writer.execute(key, dict(scope)).fetchall()
+        writer.execute("SELECT pg_advisory_xact_lock(%s, %s)", (scope_key, sql_reconcile.LOCK_BUCKETS - 1))
+        declaring = pool.submit(sync_memory.set_single_valued, ["lives in"], **scope)
+        with psycopg.connect(pg_dsn, autocommit=True) as watcher:
+            while not watcher.execute(
+                "SELECT count(*) > 0 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                " AND objid = %s AND classid = %s::oid",
+                (sql_reconcile.LOCK_BUCKETS - 1, scope_key & 0xFFFFFFFF),
+            ).fetchone()[0]:  # type: ignore[index]
+                time.sleep(0.01)
+        writer.execute("SELECT pg_advisory_xact_lock(%s, 0)", (scope_key,))  # waits until the victim rolls back
+        writer.commit()
+        assert declaring.result(timeout=60) == ["lives in"]
