@@ -64,6 +64,7 @@ def write_script(known: dict[str, int]) -> Script:
     script.on(inserts.ENTITIES.statement(INFO.schema, ARRAYS), insert_entities)
     script.on(inserts.FACTS.statement(INFO.schema, ARRAYS), insert_facts)
     script.on(sql_write.facts_pages(), [sql_write.TablePages(analyzed=100, current=100)])
+    script.on(sql_write.bump_scope(INFO.schema), [(2,)])
     return script
 
 

@@ -7,7 +7,8 @@ from datetime import datetime
 from typing import Any
 
 from memsoda_core import limits
-from memsoda_core.errors import LimitError, NotFoundError, ValidationError
+from memsoda_core.checks import check_int
+from memsoda_core.errors import NotFoundError, ValidationError
 from memsoda_core.models import Fact, FactPage
 from memsoda_core.runner.steps import Operation, execute, execute_as, outside_transaction
 from memsoda_core.store import fact_reads as sql_reads
@@ -41,8 +42,7 @@ def check_list_args(subject: Any, predicate: Any, entity: Any, status: Any, limi
     """The filters of `list_facts`, checked and normalized (names as they are stored)."""
     if status not in sql_reads.STATUSES:
         raise ValidationError(f"status must be one of {list(sql_reads.STATUSES)}, got {status!r}")
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
-        raise LimitError(f"limit must be an int between 1 and {MAX_PAGE}, got {limit!r}")
+    check_int(limit, "limit", low=1, high=MAX_PAGE)
     if after is not None:
         check_fact_id(after)
     return {
