@@ -49,7 +49,9 @@ def _maintaining(context: MemoryContext, retention: bool) -> Operation[MaintainR
     purged = (yield from apply_retention_op(context, None)) if retention else None
     repaired = yield from repair_overlaps(context.info)
     built = yield from maintain(context.info)
-    return MaintainReport(retention=purged, overlaps_repaired=repaired, indexes=tuple(built))
+    return MaintainReport(
+        retention=purged, overlaps_repaired=repaired.ended, indexes=tuple(built), overlaps_left=repaired.left
+    )
 
 
 def set_retention_op(

@@ -117,7 +117,14 @@ class RememberCall:
 
     def apply(self, info: StoreInfo, checked: CheckedExtraction) -> Operation[Applied]:
         """The write of `checked`: one transaction, with its sources and the window's episode."""
-        return apply_extraction(info, self.scope, checked, thread_id=self.thread_id, episode=self.episode(checked))
+        return apply_extraction(
+            info,
+            self.scope,
+            checked,
+            thread_id=self.thread_id,
+            episode=self.episode(checked),
+            on_invalid=self.on_invalid,
+        )
 
     @staticmethod
     def result(request: ExtractionRequest, checked: CheckedExtraction, applied: Applied) -> RememberResult:
@@ -125,7 +132,7 @@ class RememberCall:
             added=applied.added,
             superseded=applied.superseded,
             ended=applied.ended,
-            rejected=checked.rejected,
+            rejected=tuple(sorted(checked.rejected + applied.rejected, key=lambda r: r.index)),
             shown=tuple(fact.id for fact in request.facts),
             episode_id=applied.episode_id,
         )

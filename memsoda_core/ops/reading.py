@@ -92,14 +92,26 @@ def set_single_valued(
     `forget` takes them: the writes in flight commit under the registry they locked by, and the
     registry holds still while a writer holds its locks (`learning.applying.check_single_valued`)."""
     params = {"dataset": scope.dataset, "project": scope.project, "predicates": list(predicates)}
-    # lock_scope finds the scope's locks through its row: a scope never written gets it first, committed
-    # on its own (a row this transaction held would close a wait cycle with a first write's count bump)
-    yield from outside_transaction(sql_write.ensure_scope(info.schema), params)
-    yield from hold_dataset(info, scope)
-    yield from execute(sql_reconcile.lock_scope(info.schema), {**params, "schema": info.schema})
+    if not (yield from _lock_scope(info, scope, params)):
+        # lock_scope finds the scope's locks through its row: a scope never written gets it first, committed
+        # on its own (a row this transaction held would close a wait cycle with a first write's count bump).
+        # Only then: a step outside the transaction keeps the runner from running the operation again when
+        # it loses a wait cycle (with a writer that locks its relation late, `late_relations`).
+        yield from outside_transaction(sql_write.ensure_scope(info.schema), params)
+        yield from _lock_scope(info, scope, params)
     change = sql_reconcile.add_single_valued if single_valued else sql_reconcile.remove_single_valued
     yield from execute(change(info.schema), params)
     return (yield from single_valued_predicates(info, scope))
+
+
+def _lock_scope(info: StoreInfo, scope: Scope, params: dict[str, Any]) -> Operation[int]:
+    """What the layout holds of the dataset, then every lock of the scope (`lock_scope`); how many
+    it took: none when the scope has no row."""
+    yield from hold_dataset(info, scope)
+    (locked,) = yield from execute_as(
+        sql_reconcile.Locked, sql_reconcile.lock_scope(info.schema), {**params, "schema": info.schema}
+    )
+    return locked.locks
 
 
 def single_valued_predicates(info: StoreInfo, scope: Scope) -> Operation[list[str]]:
