@@ -33,6 +33,7 @@ from memsoda_core.errors import (
     StoreError,
     StoreUnavailableError,
     TextTooLongError,
+    UnorderedValueError,
     ValidationError,
 )
 from memsoda_core.forgetting.rules import ForgetReport, MaintainReport, RetentionReport, RetentionRule
@@ -158,6 +159,7 @@ __all__ = [
     "Synthesizer",
     "TextTooLongError",
     "TimeInput",
+    "UnorderedValueError",
     "ValidationError",
     "VectorOptions",
     "default_embedder",

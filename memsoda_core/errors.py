@@ -9,6 +9,7 @@
     │   ├── ConfidenceError        confidence outside 0..1
     │   ├── DateError              unparseable date, or a timezone-less value we cannot read
     │   ├── IntervalError          invalid_at at or before valid_at
+    │   │   └── UnorderedValueError  a single-valued value its relation's history cannot order
     │   ├── TextTooLongError       a string over its documented limit
     │   ├── InvalidTextError       NUL bytes or unencodable (lone surrogate) characters
     │   ├── ArgumentTypeError      an argument of the wrong type (also a TypeError)
@@ -56,6 +57,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailableError",
     "TextTooLongError",
+    "UnorderedValueError",
     "ValidationError",
 ]
 
@@ -86,6 +88,16 @@ class DateError(ValidationError):
 
 class IntervalError(ValidationError):
     """`invalid_at` is at or before `valid_at`."""
+
+
+class UnorderedValueError(IntervalError):
+    """A value of a single-valued relation a write cannot place in its history: another value starts
+    at the same instant, or two values of one batch have no start. `position` is the input's
+    (0-based) index, so a caller that may drop inputs (`remember`) can reject that one alone."""
+
+    def __init__(self, message: str, *, position: int) -> None:
+        super().__init__(message)
+        self.position = position
 
 
 class TextTooLongError(ValidationError):

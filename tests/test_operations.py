@@ -11,7 +11,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from memsoda_core import ops
-from memsoda_core.errors import EmbeddingError, IntervalError, NotLiveError, StoreError, ValidationError
+from memsoda_core.errors import (
+    EmbeddingError,
+    IntervalError,
+    NotLiveError,
+    StoreError,
+    UnorderedValueError,
+    ValidationError,
+)
 from memsoda_core.layouts.write_form import WriteForm
 from memsoda_core.ops.maintenance import ensure_tenant_indexes
 from memsoda_core.runner.steps import EmbedDocuments, Emit, Execute, OutsideTransaction, Progress, ReadAside
@@ -22,7 +29,7 @@ from memsoda_core.validation import Scope, validate_facts
 from memsoda_core.writing import inserts
 from memsoda_core.writing import reconcile_statements as sql_reconcile
 from memsoda_core.writing import statements as sql_write
-from memsoda_core.writing.decisions import End, UnorderedValueError, new, old, plan_batch
+from memsoda_core.writing.decisions import End, new, old, plan_batch
 from tests.scripted import Script, drive, params_of
 
 ARRAYS = WriteForm.ARRAYS

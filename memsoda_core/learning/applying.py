@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple
 
-from memsoda_core.errors import ExtractionError, NotFoundError
+from memsoda_core.errors import ExtractionError, NotFoundError, UnorderedValueError
 from memsoda_core.learning import sources as sql_sources
 from memsoda_core.learning.operations import Checked, CheckedExtraction, unordered_if_single_valued
 from memsoda_core.models import FactSource, RejectedOperation
@@ -21,7 +21,6 @@ from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import Scope, ValidEpisode, ValidFact
 from memsoda_core.writing import inserts
 from memsoda_core.writing import reconcile_statements as sql_reconcile
-from memsoda_core.writing.decisions import UnorderedValueError
 from memsoda_core.writing.insert_rows import insert_rows
 from memsoda_core.writing.operation import lock_facts, write_facts
 

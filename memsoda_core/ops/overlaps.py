@@ -9,7 +9,7 @@ it first learned that). An equal value (case folded) is such a next fact too: tw
 value at once would show it twice, so the earlier run ends where the later starts.
 
 Left as they are: facts starting at the same instant as another of their relation. They have no
-order (a write refuses to make them, `writing.decisions.UnorderedValueError`), and neither can end
+order (a write refuses to make them, `errors.UnorderedValueError`), and neither can end
 at its own start (`invalid_at > valid_at`), so repairing them would delete what memory was told;
 `maintain` counts them (`MaintainReport.overlaps_left`) and logs their ids, for the application
 to end or forget one.

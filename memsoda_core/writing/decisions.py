@@ -36,19 +36,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal, NamedTuple
 
-from memsoda_core.errors import IntervalError
+from memsoda_core.errors import IntervalError, UnorderedValueError
 from memsoda_core.validation import ValidFact
 from memsoda_core.writing.reconcile_statements import Met
-
-
-class UnorderedValueError(IntervalError):
-    """A value of a single-valued relation the batch cannot place: another value starts at the same
-    instant, or two values of the batch have no start. `position` is the input's (0-based) index,
-    so a caller that may drop inputs (`remember`) can reject that one alone and plan the rest."""
-
-    def __init__(self, message: str, *, position: int) -> None:
-        super().__init__(message)
-        self.position = position
 
 
 class Ref(NamedTuple):
