@@ -625,7 +625,8 @@ class AsyncMemory:
         return await self._run(lambda: fact_calls.stats_op(self._context, dataset, project), read_only=True)
 
     async def export_jsonl(self, target: str | os.PathLike[str] | TextIO, *, dataset: str, project: str) -> int:
-        """Write the scope's facts and episodes as JSON lines; returns the number of lines."""
+        """Write the scope's facts, episodes and items as JSON lines (the format: README, "Export and
+        import"); returns the number of lines."""
         scope = check_scope(dataset, project)  # before the file is opened
         with open_sink(target) as sink:
             return await self._run(
@@ -647,7 +648,9 @@ class AsyncMemory:
     ) -> ImportReport:
         """Import JSON lines (as written by `export_jsonl`) in one transaction: every line is
         validated first; `on_error="raise"` rejects the file at the first bad line (nothing
-        written), `"skip"` imports the rest and reports bad lines with their numbers.
+        written, `ImportFormatError`), `"skip"` imports the rest and reports bad lines with their
+        numbers. An item line replaces the scope's item at its namespace and key, and refers to
+        the fact its line's `fact_id` names (the exported id of a fact line above it).
 
         Into a scope with its own fact HNSW index, `rebuild_index=True` drops it first and builds
         it once after the rows (several times faster than maintaining it row by row, but the

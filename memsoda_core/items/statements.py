@@ -337,3 +337,35 @@ def expired_item_facts(schema: str, depth: int) -> sql.Composed:
         schema,
         depth=sql.Literal(depth),
     )
+
+
+# --- export (`items.transfer`) ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExportedItem:
+    """A row of `export_items`: an item whole, as an exported line carries it."""
+
+    namespace: list[str]
+    key: str
+    value: dict[str, Any]
+    fact_id: int | None
+    ttl_minutes: float | None
+    expires_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+
+def export_items(schema: str) -> sql.Composed:
+    """The scope's items as `ExportedItem`s in (namespace, key) order, a keyset page of %(limit)s
+    after (%(after_namespace)s, %(after_key)s) (NULL: from the first)."""
+    return tenant_statement(
+        """SELECT i.namespace, i.key, i.value, i.fact_id, i.ttl_minutes, i.expires_at, i.created_at, i.updated_at
+           FROM {s}.items i
+           WHERE {tenant_i}
+             AND (%(after_namespace)s::text[] IS NULL
+                  OR (i.namespace, i.key) > (%(after_namespace)s::text[] COLLATE "C", %(after_key)s::text COLLATE "C"))
+           ORDER BY i.namespace, i.key
+           LIMIT %(limit)s""",
+        schema,
+    )
