@@ -745,9 +745,10 @@ class AsyncMemory:
     ) -> StoredItem | None:
         """The item at (`namespace`, `key`) of the scope, or None. `refresh_ttl`: an item with a
         TTL expires that long from now again (not on a read-only memory, which never writes)."""
+        get = items_calls.check_get_item(namespace, key, dataset=dataset, project=project, refresh_ttl=refresh_ttl)
         return await self._run(
-            lambda: items_calls.get_item_op(self._context, namespace, key, dataset, project, refresh_ttl),
-            read_only=not items_calls.refreshes(self._context, refresh_ttl),
+            lambda: items_calls.get_item_op(self._context, get),
+            read_only=not items_calls.refreshes(self._context, get.refresh),
         )
 
     async def search_items(
@@ -771,11 +772,19 @@ class AsyncMemory:
         then those without text (score None). limit + offset at most `MAX_LIST_LIMIT` (10,000).
         `refresh_ttl`: the items found that have a TTL expire that long from now again (not on a
         read-only memory, which never writes)."""
+        search = items_calls.check_search_items(
+            namespace_prefix,
+            project=project,
+            dataset=dataset,
+            query=query,
+            filter=filter,
+            limit=limit,
+            offset=offset,
+            refresh_ttl=refresh_ttl,
+        )
         return await self._run(
-            lambda: items_calls.search_items_op(
-                self._context, namespace_prefix, project, dataset, query, filter, limit, offset, refresh_ttl
-            ),
-            read_only=not items_calls.refreshes(self._context, refresh_ttl),
+            lambda: items_calls.search_items_op(self._context, search),
+            read_only=not items_calls.refreshes(self._context, search.refresh),
         )
 
     async def list_item_namespaces(
@@ -791,9 +800,7 @@ class AsyncMemory:
         """Distinct namespaces of items matching every ("prefix" | "suffix", labels) pattern of
         `match` ("*" is any one label), cut to `max_depth` labels, sorted label by label; in the
         scope, or in every dataset of `project` when `dataset` is None."""
-        return await self._run(
-            lambda: items_calls.list_item_namespaces_op(
-                self._context, match, max_depth, limit, offset, project, dataset
-            ),
-            read_only=True,
+        listing = items_calls.check_list_item_namespaces(
+            match=match, max_depth=max_depth, limit=limit, offset=offset, project=project, dataset=dataset
         )
+        return await self._run(lambda: items_calls.list_item_namespaces_op(self._context, listing), read_only=True)
