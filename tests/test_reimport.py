@@ -281,3 +281,33 @@ async def test_a_bad_item_line_imports_nothing(
         await load(memory, jsonl([item, fact]), target)
     report = await load(memory, jsonl([fact, {**item, **bad}, {**item, "key": "other"}]), target, on_error="skip")
     assert (report.facts, report.items, [n for n, _ in report.errors]) == (1, 1, [2])
+
+
+def test_an_item_put_while_its_export_runs_comes_with_its_fact(sync_memory: Memory, scope: ScopeArgs) -> None:
+    """An export's statements each read the store as it is then: an item put after the fact pages
+    were read refers to a fact none of them holds, whose line is written just before the item's, so
+    the file imports whole."""
+    sync_memory.put_items([NOTES[1]], **scope)
+    sync_memory.add_facts(FACTS[:1], **scope)
+
+    class PutsMidway(io.StringIO):
+        def writelines(self, lines: Any) -> None:
+            if not self.getvalue():  # the fact page: an item (and its new fact) arrives before items are read
+                sync_memory.put_items([NOTES[0]], **scope)
+            super().writelines(lines)
+
+    out = PutsMidway()
+    assert sync_memory.export_jsonl(out, **scope) == 4
+    records = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [(r["kind"], r.get("object") or r.get("key")) for r in records] == [
+        ("fact", "tea"),
+        ("item", "plain"),
+        ("fact", "buy milk"),
+        ("item", "milk"),
+    ]
+    copy: ScopeArgs = {**scope, "project": "copy"}
+    report = sync_memory.import_jsonl(io.StringIO(out.getvalue()), **copy)
+    assert (report.facts, report.items) == (2, 2)
+    item = sync_memory.get_item(["notes", "home"], "milk", **copy)
+    assert item is not None and item.fact_id is not None
+    assert sync_memory.get_fact(item.fact_id, **copy).object == "buy milk"

@@ -1,7 +1,8 @@
 """Items in an export and an import (`ops.transfer`): their JSON lines, the check of a line, and
 their write into the importing scope.
 
-An item line follows the fact lines (its fact's line above it)::
+An item line follows the fact lines (its fact's line above it: a fact written after the export read
+the facts is written just before the first item that refers to it)::
 
     {"kind": "item", "namespace": ["notes"], "key": "k", "value": {...}, "fact_id": 12,
      "ttl_minutes": null, "expires_at": null, "created_at": "...", "updated_at": "..."}
@@ -16,7 +17,9 @@ item refers to them.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from array import array
+from bisect import bisect_left
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -27,6 +30,7 @@ from memsoda_core.items.links import batch_json, end_orphans
 from memsoda_core.items.values import ValidItem, check_key, check_namespace, check_ttl, check_value, value_json
 from memsoda_core.runner.steps import Operation, emit, execute, execute_as
 from memsoda_core.store.info import StoreInfo
+from memsoda_core.store.statements import ExportedFact
 from memsoda_core.validation import Scope, display, parse_time
 from memsoda_core.writing import inserts
 from memsoda_core.writing.insert_rows import insert_rows
@@ -79,17 +83,51 @@ def item_record(row: sql_items.ExportedItem) -> dict[str, Any]:
     }
 
 
-def export_items(info: StoreInfo, scope: Scope, line: Any) -> Operation[int]:
-    """Emit the scope's items as lines (`line` renders a record), one `Emit` per page; how many."""
+class ExportedIds:
+    """The ids of the facts an export has written: those of its fact pages (ascending, so kept in
+    one sorted array of 8 bytes each), and those written beside the items."""
+
+    def __init__(self) -> None:
+        self._paged = array("q")
+        self._more: set[int] = set()
+
+    def add_page(self, ids: Sequence[int]) -> None:
+        self._paged.extend(ids)
+
+    def add(self, fact_id: int) -> None:
+        self._more.add(fact_id)
+
+    def __contains__(self, fact_id: int) -> bool:
+        at = bisect_left(self._paged, fact_id)
+        return (at < len(self._paged) and self._paged[at] == fact_id) or fact_id in self._more
+
+
+def export_items(
+    info: StoreInfo,
+    scope: Scope,
+    exported: ExportedIds,
+    line: Callable[[Mapping[str, Any]], str],
+    fact_line: Callable[[ExportedFact], str],
+) -> Operation[int]:
+    """Emit the scope's items as lines (`line` renders a record), one `Emit` per page; how many
+    lines. An export's statements each read the store as it is then (they run outside a
+    transaction), so an item may refer to a fact written after the fact pages: that fact's line
+    (`fact_line`, read with the item in one statement) is written just before the item's, once."""
     base: dict[str, Any] = {"dataset": scope.dataset, "project": scope.project, "limit": _EXPORT_PAGE}
     after: dict[str, Any] = {"after_namespace": None, "after_key": None}
     written = 0
     while True:
         statement = sql_items.export_items(info.schema)
         rows = yield from execute_as(sql_items.ExportedItem, statement, {**base, **after})
-        if rows:
-            yield from emit([line(item_record(row)) for row in rows])
-        written += len(rows)
+        lines: list[str] = []
+        for row in rows:
+            if row.fact is not None and row.fact.fact.id not in exported:
+                exported.add(row.fact.fact.id)
+                lines.append(fact_line(row.fact))
+            lines.append(line(item_record(row)))
+        if lines:
+            yield from emit(lines)
+        written += len(lines)
         if len(rows) < _EXPORT_PAGE:
             return written
         after = {"after_namespace": rows[-1].namespace, "after_key": rows[-1].key}

@@ -86,10 +86,12 @@ def episode_record(row: sql_store.EpisodeRow) -> dict[str, Any]:
 
 def export_jsonl(info: StoreInfo, scope: Scope) -> Operation[int]:
     """Emit every fact, then every episode, then every item of the scope as JSON lines (one `Emit`
-    per page), read in the operation's one transaction. Returns the lines emitted."""
+    per page; an item's fact written since the facts were read just before it,
+    `items.transfer.export_items`). Returns the lines emitted."""
     base: dict[str, Any] = {"dataset": scope.dataset, "project": scope.project}
     written = 0
     after = 0
+    exported = items_transfer.ExportedIds()
     while True:
         rows = yield from execute_as(
             sql_store.ExportedFact,
@@ -98,6 +100,7 @@ def export_jsonl(info: StoreInfo, scope: Scope) -> Operation[int]:
         )
         if rows:
             yield from emit([jsonl_line(fact_record(row)) for row in rows])
+            exported.add_page([row.fact.id for row in rows])
         written += len(rows)
         if len(rows) < _EXPORT_PAGE:
             break
@@ -105,7 +108,9 @@ def export_jsonl(info: StoreInfo, scope: Scope) -> Operation[int]:
     episodes = yield from execute_as(sql_store.EpisodeRow, sql_store.export_episodes(info.schema), base)
     if episodes:
         yield from emit([jsonl_line(episode_record(row)) for row in episodes])
-    items = yield from items_transfer.export_items(info, scope, jsonl_line)
+    items = yield from items_transfer.export_items(
+        info, scope, exported, jsonl_line, lambda row: jsonl_line(fact_record(row))
+    )
     return written + len(episodes) + items
 
 
