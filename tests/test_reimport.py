@@ -311,3 +311,14 @@ def test_an_item_put_while_its_export_runs_comes_with_its_fact(sync_memory: Memo
     item = sync_memory.get_item(["notes", "home"], "milk", **copy)
     assert item is not None and item.fact_id is not None
     assert sync_memory.get_fact(item.fact_id, **copy).object == "buy milk"
+
+
+def test_an_import_of_more_items_than_the_lock_table_holds(sync_memory: Memory, scope: ScopeArgs) -> None:
+    """An import takes every item's lock before it writes them, held to its commit: one lock per item
+    would outgrow PostgreSQL's shared lock table ("out of shared memory"); they are hashed into a
+    bounded number per scope, as the facts' are (`reconcile_statements.LOCK_BUCKETS`)."""
+    many = 20_000
+    lines = [{"kind": "item", "namespace": ["bulk"], "key": f"k{n}", "value": {"n": n}} for n in range(many)]
+    report = sync_memory.import_jsonl(io.StringIO(jsonl(lines)), **scope)
+    assert report.items == many
+    assert len(sync_memory.search_items(["bulk"], limit=10_000, **scope)) == 10_000

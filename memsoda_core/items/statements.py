@@ -20,6 +20,7 @@ from memsoda_core.items.values import IS_OBJECT, Condition, Namespace, StoredIte
 from memsoda_core.store.fact_columns import fact_columns
 from memsoda_core.store.statements import ExportedFact, tenant_statement
 from memsoda_core.store.tenant_index import tenant_predicate
+from memsoda_core.writing.reconcile_statements import LOCK_BUCKETS
 
 _BATCH = """batch AS (
                SELECT ARRAY(SELECT n.label FROM jsonb_array_elements_text(e.item -> 'namespace')
@@ -83,17 +84,22 @@ class ItemFact:
 
 
 def lock_items(schema: str) -> sql.Composed:
-    """Take, until the transaction ends, one advisory lock per item of %(items)s, in ascending
-    order: two writers of one item take turns from before either reads the fact it refers to. The
-    one-bigint form keeps these apart from the facts' two-int locks (`reconcile.lock_relations`)."""
+    """Take, until the transaction ends, the advisory lock of each item of %(items)s, in ascending
+    order: two writers of one item take turns from before either reads the fact it refers to. An
+    item's key is hashed into one of `LOCK_BUCKETS` locks of its scope, so a write of many items
+    (an import, a sweep) holds a bounded number (PostgreSQL's lock table is shared and bounded);
+    two items in one bucket only make their writers take turns. The one-bigint form keeps these
+    apart from the facts' two-int locks (`reconcile.lock_relations`)."""
     return tenant_statement(
         """WITH {batch}
            SELECT count(pg_advisory_xact_lock(k.key)::text) AS locks
            FROM (SELECT DISTINCT hashtextextended(concat_ws(
-                                     chr(31), %(schema)s::text, %(dataset)s::text, %(project)s::text,
-                                     b.key, array_to_string(b.namespace, chr(31))), 0) AS key
+                         chr(31), %(schema)s::text, %(dataset)s::text, %(project)s::text,
+                         (hashtextextended(concat_ws(chr(31), b.key, array_to_string(b.namespace, chr(31))), 0)
+                          & {mask})::text), 0) AS key
                  FROM batch b ORDER BY 1) k""",
         schema,
+        mask=sql.Literal(LOCK_BUCKETS - 1),
         **_PARTS,
     )
 
