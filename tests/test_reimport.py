@@ -322,3 +322,17 @@ def test_an_import_of_more_items_than_the_lock_table_holds(sync_memory: Memory, 
     report = sync_memory.import_jsonl(io.StringIO(jsonl(lines)), **scope)
     assert report.items == many
     assert len(sync_memory.search_items(["bulk"], limit=10_000, **scope)) == 10_000
+
+
+def test_the_cli_exports_and_imports_items(pg_dsn: str, sync_memory: Memory, scope: ScopeArgs, tmp_path: Path) -> None:
+    sync_memory.put_items(NOTES[:2], **scope)
+    path, copy = tmp_path / "memory.jsonl", f"{scope['project']}-copy"
+    source = ["--dataset", scope["dataset"], "--project", scope["project"]]
+    result = CliRunner().invoke(app, ["--dsn", pg_dsn, "export", str(path), *source], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    target = ["--dataset", scope["dataset"], "--project", copy]
+    result = CliRunner().invoke(app, ["--dsn", pg_dsn, "import", str(path), *target], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert f"imported 1 facts, 0 episodes and 2 items into {scope['dataset']}/{copy}" in result.stdout
+    restored = sync_memory.get_item(["notes"], "plain", dataset=scope["dataset"], project=copy)
+    assert restored is not None and restored.value == NOTES[1]["value"]

@@ -83,8 +83,9 @@ def import_(
         warn(f"... and {report.skipped - _SHOWN_ERRORS} more bad lines")
     out().print(
         Text(
-            f"imported {report.facts} facts and {report.episodes} episodes"
-            + (f" and {report.items} items" if report.items else "")
+            f"imported {report.facts} facts"
+            + (f", {report.episodes} episodes and {report.items} items" if report.items else "")
+            + ("" if report.items else f" and {report.episodes} episodes")
             + f" into {dataset}/{project}"
             f" (new: {report.facts_new} facts, {report.episodes_new} episodes;"
             f" already stored: {report.facts_merged} facts merged, {report.episodes_present} episodes)"

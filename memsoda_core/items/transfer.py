@@ -44,7 +44,7 @@ _FIELDS = frozenset(
 ITEMS_IMPORTED = dataclasses.replace(
     inserts.ITEMS,
     columns=(
-        *inserts.ITEMS.columns[:4],  # namespace, key, value, fact_id
+        *(column for column in inserts.ITEMS.columns if column.name in ("namespace", "key", "value", "fact_id")),
         inserts.each("created_at", "created_ats", "timestamptz"),
         inserts.each("updated_at", "updated_ats", "timestamptz"),
         inserts.each("ttl_minutes", "ttl_minutes", "float8"),
