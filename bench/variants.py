@@ -29,13 +29,14 @@ from memsoda_core.options import MAX_OPTION_INT, RecallOptions
 from memsoda_core.recall.adaptive import choose
 from memsoda_core.recall.fusion import rrf
 from memsoda_core.recall.result import statement_params
-from memsoda_core.recall.scope_stats import SAMPLE_FACTS, StatsRow, decode_stats, stats_statement
+from memsoda_core.recall.scope_stats import SAMPLE_FACTS, sample_of, sample_statement
 from memsoda_core.recall.signals import RecallPlan, RecallRequest
 from memsoda_core.recall.signals.anchor import anchor_ctes, near_cte
 from memsoda_core.recall.signals.entities import HUB_TERMS, hub_floor_cte, named_cte
 from memsoda_core.recall.signals.keyword import keyword_ctes
 from memsoda_core.recall.signals.live import live_cte
 from memsoda_core.recall.signals.vector import LIVE_NEAREST
+from memsoda_core.scope_growth import LatestFact
 from memsoda_core.text import normalize_query
 from memsoda_core.validation import Scope
 
@@ -270,9 +271,9 @@ def resolved(conn: Any, schema: str, scope: Scope, options: RecallOptions) -> tu
     if not options.left_to_memory():
         return options, None
     params = {"dataset": scope.dataset, "project": scope.project, "sample_facts": SAMPLE_FACTS}
-    with conn.cursor(row_factory=class_row(StatsRow)) as cursor:
-        row = cursor.execute(stats_statement(schema), params).fetchone()
-    return choose(options, decode_stats(row))
+    with conn.cursor(row_factory=class_row(LatestFact)) as cursor:
+        rows = cursor.execute(sample_statement(schema), params).fetchall()
+    return choose(options, sample_of(rows).stats)
 
 
 def drop_unchosen(lists: dict[str, list[int]], options: RecallOptions) -> dict[str, list[int]]:

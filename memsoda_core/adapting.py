@@ -11,9 +11,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from memsoda_core.async_memory import AsyncMemory
-from memsoda_core.errors import ConfigurationError, ScopeError
+from memsoda_core.checks import check_int
+from memsoda_core.errors import ArgumentTypeError, ConfigurationError, ScopeError, ValidationError
 from memsoda_core.memory import Memory
 from memsoda_core.models import RecallResult, ScoredFact
+from memsoda_core.recall.calls import INCLUDE_OPTIONS
+from memsoda_core.recall.profile import MAX_FACTS
 from memsoda_core.text import message_query
 from memsoda_core.validation import check_scope
 
@@ -58,6 +61,42 @@ async def call_async(memory: Memory | AsyncMemory, method: str, *args: Any, **kw
     if isinstance(memory, AsyncMemory):
         return await getattr(memory, method)(*args, **kwargs)
     return await asyncio.to_thread(getattr(memory, method), *args, **kwargs)
+
+
+def check_adapter_arguments(memory: Any, *, adapter: str, **arguments: Any) -> dict[str, Any]:
+    """An adapter's constructor arguments checked as memsoda checks them, so a bad one raises the
+    same documented error from every adapter (never a framework's own validation error): `memory`
+    not a Memory or AsyncMemory, `mode` not "context" / "facts": `ConfigurationError`; `k` (facts in
+    a recall) and `max_facts` (a profile's) outside their range: `LimitError`, not an int:
+    `ArgumentTypeError`; `include` not strings: `ArgumentTypeError`, an unknown one:
+    `ValidationError`. Only the arguments given are checked; returns them, `include` as a tuple."""
+    if not isinstance(memory, Memory | AsyncMemory):
+        raise ConfigurationError(f"{adapter} needs a memsoda Memory or AsyncMemory, got {type(memory).__name__}")
+    checked = dict(arguments)
+    if "mode" in arguments and arguments["mode"] not in ("context", "facts"):
+        raise ConfigurationError(f"mode must be 'context' or 'facts', got {arguments['mode']!r}")
+    if "k" in arguments:
+        memory.options.with_overrides({"facts_in_context": arguments["k"]})  # LimitError, ArgumentTypeError
+    for name in ("max_facts", "profile_max_facts"):
+        if name in arguments:
+            check_int(arguments[name], name, low=1, high=MAX_FACTS)
+    if "include" in arguments:
+        checked["include"] = _checked_include(arguments["include"])
+    return checked
+
+
+def _checked_include(include: Any) -> tuple[str, ...]:
+    """recall's `include` (one name or several) as a tuple, each a known option."""
+    chosen = (include,) if isinstance(include, str) else include
+    if not isinstance(chosen, Iterable) or isinstance(chosen, Mapping):
+        raise ArgumentTypeError(f"include must be a list of option names, got {type(include).__name__}")
+    names = tuple(chosen)
+    if not all(isinstance(name, str) for name in names):
+        raise ArgumentTypeError(f"include must hold option names (strings), got {names!r}")
+    unknown = sorted(set(names) - INCLUDE_OPTIONS)
+    if unknown:
+        raise ValidationError(f"unknown include option(s) {unknown}; use any of {sorted(INCLUDE_OPTIONS)}")
+    return names
 
 
 @dataclass(frozen=True)

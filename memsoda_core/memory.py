@@ -20,6 +20,7 @@ from typing import Any, TextIO, TypeVar
 
 import numpy as np
 
+from memsoda_core.checks import CONFIGURATION, check_bool
 from memsoda_core.embedders import Embedder
 from memsoda_core.errors import (
     LayoutChangedError,
@@ -52,7 +53,7 @@ from memsoda_core.models import (
     TimeInput,
 )
 from memsoda_core.ops import calls as fact_calls
-from memsoda_core.ops.open_settings import check_flag, close_built, open_settings
+from memsoda_core.ops.open_settings import close_built, open_settings
 from memsoda_core.ops.opening import open_store, reload_layout
 from memsoda_core.ops.transfer import parse_jsonl
 from memsoda_core.option_checks import check_options_type
@@ -162,13 +163,13 @@ class Memory:
         chosen_synthesizer = as_synthesizer(synthesizer)
         chosen_extractor = as_extractor(extractor)
         settings = (schema, text_search_config, tenant_index_min_facts, layout)
-        reads_on_workers = check_flag(worker_reads, "worker_reads")
+        reads_on_workers = check_bool(worker_reads, "worker_reads", errors=CONFIGURATION)
         opening = open_settings(embedder, dsn, home, *settings)
         target = opening.target
         try:
             runner = Runner.open(
                 target,
-                open_store(**opening.store, read_only=check_flag(read_only, "read_only")),
+                open_store(**opening.store, read_only=check_bool(read_only, "read_only", errors=CONFIGURATION)),
                 embedder=opening.embedder,
                 synthesizer=chosen_synthesizer,
                 cache_size=cache_size,
@@ -459,7 +460,7 @@ class Memory:
         raise StoreError("the scope's single-valued relations kept changing while remember wrote: call it again")
 
     def _apply_answer(self, call: RememberCall, checked: CheckedExtraction) -> Applied:
-        return self._run(lambda: self._context.resizing(call.scope, call.apply(self.info, checked)))
+        return self._run(lambda: self._context.growing(call.scope, call.apply(self.info, checked)))
 
     def sources(self, fact_id: int, *, dataset: str, project: str) -> list[FactSource]:
         """The messages fact `fact_id` was learned from by `remember` (thread and message ids),

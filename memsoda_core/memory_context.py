@@ -12,7 +12,7 @@ from memsoda_core.options import DEFAULT_OPTIONS, RecallOptions
 from memsoda_core.recall.planning import ScopeSizes
 from memsoda_core.recall.relevance import CalibrationCache
 from memsoda_core.recall.scope_stats import ScopeStatsCache
-from memsoda_core.runner.steps import Operation
+from memsoda_core.runner.steps import Operation, reported
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.synthesis import Synthesizer
 from memsoda_core.validation import Scope
@@ -48,6 +48,22 @@ class MemoryContext:
         its statistics, its relevance levels) is dropped once the write is done."""
         result = yield from op
         self.forget_scope(scope)
+        return result
+
+    def growing(self, scope: Scope, op: Operation[T]) -> Operation[T]:
+        """`op`, a write that only adds to `scope` (facts, their ends, repeats: never deletes), and
+        reports what it did (`steps.Wrote`): the scope's remembered size and sample are updated from
+        that instead of read again at the next recall; its relevance levels are dropped. Without a
+        report (it wrote nothing), as `resizing`."""
+        result, growths = yield from reported(op)
+        if not growths:
+            self.forget_scope(scope)
+            return result
+        counted = [growth.facts for growth in growths if growth.facts is not None]
+        if counted:
+            self.scope_sizes.grow(scope, counted[-1], self.info.tenant_index_min_facts)
+        self.scope_stats.grow(scope, growths)
+        self.calibrations.forget(scope)
         return result
 
     def forget_scope(self, scope: Scope) -> None:

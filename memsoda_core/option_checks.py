@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
+from memsoda_core.checks import check_bool, check_int, check_number
 from memsoda_core.errors import ArgumentTypeError, LimitError
 
 MAX_OPTION_INT = 2**31 - 1
@@ -30,18 +31,14 @@ def check_types(options: Any, group: str = "") -> None:
         if value is None and "None" in kind:
             continue
         if kind in ("bool", "<class 'bool'>"):
-            if not isinstance(value, bool):
-                raise ArgumentTypeError(f"{name} must be True or False, got {value!r}")
-            continue
-        if not kind.startswith(("int", "float", "<class 'int'>", "<class 'float'>")):
-            continue
-        wanted_int = kind.startswith(("int", "<class 'int'>"))
-        if isinstance(value, bool) or not isinstance(value, int if wanted_int else int | float):
-            raise ArgumentTypeError(f"{name} must be {'an int' if wanted_int else 'a number'}, got {value!r}")
-        if not wanted_int and value != value:
-            raise LimitError(f"{name} must be a number, got NaN")
-        if isinstance(value, int) and abs(value) > MAX_OPTION_INT:
-            raise LimitError(f"{name} is out of range (an integer beyond ±{MAX_OPTION_INT})")
+            check_bool(value, name)
+        elif kind.startswith(("int", "<class 'int'>")):
+            check_int(value, name, low=-MAX_OPTION_INT, high=MAX_OPTION_INT)
+        elif kind.startswith(("float", "<class 'float'>")):
+            # infinite is allowed (`min_relevance`, `embed_timeout_s`); each range is checked after
+            check_number(value, name, finite=False)
+            if isinstance(value, int) and abs(value) > MAX_OPTION_INT:
+                raise LimitError(f"{name} is out of range (an integer beyond ±{MAX_OPTION_INT})")
 
 
 def check_between(name: str, value: float | None, low: float, high: float, note: str = "") -> None:

@@ -25,6 +25,7 @@ from typing import Any
 
 import platformdirs
 
+from memsoda_core.checks import is_int
 from memsoda_core.errors import ConfigurationError, StoreUnavailableError
 
 logger = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ def _alive(pid: object) -> bool:
     """Whether `pid` is a running process: a zombie (killed, not yet waited for) is not."""
     import psutil  # type: ignore[import-untyped]
 
-    if isinstance(pid, bool) or not isinstance(pid, int):
+    if not is_int(pid):
         return False
     try:
         return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import numbers
-import reprlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, date, datetime, time
 from typing import Any, NamedTuple
 
 from memsoda_core import limits
+from memsoda_core.checks import check_bool, display
 from memsoda_core.errors import (
     ConfidenceError,
     DateError,
@@ -83,28 +83,6 @@ class ValidEpisode:
     created_at: datetime
 
 
-class _Shown(reprlib.Repr):
-    """`repr` bounded in depth and length, and safe for any value: a huge integer is not converted
-    (Python refuses to turn one of over 4,300 digits into text)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.maxstring = self.maxother = 80
-
-    def repr_int(self, x: int, level: int) -> str:
-        if x.bit_length() <= 64:
-            return repr(x)
-        return f"<an integer of {x.bit_length()} bits>"
-
-
-_SHOWN = _Shown()
-
-
-def display(value: Any) -> str:
-    """A value from outside (caller, file, model) as it may appear in an error message."""
-    return _SHOWN.repr(value)
-
-
 def load_json(text: str | bytes) -> Any:
     """`json.loads`, each way it can fail on text from outside as a `ValidationError` saying why:
     not JSON, nested too deeply (`RecursionError`), or an integer too long to read (Python's
@@ -117,15 +95,6 @@ def load_json(text: str | bytes) -> Any:
         raise ValidationError("JSON nested too deeply") from None
     except ValueError as exc:  # the integer-digits limit
         raise ValidationError(f"JSON with a number too long to read ({exc})") from None
-
-
-def check_int(value: Any, field: str, *, low: int, high: int) -> int:
-    """An int (not a bool) in low..high, so it fits the column it goes to."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValidationError(f"{field} must be an integer, got {display(value)}")
-    if not low <= value <= high:
-        raise LimitError(f"{field} must be between {low} and {high}, got {display(value)}")
-    return value
 
 
 def check_text(value: Any, field: str, max_chars: int, *, required: bool = True) -> str:
@@ -293,8 +262,7 @@ def validate_fact(item: FactInput | Mapping[str, Any], *, position: int = 0) -> 
                 f"invalid_at ({invalid_at.date()}) must be after valid_at ({valid_at.date()}); "
                 "leave invalid_at empty for a fact that is still true"
             )
-        if not isinstance(fact.single_valued, bool):
-            raise ValidationError(f"single_valued must be True or False, got {display(fact.single_valued)}")
+        check_bool(fact.single_valued, "single_valued")
         quote = fact.source_quote
         if quote is not None:
             quote = check_text(quote, "source_quote", limits.MAX_SOURCE_QUOTE_CHARS, required=False)

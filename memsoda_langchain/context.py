@@ -21,7 +21,7 @@ from langchain_core.messages import AnyMessage, HumanMessage, SystemMessage
 from langgraph.config import get_config
 
 from memsoda_core import AsyncMemory, Memory, Profile, RecallResult
-from memsoda_core.adapting import RunScope, call_async, call_sync, conversation_messages
+from memsoda_core.adapting import RunScope, call_async, call_sync, check_adapter_arguments, conversation_messages
 from memsoda_core.recall.profile import DEFAULT_MAX_FACTS
 from memsoda_core.text import message_query
 
@@ -33,7 +33,8 @@ class MemsodaContextMiddleware(AgentMiddleware):
     """The profile in the system message, the recall after the latest user message (module doc).
     Whose memory: a fixed `dataset`, or `dataset_from`, a key of each run's
     `config["configurable"]` (`RunScope`). `k`: facts in the recall block; `max_facts`, `subject`:
-    the profile's (`Memory.profile`). With an AsyncMemory, invoke the agent asynchronously."""
+    the profile's (`Memory.profile`), checked when it is built (`LimitError`, `ArgumentTypeError`). With
+    an AsyncMemory, invoke the agent asynchronously."""
 
     def __init__(
         self,
@@ -47,8 +48,9 @@ class MemsodaContextMiddleware(AgentMiddleware):
         subject: str = "user",
     ) -> None:
         super().__init__()
-        self.memory = memory
         self.scope = RunScope(project=project, dataset=dataset, dataset_from=dataset_from)
+        check_adapter_arguments(memory, adapter="MemsodaContextMiddleware", k=k, max_facts=max_facts)
+        self.memory = memory
         self.k, self.max_facts, self.subject = k, max_facts, subject
 
     def _calls(self, request: ModelRequest) -> tuple[dict[str, Any], dict[str, Any] | None]:

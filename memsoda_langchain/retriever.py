@@ -6,15 +6,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
+import pydantic
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableConfig, ensure_config
-from pydantic import Field, PrivateAttr
+from pydantic import PrivateAttr
 
-from memsoda_core import AsyncMemory, Memory, RecallResult, TimeInput
+from memsoda_core import ArgumentTypeError, AsyncMemory, Memory, RecallResult, TimeInput
 from memsoda_core.adapting import (
     RunScope,
+    check_adapter_arguments,
     context_id,
     context_metadata,
     conversation_messages,
@@ -23,7 +25,6 @@ from memsoda_core.adapting import (
     recall_async,
     recall_sync,
 )
-from memsoda_core.limits import MAX_K
 
 
 class MemsodaRetriever(BaseRetriever):
@@ -49,6 +50,12 @@ class MemsodaRetriever(BaseRetriever):
 
     A query longer than recall takes (a user's message a chain passes on) is recalled by its head
     (`memsoda_core.adapting.framework_query`), as a vector store's retriever embeds the head of any.
+
+    Bad arguments raise memsoda's errors when the retriever is built, never pydantic's: the scope
+    (`ScopeError`; `ConfigurationError` for both dataset forms), `memory` and `mode`
+    (`ConfigurationError`), `k` out of 1..200 (`LimitError`) or not an int (`ArgumentTypeError`),
+    `include` (`ArgumentTypeError`, `ValidationError`); a bad LangChain field (`tags`, ...) is an
+    `ArgumentTypeError` too (`memsoda_core.adapting.check_adapter_arguments`).
     """
 
     memory: Memory | AsyncMemory
@@ -56,13 +63,19 @@ class MemsodaRetriever(BaseRetriever):
     dataset: str | None = None
     dataset_from: str | None = None
     mode: Literal["context", "facts"] = "context"
-    k: int = Field(default=8, ge=1, le=MAX_K)
+    k: int = 8
     include: tuple[str, ...] = ()
     _scope: RunScope = PrivateAttr()
 
     def __init__(self, **data: Any) -> None:
-        super().__init__(**data)
-        self._scope = RunScope(self.project, self.dataset, self.dataset_from)
+        scope = RunScope(data.get("project"), data.get("dataset"), data.get("dataset_from"))  # type: ignore[arg-type]
+        ours = {name: data[name] for name in ("mode", "k", "include") if name in data}
+        data.update(check_adapter_arguments(data.get("memory"), adapter="MemsodaRetriever", **ours))
+        try:
+            super().__init__(**data)
+        except pydantic.ValidationError as exc:  # a LangChain field: ours are checked above
+            raise ArgumentTypeError(f"MemsodaRetriever: {exc}") from exc
+        self._scope = scope
 
     def invoke(self, input: str, config: RunnableConfig | None = None, **kwargs: Any) -> list[Document]:
         """`BaseRetriever.invoke`, reading the run's user from `config` (see the class docstring)."""

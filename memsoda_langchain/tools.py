@@ -20,7 +20,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 
 from memsoda_core import AsyncMemory, ExtractorLike, Memory, MemsodaError, RecallResult
-from memsoda_core.adapting import RunScope, call_async, call_sync
+from memsoda_core.adapting import RunScope, call_async, call_sync, check_adapter_arguments
 from memsoda_core.fact_text import validity
 
 RECALL = "recall_memory"
@@ -170,7 +170,7 @@ def memory_tools(
     (a run without it raises `ScopeError`). `k`: facts a recall shows when the model gives none.
     `extractor` (or the one `memory` was opened with) lets `save_memory` take a sentence. Sync and
     async calls both work with a `Memory`; an `AsyncMemory` serves async calls only."""
-    memory.options.with_overrides({"facts_in_context": k})  # raises LimitError for a bad k
+    check_adapter_arguments(memory, adapter="memory_tools", k=k)  # LimitError for a bad k
     chosen = extractor if extractor is not None else memory._context.extractor
     plans = _Plans(RunScope(project, dataset, dataset_from), k, chosen)
     by_name: dict[str, Callable[..., _Call]] = {

@@ -36,10 +36,29 @@ from langgraph.store.base import (
 )
 from langgraph.store.base.embed import get_text_at_path
 
-from memsoda_core import AsyncMemory, ConfigurationError, Memory, ScopeArgs
+from memsoda_core import (
+    AsyncMemory,
+    ConfigurationError,
+    InvalidTextError,
+    LimitError,
+    Memory,
+    ScopeArgs,
+    TextTooLongError,
+)
 from memsoda_core.adapting import framework_query
 from memsoda_core.items.calls import CHECKS, check_put_items
-from memsoda_core.items.values import ItemInput, StoredItem, check_value
+from memsoda_core.items.values import (
+    MAX_LABEL_CHARS,
+    MAX_LIST_LIMIT,
+    MAX_NAMESPACE_LABELS,
+    ItemInput,
+    StoredItem,
+    check_key,
+    check_namespace,
+    check_page,
+    check_value,
+)
+from memsoda_core.limits import MAX_SCOPE_CHARS
 from memsoda_core.validation import check_scope
 
 DatasetOf = Callable[[tuple[str, ...]], str]
@@ -53,6 +72,14 @@ class _Puts:
 
     scope: ScopeArgs
     items: list[ItemInput]
+
+
+@dataclass(frozen=True)
+class _Known:
+    """A read whose answer is known without the database (`MemsodaStore._known`)."""
+
+    position: int
+    result: Result
 
 
 @dataclass(frozen=True)
@@ -81,6 +108,8 @@ class MemsodaStore(BaseStore):
     still filterable. `index=False` stores an item that only `get` and searches without a query
     find. Ops of a batch apply in order, once every one is checked: a bad op (a value that is
     not a dict: `ArgumentTypeError`; any other `ValidationError`) raises before any is applied.
+    A read of an address no put can store (`()`, past memsoda's limits) finds nothing and a delete
+    of it does nothing, as in `InMemoryStore` (README, "Where it differs from `InMemoryStore`").
 
     `ttl`: LangGraph's `TTLConfig`, as its PostgresStore takes it (see "TTL" below): `default_ttl`
     (minutes) for puts that give none, `refresh_on_read` (default True) for get and search, and
@@ -142,6 +171,8 @@ class MemsodaStore(BaseStore):
         for step in self._plan(listed):
             if isinstance(step, _Puts):
                 memory.put_items(step.items, **step.scope)
+            elif isinstance(step, _Known):
+                results[step.position] = step.result
             else:
                 results[step.position] = self._translate(step.op, getattr(memory, step.method)(**step.arguments))
         return results
@@ -155,6 +186,8 @@ class MemsodaStore(BaseStore):
         for step in self._plan(listed):
             if isinstance(step, _Puts):
                 await memory.put_items(step.items, **step.scope)
+            elif isinstance(step, _Known):
+                results[step.position] = step.result
             else:
                 reply = await getattr(memory, step.method)(**step.arguments)
                 results[step.position] = self._translate(step.op, reply)
@@ -162,7 +195,7 @@ class MemsodaStore(BaseStore):
 
     # --- translation -------------------------------------------------------------------------------
 
-    def _plan(self, ops: Sequence[Op]) -> list[_Puts | _Read]:
+    def _plan(self, ops: Sequence[Op]) -> list[_Puts | _Known | _Read]:
         """The memsoda calls of `ops`, in order, every one checked (`items.calls.CHECKS`) before
         the first runs: a bad op raises before the batch writes anything, as one op does."""
         steps = list(self._steps(ops))
@@ -170,15 +203,18 @@ class MemsodaStore(BaseStore):
             for step in steps:
                 if isinstance(step, _Puts):
                     check_put_items(step.items, **step.scope)
-                else:
+                elif isinstance(step, _Read):
                     CHECKS[step.method](**step.arguments)
         return steps
 
-    def _steps(self, ops: Sequence[Op]) -> Iterator[_Puts | _Read]:
-        """The ops in order, runs of puts into one scope merged (a later put of a key wins)."""
+    def _steps(self, ops: Sequence[Op]) -> Iterator[_Puts | _Known | _Read]:
+        """The ops in order, runs of puts into one scope merged (a later put of a key wins). A
+        delete of an address no put can store is a no-op, as a delete of a missing item is."""
         pending: _Puts | None = None
         for position, op in enumerate(ops):
             _check_labels(op)
+            if isinstance(op, PutOp) and op.value is None and not self._storable(op.namespace, op.key):
+                continue
             if isinstance(op, PutOp):
                 scope = self.scope(op.namespace)
                 if pending is not None and pending.scope != scope:
@@ -193,9 +229,43 @@ class MemsodaStore(BaseStore):
                 pending = None
             if not isinstance(op, GetOp | SearchOp | ListNamespacesOp):
                 raise ValueError(f"unknown store operation {type(op).__name__}")
-            yield _Read(position, op, *self._arguments(op))
+            known = self._known(op)
+            yield _Read(position, op, *self._arguments(op)) if known is None else _Known(position, known[0])
         if pending is not None:
             yield pending
+
+    def _storable(self, namespace: tuple[str, ...], key: str | None = None) -> bool:
+        """Whether a put can store an item under `namespace` (and `key`): not the root, and within
+        memsoda's limits (`items.values`: labels, label and key length, and the scope's dataset
+        name). Any other address holds nothing: reads of it find nothing and a delete of it does
+        nothing, as in LangGraph's stores, which take any. Other bad input (a key that is not a
+        string) still raises, from the call itself."""
+        if not namespace:
+            return False
+        try:
+            check_namespace(namespace)
+            if key is not None:
+                check_key(key)
+        except (LimitError, TextTooLongError, InvalidTextError):
+            return False
+        return len(self.scope(namespace)["dataset"]) <= MAX_SCOPE_CHARS
+
+    def _known(self, op: GetOp | SearchOp | ListNamespacesOp) -> tuple[Result] | None:
+        """The answer of a read that needs no query (None: ask the memory): a get or a search of an
+        address no put can store (`_storable`) finds nothing, and a namespace pattern no stored
+        namespace can match lists nothing, as in `InMemoryStore`. The op's other arguments are
+        checked all the same (a bad filter, limit or offset raises as for any address)."""
+        if isinstance(op, GetOp):
+            return None if self._storable(op.namespace, op.key) else (None,)
+        if isinstance(op, SearchOp):
+            if not op.namespace_prefix or self._storable(op.namespace_prefix):
+                return None
+            CHECKS["search_items"](**self._arguments(op._replace(namespace_prefix=()))[1])
+            return ([],)
+        if all(_matchable(condition.path) for condition in op.match_conditions or ()):
+            return None
+        CHECKS["list_item_namespaces"](**self._arguments(op._replace(match_conditions=None))[1])
+        return ([],)
 
     def _item_input(self, op: PutOp) -> ItemInput:
         value = check_value(op.value)  # a value that is not a dict: ArgumentTypeError
@@ -229,6 +299,9 @@ class MemsodaStore(BaseStore):
                 **_refresh(op),
             }
         assert isinstance(op, ListNamespacesOp)
+        if op.max_depth == 0:  # the root alone, if any namespace matches (`_translate`)
+            check_page(op.limit, op.offset, most=MAX_LIST_LIMIT)
+            return self._arguments(op._replace(max_depth=1, limit=1, offset=0))
         conditions = op.match_conditions or ()
         known = [c.path for c in conditions if c.match_type == "prefix" and "*" not in c.path[: self._scope_depth]]
         fixed = next((path for path in known if len(path) >= self._scope_depth), None)
@@ -253,6 +326,10 @@ class MemsodaStore(BaseStore):
             return None if reply is None else _item(reply)
         if isinstance(op, SearchOp):
             return [_search_item(stored) for stored in reply]
+        assert isinstance(op, ListNamespacesOp)
+        if op.max_depth == 0:  # every namespace cut to no label: `InMemoryStore`'s answer
+            root: list[tuple[str, ...]] = [()]
+            return root if reply and op.limit > 0 and op.offset == 0 else []
         return [tuple(namespace) for namespace in reply]
 
     # --- TTL: LangGraph's, as its PostgresStore has it --------------------------------------------------
@@ -407,8 +484,13 @@ def _check_labels(op: Op) -> None:
         for label in path:
             if not isinstance(label, str) or not label or "." in label or "\x00" in label:
                 raise InvalidNamespaceError(f"invalid namespace label {label!r} in {path!r}")
-    if isinstance(op, PutOp) and (not op.namespace or op.namespace[0] == "langgraph"):
+    if isinstance(op, PutOp) and op.value is not None and (not op.namespace or op.namespace[0] == "langgraph"):
         raise InvalidNamespaceError(f'a namespace must be non-empty and not start with "langgraph": {op.namespace!r}')
+
+
+def _matchable(path: tuple[str, ...]) -> bool:
+    """Whether a namespace pattern ("*" any one label) can match a namespace a put can store."""
+    return len(path) <= MAX_NAMESPACE_LABELS and all(label == "*" or len(label) <= MAX_LABEL_CHARS for label in path)
 
 
 def _item(stored: StoredItem) -> Item:

@@ -16,13 +16,12 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
-from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.bridge.pydantic import Field, PrivateAttr, ValidationError
 from llama_index.core.memory.memory import BaseMemoryBlock
 
-from memsoda_core import AsyncMemory, ConfigurationError, Memory, ScopeError
-from memsoda_core.adapting import call_async, conversation_messages, recall_async
-from memsoda_core.limits import MAX_K
-from memsoda_core.recall.profile import DEFAULT_MAX_FACTS, MAX_FACTS
+from memsoda_core import ArgumentTypeError, AsyncMemory, ConfigurationError, Memory, ScopeError
+from memsoda_core.adapting import call_async, check_adapter_arguments, conversation_messages, recall_async
+from memsoda_core.recall.profile import DEFAULT_MAX_FACTS
 from memsoda_core.text import message_query
 from memsoda_core.validation import check_scope
 
@@ -55,33 +54,27 @@ class MemsodaMemoryBlock(BaseMemoryBlock[str]):
     dataset: str | None = Field(default=None, description="memsoda dataset (required unless use_session_id).")
     use_session_id: bool = Field(default=False, description="Use the LlamaIndex session_id as the dataset.")
     project: str = Field(description="memsoda project (required, as everywhere in memsoda).")
-    k: int = Field(default=8, ge=1, le=MAX_K, description="Facts in the context.")
+    k: int = Field(default=8, description="Facts in the context (1..200).")
     include: tuple[str, ...] = Field(default=(), description="Recall extras, e.g. ('episodes',).")
     extractor: Any = Field(default=None, description="remember's model; None: the memsoda Memory's.")
     accept_short_term_memory: bool = Field(default=True, description="Learn from flushed messages.")
     exclude_profile: bool = Field(default=False, description="Leave out the profile's facts (MemsodaProfileBlock).")
-    profile_max_facts: int = Field(default=DEFAULT_MAX_FACTS, ge=1, le=MAX_FACTS, description="The profile's size.")
+    profile_max_facts: int = Field(default=DEFAULT_MAX_FACTS, description="The profile's size (1..200).")
     profile_subject: str = Field(default="user", description="The profile's subject.")
     _said_no_extractor: bool = PrivateAttr(default=False)
 
     if not TYPE_CHECKING:  # at run time only: type checkers keep pydantic's signature of the fields
 
         def __init__(self, **data: Any) -> None:
-            """Refuses a block that names no scope (`ScopeError`, as `RunScope` does) when it is
-            built, not at its first `get`. Not a pydantic validator: pydantic would wrap the error."""
-            super().__init__(**data)
-            if self.dataset is None and not self.use_session_id:
-                raise ScopeError(
-                    "MemsodaMemoryBlock needs dataset='...' (whose memory this is): LlamaIndex's default "
-                    "session_id is random, so its scope would be empty; or use_session_id=True when you set it"
-                )
-            check_scope("-" if self.dataset is None else self.dataset, self.project)
+            """Bad arguments raise memsoda's errors when the block is built (`_checked_block`)."""
+            checked = _checked_block("MemsodaMemoryBlock", data, ("k", "include", "profile_max_facts"))
+            try:
+                super().__init__(**checked)
+            except ValidationError as exc:  # a LlamaIndex field: ours are checked above
+                raise ArgumentTypeError(f"MemsodaMemoryBlock: {exc}") from exc
 
     def _dataset(self, given: Any, session_id: Any) -> str:
-        chosen = given or self.dataset or (session_id if self.use_session_id else None)
-        if not chosen:
-            raise ScopeError("MemsodaMemoryBlock(use_session_id=True) was called without a session_id")
-        return str(chosen)
+        return _block_dataset("MemsodaMemoryBlock", given or self.dataset, self.use_session_id, session_id)
 
     def _extractor(self) -> Any:
         """The model that learns flushed messages: this block's, else the memsoda Memory's (or None)."""
@@ -171,23 +164,57 @@ class MemsodaProfileBlock(BaseMemoryBlock[list[ChatMessage]]):
 
     name: str = Field(default="memsoda_profile", description="The name of the memory block.")
     memory: Memory | AsyncMemory = Field(description="The memsoda Memory or AsyncMemory to read.")
-    dataset: str | None = Field(default=None, description="memsoda dataset (whose profile).")
+    dataset: str | None = Field(default=None, description="memsoda dataset (required unless use_session_id).")
+    use_session_id: bool = Field(default=False, description="Use the LlamaIndex session_id as the dataset.")
     project: str = Field(description="memsoda project.")
-    max_facts: int = Field(default=DEFAULT_MAX_FACTS, ge=1, le=MAX_FACTS, description="Facts in the profile.")
+    max_facts: int = Field(default=DEFAULT_MAX_FACTS, description="Facts in the profile (1..200).")
     subject: str = Field(default="user", description="Whose facts.")
     priority: int = Field(default=0, description="0: never truncated (a cut profile would change the prefix).")
     accept_short_term_memory: bool = Field(default=False, description="The profile learns nothing itself.")
 
+    if not TYPE_CHECKING:  # at run time only: type checkers keep pydantic's signature of the fields
+
+        def __init__(self, **data: Any) -> None:
+            """Bad arguments raise memsoda's errors when the block is built (`_checked_block`)."""
+            checked = _checked_block("MemsodaProfileBlock", data, ("max_facts",))
+            try:
+                super().__init__(**checked)
+            except ValidationError as exc:  # a LlamaIndex field: ours are checked above
+                raise ArgumentTypeError(f"MemsodaProfileBlock: {exc}") from exc
+
     async def _aget(self, messages: list[ChatMessage] | None = None, **block_kwargs: Any) -> list[ChatMessage]:
-        dataset = block_kwargs.get("dataset") or self.dataset
-        if not dataset:
-            raise ConfigurationError("MemsodaProfileBlock needs dataset='...' (whose profile this is)")
-        scope = {"dataset": str(dataset), "project": block_kwargs.get("project") or self.project}
+        given = block_kwargs.get("dataset") or self.dataset
+        dataset = _block_dataset("MemsodaProfileBlock", given, self.use_session_id, block_kwargs.get("session_id"))
+        scope = {"dataset": dataset, "project": block_kwargs.get("project") or self.project}
         profile = await call_async(self.memory, "profile", **scope, subject=self.subject, max_facts=self.max_facts)
         return [ChatMessage(role=MessageRole.SYSTEM, content=profile.text)] if profile.text else []
 
     async def _aput(self, messages: list[ChatMessage]) -> None:
         """The profile is read from memory; what the Memory flushes is learned by MemsodaMemoryBlock."""
+
+
+def _checked_block(block: str, data: dict[str, Any], checked: tuple[str, ...]) -> dict[str, Any]:
+    """A block's constructor arguments checked as memsoda checks them, not by pydantic (which would
+    wrap the error in its own): a block that names no scope raises `ScopeError` (as `RunScope`
+    does) when it is built, not at its first `get`; `memory`, `k`, `include` and the profile's size
+    as `memsoda_core.adapting.check_adapter_arguments` says."""
+    dataset, project = data.get("dataset"), data.get("project")
+    if dataset is None and not data.get("use_session_id", False):
+        raise ScopeError(
+            f"{block} needs dataset='...' (whose memory this is): LlamaIndex's default session_id is "
+            "random, so its scope would be empty; or use_session_id=True when you set it"
+        )
+    check_scope("-" if dataset is None else dataset, project)
+    ours = {name: data[name] for name in checked if name in data}
+    return {**data, **check_adapter_arguments(data.get("memory"), adapter=block, **ours)}
+
+
+def _block_dataset(block: str, chosen: Any, use_session_id: bool, session_id: Any) -> str:
+    """The dataset a block reads: the one given (per call, else the block's), else the session id."""
+    dataset = chosen or (session_id if use_session_id else None)
+    if not dataset:
+        raise ScopeError(f"{block}(use_session_id=True) was called without a session_id")
+    return str(dataset)
 
 
 def _latest_text(messages: list[ChatMessage]) -> str:

@@ -10,8 +10,16 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
-from memsoda_core import AsyncMemory, ConfigurationError, Memory, RecallResult, TimeInput
-from memsoda_core.adapting import context_id, context_metadata, fact_id, framework_query, recall_async, recall_sync
+from memsoda_core import AsyncMemory, Memory, RecallResult, TimeInput
+from memsoda_core.adapting import (
+    check_adapter_arguments,
+    context_id,
+    context_metadata,
+    fact_id,
+    framework_query,
+    recall_async,
+    recall_sync,
+)
 from memsoda_core.validation import check_scope
 
 
@@ -28,7 +36,9 @@ class MemsodaRetriever(BaseRetriever):
 
     LlamaIndex's `retrieve` takes only the query, so per-call settings come from a copy:
     `retriever.with_options(k=3, as_of="2025-01-01").retrieve(...)` (also `known_at`: what memory
-    knew then, and `dataset`: another user). The scope is checked here (`ScopeError`). A query
+    knew then, and `dataset`: another user). The arguments are checked here: the scope
+    (`ScopeError`), `memory`, `mode` (`ConfigurationError`), `k` (`LimitError`,
+    `ArgumentTypeError`), `include` (`memsoda_core.adapting.check_adapter_arguments`). A query
     longer than recall takes (the user's message a `ContextChatEngine` passes on) is recalled by
     its head (`memsoda_core.adapting.framework_query`).
     """
@@ -47,16 +57,14 @@ class MemsodaRetriever(BaseRetriever):
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
     ) -> None:
-        if mode not in ("context", "facts"):
-            raise ConfigurationError(f"mode must be 'context' or 'facts', got {mode!r}")
-        memory.options.with_overrides({"facts_in_context": k})  # raises LimitError for a bad k
         check_scope(dataset, project)
+        checked = check_adapter_arguments(memory, adapter="MemsodaRetriever", mode=mode, k=k, include=include)
         self.memory = memory
         self.dataset = dataset
         self.project = project
         self.mode = mode
         self.k = k
-        self.include = (include,) if isinstance(include, str) else tuple(include)
+        self.include: tuple[str, ...] = checked["include"]
         self.as_of = as_of
         self.known_at = known_at
         self._verbose = verbose

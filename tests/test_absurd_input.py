@@ -76,9 +76,9 @@ async def test_absurd_vectors_and_options_are_validation_errors(memory: Either, 
         await memory.recall("tea", **scope, query_embedding=[10**400] * dims)
     with pytest.raises(ValidationError, match="query_embedding is not usable: got a vector of dimension 3, expected"):
         await memory.recall("tea", **scope, query_embedding=[0.1, 0.2, 0.3])  # the caller's, not the embedder's
-    with pytest.raises(LimitError, match=r"anchor\.vector_top_k is out of range"):
+    with pytest.raises(LimitError, match=r"anchor\.vector_top_k must be an int between"):
         await memory.recall("tea", **scope, anchor_vector_top_k=10**30)
-    with pytest.raises(LimitError, match="rrf_k is out of range"):
+    with pytest.raises(LimitError, match="rrf_k must be an int between"):
         await memory.recall("tea", **scope, rrf_k=2**31)
     assert await memory.stats(**scope) == []
 

@@ -21,8 +21,9 @@ from memsoda_core.options import (
 )
 from memsoda_core.recall.adaptive import MIN_SAMPLED, NOTE_LEXEMES, ONE_SUBJECT_SHARE, choose, first_person
 from memsoda_core.recall.result import statement_params
-from memsoda_core.recall.scope_stats import ScopeStatsCache, StatsRow, decode_stats
+from memsoda_core.recall.scope_stats import SAMPLE_FACTS, ScopeStatsCache, grown, sample_of, stats_of
 from memsoda_core.recall.signals import RecallRequest
+from memsoda_core.scope_growth import Growth, LatestFact
 from memsoda_core.validation import Scope
 from tests.conftest import Either
 
@@ -100,21 +101,47 @@ def test_statement_params_never_bind_none() -> None:
     assert params["keyword_min_terms"] == 2 and params["anchor_name_share"] == 0.5
 
 
-def test_decode_stats() -> None:
-    assert decode_stats(StatsRow(sampled=0, top_subject=0, lexemes=0, restated=0)).sampled == 0
-    stats = decode_stats(StatsRow(sampled=8, top_subject=6, lexemes=100, restated=2))
-    assert (stats.subject_share, stats.lexemes_per_fact, stats.restated_share) == (0.75, 12.5, 0.25)
+def test_stats_of_the_latest_facts() -> None:
+    assert stats_of([]).sampled == 0
+    latest = [
+        LatestFact(id=n, subject_id=1 if n <= 6 else n, lexemes=10 + n, times_seen=2 if n <= 2 else 1)
+        for n in range(1, 9)
+    ]
+    stats = stats_of(latest)
+    assert (stats.sampled, stats.subject_share, stats.lexemes_per_fact, stats.restated_share) == (8, 0.75, 14.5, 0.25)
 
 
-def test_stats_cache_expires_and_forgets() -> None:
+def test_a_sample_grows_by_what_a_write_reports() -> None:
+    """The write's facts become the latest, the oldest leave a full sample, and a stored fact
+    written again counts once more: the same sample a read after the write would give."""
+    stored = [LatestFact(id=n, subject_id=n % 3, lexemes=5, times_seen=1) for n in range(1, SAMPLE_FACTS + 11)]
+    added = (
+        LatestFact(id=300, subject_id=7, lexemes=20, times_seen=1),
+        LatestFact(id=301, subject_id=7, lexemes=20, times_seen=2),
+    )
+    growth = Growth(facts=len(stored) + 2, added=added, restated=((150, 2), (1, 1)))  # fact 1 is not in the sample
+    written_again = {150: 3}
+    after = [replace(f, times_seen=written_again.get(f.id, f.times_seen)) for f in stored] + list(added)
+    assert grown(sample_of(stored), growth) == sample_of(after)
+    small = sample_of(stored[:3])
+    assert grown(small, Growth(facts=4, added=added[:1])).stats.sampled == 4  # a sample not yet full keeps every fact
+
+
+def test_stats_cache_expires_forgets_and_grows_within_its_time() -> None:
     scope = Scope(dataset="d", project="p")
+    sample = sample_of([LatestFact(id=1, subject_id=1, lexemes=5, times_seen=1)])
     cache = ScopeStatsCache(ttl_s=60.0)
-    cache.put(scope, NOTES)
-    assert cache.get(scope) == NOTES
+    cache.put(scope, sample)
+    assert cache.get(scope) == sample
+    cache.grow(scope, [Growth(facts=2, added=(LatestFact(id=2, subject_id=1, lexemes=7, times_seen=1),))])
+    grown_sample = cache.get(scope)
+    assert grown_sample is not None and grown_sample.stats.sampled == 2 and grown_sample.stats.lexemes_per_fact == 6.0
     cache.forget(scope)
     assert cache.get(scope) is None
+    cache.grow(scope, [Growth(facts=3)])  # nothing remembered: nothing to grow
+    assert cache.get(scope) is None
     expired = ScopeStatsCache(ttl_s=0.0)
-    expired.put(scope, NOTES)
+    expired.put(scope, sample)
     assert expired.get(scope) is None
 
 

@@ -17,9 +17,20 @@ from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_core.tools import create_retriever_tool
 from langchain_tests.integration_tests import RetrieversIntegrationTests
 
-from memsoda_core import AsyncMemory, ConfigurationError, LocalEmbedder, Memory, ScopeArgs, ScopeError
-from memsoda_core.limits import MAX_QUERY_CHARS
-from memsoda_langchain import LangChainEmbedder, MemsodaRetriever
+from memsoda_core import (
+    ArgumentTypeError,
+    AsyncMemory,
+    ConfigurationError,
+    LimitError,
+    LocalEmbedder,
+    Memory,
+    MemsodaError,
+    ScopeArgs,
+    ScopeError,
+    ValidationError,
+)
+from memsoda_core.limits import MAX_K, MAX_QUERY_CHARS
+from memsoda_langchain import LangChainEmbedder, MemsodaContextMiddleware, MemsodaRetriever, memory_tools
 from tests.conftest import Either
 from tests.helpers import ADAPTER_FACTS as FACTS
 from tests.helpers import ADAPTER_QUERY as QUERY
@@ -230,13 +241,47 @@ async def test_callbacks_see_the_run(memory: Either, scope: ScopeArgs) -> None:
     assert recorder.ends == [docs]
 
 
-def test_invalid_arguments(sync_memory: Memory, scope: ScopeArgs) -> None:
-    with pytest.raises(pydantic.ValidationError):
-        MemsodaRetriever(memory=sync_memory, **scope, mode="chunks")
-    with pytest.raises(pydantic.ValidationError):
-        MemsodaRetriever(memory=sync_memory, **scope, k=0)
-    with pytest.raises(pydantic.ValidationError):
-        MemsodaRetriever(memory=object(), **scope)
+BAD_ARGUMENTS: list[tuple[dict[str, Any], type[MemsodaError]]] = [
+    ({"k": 0}, LimitError),
+    ({"k": -3}, LimitError),
+    ({"k": MAX_K + 1}, LimitError),
+    ({"k": "3"}, ArgumentTypeError),
+    ({"k": 2.0}, ArgumentTypeError),
+    ({"k": True}, ArgumentTypeError),
+    ({"mode": "chunks"}, ConfigurationError),
+    ({"include": [5]}, ArgumentTypeError),
+    ({"include": ["nothing"]}, ValidationError),
+    ({"memory": object()}, ConfigurationError),
+    ({"project": 5}, ScopeError),
+    ({"dataset": ["a"]}, ScopeError),
+    ({"tags": 5}, ArgumentTypeError),  # a LangChain field: pydantic's refusal, as memsoda's type
+]
+
+
+@pytest.mark.parametrize(("bad", "error"), BAD_ARGUMENTS, ids=lambda v: repr(v) if isinstance(v, dict) else "")
+def test_bad_arguments_raise_memsodas_errors_not_pydantics(
+    sync_memory: Memory, scope: ScopeArgs, bad: dict[str, Any], error: type[MemsodaError]
+) -> None:
+    """Every bad constructor argument is a documented memsoda error (the tools, the middleware and
+    the LlamaIndex adapters raise the same), never pydantic's ValidationError."""
+    with pytest.raises(error) as raised:
+        MemsodaRetriever(**{"memory": sync_memory, **scope, **bad})
+    assert not isinstance(raised.value, pydantic.ValidationError)
+    if "k" in bad:
+        with pytest.raises(error):
+            MemsodaContextMiddleware(memory=sync_memory, **scope, k=bad["k"])
+        with pytest.raises(error):
+            memory_tools(sync_memory, **scope, k=bad["k"])
+    assert MemsodaRetriever(memory=sync_memory, **scope, include="episodes").include == ("episodes",)
+
+
+def test_the_middleware_checks_its_profile_size_when_built(sync_memory: Memory, scope: ScopeArgs) -> None:
+    with pytest.raises(LimitError):
+        MemsodaContextMiddleware(memory=sync_memory, **scope, max_facts=0)
+    with pytest.raises(ArgumentTypeError):
+        MemsodaContextMiddleware(memory=sync_memory, **scope, max_facts="5")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError):
+        MemsodaContextMiddleware(memory=object(), **scope)  # type: ignore[arg-type]
 
 
 def test_retriever_tool(sync_memory: Memory, scope: ScopeArgs) -> None:
@@ -319,7 +364,7 @@ def test_the_scope_rule_is_checked_when_the_retriever_is_built(sync_memory: Memo
         MemsodaRetriever(memory=sync_memory, project="p")
     with pytest.raises(ScopeError, match="project"):
         MemsodaRetriever(memory=sync_memory, dataset="a", project="")
-    with pytest.raises(pydantic.ValidationError, match="project"):
+    with pytest.raises(ScopeError, match="project"):
         MemsodaRetriever(memory=sync_memory, dataset="a")
     fixed = MemsodaRetriever(memory=sync_memory, **scope)
     sync_memory.add_facts(FACTS, **scope)

@@ -39,12 +39,15 @@ from memsoda_core import (
     ConfigurationError,
     Fact,
     InvalidTextError,
+    LimitError,
     LocalEmbedder,
     Memory,
     ScopeArgs,
     ScopeError,
+    TextTooLongError,
     ValidationError,
 )
+from memsoda_core.items.values import MAX_NAMESPACE_LABELS
 from memsoda_core.limits import MAX_QUERY_CHARS
 from memsoda_langgraph import MemsodaStore
 from tests.conftest import Either
@@ -309,6 +312,46 @@ async def test_filters_run_in_sql_like_langgraphs(store: Store) -> None:
         await store.search(namespace, filter={"price": {"$regex": "x"}})
 
 
+async def test_order_filters_read_numbers_in_strings_like_inmemorystore(store: Store) -> None:
+    """`InMemoryStore` compares `$gt`/`$gte`/`$lt`/`$lte` as `float(value)` against
+    `float(operand)`, so "7" >= 5 and 10 >= "4"; memsoda reads a number in a string the same way
+    (a decimal number as text: `items.statements.NUMBER_TEXT`). Where `InMemoryStore` raises (a
+    string that is no number, a missing field), memsoda compares strings with strings only, and a
+    missing field matches nothing. PostgresStore compares every value as text ("10" < "4")."""
+    namespace = ("products", "coerced")
+    rows: dict[str, dict[str, Any]] = {
+        "int": {"v": 5},
+        "str": {"v": "7"},
+        "spaced": {"v": " 10 "},
+        "float": {"v": 2.5},
+        "exp": {"v": "-1e1"},
+    }
+    reference = InMemoryStore()
+    for key, value in rows.items():
+        await store.put(namespace, key, value)
+        reference.put(namespace, key, value)
+    cases: list[dict[str, Any]] = [
+        {"v": {"$gte": "4"}},
+        {"v": {"$gt": 4}},
+        {"v": {"$lt": "10"}},
+        {"v": {"$lte": " 2.5"}},
+        {"v": {"$gte": 5, "$lt": "8"}},
+        {"v": {"$gt": "-1e2"}},
+        {"v": {"$lt": -9.5}},
+    ]
+    for case in cases:
+        got = {i.key for i in await store.search(namespace, filter=case)}
+        assert got == {i.key for i in reference.search(namespace, filter=case)}, case
+    assert {i.key for i in await store.search(namespace, filter={"v": {"$gte": "4"}})} == {"int", "str", "spaced"}
+    await store.put(namespace, "word", {"v": "abc"})
+    await store.put(namespace, "none", {"w": 1})
+    reference.put(namespace, "word", {"v": "abc"})
+    with pytest.raises(ValueError):  # float("abc")
+        reference.search(namespace, filter={"v": {"$gt": 4}})
+    assert "word" not in {i.key for i in await store.search(namespace, filter={"v": {"$gt": 4}})}
+    assert {i.key for i in await store.search(namespace, filter={"v": {"$gt": "a"}})} == {"word"}  # strings only
+
+
 async def test_a_nested_mapping_filter_matches_objects_only_like_langgraphs(store: Store) -> None:
     """`{"o": {}}` matches items whose `o` is an object (any object), not every item; a nested
     mapping's fields are tested only where the field is an object, as `InMemoryStore` does."""
@@ -405,9 +448,94 @@ async def test_list_namespaces_matches_inmemorystore(store: Store) -> None:
         {"limit": 3, "offset": 2},
         {"prefix": ("nothing",)},
         {"prefix": ("a", "b", "c", "d", "e")},
+        {"max_depth": 0},  # every namespace cut to none of its labels: the root, ()
+        {"max_depth": 0, "prefix": ("a", "b")},
+        {"max_depth": 0, "prefix": ("nothing",)},
+        {"max_depth": 0, "offset": 1},
+        {"max_depth": 0, "limit": 0},
+        {"prefix": DEEP},  # deeper than any namespace a put can store
+        {"suffix": ("*", "x" * 300)},  # a label longer than any a put can store
     ]
     for case in cases:
         assert await store.list_namespaces(**case) == reference.list_namespaces(**case), case
+
+
+DEEP = tuple(f"l{n}" for n in range(MAX_NAMESPACE_LABELS + 8))
+"""A namespace deeper than a put can store (`items.values.MAX_NAMESPACE_LABELS`)."""
+
+
+async def test_reads_of_an_address_no_put_can_store_find_nothing_like_inmemorystore(store: Store) -> None:
+    """LangGraph's stores read any address; memsoda stores none outside its limits (the root, more
+    than 32 labels, a label over 200 or a key over 1,000 characters, a NUL), so a read of such an
+    address finds nothing and a delete of it does nothing, as `InMemoryStore` answers for an address
+    that holds nothing. Only a put there raises (`LimitError`, `TextTooLongError`, ...)."""
+    reference = InMemoryStore()
+    namespace = ("memories", "u1")
+    await store.put(namespace, "k", {"content": "kept"})
+    reference.put(namespace, "k", {"content": "kept"})
+    addresses: list[tuple[tuple[str, ...], str]] = [
+        ((), "k"),
+        (DEEP, "k"),
+        (("memories", "x" * 300), "k"),
+        (("memories", "u1", "y" * 300), "k"),
+        (namespace, "k" * 5_000),
+        (namespace, "k\x00"),
+    ]
+    for where, key in addresses:
+        assert await store.get(where, key) is None and reference.get(where, key) is None, (where[:3], key[:3])
+        await store.delete(where, key)
+        reference.delete(where, key)
+    assert [(i.namespace, i.key) for i in await store.search(namespace)] == [(namespace, "k")]
+    for where in (DEEP, ("memories", "x" * 300)):
+        assert await store.search(where) == reference.search(where) == []
+        assert await store.search(where, query="kept") == []
+    ops = [GetOp(DEEP, "k"), GetOp(namespace, "k"), PutOp((), "k", None), SearchOp(DEEP), GetOp((), "k")]
+    results = await store.batch(ops)
+    assert results[0] is None and results[1].value == {"content": "kept"} and results[2:] == [None, [], None]
+    with pytest.raises(LimitError):
+        await store.put(DEEP, "k", {"content": "too deep"})
+    with pytest.raises(TextTooLongError):
+        await store.put(namespace, "k" * 5_000, {"content": "long key"})
+    with pytest.raises(InvalidNamespaceError):  # LangGraph's own rule, which its stores share
+        await store.put((), "k", {"content": "no namespace"})
+    with pytest.raises(ValidationError):  # the other arguments are checked wherever the address is
+        await store.search(DEEP, filter={"$x": 1})
+
+
+async def test_a_negative_limit_offset_or_max_depth_raises_like_postgresstore(store: Store) -> None:
+    """`InMemoryStore` slices a Python list, so `offset=-1` gives the last item and `max_depth=-1`
+    drops each namespace's last label; LangGraph's PostgresStore passes them to SQL, which refuses
+    them. memsoda refuses them too, with a `ValidationError` (a `ValueError`)."""
+    namespace = ("memories", "u1")
+    await store.put(namespace, "k", {"content": "kept"})
+    reference = InMemoryStore()
+    reference.put(namespace, "k", {"content": "kept"})
+    assert [i.key for i in reference.search(namespace, offset=-1)] == ["k"]  # the accident memsoda does not copy
+    for call in (
+        store.search(namespace, offset=-1),
+        store.search(namespace, query="kept", limit=-1),
+        store.list_namespaces(offset=-1),
+        store.list_namespaces(limit=-1),
+        store.list_namespaces(max_depth=-1),
+    ):
+        with pytest.raises(ValidationError):
+            await call
+
+
+async def test_values_come_back_as_json_like_postgresstore(store: Store) -> None:
+    """A value is stored as JSON (jsonb), as LangGraph's PostgresStore stores it: a tuple comes
+    back a list and a number used as a key a string. `InMemoryStore` keeps the Python objects."""
+    namespace = ("memories", "u1")
+    value = {"pair": (1, "a"), "nested": {"t": ((1, 2), [3])}, "ids": {7: "seven"}}
+    await store.put(namespace, "k", value)
+    reference = InMemoryStore()
+    reference.put(namespace, "k", value)
+    expected = {"pair": [1, "a"], "nested": {"t": [[1, 2], [3]]}, "ids": {"7": "seven"}}
+    assert (await store.get(namespace, "k")).value == expected
+    assert [i.value for i in await store.search(namespace)] == [expected]
+    assert reference.get(namespace, "k").value == value  # type: ignore[union-attr]
+    assert [i.key for i in await store.search(namespace, filter={"pair": [1, "a"]})] == ["k"]
+    assert [i.key for i in await store.search(namespace, filter={"pair": (1, "a")})] == ["k"]
 
 
 async def test_batch_applies_ops_in_order(store: Store) -> None:
@@ -466,8 +594,9 @@ async def test_a_bad_op_anywhere_in_a_batch_writes_nothing(store: Store) -> None
         (InvalidTextError, [PutOp(bob, "k1", {"content": "first bob"}), PutOp(alice, "k3", {"content": "bad\x00"})]),
         (ValidationError, [PutOp(alice, "k1", {"content": "ok"}), GetOp(bob, "k1"), SearchOp(bob, filter={"$x": 1})]),
         (ValidationError, [PutOp(alice, "k1", {"content": "ok"}), SearchOp(bob, query=5)]),  # type: ignore[arg-type]
-        (ValidationError, [PutOp(alice, "k1", {"content": "ok"}), GetOp(bob, "k" * 1_001)]),
-        (ValidationError, [PutOp(alice, "k1", {"content": "ok"}), ListNamespacesOp(max_depth=0)]),
+        (ValidationError, [PutOp(alice, "k1", {"content": "ok"}), SearchOp(DEEP, filter={"$x": 1})]),
+        (ValidationError, [PutOp(alice, "k1", {"content": "ok"}), ListNamespacesOp(max_depth=-1)]),
+        (ValidationError, [PutOp(alice, "k1", {"content": "ok"}), ListNamespacesOp(max_depth=0, offset=-1)]),
     ]
     for error, ops in bad_batches:
         with pytest.raises(error):

@@ -24,7 +24,18 @@ from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from memsoda_core import AsyncMemory, ConfigurationError, LimitError, LocalEmbedder, Memory, ScopeArgs, ScopeError
+from memsoda_core import (
+    ArgumentTypeError,
+    AsyncMemory,
+    ConfigurationError,
+    LimitError,
+    LocalEmbedder,
+    Memory,
+    MemsodaError,
+    ScopeArgs,
+    ScopeError,
+    ValidationError,
+)
 from memsoda_core.limits import MAX_QUERY_CHARS
 from memsoda_llamaindex import LlamaIndexEmbedder, MemsodaMemoryBlock, MemsodaRetriever
 from tests.conftest import Either
@@ -426,12 +437,38 @@ async def test_react_agent_sees_the_block_with_insert_method_user(
 
 
 async def test_the_block_and_the_retriever_need_a_project(memory: Either, scope: ScopeArgs) -> None:
-    with pytest.raises(PydanticValidationError, match="project"):
+    with pytest.raises(ScopeError, match="project"):
         MemsodaMemoryBlock(memory=memory.raw, dataset="alice")  # type: ignore[call-arg]  # no project, on purpose
     with pytest.raises(TypeError, match="project"):
         MemsodaRetriever(memory=memory.raw, dataset="alice")  # type: ignore[call-arg]
     with pytest.raises(ScopeError, match="project"):
         MemsodaRetriever(memory=memory.raw, dataset="alice", project=" ")
+
+
+BLOCK_BAD_ARGUMENTS: list[tuple[dict[str, Any], type[MemsodaError]]] = [
+    ({"k": 0}, LimitError),
+    ({"k": -1}, LimitError),
+    ({"k": "3"}, ArgumentTypeError),
+    ({"profile_max_facts": 0}, LimitError),
+    ({"include": ["nothing"]}, ValidationError),
+    ({"memory": object()}, ConfigurationError),
+    ({"project": 5}, ScopeError),
+    ({"priority": "high"}, ArgumentTypeError),  # a LlamaIndex field: pydantic's refusal, as memsoda's type
+]
+
+
+@pytest.mark.parametrize(("bad", "error"), BLOCK_BAD_ARGUMENTS, ids=lambda v: repr(v) if isinstance(v, dict) else "")
+async def test_bad_arguments_raise_memsodas_errors_not_pydantics(
+    memory: Either, scope: ScopeArgs, bad: dict[str, Any], error: type[MemsodaError]
+) -> None:
+    """The block and the retriever refuse a bad argument when built, with the documented memsoda
+    error (LangChain's retriever raises the same), never pydantic's ValidationError."""
+    with pytest.raises(error) as raised:
+        MemsodaMemoryBlock(**{"memory": memory.raw, **scope, **bad})
+    assert not isinstance(raised.value, PydanticValidationError)
+    if "k" in bad or "memory" in bad:
+        with pytest.raises(error):
+            MemsodaRetriever(**{"memory": memory.raw, **scope, **bad})
 
 
 async def test_retriever_copy_for_another_user(memory: Either, scope: ScopeArgs) -> None:

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, LiteralString
 
+import psycopg
 import pytest
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from memsoda_core import ConfigurationError, LocalEmbedder, Memory
+from memsoda_core.runner.async_pool import node_conninfo
 from memsoda_core.runner.steps import Execute, NotRead, Operation, read_on_node
 
 SCHEMA = "node_reads"
@@ -65,6 +68,23 @@ def test_a_node_that_cannot_be_reached_is_not_tried_again_for_a_while(memory: Me
     assert memory._runner.run(_read("SELECT 1", "127.0.0.1", port), read_only=True) is NotRead.NOT_TRIED
     assert not nodes.reachable(("127.0.0.1", port))
     assert memory._runner.run(_read("SELECT 1", "127.0.0.1", port), read_only=True) is NotRead.NOT_TRIED
+
+
+@pytest.mark.parametrize("given", ["environment", "service"])
+def test_the_node_address_wins_over_one_from_the_environment_or_a_service_file(
+    pg_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: str
+) -> None:
+    """A coordinator's address in `PGHOSTADDR` or the DSN's service file would send the node's
+    connection there (127.0.0.2: nothing listens); the node's own address must win."""
+    dsn = pg_dsn
+    if given == "environment":
+        monkeypatch.setenv("PGHOSTADDR", "127.0.0.2")
+    else:
+        (tmp_path / "services").write_text("[coordinator]\nhostaddr=127.0.0.2\n")
+        monkeypatch.setenv("PGSERVICEFILE", str(tmp_path / "services"))
+        dsn = make_conninfo(pg_dsn, service="coordinator")
+    with psycopg.connect(node_conninfo(dsn, _node(pg_dsn)), connect_timeout=5) as conn:
+        assert conn.execute("SELECT 1").fetchall() == [(1,)]
 
 
 def test_worker_reads_must_be_a_bool(pg_dsn: str, embedder: LocalEmbedder) -> None:

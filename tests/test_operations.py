@@ -22,7 +22,7 @@ from memsoda_core.validation import Scope, validate_facts
 from memsoda_core.writing import inserts
 from memsoda_core.writing import reconcile_statements as sql_reconcile
 from memsoda_core.writing import statements as sql_write
-from memsoda_core.writing.decisions import End, new, old, plan_batch
+from memsoda_core.writing.decisions import End, UnorderedValueError, new, old, plan_batch
 from tests.scripted import Script, drive, params_of
 
 ARRAYS = WriteForm.ARRAYS
@@ -64,6 +64,7 @@ def write_script(known: dict[str, int]) -> Script:
     script.on(inserts.ENTITIES.statement(INFO.schema, ARRAYS), insert_entities)
     script.on(inserts.FACTS.statement(INFO.schema, ARRAYS), insert_facts)
     script.on(sql_write.facts_pages(), [sql_write.TablePages(analyzed=100, current=100)])
+    script.on(sql_write.bump_scope(INFO.schema), [(2,)])
     return script
 
 
@@ -291,6 +292,28 @@ def test_plan_two_values_with_one_start_cannot_be_ordered() -> None:
     (fact,) = validate_facts([{**FACTS[1], "valid_at": JAN}])
     with pytest.raises(IntervalError):
         plan_batch([fact], met(1, 1, 1, (7, False, JAN), single=True), learned=NOW)
+
+
+def test_plan_names_the_input_it_cannot_order() -> None:
+    """`remember` rejects that input alone (`learning.applying`): the error says which it is."""
+    facts = validate_facts([{**FACTS[1], "object": "bmw", "valid_at": MAR}, {**FACTS[1], "valid_at": JAN}])
+    rows = [*met(1, 1, 1, (7, False, JAN), single=True), *met(2, 1, 2, (7, False, JAN), single=True)]
+    with pytest.raises(UnorderedValueError) as raised:
+        plan_batch(facts, rows, learned=NOW)
+    assert raised.value.position == 1 and isinstance(raised.value, IntervalError)
+
+
+def test_plan_an_equal_write_moves_the_live_start_back_to_the_end_of_its_own_ended_run() -> None:
+    """The live fact 7 (from MAR) and an ended run 8 of the same value (to FEB): an equal write
+    without a start moves 7's start back to FEB, not over 8 (the value would hold twice)."""
+    feb = datetime(2025, 2, 1, tzinfo=UTC)
+    (fact,) = validate_facts([FACTS[1]])
+    rows = [
+        sql_reconcile.Met(1, 1, 1, True, 7, True, MAR, None),
+        sql_reconcile.Met(1, 1, 1, True, 8, True, datetime(2024, 6, 1, tzinfo=UTC), feb),
+    ]
+    plan = plan_batch([fact], rows, learned=NOW)
+    assert plan.resolved == [old(7)] and plan.merges[7].valid_at == feb
 
 
 def test_plan_within_a_batch_equal_facts_fold_and_a_later_value_replaces_an_earlier_one() -> None:

@@ -22,7 +22,7 @@ from llama_index.core.memory import Memory as ChatMemory
 from pydantic import Field
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from memsoda_core import ConfigurationError, Memory, ScopeArgs, ScopeError
+from memsoda_core import ConfigurationError, LimitError, Memory, ScopeArgs, ScopeError
 from memsoda_core.limits import MAX_QUERY_CHARS
 from memsoda_langchain import MemsodaContextMiddleware
 from memsoda_langchain.context import RECALL_NAME
@@ -167,8 +167,29 @@ async def test_llamaindex_profile_block_and_recall_without_repeats(
         assert f"{fact.subject} {fact.predicate} {fact.object}" not in user
     await memory.add_facts([{"subject": "ana", "predicate": "likes", "object": "surfing"}], **scope)
     assert (await chat.aget())[0].content == profile.text  # an unrelated write: the same bytes
+
+
+async def test_llamaindex_profile_block_needs_a_dataset_when_built(
+    memory: Either, scope: ScopeArgs, engines: list[AsyncEngine]
+) -> None:
+    """As `MemsodaMemoryBlock`: no dataset (nor use_session_id) is a `ScopeError` when the block is
+    built, not at its first `aget`; bad arguments are memsoda's errors then too."""
+    with pytest.raises(ScopeError, match="dataset"):
+        MemsodaProfileBlock(memory=memory.raw, project="p")
+    with pytest.raises(ScopeError, match="dataset"):
+        MemsodaProfileBlock(memory=memory.raw, dataset="", project="p")
+    with pytest.raises(ScopeError, match="project"):
+        MemsodaProfileBlock(memory=memory.raw, dataset="a", project=" ")
+    with pytest.raises(LimitError):
+        MemsodaProfileBlock(memory=memory.raw, **scope, max_facts=0)
     with pytest.raises(ConfigurationError):
-        await MemsodaProfileBlock(memory=memory.raw, project="p").aget([])
+        MemsodaProfileBlock(memory=object(), **scope)  # type: ignore[arg-type]
+    await memory.add_facts(FACTS, **scope)
+    block = MemsodaProfileBlock(memory=memory.raw, project=scope["project"], use_session_id=True)
+    engines.append(create_async_engine("sqlite+aiosqlite:///:memory:"))
+    chat = ChatMemory.from_defaults(async_engine=engines[-1], session_id=scope["dataset"], memory_blocks=[block])
+    await chat.aput(ChatMessage(role="user", content=QUESTION))
+    assert (await chat.aget())[0].content == (await memory.profile(**scope)).text
 
 
 async def test_llamaindex_block_recalls_for_a_message_over_the_query_limit(

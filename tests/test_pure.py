@@ -352,7 +352,7 @@ def test_a_group_checks_its_own_knobs_by_their_dotted_names() -> None:
         RecallOptions().with_overrides({"anchor.hops": 3})
     with pytest.raises(LimitError, match=r"keyword\.candidates must be between 1 and 1000"):
         KeywordOptions(candidates=0)
-    with pytest.raises(LimitError, match="NaN"):
+    with pytest.raises(LimitError, match="must be a number, got nan"):
         EntitiesOptions(hub_min_share=float("nan"))
     with pytest.raises(ArgumentTypeError, match=r"anchor must be AnchorOptions\(\.\.\.\), got"):
         RecallOptions(anchor={"hops": 1})  # type: ignore[arg-type]

@@ -11,9 +11,10 @@ from memsoda_core.options import DEFAULT_OPTIONS, FIRST_PERSON_OPTIONS
 from memsoda_core.recall.hits import HitRow
 from memsoda_core.recall.operation import recall
 from memsoda_core.recall.planning import ScopeSizes
-from memsoda_core.recall.scope_stats import ScopeStatsCache, StatsRow, stats_statement
+from memsoda_core.recall.scope_stats import ScopeStatsCache, sample_statement
 from memsoda_core.recall.statements import facts_statement
 from memsoda_core.runner.steps import Concurrently, EmbedQuery, Execute, Planning, Statement
+from memsoda_core.scope_growth import LatestFact
 from memsoda_core.store.fact_columns import FACT_COLUMNS
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.store.tenant_index import scope_facts_statement
@@ -45,7 +46,8 @@ def store(
 ) -> Script:
     script = Script(dimensions=INFO.dimensions).on(scope_facts_statement(INFO.schema), [(scope_facts,)])
     script.on(facts_statement(INFO.schema), [fact_row(**fact) for fact in facts or []])
-    script.on(stats_statement(INFO.schema), [StatsRow(sampled=scope_facts, top_subject=0, lexemes=0, restated=0)])
+    latest = [LatestFact(id=n, subject_id=n, lexemes=0, times_seen=1) for n in range(1, scope_facts + 1)]
+    script.on(sample_statement(INFO.schema), latest)
     if hits is not None:
         lists = iter(hits)
         original = script.__call__
@@ -212,7 +214,7 @@ def test_a_fact_deleted_between_the_two_reads_is_left_out() -> None:
 
 
 def stats_reads(requests: list[Any]) -> int:
-    wanted = text(stats_statement(INFO.schema))
+    wanted = text(sample_statement(INFO.schema))
     return sum(1 for r in requests if isinstance(r, Execute) and text(r.statement) == wanted)
 
 

@@ -262,7 +262,7 @@ async def test_maintain_ends_overlapping_values_of_a_single_valued_relation(
         facts = {f.id: f for f in (await memory.list_facts(**scope, status="all")).facts}
         ends = {fid: (facts[fid].invalid_at, facts[fid].superseded_by) for fid in (paris, paris_again, berlin, rome)}
         assert ends == {
-            paris: (datetime(2020, 1, 1, tzinfo=UTC), berlin),  # ends where the next other value starts
+            paris: (datetime(2019, 6, 1, tzinfo=UTC), paris_again),  # ends where the next fact starts
             paris_again: (datetime(2020, 1, 1, tzinfo=UTC), berlin),
             berlin: (datetime(2021, 1, 1, tzinfo=UTC), rome),  # an ended value's end moves earlier
             rome: (None, None),
@@ -273,6 +273,35 @@ async def test_maintain_ends_overlapping_values_of_a_single_valued_relation(
             page = await memory.list_facts(**scope, predicate="lives in", as_of=at)
             assert {f.object.lower() for f in page.facts} == holding, at
         assert (await memory.maintain()).overlaps_repaired == 0
+    finally:
+        await memory.close()
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+async def test_maintain_ends_an_equal_value_and_leaves_values_starting_together(
+    pg_dsn: str, embedder: LocalEmbedder, overlap_schema: str, scope: ScopeArgs, flavour: str
+) -> None:
+    """Two live runs of one value (paris, Paris) showed the value twice: the earlier now ends where
+    the later starts (they were one value, left as they were). Two values starting at the same
+    instant cannot be ordered and neither can end at its start: left, and counted."""
+    memory = await open_memory(flavour, pg_dsn, embedder, schema=overlap_schema)
+    try:
+        await memory.set_single_valued(["lives in", "works at"], **scope)
+        works = {"subject": "user", "predicate": "works at", "object": "acme", "valid_at": "2020-01-01"}
+        paris, acme = await memory.add_facts([{**LIVES, "object": "paris", "valid_at": "2019-01-01"}, works], **scope)
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            paris_again = insert_value(conn, overlap_schema, paris, "Paris", "2019-06-01+00", None)
+            globex = insert_value(conn, overlap_schema, acme, "globex", "2020-01-01+00", None)
+        report = await memory.maintain(retention=False)
+        assert (report.overlaps_repaired, report.overlaps_left) == (1, 2)
+        facts = {f.id: f for f in (await memory.list_facts(**scope, status="all")).facts}
+        assert (facts[paris].invalid_at, facts[paris].superseded_by) == (datetime(2019, 6, 1, tzinfo=UTC), paris_again)
+        assert facts[paris_again].invalid_at is None
+        assert facts[acme].invalid_at is None and facts[globex].invalid_at is None
+        page = await memory.list_facts(**scope, predicate="lives in", as_of="2020-01-01")
+        assert [f.id for f in page.facts] == [paris_again]
+        again = await memory.maintain(retention=False)
+        assert (again.overlaps_repaired, again.overlaps_left) == (0, 2)
     finally:
         await memory.close()
 
@@ -465,3 +494,75 @@ def test_the_cli_lists_shows_supersedes_invalidates_and_tells_a_fact_history(
     assert cli("invalidate", str(new), *where).exit_code == 0
     assert json.loads(cli("facts", "list", *where, "--json").stdout) == []
     assert len(json.loads(cli("facts", "list", *where, "--status", "all", "--json").stdout)) == 2
+
+
+def test_writers_and_repeated_declarations_of_their_relations_keep_one_live_value(
+    pg_dsn: str, embedder: LocalEmbedder, scope: ScopeArgs
+) -> None:
+    """Stress, not timed: writers of values without a start of relations p0 and p1, while another
+    thread declares each single-valued, then not, over and over (every declaration changes the
+    registry). A writer whose locks waited for a declaration locks its relation late, out of the
+    locks' order (`reconcile_statements.late_relations`: some 15 times a run); a wait cycle that
+    closes is run again, whether its victim is a writer or the declaration (which raised
+    `StoreBusyError` in about one run of four). No error may escape, and once the relations stay
+    declared, a last write of each leaves one live value."""
+    predicates = ["p0", "p1"]
+    vector = embedder.embed_documents(["x"])[0]
+    declaring = threading.Event()
+
+    def fact(predicate: str, value: str) -> dict[str, Any]:
+        return {"subject": "user", "predicate": predicate, "object": value, "object_type": "LITERAL"}
+
+    def write(memory: Memory, writer: int, rounds: int) -> None:
+        for n in range(rounds):
+            predicate = predicates[(writer + n) % len(predicates)]
+            memory.add_facts([fact(predicate, f"w{writer} v{n}")], **scope, vectors=[vector])
+
+    def declare(memory: Memory, rounds: int) -> None:
+        for n in range(rounds):
+            predicate = predicates[n % len(predicates)]
+            memory.set_single_valued([predicate], **scope, single_valued=n // 2 % 2 == 0)
+            declaring.set()
+
+    with Memory.open(pg_dsn, embedder, pool_size=8) as memory:
+        memory.add_facts([fact("p0", "start")], **scope, vectors=[vector])  # the scope's row
+        with ThreadPoolExecutor(max_workers=7) as pool:
+            declarer = pool.submit(declare, memory, 80)
+            declaring.wait(timeout=30)
+            writers = [pool.submit(write, memory, writer, 30) for writer in range(6)]
+            for future in [declarer, *writers]:
+                future.result()  # an error in a thread is raised here
+        memory.set_single_valued(predicates, **scope)
+        for predicate in predicates:
+            memory.add_facts([fact(predicate, "last")], **scope, vectors=[vector])
+        for predicate in predicates:
+            live = memory.list_facts(**scope, predicate=predicate).facts
+            assert [f.object for f in live] == ["last"], predicate
+
+
+def test_a_declaration_that_loses_a_wait_cycle_with_a_late_relation_lock_is_run_again(
+    pg_dsn: str, sync_memory: Memory, scope: ScopeArgs
+) -> None:
+    """A writer that locks its relation late holds a value's lock and takes a lower one, out of
+    the locks' order, while `set_single_valued` takes every lock of the scope in ascending order:
+    a wait cycle, whose victim PostgreSQL ends. A declaration that was the victim raised
+    `StoreBusyError` (its committed step before, which makes the scope's row, kept the runner from
+    running it again); it is run again once the writer commits. The writer here is a connection
+    holding the scope's last lock and then taking its first, as `late_relations` does."""
+    sync_memory.add_facts([BANK], **scope)  # the scope's row
+    key = "SELECT hashtext(concat_ws(chr(31), 'memsoda', %(dataset)s::text, %(project)s::text))"
+    with psycopg.connect(pg_dsn) as writer, ThreadPoolExecutor(1) as pool:
+        writer.execute("SET deadlock_timeout = '30s'")  # the declaration's check finds the cycle
+        ((scope_key,),) = writer.execute(key, dict(scope)).fetchall()
+        writer.execute("SELECT pg_advisory_xact_lock(%s, %s)", (scope_key, sql_reconcile.LOCK_BUCKETS - 1))
+        declaring = pool.submit(sync_memory.set_single_valued, ["lives in"], **scope)
+        with psycopg.connect(pg_dsn, autocommit=True) as watcher:
+            while not watcher.execute(
+                "SELECT count(*) > 0 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                " AND objid = %s AND classid = %s::oid",
+                (sql_reconcile.LOCK_BUCKETS - 1, scope_key & 0xFFFFFFFF),
+            ).fetchone()[0]:  # type: ignore[index]
+                time.sleep(0.01)
+        writer.execute("SELECT pg_advisory_xact_lock(%s, 0)", (scope_key,))  # waits until the victim rolls back
+        writer.commit()
+        assert declaring.result(timeout=60) == ["lives in"]

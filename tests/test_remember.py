@@ -343,6 +343,59 @@ async def test_a_relation_declared_single_valued_while_the_model_runs_rejects_th
     assert (await memory.list_facts(**other, status="all")).facts == ()
 
 
+LIVES = {"subject": "user", "predicate": "lives in", "object_type": "PLACE"}
+
+MOVED = [
+    {
+        "role": "user",
+        "content": "Since Feb 10 I live in Utrecht, no, in Delft. I like tea.",
+        "timestamp": "2026-03-01",
+    }
+]
+
+
+def same_start_as_stored(*, also_in_answer: bool = False) -> ScriptedExtractor:
+    """An answer whose value of "lives in" starts when the stored value (amsterdam) does: the two
+    cannot be ordered. With `also_in_answer`, a second value of the answer starts then too."""
+    cities = [add("user", "lives in", "utrecht", "I live in Utrecht", object_type="PLACE", valid_at="2026-02-10")]
+    if also_in_answer:
+        cities = [
+            add("user", "lives in", "delft", "in Delft", object_type="PLACE", valid_at="2026-02-11"),
+            add("user", "lives in", "utrecht", "I live in Utrecht", object_type="PLACE", valid_at="2026-02-11"),
+        ]
+    return ScriptedExtractor(answer(*cities, add("user", "likes", "tea", "I like tea")))
+
+
+async def test_a_value_starting_with_a_stored_value_is_rejected_alone(memory: Either, scope: ScopeArgs) -> None:
+    """The checks never saw the stored starts, and the write's `IntervalError` lost the whole window:
+    now that value alone is rejected, with the write rule's reason, and the rest is written."""
+    await memory.set_single_valued(["lives in"], **scope)
+    (amsterdam,) = await memory.add_facts([{**LIVES, "object": "amsterdam", "valid_at": "2026-02-10"}], **scope)
+    result = await memory.remember(MOVED, **scope, extractor=same_start_as_stored())
+    ((rejected,),) = (result.rejected,)
+    assert (rejected.index, rejected.op) == (0, "add")
+    assert "already has another starting at 2026-02-10" in rejected.reason
+    assert len(result.added) == 1
+    assert (await memory.get_fact(result.added[0], **scope)).object == "tea"
+    written = (await memory.list_facts(**scope, status="all")).facts
+    assert sorted(f.object for f in written) == ["amsterdam", "tea"]
+    assert (await memory.get_fact(amsterdam, **scope)).invalid_at is None
+    # two values of the answer starting together: the later is rejected, as add_facts would refuse it
+    result = await memory.remember(MOVED, **scope, extractor=same_start_as_stored(also_in_answer=True))
+    ((rejected,),) = (result.rejected,)
+    assert rejected.index == 1 and "starting at 2026-02-11" in rejected.reason
+    live = (await memory.list_facts(**scope, predicate="lives in")).facts
+    assert [f.object for f in live] == ["delft"]
+    # with raise, the whole answer is refused and nothing is written
+    other: ScopeArgs = {**scope, "project": "raise"}
+    await memory.set_single_valued(["lives in"], **other)
+    await memory.add_facts([{**LIVES, "object": "amsterdam", "valid_at": "2026-02-10"}], **other)
+    with pytest.raises(ExtractionError) as raised:
+        await memory.remember(MOVED, **other, extractor=same_start_as_stored(), on_invalid="raise")
+    assert [reason[:13] for reason in raised.value.rejected] == ["operation 0 ("]
+    assert [f.object for f in (await memory.list_facts(**other, status="all")).facts] == ["amsterdam"]
+
+
 MARS = [{"role": "user", "content": "I think I will live on Mars one day. I do.", "timestamp": "2026-03-01"}]
 
 

@@ -200,18 +200,43 @@ async def test_an_equal_value_without_a_start_moves_back_to_where_the_last_value
     await assert_one_value_at_a_time(memory, scope)
 
 
-async def test_an_equal_value_without_a_start_moves_back_past_an_ended_fact_of_its_own_value_to_another_value(
+async def test_an_equal_value_without_a_start_moves_back_to_the_end_of_an_ended_run_of_its_own_value(
     memory: Either, scope: ScopeArgs
 ) -> None:
-    """The value that ended last is berlin's own: the read also takes the last of another value
-    (rome), so the live berlin does not move back over rome's time."""
+    """The value that ended last is berlin's own: the live berlin moves back to its end, not over
+    it to rome's (it moved to 2015, and berlin held twice from 2016 to 2018)."""
     await memory.set_single_valued(["lives in"], **scope)
     await memory.add_facts([lives("rome", "2010-01-01", "2015-01-01")], **scope)
-    await memory.add_facts([lives("berlin", "2016-01-01", "2018-01-01")], **scope)
+    (ended,) = await memory.add_facts([lives("berlin", "2016-01-01", "2018-01-01")], **scope)
     (berlin,) = await memory.add_facts([lives("berlin", "2025-04-01")], **scope)
     assert await memory.add_facts([{**LIVES, "object": "berlin"}], **scope) == [berlin]
-    assert (await memory.get_fact(berlin, **scope)).valid_at is not None
+    assert (await memory.get_fact(berlin, **scope)).valid_at == day("2018-01-01")
+    await assert_one_value_at_a_time(memory, scope)
+    assert [f.id for f in (await memory.list_facts(**scope, as_of="2017-01-01")).facts] == [ended]
     assert await live_cities(memory, scope, day("2012-01-01")) == ["rome"]
+
+
+@pytest.mark.parametrize("start", [None, "2005-01-01", "2017-01-01"])
+async def test_an_equal_value_never_moves_back_over_an_ended_run_of_its_own_value(
+    memory: Either, scope: ScopeArgs, start: str | None
+) -> None:
+    """berlin 2016-2018, then berlin again from 2025: a write of berlin (no start, or one before
+    either run) moves the live run back to 2018 at most; it went to the unknown start, or to 2005,
+    over the ended run (two facts of berlin at once). In one batch with the live run too."""
+    await memory.set_single_valued(["lives in"], **scope)
+    write = {**LIVES, "object": "berlin", **({"valid_at": start} if start else {})}
+    (ended,) = await memory.add_facts([lives("berlin", "2016-01-01", "2018-01-01")], **scope)
+    (berlin,) = await memory.add_facts([lives("berlin", "2025-04-01")], **scope)
+    assert await memory.add_facts([write], **scope) == [berlin]
+    assert (await memory.get_fact(berlin, **scope)).valid_at == day("2018-01-01")
+    await assert_one_value_at_a_time(memory, scope)
+    other: ScopeArgs = {**scope, "project": "batch"}
+    await memory.set_single_valued(["lives in"], **other)
+    await memory.add_facts([lives("berlin", "2016-01-01", "2018-01-01")], **other)
+    (batched, again) = await memory.add_facts([lives("berlin", "2025-04-01"), write], **other)
+    assert batched == again and (await memory.get_fact(batched, **other)).valid_at == day("2018-01-01")
+    await assert_one_value_at_a_time(memory, other)
+    assert ended != batched
 
 
 async def test_a_value_without_a_start_after_ended_facts_of_its_own_value_starts_when_memory_learns_it(

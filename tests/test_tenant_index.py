@@ -325,7 +325,13 @@ def test_the_threshold_is_recorded_in_the_store_and_used_by_the_cli_maintain(
         assert result.exit_code == 0, result.output
         # opening the store already rebuilt it (with the recorded threshold), so maintain finds nothing left
         purged = {"facts": 0, "items": 0}  # maintain applies retention first; this store has no rules
-        expected = {"built": [], "tenant_index_min_facts": THRESHOLD, "purged": purged, "overlaps_repaired": 0}
+        expected = {
+            "built": [],
+            "tenant_index_min_facts": THRESHOLD,
+            "purged": purged,
+            "overlaps_repaired": 0,
+            "overlaps_left": 0,
+        }
         assert json.loads(result.output) == expected
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             assert _valid_indexes(conn, schema)[index] is True

@@ -61,17 +61,28 @@ def maintain(
         purged = memory.apply_retention() if retention else None
         report = memory.maintain(retention=False)
         threshold = memory.info.tenant_index_min_facts
-    built, repaired = list(report.indexes), report.overlaps_repaired
+    built, repaired, left = list(report.indexes), report.overlaps_repaired, report.overlaps_left
     if as_json:
         facts = None if purged is None else {"facts": purged.facts, "items": purged.items}
         print_json(
-            {"built": built, "tenant_index_min_facts": threshold, "purged": facts, "overlaps_repaired": repaired}
+            {
+                "built": built,
+                "tenant_index_min_facts": threshold,
+                "purged": facts,
+                "overlaps_repaired": repaired,
+                "overlaps_left": left,
+            }
         )
         return
     if purged is not None:
         out().print(f"retention: purged {purged.facts} facts and {purged.items} items")
     if repaired:
-        out().print(f"single-valued relations: ended {repaired} fact(s) where the next value starts")
+        out().print(f"single-valued relations: ended {repaired} fact(s) where the next fact starts")
+    if left:
+        out().print(
+            f"single-valued relations: left {left} fact(s) starting at the same instant as another "
+            "(no order; their ids are logged): end or forget one"
+        )
     if not built:
         out().print(f"statistics refreshed; every dataset/project of {threshold:,}+ facts has its indexes")
         return

@@ -8,6 +8,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from memsoda_core.checks import CONFIGURATION, check_int, check_number, is_int
 from memsoda_core.errors import ConfigurationError, EmbeddingError
 
 logger = logging.getLogger(__name__)
@@ -33,10 +34,8 @@ def openai_clients(
         raise ConfigurationError(f"{user} needs the openai package: pip install 'memsoda[openai]'") from exc
     if not isinstance(model, str) or not model:
         raise ConfigurationError("model must be a non-empty model name")
-    if not timeout > 0:
-        raise ConfigurationError("timeout must be a positive number of seconds")
-    if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-        raise ConfigurationError("max_retries must be an int of at least 0")
+    check_number(timeout, "timeout", positive=True, finite=False, unit="seconds", errors=CONFIGURATION)
+    check_int(max_retries, "max_retries", low=0, errors=CONFIGURATION)
     key = api_key or os.environ.get("OPENAI_API_KEY") or ("not-needed" if base_url else None)
     if key is None:
         raise ConfigurationError(f"{user} needs api_key= or OPENAI_API_KEY (or a base_url for a local server)")
@@ -66,12 +65,8 @@ class OpenAIEmbedder:
         batch_size: int = 256,
         send_dimensions: bool | None = None,
     ) -> None:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ConfigurationError("batch_size must be an int of at least 1")
-        if dimensions is not None and (
-            isinstance(dimensions, bool) or not isinstance(dimensions, int) or dimensions < 1
-        ):
-            raise ConfigurationError(f"dimensions must be a positive int or None, got {dimensions!r}")
+        check_int(batch_size, "batch_size", low=1, errors=CONFIGURATION)
+        check_int(dimensions, "dimensions", low=1, or_none=True, errors=CONFIGURATION)
         self._client, self._aclient = openai_clients(
             "OpenAIEmbedder", model, base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries
         )
@@ -116,7 +111,7 @@ class OpenAIEmbedder:
         by_index: dict[int, list[float]] = {}
         for position, item in enumerate(data):
             index = getattr(item, "index", position)
-            if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count or index in by_index:
+            if not is_int(index) or not 0 <= index < count or index in by_index:
                 raise EmbeddingError(f"{self._model} returned an embedding with a bad or repeated index {index!r}")
             embedding = getattr(item, "embedding", None)
             if not isinstance(embedding, Sequence) or isinstance(embedding, str | bytes):

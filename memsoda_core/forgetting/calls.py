@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memsoda_core.errors import ValidationError
+from memsoda_core.checks import check_bool
 from memsoda_core.forgetting import retention as retention_ops
 from memsoda_core.forgetting.operations import forget as forget_scope
 from memsoda_core.forgetting.operations import forget_source
@@ -40,9 +40,7 @@ def forget_source_op(
 
 
 def maintain_op(context: MemoryContext, retention: Any = True) -> Operation[MaintainReport]:
-    if not isinstance(retention, bool):
-        raise ValidationError(f"retention must be True or False, got {retention!r}")
-    return _maintaining(context, retention)
+    return _maintaining(context, check_bool(retention, "retention"))
 
 
 def _maintaining(context: MemoryContext, retention: bool) -> Operation[MaintainReport]:
@@ -51,7 +49,9 @@ def _maintaining(context: MemoryContext, retention: bool) -> Operation[MaintainR
     purged = (yield from apply_retention_op(context, None)) if retention else None
     repaired = yield from repair_overlaps(context.info)
     built = yield from maintain(context.info)
-    return MaintainReport(retention=purged, overlaps_repaired=repaired, indexes=tuple(built))
+    return MaintainReport(
+        retention=purged, overlaps_repaired=repaired.ended, indexes=tuple(built), overlaps_left=repaired.left
+    )
 
 
 def set_retention_op(

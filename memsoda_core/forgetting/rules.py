@@ -58,13 +58,15 @@ class RetentionReport:
 @dataclass(frozen=True, kw_only=True)
 class MaintainReport:
     """What `Memory.maintain` did: the retention purge (None with `retention=False`); the facts of
-    single-valued relations it ended where the relation's next value starts, values that were true
+    single-valued relations it ended where the relation's next fact starts, facts that were true
     at one valid time, as a store written before the single-valued history fix may hold
-    (`ops.overlaps`); and the tenant indexes it built."""
+    (`ops.overlaps`); the tenant indexes it built; and the facts it left overlapping, each
+    starting at the same instant as another of its relation (no order: `ops.overlaps`)."""
 
     retention: RetentionReport | None
     overlaps_repaired: int
     indexes: tuple[str, ...]
+    overlaps_left: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from memsoda_core.checks import check_bool
 from memsoda_core.embedders.protocol import Vector
-from memsoda_core.errors import ValidationError
 from memsoda_core.items import operations as items_ops
 from memsoda_core.items.values import (
     MAX_LIST_LIMIT,
@@ -215,6 +215,4 @@ def refreshes(context: MemoryContext, refresh: bool) -> bool:
 
 
 def _check_refresh(refresh_ttl: Any) -> bool:
-    if not isinstance(refresh_ttl, bool):
-        raise ValidationError(f"refresh_ttl must be True or False, got {refresh_ttl!r}")
-    return refresh_ttl
+    return check_bool(refresh_ttl, "refresh_ttl")

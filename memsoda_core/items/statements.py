@@ -10,6 +10,8 @@ holds alone) say so in their names.
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -168,12 +170,36 @@ def filter_sql(conditions: list[Condition]) -> tuple[sql.Composable, dict[str, A
             parts.append(sql.SQL("coalesce({f}, 'null'::jsonb) {c} {v}::jsonb").format(f=found, c=compare, v=value))
         else:
             compare = sql.SQL({"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}[condition.op])
-            parts.append(
-                sql.SQL("(jsonb_typeof({f}) = jsonb_typeof({v}::jsonb) AND {f} {c} {v}::jsonb)").format(
-                    f=found, c=compare, v=value
-                )
-            )
+            number = numeric_operand(condition.value_json)
+            if number is None:
+                template = "(jsonb_typeof({f}) = 'string' AND {f} {c} {v}::jsonb)"
+            else:
+                params[f"filter_value_{n}"], params["filter_number_text"] = number, NUMBER_TEXT
+                template = _AS_NUMBER + " {c} {v}::numeric"
+            pattern = sql.Placeholder("filter_number_text")
+            parts.append(sql.SQL(template).format(f=found, c=compare, v=value, pattern=pattern))
     return sql.SQL("").join(sql.SQL(" AND ") + part for part in parts), params
+
+
+NUMBER_TEXT = r"^[ \t\n\r]*[+-]?([0-9]{1,100}(\.[0-9]{0,100})?|\.[0-9]{1,100})([eE][+-]?[0-9]{1,3})?[ \t\n\r]*$"
+"""A decimal number as text (" 5", "-1.5e3"; bounded, so `numeric` takes any), the same regular
+expression in Python and PostgreSQL: an order comparison reads it as that number, as LangGraph's
+`InMemoryStore` does (`float(value)`)."""
+
+_AS_NUMBER = """(CASE jsonb_typeof({f}) WHEN 'number' THEN ({f})::numeric
+                 WHEN 'string' THEN CASE WHEN ({f} #>> '{{}}') ~ {pattern} THEN ({f} #>> '{{}}')::numeric END
+            END)"""
+"""The number a field holds, or the number a string there reads as (`NUMBER_TEXT`); NULL otherwise."""
+
+
+def numeric_operand(value_json: str) -> str | None:
+    """An order comparison's operand (JSON) as the number it compares with, when it is a number or
+    a string that reads as one (`NUMBER_TEXT`): then numbers and such strings compare as numbers on
+    either side. None: another string, compared with strings only."""
+    value = json.loads(value_json)
+    if isinstance(value, str):
+        return value.strip(" \t\n\r") if re.fullmatch(NUMBER_TEXT, value) else None
+    return repr(value) if isinstance(value, float) else str(value)  # `_operand` allows no bool here
 
 
 def prefix_params(prefix: Namespace) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from memsoda_core.checks import display
 from memsoda_core.errors import ImportFormatError, ValidationError
 from memsoda_core.items import statements as sql_items
 from memsoda_core.items.links import batch_json, end_orphans
@@ -31,7 +32,7 @@ from memsoda_core.items.values import ValidItem, check_key, check_namespace, che
 from memsoda_core.runner.steps import Operation, emit, execute, execute_as
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.store.statements import ExportedFact
-from memsoda_core.validation import Scope, display, parse_time
+from memsoda_core.validation import Scope, parse_time
 from memsoda_core.writing import inserts
 from memsoda_core.writing.insert_rows import insert_rows
 from memsoda_core.writing.operation import lock_facts

@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
 from memsoda_core import limits
+from memsoda_core.checks import check_int, check_number, is_number
 from memsoda_core.errors import ArgumentTypeError, InvalidTextError, LimitError, TextTooLongError, ValidationError
 from memsoda_core.models import LITERAL
 from memsoda_core.text import collapse_line
@@ -152,8 +153,7 @@ def check_ttl(value: Any) -> float | None:
     """A TTL in minutes: a positive finite number up to `MAX_TTL_MINUTES`, or None (no expiry)."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise ValidationError(f"ttl_minutes must be a positive number of minutes or None, got {value!r}")
+    check_number(value, "ttl_minutes", positive=True, unit="minutes (or None)")
     if value > MAX_TTL_MINUTES:
         raise LimitError(f"ttl_minutes is {value}; the limit is {MAX_TTL_MINUTES:.0f} (give None for no expiry)")
     return float(value)
@@ -214,7 +214,8 @@ def parse_filter(filter: Mapping[str, Any] | None) -> list[Condition]:
     """LangGraph's filter: `{"field": value}` (equal; a nested mapping matches an object whose fields
     match it, so `{}` matches any object) or
     `{"field": {"$eq" | "$ne" | "$gt" | "$gte" | "$lt" | "$lte": value}}`. A missing field is JSON
-    null for `$eq`/`$ne`; an order comparison holds only between values of one JSON type."""
+    null for `$eq`/`$ne`; an order comparison holds between numbers, a number written in a string
+    counting as one (`items.statements.NUMBER_TEXT`), or between other strings."""
     if filter is None:
         return []
     if not isinstance(filter, Mapping):
@@ -242,7 +243,7 @@ def _conditions(filter: Mapping[Any, Any], path: tuple[str, ...], out: list[Cond
 
 
 def _operand(value: Any, op: str) -> str:
-    if op not in ("$eq", "$ne") and (isinstance(value, bool) or not isinstance(value, int | float | str)):
+    if op not in ("$eq", "$ne") and not (is_number(value) or isinstance(value, str)):
         raise ValidationError(f"{op} compares numbers or strings, got {value!r}")
     if isinstance(value, float) and not math.isfinite(value):
         raise ValidationError(f"a filter value must be finite, got {value!r}")
@@ -285,17 +286,14 @@ def parse_match(conditions: Sequence[tuple[str, Sequence[str]]]) -> NamespaceMat
 
 def check_page(limit: Any, offset: Any, *, most: int) -> tuple[int, int]:
     for name, value in (("limit", limit), ("offset", offset)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValidationError(f"{name} must be a non-negative int, got {value!r}")
+        check_int(value, name, low=0)
     if limit + offset > most:
         raise LimitError(f"limit + offset is {limit + offset}; at most {most} here")
     return limit, offset
 
 
 def check_max_depth(value: Any) -> int | None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise ValidationError(f"max_depth must be None or a positive int, got {value!r}")
-    return value
+    return check_int(value, "max_depth", low=1, or_none=True)
 
 
 class ItemScope(NamedTuple):

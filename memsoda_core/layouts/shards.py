@@ -43,7 +43,8 @@ class PlacementRow(NamedTuple):
 
 def place_statement(schema: str) -> sql.Composed:
     """`PlacementRow`s of the shards of `READ_TABLES` holding dataset %(dataset)s, from the
-    coordinator's metadata (active primary nodes only)."""
+    coordinator's metadata: on active primary nodes holding a synced copy of the metadata (the
+    guard reads it there; a worker without it, Citus before 11 or sync turned off, is not read)."""
     return sql.SQL(
         """SELECT t.name AS table_name, s.shardid AS shard_id, n.relation[cardinality(n.relation)] AS relation,
                   d.nodename AS host, d.nodeport AS port
@@ -52,7 +53,8 @@ def place_statement(schema: str) -> sql.Composed:
            CROSS JOIN LATERAL (SELECT get_shard_id_for_distribution_column(r.rel, %(dataset)s::text) AS shardid) AS s
            CROSS JOIN LATERAL (SELECT parse_ident(shard_name(r.rel, s.shardid)) AS relation) AS n
            JOIN pg_dist_placement p ON p.shardid = s.shardid
-           JOIN pg_dist_node d ON d.groupid = p.groupid AND d.noderole = 'primary' AND d.isactive"""
+           JOIN pg_dist_node d ON d.groupid = p.groupid AND d.noderole = 'primary' AND d.isactive
+                AND d.hasmetadata AND d.metadatasynced"""
     ).format(schema=sql.Literal(schema))
 
 

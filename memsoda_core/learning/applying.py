@@ -4,35 +4,39 @@ through the write rules of `writing.decisions`, with the messages they came from
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple
 
-from memsoda_core.errors import NotFoundError
+from memsoda_core.errors import ExtractionError, NotFoundError
 from memsoda_core.learning import sources as sql_sources
 from memsoda_core.learning.operations import Checked, CheckedExtraction, unordered_if_single_valued
-from memsoda_core.models import FactSource
+from memsoda_core.models import FactSource, RejectedOperation
 from memsoda_core.ops.editing import check_live, write_episodes
 from memsoda_core.ops.maintenance import ensure_tenant_indexes
 from memsoda_core.ops.reading import single_valued_predicates
 from memsoda_core.runner.steps import Operation, embed_documents, execute, execute_as, read_aside
 from memsoda_core.store.info import StoreInfo
-from memsoda_core.validation import Scope, ValidEpisode
+from memsoda_core.validation import Scope, ValidEpisode, ValidFact
 from memsoda_core.writing import inserts
 from memsoda_core.writing import reconcile_statements as sql_reconcile
+from memsoda_core.writing.decisions import UnorderedValueError
 from memsoda_core.writing.insert_rows import insert_rows
 from memsoda_core.writing.operation import lock_facts, write_facts
 
 
 @dataclass(frozen=True, kw_only=True)
 class Applied:
-    """What `apply_extraction` wrote: per fact-bearing operation its fact id, the (old, new) pairs
-    superseded, the facts ended, the episode."""
+    """What `apply_extraction` wrote: per fact-bearing operation written its fact id, the (old,
+    new) pairs superseded, the facts ended, the episode, and the operations the write rules
+    rejected (a value its relation's history cannot order, `UnorderedValueError`)."""
 
     added: tuple[int, ...]
     superseded: tuple[tuple[int, int], ...]
     ended: tuple[int, ...]
     episode_id: int | None
+    rejected: tuple[RejectedOperation, ...] = ()
 
 
 class SingleValuedChanged(Exception):
@@ -82,18 +86,23 @@ def apply_extraction(
     *,
     thread_id: str | None,
     episode: ValidEpisode | None,
+    on_invalid: str = "skip",
 ) -> Operation[Applied]:
     """Write `checked` in one transaction (the episode is embedded, and the changed facts' keys
     read, before it opens): one batch of the new facts (one embedding call) under the
     locks of their relations and of the facts they supersede or end, each target checked live
     once the locks are held (`NotLiveError` when another writer ended it since it was shown: then
     nothing is written), as is the scope's registry of single-valued predicates
-    (`SingleValuedChanged`), then the ends, the sources, and the episode."""
+    (`SingleValuedChanged`), then the ends, the sources, and the episode. An operation whose value
+    the relation's history cannot order (another value starts with it, stored or in the answer:
+    `UnorderedValueError`, raised before the batch writes anything) is rejected alone and the rest
+    planned again in the same transaction, or with `on_invalid="raise"` makes it raise
+    `ExtractionError` (nothing written)."""
     if not checked.operations and episode is None:
         return Applied(added=(), superseded=(), ended=(), episode_id=None)  # no statement, no transaction
     base = {"dataset": scope.dataset, "project": scope.project}
     writes = [c for c in checked.operations if c.fact is not None]
-    changes = [c for c in checked.operations if c.target is not None]
+    changes = [c for c in checked.operations if c.target is not None]  # `guard` reads it as it is then
     episode_vectors = (yield from embed_documents([episode.text])) if episode is not None else None
     keys: list[sql_sources.TargetKey] = []
     if changes:
@@ -119,12 +128,19 @@ def apply_extraction(
             verb = "supersede" if change.op == "supersede" else "invalidate"
             yield from check_live(info, scope, change.target, at=_end_at(change), verb=verb)
 
-    facts = [c.fact for c in writes if c.fact is not None]
-    if facts:
-        ids = yield from write_facts(info, scope, facts, None, standalone=True, also_lock=also, guard=guard)
-    else:
-        ids = []
-        yield from guard((yield from lock_facts(info, scope, [], also)).learned_at)
+    rejected: list[RejectedOperation] = []
+    while True:
+        facts = [c.fact for c in writes if c.fact is not None]
+        try:
+            ids = yield from _write(info, scope, facts, also, guard)
+            break
+        except UnorderedValueError as exc:
+            dropped = writes.pop(exc.position)
+            if dropped in changes:
+                changes.remove(dropped)
+            rejected.append(RejectedOperation(index=dropped.index, op=dropped.op, reason=str(exc)))
+            if on_invalid == "raise":
+                raise _refused(checked, rejected) from None
     new_id = {c.index: fact_id for c, fact_id in zip(writes, ids, strict=True)}
     ends = [
         Ending(c.target, _end_at(c), new_id.get(c.index))
@@ -139,7 +155,7 @@ def apply_extraction(
                 "ids": [e.fact_id for e in ends],
                 "ats": [e.at for e in ends],
                 "bys": [e.by for e in ends],
-                "expireds": [learned[0]] * len(ends),
+                "expireds": [learned[-1]] * len(ends),
             },
         )
     if writes:
@@ -156,7 +172,31 @@ def apply_extraction(
         superseded=tuple((e.fact_id, e.by) for e in ends if e.by is not None),
         ended=tuple(e.fact_id for e in ends if e.by is None),
         episode_id=episode_ids[0] if episode_ids else None,
+        rejected=tuple(rejected),
     )
+
+
+def _write(
+    info: StoreInfo,
+    scope: Scope,
+    facts: list[ValidFact],
+    also: list[tuple[str, str, str]],
+    guard: Callable[[datetime], Operation[None]],
+) -> Operation[list[int]]:
+    """The batch of `facts` (`write_facts`), or for none the locks of the facts changed (`also`);
+    `guard` runs once the locks are held. Taking them again after a rejected batch is harmless:
+    advisory locks taken twice in one transaction are held once more."""
+    if facts:
+        return (yield from write_facts(info, scope, facts, None, standalone=True, also_lock=also, guard=guard))
+    yield from guard((yield from lock_facts(info, scope, [], also)).learned_at)
+    return []
+
+
+def _refused(checked: CheckedExtraction, rejected: list[RejectedOperation]) -> ExtractionError:
+    """`remember`'s error for an answer with an operation the write rules rejected (`on_invalid="raise"`),
+    worded as `check_answer`'s."""
+    reasons = tuple(f"operation {r.index} ({r.op}): {r.reason}" for r in rejected)
+    return ExtractionError(f"{len(rejected)} of {checked.proposed} operations failed the write rules", rejected=reasons)
 
 
 def fact_sources(info: StoreInfo, scope: Scope, fact_id: int) -> Operation[list[FactSource]]:

@@ -8,7 +8,8 @@ from datetime import datetime
 from typing import Any
 
 from memsoda_core import limits
-from memsoda_core.errors import ConfigurationError, ExtractionError, LimitError, ValidationError
+from memsoda_core.checks import check_bool, check_int
+from memsoda_core.errors import ConfigurationError, ExtractionError, ValidationError
 from memsoda_core.learning.applying import Applied, apply_extraction
 from memsoda_core.learning.extractors import Extractor, as_extractor
 from memsoda_core.learning.messages import WindowMessage, check_messages, window_time
@@ -63,12 +64,10 @@ class RememberCall:
         chosen = as_extractor(extractor)
         if chosen is None:
             raise ConfigurationError("remember needs an extractor: pass Memory.open(extractor=...) or extractor=")
-        if isinstance(related, bool) or not isinstance(related, int) or not 0 <= related <= MAX_RELATED:
-            raise LimitError(f"related must be an int from 0 to {MAX_RELATED}, got {related!r}")
+        check_int(related, "related", low=0, high=MAX_RELATED)
         if on_invalid not in ON_INVALID:
             raise ValidationError(f"on_invalid must be one of {list(ON_INVALID)}, got {on_invalid!r}")
-        if not isinstance(summarize, bool):
-            raise ValidationError(f"summarize must be True or False, got {summarize!r}")
+        check_bool(summarize, "summarize")
         window = check_messages(messages)
         return cls(
             scope=check_scope(dataset, project),
@@ -118,7 +117,14 @@ class RememberCall:
 
     def apply(self, info: StoreInfo, checked: CheckedExtraction) -> Operation[Applied]:
         """The write of `checked`: one transaction, with its sources and the window's episode."""
-        return apply_extraction(info, self.scope, checked, thread_id=self.thread_id, episode=self.episode(checked))
+        return apply_extraction(
+            info,
+            self.scope,
+            checked,
+            thread_id=self.thread_id,
+            episode=self.episode(checked),
+            on_invalid=self.on_invalid,
+        )
 
     @staticmethod
     def result(request: ExtractionRequest, checked: CheckedExtraction, applied: Applied) -> RememberResult:
@@ -126,7 +132,7 @@ class RememberCall:
             added=applied.added,
             superseded=applied.superseded,
             ended=applied.ended,
-            rejected=checked.rejected,
+            rejected=tuple(sorted(checked.rejected + applied.rejected, key=lambda r: r.index)),
             shown=tuple(fact.id for fact in request.facts),
             episode_id=applied.episode_id,
         )

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from memsoda_core.checks import display, is_int
 from memsoda_core.errors import ExtractionError, ValidationError
 from memsoda_core.learning.messages import WindowMessage, content_words, quoted_message
 from memsoda_core.learning.schema import MODEL_FIELDS, OPERATIONS
 from memsoda_core.models import Fact, RejectedOperation
-from memsoda_core.validation import ValidFact, display, load_json, parse_time, validate_fact
+from memsoda_core.validation import ValidFact, load_json, parse_time, validate_fact
 
 SPEAKER_WORDS = frozenset({"i", "me", "myself", "user", "the user"})
 """Names a model may give the speaking user; each becomes the scope's user entity."""
@@ -114,7 +115,7 @@ def _fact(data: Any, user: str, now: datetime) -> ValidFact:
 
 def _target(data: Mapping[str, Any], shown: Mapping[int, Fact], seen: set[int]) -> int:
     fact_id = data.get("fact_id")
-    if isinstance(fact_id, bool) or not isinstance(fact_id, int):
+    if not is_int(fact_id):
         raise ValidationError(f"its fact_id must be the id of a shown fact, got {display(fact_id)}")
     if fact_id not in shown:
         raise ValidationError(f"fact {display(fact_id)} was not shown to the extractor")

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from memsoda_core import ops
+from memsoda_core.checks import check_bool, check_int
 from memsoda_core.errors import ValidationError
 from memsoda_core.memory_context import MemoryContext
 from memsoda_core.models import EpisodeInput, Fact, FactInput, FactPage
@@ -26,7 +27,7 @@ def add_facts_op(
     vectors: Sequence[Sequence[float]] | np.ndarray[Any, Any] | None,
 ) -> Operation[list[int]]:
     scope = check_scope(dataset, project)
-    return context.resizing(scope, ops.add_facts(context.info, scope, facts, vectors=vectors))
+    return context.growing(scope, ops.add_facts(context.info, scope, facts, vectors=vectors))
 
 
 def invalidate_op(context: MemoryContext, fact_id: int, dataset: str, project: str, at: Any) -> Operation[bool]:
@@ -37,7 +38,7 @@ def supersede_op(
     context: MemoryContext, fact_id: int, new_fact: FactInput | Mapping[str, Any], dataset: str, project: str
 ) -> Operation[int]:
     scope = check_scope(dataset, project)
-    return context.resizing(scope, ops.supersede(context.info, scope, fact_id, new_fact))
+    return context.growing(scope, ops.supersede(context.info, scope, fact_id, new_fact))
 
 
 def add_episodes_op(
@@ -67,9 +68,8 @@ def set_single_valued_op(
     context: MemoryContext, predicates: Sequence[str], dataset: str, project: str, single_valued: Any
 ) -> Operation[list[str]]:
     scope = check_scope(dataset, project)
-    if not isinstance(single_valued, bool):
-        raise ValidationError(f"single_valued must be True or False, got {single_valued!r}")
-    return ops.set_single_valued(context.info, scope, check_predicates(predicates), single_valued)
+    flag = check_bool(single_valued, "single_valued")
+    return ops.set_single_valued(context.info, scope, check_predicates(predicates), flag)
 
 
 def single_valued_op(context: MemoryContext, dataset: str, project: str) -> Operation[list[str]]:
@@ -88,12 +88,10 @@ IMPORT_ON_ERROR = ("raise", "skip")
 
 
 def check_import_args(on_error: str, batch_size: int, rebuild_index: bool | None) -> None:
-    if rebuild_index is not None and not isinstance(rebuild_index, bool):
-        raise ValidationError(f"rebuild_index must be True, False or None, got {rebuild_index!r}")
+    check_bool(rebuild_index, "rebuild_index", or_none=True)
     if on_error not in IMPORT_ON_ERROR:
         raise ValidationError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-    if not 1 <= batch_size <= 10_000:
-        raise ValidationError(f"batch_size must be between 1 and 10000, got {batch_size}")
+    check_int(batch_size, "batch_size", low=1, high=10_000)
 
 
 def import_op(

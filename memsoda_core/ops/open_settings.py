@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from memsoda_core.checks import CONFIGURATION, check_int
 from memsoda_core.embedders import Embedder
 from memsoda_core.embedders.choice import EXPLICIT, build, choose
 from memsoda_core.embedders.openai import OpenAIEmbedder
@@ -38,11 +39,7 @@ def check_open_args(
         )
     if layout is not None and layout not in OPENED_WITH:
         raise ConfigurationError(f"layout must be one of {', '.join(OPENED_WITH)} or None, got {layout!r}")
-    if tenant_index_min_facts is not None:
-        if isinstance(tenant_index_min_facts, bool) or not isinstance(tenant_index_min_facts, int):
-            raise ConfigurationError("tenant_index_min_facts must be an int or None")
-        if tenant_index_min_facts < 1:
-            raise ConfigurationError("tenant_index_min_facts must be at least 1")
+    check_int(tenant_index_min_facts, "tenant_index_min_facts", low=1, or_none=True, errors=CONFIGURATION)
     return check_schema_name(schema)
 
 
@@ -86,13 +83,6 @@ def open_settings(
     except BaseException:
         release_target(target)
         raise
-
-
-def check_flag(value: Any, name: str) -> bool:
-    """`value` when it is a bool, else ConfigurationError naming `name`."""
-    if not isinstance(value, bool):
-        raise ConfigurationError(f"{name} must be True or False, got {type(value).__name__}")
-    return value
 
 
 def close_built(embedder: Embedder | None) -> None:

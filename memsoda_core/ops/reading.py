@@ -7,7 +7,8 @@ from datetime import datetime
 from typing import Any
 
 from memsoda_core import limits
-from memsoda_core.errors import LimitError, NotFoundError, ValidationError
+from memsoda_core.checks import check_int
+from memsoda_core.errors import NotFoundError, ValidationError
 from memsoda_core.models import Fact, FactPage
 from memsoda_core.runner.steps import Operation, execute, execute_as, outside_transaction
 from memsoda_core.store import fact_reads as sql_reads
@@ -41,8 +42,7 @@ def check_list_args(subject: Any, predicate: Any, entity: Any, status: Any, limi
     """The filters of `list_facts`, checked and normalized (names as they are stored)."""
     if status not in sql_reads.STATUSES:
         raise ValidationError(f"status must be one of {list(sql_reads.STATUSES)}, got {status!r}")
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
-        raise LimitError(f"limit must be an int between 1 and {MAX_PAGE}, got {limit!r}")
+    check_int(limit, "limit", low=1, high=MAX_PAGE)
     if after is not None:
         check_fact_id(after)
     return {
@@ -92,14 +92,26 @@ def set_single_valued(
     `forget` takes them: the writes in flight commit under the registry they locked by, and the
     registry holds still while a writer holds its locks (`learning.applying.check_single_valued`)."""
     params = {"dataset": scope.dataset, "project": scope.project, "predicates": list(predicates)}
-    # lock_scope finds the scope's locks through its row: a scope never written gets it first, committed
-    # on its own (a row this transaction held would close a wait cycle with a first write's count bump)
-    yield from outside_transaction(sql_write.ensure_scope(info.schema), params)
-    yield from hold_dataset(info, scope)
-    yield from execute(sql_reconcile.lock_scope(info.schema), {**params, "schema": info.schema})
+    if not (yield from _lock_scope(info, scope, params)):
+        # lock_scope finds the scope's locks through its row: a scope never written gets it first, committed
+        # on its own (a row this transaction held would close a wait cycle with a first write's count bump).
+        # Only then: a step outside the transaction keeps the runner from running the operation again when
+        # it loses a wait cycle (with a writer that locks its relation late, `late_relations`).
+        yield from outside_transaction(sql_write.ensure_scope(info.schema), params)
+        yield from _lock_scope(info, scope, params)
     change = sql_reconcile.add_single_valued if single_valued else sql_reconcile.remove_single_valued
     yield from execute(change(info.schema), params)
     return (yield from single_valued_predicates(info, scope))
+
+
+def _lock_scope(info: StoreInfo, scope: Scope, params: dict[str, Any]) -> Operation[int]:
+    """What the layout holds of the dataset, then every lock of the scope (`lock_scope`); how many
+    it took: none when the scope has no row."""
+    yield from hold_dataset(info, scope)
+    (locked,) = yield from execute_as(
+        sql_reconcile.Locked, sql_reconcile.lock_scope(info.schema), {**params, "schema": info.schema}
+    )
+    return locked.locks
 
 
 def single_valued_predicates(info: StoreInfo, scope: Scope) -> Operation[list[str]]:

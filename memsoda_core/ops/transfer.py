@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from memsoda_core import limits
+from memsoda_core.checks import check_int, display
 from memsoda_core.errors import (
     ImportFormatError,
     ValidationError,
@@ -29,8 +30,6 @@ from memsoda_core.validation import (
     Scope,
     ValidEpisode,
     ValidFact,
-    check_int,
-    display,
     load_json,
     validate_episode,
     validate_facts,

@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from memsoda_core.checks import check_int, check_number
 from memsoda_core.embedders import check_vectors
 from memsoda_core.embedders.protocol import Vector
-from memsoda_core.errors import ConfigurationError, EmbeddingError, LimitError, ValidationError
+from memsoda_core.errors import ConfigurationError, EmbeddingError, ValidationError
 from memsoda_core.learning.call import Related, RememberCall
 from memsoda_core.memory_context import MemoryContext
 from memsoda_core.models import IncludeOption, RecallResult
@@ -118,11 +119,9 @@ def profile_op(
 ) -> Operation[Profile]:
     scope = check_scope(dataset, project)
     name = check_entity_name(subject)
-    if isinstance(max_facts, bool) or not isinstance(max_facts, int) or not 1 <= max_facts <= MAX_PROFILE_FACTS:
-        raise LimitError(f"max_facts must be an int between 1 and {MAX_PROFILE_FACTS}, got {max_facts!r}")
+    check_int(max_facts, "max_facts", low=1, high=MAX_PROFILE_FACTS)
     floor = context.options.min_confidence if min_confidence is None else min_confidence
-    if isinstance(floor, bool) or not isinstance(floor, int | float) or not 0.0 <= floor <= 1.0:
-        raise ValidationError(f"min_confidence must be a number between 0 and 1, got {min_confidence!r}")
+    check_number(floor, "min_confidence", low=0.0, high=1.0)
     return standing_profile(
         context.info, scope, subject=name, max_facts=max_facts, min_confidence=float(floor), at=context.now()
     )

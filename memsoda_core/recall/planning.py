@@ -6,15 +6,16 @@ of prepared statements and their kept plan. A scope with its own partial indexes
 naming it where those indexes must match, run on their generic plans; a plan shared with other
 scopes could not use them (bench/RESULTS.md, "Kept plans"). See docs/ARCHITECTURE.md, "Plans and pools".
 
-The size is read once (a primary-key lookup) and remembered for `SCOPE_SIZE_TTL_S`; writes through
-the same store forget it. A size out of date is never wrong SQL, both kinds of statement mean the
-same: a scope that just crossed the threshold is then searched exactly instead of through its
-(approximate) HNSW, more slowly; one that shrank below it runs its own statements.
+The size is read once (a primary-key lookup) and remembered for `SCOPE_SIZE_TTL_S`; a write through
+the same store sets it to the count the write left (`ScopeSizes.grow`), or forgets it. A size out of
+date is never wrong SQL, both kinds of statement mean the same: a scope that just crossed the
+threshold is then searched exactly instead of through its (approximate) HNSW, more slowly; one
+that shrank below it runs its own statements.
 
 Where a scope's shards are on Citus (`ScopeSize.shards`) is remembered apart, for
-`SHARD_PLACE_TTL_S`: a write changes the scope's size, not its place, so the recall after a write
-reads the size alone. A place out of date is found by the read it sends there (`layouts.shards`),
-which then forgets it."""
+`SHARD_PLACE_TTL_S`: a write changes the scope's size, not its place, so a recall after a write
+that forgot the size reads the size alone. A place out of date is found by the read it sends there
+(`layouts.shards`), which then forgets it."""
 
 from __future__ import annotations
 
@@ -46,6 +47,16 @@ class ScopeSizes(ScopeMemo[ScopeSize]):
         super().put(scope, value)
         if value.shards is not None and value.shards != self._places.get(scope):  # trusted from its read
             self._places.put(scope, value.shards)
+
+    def grow(self, scope: Scope, facts: int, threshold: int) -> None:
+        """`scope` holds `facts` now (a write through this store read it as it counted them): its
+        remembered size says so, unless the count crossed `threshold`, the tenant-index threshold
+        (its statements change then, and on a partitioned store its place): then it is read again."""
+
+        def grown(size: ScopeSize) -> ScopeSize | None:
+            return size._replace(facts=facts) if (size.facts >= threshold) == (facts >= threshold) else None
+
+        self.update(scope, grown)
 
     def place(self, scope: Scope) -> ShardPlace | None:
         """Where `scope`'s shards were last read to be (None: not known)."""

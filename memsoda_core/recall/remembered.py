@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from memsoda_core.validation import Scope
@@ -41,6 +42,20 @@ class ScopeMemo(Generic[V]):
             self._items.move_to_end(scope)
             while len(self._items) > self._size:
                 self._items.popitem(last=False)
+
+    def update(self, scope: Scope, change: Callable[[V], V | None]) -> None:
+        """Replace what is remembered of `scope` by `change` of it (None: drop it), trusted no longer
+        than before: a write's report corrects a value, it does not read it again."""
+        with self._lock:
+            item = self._items.get(scope)
+            if item is None:
+                return
+            value, expires = item
+            changed = change(value) if time.monotonic() < expires else None
+            if changed is None:
+                del self._items[scope]
+            else:
+                self._items[scope] = (changed, expires)
 
     def forget(self, scope: Scope) -> None:
         """Drop what is known of `scope` (it was just written to)."""

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import groupby
 
+from memsoda_core.checks import CONFIGURATION, check_int
 from memsoda_core.embedders.protocol import Vector
 from memsoda_core.errors import ConfigurationError, LayoutChangedError, StoreBusyError
 from memsoda_core.layouts.ddl import index_ddl
@@ -77,8 +78,7 @@ class ReembedReport:
 
 
 def check_reembed_args(model: str, dimensions: int, batch_size: int) -> None:
-    if not 1 <= batch_size <= MAX_BATCH_SIZE:
-        raise ConfigurationError(f"batch_size must be between 1 and {MAX_BATCH_SIZE}, got {batch_size}")
+    check_int(batch_size, "batch_size", low=1, high=MAX_BATCH_SIZE, errors=CONFIGURATION)
     check_index_dimensions(model, dimensions)
 
 

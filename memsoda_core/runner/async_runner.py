@@ -66,6 +66,7 @@ from memsoda_core.runner.steps import (
     ReadAside,
     ReadOnNode,
     Synthesize,
+    Wrote,
 )
 from memsoda_core.runner.target import Target
 from memsoda_core.store.info import StoreInfo
@@ -403,6 +404,8 @@ class AsyncRunner:
                 case Progress():
                     if advance is not None:
                         advance(request.done)
+                case Wrote():  # a write run without `steps.reported` around it: nothing remembers
+                    pass
                 case Concurrently() | ReadAside() | EmbedQuery() | EmbedDocuments() | Synthesize():
                     raise RuntimeError(f"{type(request).__name__} needs an open store")
                 case _:

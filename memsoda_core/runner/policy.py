@@ -16,8 +16,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from memsoda_core.checks import CONFIGURATION, check_int, check_number
 from memsoda_core.errors import (
-    ConfigurationError,
     MemsodaError,
     ReadOnlyStoreError,
     StoreBusyError,
@@ -190,10 +190,8 @@ def pool_exhausted(pool_timeout: float, in_use: int, pool_size: int) -> StoreUna
 
 
 def check_pool_args(pool_size: Any, pool_timeout: Any) -> None:
-    if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
-        raise ConfigurationError(f"pool_size must be an int of at least 1, got {pool_size!r}")
-    if isinstance(pool_timeout, bool) or not isinstance(pool_timeout, int | float) or not pool_timeout > 0:
-        raise ConfigurationError(f"pool_timeout must be a positive number of seconds, got {pool_timeout!r}")
+    check_int(pool_size, "pool_size", low=1, errors=CONFIGURATION)
+    check_number(pool_timeout, "pool_timeout", positive=True, finite=False, unit="seconds", errors=CONFIGURATION)
 
 
 BUSY_SQLSTATES = {

@@ -20,6 +20,7 @@ from psycopg.rows import RowFactory, class_row, tuple_row
 
 from memsoda_core.embedders.protocol import Vector
 from memsoda_core.runner.compiled import Compiled
+from memsoda_core.scope_growth import Growth
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -162,6 +163,14 @@ class Progress:
     done: int
 
 
+@dataclass(frozen=True)
+class Wrote:
+    """Report what a write did to its scope, for what the memory remembers of it; answered by
+    `reported` around the write, else by the runner. Reply: None."""
+
+    growth: Growth
+
+
 Request = (
     Execute
     | Concurrently
@@ -175,6 +184,7 @@ Request = (
     | Synthesize
     | Emit
     | Progress
+    | Wrote
 )
 Operation = Generator[Request, Any, T]
 """An operation: yields requests, receives their replies, returns T."""
@@ -260,3 +270,29 @@ def emit(lines: Sequence[str]) -> Operation[None]:
 def progress(done: int) -> Operation[None]:
     """Report progress to the caller."""
     yield Progress(done)
+
+
+def wrote(growth: Growth) -> Operation[None]:
+    """Report what the write did to its scope."""
+    yield Wrote(growth)
+
+
+def reported(op: Operation[T]) -> Operation[tuple[T, list[Growth]]]:
+    """`op`, whose `Wrote` reports are answered here: its result, and its reports in order. Every
+    other request goes on to the runner, and the runner's reply (or error) back to `op`."""
+    growths: list[Growth] = []
+    reply: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            request = op.throw(error) if error is not None else op.send(reply)
+        except StopIteration as stop:
+            return stop.value, growths
+        reply, error = None, None
+        if isinstance(request, Wrote):
+            growths.append(request.growth)
+            continue
+        try:
+            reply = yield request
+        except BaseException as exc:  # thrown in by the runner (an embedder's error), or closing
+            error = exc

@@ -97,10 +97,11 @@ Node = tuple[str, int]
 
 
 def node_conninfo(dsn: str, node: Node) -> str:
-    """`dsn` (user, database, password, options...) at `node`'s address instead of its own."""
+    """`dsn` (user, database, password, options...) at `node`'s address instead of its own. Its
+    `hostaddr` is set empty: libpq takes a parameter left out from `PGHOSTADDR` or the DSN's
+    `service=` file, whose address (the coordinator's) would win over the node's host."""
     params = conninfo_to_dict(dsn)
-    params.pop("hostaddr", None)
-    params["host"], params["port"] = node[0], str(node[1])
+    params["host"], params["port"], params["hostaddr"] = node[0], str(node[1]), ""
     return make_conninfo("", **params)
 
 

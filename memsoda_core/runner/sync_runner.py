@@ -61,6 +61,7 @@ from memsoda_core.runner.steps import (
     ReadAside,
     ReadOnNode,
     Synthesize,
+    Wrote,
 )
 from memsoda_core.runner.sync_pool import Node, NodePools, Pool, PooledConnection, check, configure, filled, probe
 from memsoda_core.runner.target import Target
@@ -397,6 +398,8 @@ class Runner:
                 case Progress():
                     if advance is not None:
                         advance(request.done)
+                case Wrote():  # a write run without `steps.reported` around it: nothing remembers
+                    pass
                 case Concurrently() | ReadAside() | EmbedQuery() | EmbedDocuments() | Synthesize():
                     raise RuntimeError(f"{type(request).__name__} needs an open store")
                 case _:

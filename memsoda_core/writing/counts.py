@@ -74,11 +74,12 @@ class CountDeltas:
         self.facts += other.facts
 
 
-def bump_counts(info: StoreInfo, scope: Scope, deltas: CountDeltas) -> Operation[None]:
+def bump_counts(info: StoreInfo, scope: Scope, deltas: CountDeltas) -> Operation[int | None]:
     """Add `deltas` to the scope's counts, each set of rows in a fixed order (entities by name,
-    lexemes, then the scope), so two writers wait for each other instead of deadlocking."""
+    lexemes, then the scope), so two writers wait for each other instead of deadlocking. Returns
+    the scope's fact count after it (None: `deltas` add no fact, nothing is bumped)."""
     if not deltas.facts:
-        return
+        return None
     base = {"dataset": scope.dataset, "project": scope.project}
     names = sorted(deltas.types)
     bumped = yield from insert_rows(
@@ -101,4 +102,5 @@ def bump_counts(info: StoreInfo, scope: Scope, deltas: CountDeltas) -> Operation
             inserts.LEXEMES,
             {**base, "lexemes": lexemes, "counts": [deltas.lexemes[lexeme] for lexeme in lexemes]},
         )
-    yield from execute(sql_write.bump_scope(info.schema), {**base, "delta": deltas.facts})
+    ((facts,),) = yield from execute(sql_write.bump_scope(info.schema), {**base, "delta": deltas.facts})
+    return int(facts)

@@ -14,8 +14,9 @@ The rules, for every path that writes facts (`add_facts`, `supersede`, `import_j
   ended value's end moves earlier and memory keeps the time it first learned it ended. A value
   that never comes back is not revived: a value with its own end leaves the time after it empty.
   A new value equal to the one holding at its start (or starting with it) resolves to that fact;
-  another value starting at the same instant cannot be ordered: `IntervalError`. An equal write
-  with an earlier start moves the live fact's start back over time no other value holds only.
+  another value starting at the same instant cannot be ordered: `UnorderedValueError` (an
+  `IntervalError`). An equal write with an earlier start moves the live fact's start back over
+  time no other fact of the relation holds only (an ended run of its own value included).
 - Inside one batch, the same rules hold between earlier and later inputs.
 
 Time. A fact with no start (`valid_at` None) is true for as long as memory knows: it is the
@@ -23,7 +24,7 @@ earliest start, so an equal write without one makes the stored fact's start unkn
 value without a start that ends a live one starts when memory learns it (`learned`, the write's
 time after its locks), and the old value ends then: no `as_of` sees both; so does one of a
 relation that has only ended values (no earlier time is free of them). Two values without a
-start of one single-valued relation in one batch cannot be ordered: `IntervalError`. A fact
+start of one single-valued relation in one batch cannot be ordered: `UnorderedValueError`. A fact
 with `starts_when_learned` (a `supersede` without `valid_at`) starts at `learned` too.
 """
 
@@ -38,6 +39,16 @@ from typing import Literal, NamedTuple
 from memsoda_core.errors import IntervalError
 from memsoda_core.validation import ValidFact
 from memsoda_core.writing.reconcile_statements import Met
+
+
+class UnorderedValueError(IntervalError):
+    """A value of a single-valued relation the batch cannot place: another value starts at the same
+    instant, or two values of the batch have no start. `position` is the input's (0-based) index,
+    so a caller that may drop inputs (`remember`) can reject that one alone and plan the rest."""
+
+    def __init__(self, message: str, *, position: int) -> None:
+        super().__init__(message)
+        self.position = position
 
 
 class Ref(NamedTuple):
@@ -154,14 +165,16 @@ def plan_batch(
             equal_row = next((row for row in stored if row.same and batch.end_of(row) is None), None)
             if equal_row is not None and equal_row.id is not None:
                 if head.single_valued:
-                    fact = _start_over_free_time(fact, equal_row.valid_at, batch.spans(plan, stored, head))
+                    history = batch.spans(plan, stored, head)
+                    fact = _start_over_free_time(fact, old(equal_row.id), equal_row.valid_at, history)
                 _merge_into(plan, equal_row.id, fact, repeat)
                 plan.resolved.append(old(equal_row.id))
                 continue
             if head.value in batch.live_values:
                 kept = plan.inserts[batch.live_values[head.value]]
                 if head.single_valued:
-                    fact = _start_over_free_time(fact, kept.valid_at, batch.spans(plan, stored, head))
+                    holder = new(batch.live_values[head.value])
+                    fact = _start_over_free_time(fact, holder, kept.valid_at, batch.spans(plan, stored, head))
                 _fold_into_insert(plan, batch.live_values[head.value], fact, repeat, replacing)
                 plan.resolved.append(new(batch.live_values[head.value]))
                 continue
@@ -169,8 +182,8 @@ def plan_batch(
         if head.single_valued:
             spans = batch.spans(plan, stored, head)
             if fact.valid_at is None and fact.invalid_at is None and spans:
-                fact = _start_when_learned(fact, batch.timeless_open(plan, head.relation), learned)
-            same = _same_value_at_start(spans, fact)
+                fact = _start_when_learned(fact, batch.timeless_open(plan, head.relation), learned, position)
+            same = _same_value_at_start(spans, fact, position)
             if same is not None:
                 _resolve_to(plan, same, fact, repeat if fact.invalid_at is None else 0)
                 continue
@@ -238,11 +251,12 @@ class _Batch:
             self.timeless.add(index)
 
 
-def _start_over_free_time(fact: ValidFact, live_start: datetime | None, spans: Sequence[_Span]) -> ValidFact:
-    """An equal write moves the live fact's start (`live_start`) earlier over time no other value
-    of the relation holds: at most to the latest end of those that began before it."""
+def _start_over_free_time(fact: ValidFact, live: Ref, live_start: datetime | None, spans: Sequence[_Span]) -> ValidFact:
+    """An equal write moves the live fact `live`'s start (`live_start`) earlier over time no other
+    fact of the relation holds: at most to the latest end of those that began before it. An ended
+    run of the same value counts: moved over it, the value would hold twice at once."""
     begins = _key(live_start)
-    taken = [min(span.end or begins, begins) for span in spans if not span.same and _key(span.start) < begins]
+    taken = [min(span.end or begins, begins) for span in spans if span.ref != live and _key(span.start) < begins]
     floor = max(taken, default=None)
     if floor is None or _key(fact.valid_at) >= floor:
         return fact
@@ -275,14 +289,15 @@ def _learned_start(fact: ValidFact, learned: datetime) -> ValidFact:
     return dataclasses.replace(fact, valid_at=learned)
 
 
-def _start_when_learned(fact: ValidFact, timeless_open: bool, learned: datetime) -> ValidFact:
+def _start_when_learned(fact: ValidFact, timeless_open: bool, learned: datetime, position: int) -> ValidFact:
     """A new value without a start of a relation that has a history starts at `learned` (there is
     no earlier place for it that no other value holds); two such values of one relation in the
-    batch have no order."""
+    batch have no order (input `position`, 1-based, is the second)."""
     if timeless_open:
-        raise IntervalError(
+        raise UnorderedValueError(
             f"{fact.subject} {fact.predicate} holds one value at a time and this write gives it two values "
-            "without valid_at; give them valid_at, or write them one after the other"
+            "without valid_at; give them valid_at, or write them one after the other",
+            position=position - 1,
         )
     return dataclasses.replace(fact, valid_at=learned)
 
@@ -300,19 +315,20 @@ def _holds(span: _Span, at: datetime | None) -> bool:
     return _key(span.start) < _key(at) and (span.end is None or _key(at) < span.end)
 
 
-def _same_value_at_start(spans: Sequence[_Span], fact: ValidFact) -> _Span | None:
-    """The fact of the history that already says what `fact` says from its start: one of its value
-    that starts with it, or (for an open input) holds at its start. Another value starting with it
-    cannot be ordered: `IntervalError`."""
+def _same_value_at_start(spans: Sequence[_Span], fact: ValidFact, position: int) -> _Span | None:
+    """The fact of the history that already says what `fact` (input `position`, 1-based) says from
+    its start: one of its value that starts with it, or (for an open input) holds at its start.
+    Another value starting with it cannot be ordered: `UnorderedValueError`."""
     for span in spans:
         if _key(span.start) != _key(fact.valid_at):
             continue
         if span.same:
             return span
         start = "an unknown start" if fact.valid_at is None else fact.valid_at.isoformat()
-        raise IntervalError(
+        raise UnorderedValueError(
             f"{fact.subject} {fact.predicate} holds one value at a time and already has another "
-            f"starting at {start}; give the new value another valid_at"
+            f"starting at {start}; give the new value another valid_at",
+            position=position - 1,
         )
     if fact.invalid_at is None:
         return next((span for span in spans if span.same and _holds(span, fact.valid_at)), None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -18,7 +18,8 @@ from memsoda_core.errors import (
 from memsoda_core.layouts import layout_of
 from memsoda_core.models import FactInput
 from memsoda_core.ops.maintenance import ensure_tenant_indexes, refresh_statistics, statistics_stale
-from memsoda_core.runner.steps import Operation, embed_documents, execute, execute_as, read_aside
+from memsoda_core.runner.steps import Operation, embed_documents, execute, execute_as, read_aside, wrote
+from memsoda_core.scope_growth import Growth, LatestFact
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.validation import (
     Scope,
@@ -116,17 +117,20 @@ def write_facts(
         embedded = (yield from embed_documents(texts + new_names)) if texts or new_names else []
         fact_vectors = [given[i] for i in plan.sources] if given is not None else embedded[: len(texts)]
         new_vectors = dict(zip(new_names, embedded[len(texts) :], strict=True))
-    fact_ids: list[int] = []
-    deltas = CountDeltas()
+    inserted = Inserted(ids=[], deltas=CountDeltas(), latest=())
     if rows:
-        fact_ids, deltas = yield from _insert_new(
+        inserted = yield from _insert_new(
             info, scope, rows, plan.seen, fact_vectors, entity_ids, new_vectors, learned, item_owned
         )
+    fact_ids, deltas = inserted.ids, inserted.deltas
+    if rows:
         deltas.types = dict(zip(entities.names, entities.types, strict=True))
         deltas.touches = Counter(dict(zip(entities.names, entities.touches, strict=True)))
     yield from apply_plan(info, scope, plan, fact_ids, learned, item_owned=item_owned)
     if counts is None:
-        yield from bump_counts(info, scope, deltas)
+        facts_after = yield from bump_counts(info, scope, deltas)
+        restated = tuple((fact_id, merge.repeats) for fact_id, merge in sorted(plan.merges.items()) if merge.repeats)
+        yield from wrote(Growth(facts=facts_after, added=inserted.latest, restated=restated))
     else:
         counts.add(deltas)
     return [fact_ids[ref.number] if ref.kind == "new" else ref.number for ref in plan.resolved]
@@ -243,6 +247,15 @@ def apply_plan(
         )
 
 
+class Inserted(NamedTuple):
+    """What `_insert_new` inserted: the facts' ids (ascending, in input order), what they add to
+    the scope's counts, and the facts as the scope's statistics count them."""
+
+    ids: list[int]
+    deltas: CountDeltas
+    latest: tuple[LatestFact, ...]
+
+
 def _insert_new(
     info: StoreInfo,
     scope: Scope,
@@ -253,7 +266,7 @@ def _insert_new(
     new_vectors: dict[str, Vector],
     learned: datetime,
     item_owned: bool,
-) -> Operation[tuple[list[int], CountDeltas]]:
+) -> Operation[Inserted]:
     """Insert the entities `facts` need that `entity_ids` lacks, then the facts (learned at
     `learned`; items' own or not) and their links."""
     base = {"dataset": scope.dataset, "project": scope.project}
@@ -299,7 +312,8 @@ def _insert_new(
         inserts.FACTS,
         {**base, **inserts.FACTS.params(new), "learned_at": learned, "item_owned": item_owned},
     )
-    fact_ids = sorted(int(row.id) for row in inserted)
+    ordered = sorted(inserted, key=lambda row: int(row.id))  # the input's order
+    fact_ids = [int(row.id) for row in ordered]
     lexeme_counts = Counter(lexeme for row in inserted for lexeme in row.lexemes)
     links = [
         (fact_id, entity_ids[name], roles)
@@ -323,7 +337,11 @@ def _insert_new(
         )
         if statistics_stale(int(pages.analyzed), int(pages.current)):
             yield from refresh_statistics(info)
-    return fact_ids, CountDeltas(lexemes=lexeme_counts, facts=len(fact_ids))
+    latest = tuple(
+        LatestFact(id=fact_id, subject_id=row.subject_id, lexemes=len(fact.lexemes), times_seen=row.seen)
+        for fact_id, fact, row in zip(fact_ids, ordered, new, strict=True)
+    )
+    return Inserted(ids=fact_ids, deltas=CountDeltas(lexemes=lexeme_counts, facts=len(fact_ids)), latest=latest)
 
 
 def add_facts(

@@ -66,11 +66,13 @@ class InsertedFact:
 
 
 def bump_scope(schema: str) -> sql.Composed:
-    """Add `delta` to the scope's fact count, creating the scope row on its first write."""
+    """Add `delta` to the scope's fact count, creating the scope row on its first write; returns
+    the count after it (the row is locked until commit, so no other write changes it before)."""
     return tenant_statement(
         """INSERT INTO {s}.scopes AS sc (dataset, project, fact_count)
            VALUES (%(dataset)s, %(project)s, %(delta)s)
-           ON CONFLICT (dataset, project) DO UPDATE SET fact_count = sc.fact_count + EXCLUDED.fact_count""",
+           ON CONFLICT (dataset, project) DO UPDATE SET fact_count = sc.fact_count + EXCLUDED.fact_count
+           RETURNING sc.fact_count""",
         schema,
     )
 

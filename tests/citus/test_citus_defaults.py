@@ -19,7 +19,7 @@ from pgvector.psycopg import register_vector
 from memsoda_core import LocalEmbedder, Memory, MemsodaError, RecallOptions, ScopeArgs
 from memsoda_core.distributed import distribute
 from memsoda_core.layouts.shards import place_params, place_statement
-from memsoda_core.recall.scope_stats import stats_statement
+from memsoda_core.recall.scope_stats import sample_statement
 from memsoda_core.runner.policy import PREPARE_ONLY_WHEN_ASKED
 from tests.citus.test_citus import FACTS, check_routing, new_scope, plans, statements_sent
 
@@ -61,7 +61,7 @@ def _recall_statements(memory: Memory, scope: ScopeArgs, dsn: str) -> list[tuple
         assert memory.recall("where does Maya work?", **scope).facts
         assert memory.recall(None, **scope).facts
     texts = [(q if isinstance(q, str) else q.as_string(None), params) for q, params in sent]
-    statistics = stats_statement(memory.info.schema).as_string(None)
+    statistics = sample_statement(memory.info.schema).as_string(None)
     return [
         (text, params)
         for text, params in texts
@@ -231,19 +231,48 @@ def test_a_scope_whose_shards_moved_is_read_where_they_are(worker_memory: Memory
     assert sent.elsewhere and all(any(shard in text for shard in new) for text, _, _ in sent.elsewhere)
 
 
-def test_the_recall_after_a_write_reads_the_size_again_not_the_place(worker_memory: Memory, cluster: Cluster) -> None:
-    """A write makes the memory forget the scope's size, not where its shards are: the agent's next
-    recall sends one statement to the coordinator (the size) and reads its hits on the worker."""
+def test_the_recall_after_a_write_is_read_on_the_worker_alone(worker_memory: Memory, cluster: Cluster) -> None:
+    """A write tells the memory the scope's new size and latest facts and keeps where its shards
+    are: the agent's next recall sends nothing to the coordinator. A write that deletes makes it
+    read the size (and the sample) again, not the place."""
     scope = new_scope()
     worker_memory.add_facts(FACTS, **scope)
-    assert worker_memory.recall("where does Maya work?", **scope).facts  # size and place read
+    assert worker_memory.recall("where does Maya work?", **scope).facts  # size, sample and place read
     worker_memory.add_facts([{"subject": "Maya", "predicate": "likes", "object": "tea"}], **scope)
     with statements_sent(cluster.dsn) as sent:
         assert worker_memory.recall("what does Maya like?", **scope).facts
-    texts = [text if isinstance(text, str) else text.as_string(None) for text, _ in sent]
+    assert _besides_layout_checks(sent) == []
+    assert [port for text, _, port in sent.elsewhere if isinstance(text, str) and text.lstrip().startswith("WITH")]
+    worker_memory.forget(**scope, entity="tea")
+    with statements_sent(cluster.dsn) as sent:
+        assert worker_memory.recall("what does Maya like?", **scope).facts
+    texts = _besides_layout_checks(sent)
     assert not any("pg_dist_placement" in text for text in texts)
     assert any("fact_count" in text for text in texts)  # its size
     assert [port for text, _, port in sent.elsewhere if isinstance(text, str) and text.lstrip().startswith("WITH")]
+
+
+def test_a_worker_without_the_metadata_is_not_read(worker_memory: Memory, cluster: Cluster) -> None:
+    """Where a worker holds no synced copy of Citus's metadata (the guard's), its scopes are read
+    through the coordinator from the start, not tried and failed at every recall."""
+    scope = new_scope()
+    worker_memory.add_facts(FACTS, **scope)
+    with psycopg.connect(cluster.dsn) as conn:
+        rows = conn.execute(place_statement(SCHEMA), place_params(scope["dataset"])).fetchall()
+    ((host, port),) = {(row[3], row[4]) for row in rows}
+    with psycopg.connect(cluster.dsn, autocommit=True) as conn:
+        conn.execute("SELECT stop_metadata_sync_to_node(%s, %s)", (host, port))
+        try:
+            worker_memory._context.scope_sizes.forget_all()
+            with statements_sent(cluster.dsn) as sent:
+                assert worker_memory.recall("where does Maya work?", **scope).facts
+            assert sent.elsewhere == []
+        finally:
+            conn.execute("SELECT start_metadata_sync_to_node(%s, %s)", (host, port))
+    worker_memory._context.scope_sizes.forget_all()
+    with statements_sent(cluster.dsn) as sent:
+        assert worker_memory.recall("where does Maya work?", **scope).facts
+    assert sent.elsewhere  # synced again: read there
 
 
 def test_a_recall_that_rightly_finds_nothing_is_answered_on_the_worker(worker_memory: Memory, cluster: Cluster) -> None:

@@ -1,0 +1,95 @@
+"""A write through a memory updates what it remembers of the scope (its size, its latest facts)
+from what the write reports, exactly as a read after it would give, so the next recall reads
+neither again (`MemoryContext.growing`)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.rows import class_row
+
+from memsoda_core import Memory, ScopeArgs
+from memsoda_core.embedders.local import LocalEmbedder
+from memsoda_core.recall.scope_stats import SAMPLE_FACTS, ScopeSample, sample_of, sample_statement
+from memsoda_core.scope_growth import LatestFact
+from memsoda_core.validation import Scope
+from tests.conftest import Either
+
+THRESHOLD = 20
+
+
+@pytest.fixture
+def schema(pg_dsn: str) -> Iterator[str]:
+    """A schema of its own, dropped at the end."""
+    name = f"memsoda_growth_{uuid.uuid4().hex[:8]}"
+    yield name
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+def facts(first: int, count: int) -> list[dict[str, str]]:
+    return [
+        {"subject": "Maya", "predicate": "noted", "object": f"a long note number {n} about the garden and its plants"}
+        for n in range(first, first + count)
+    ]
+
+
+def read_sample(dsn: str, schema: str, scope: ScopeArgs) -> ScopeSample:
+    with psycopg.connect(dsn) as conn, conn.cursor(row_factory=class_row(LatestFact)) as cursor:
+        rows = cursor.execute(sample_statement(schema), {**scope, "sample_facts": SAMPLE_FACTS}).fetchall()
+    return sample_of(rows)
+
+
+def read_count(dsn: str, schema: str, scope: ScopeArgs) -> int:
+    with psycopg.connect(dsn) as conn:
+        query = sql.SQL("SELECT fact_count FROM {}.scopes WHERE dataset = %(dataset)s AND project = %(project)s")
+        ((count,),) = conn.execute(query.format(sql.Identifier(schema)), scope).fetchall()
+    return int(count)
+
+
+async def test_a_write_leaves_the_size_and_sample_a_read_would_give(
+    memory: Either, scope: ScopeArgs, pg_dsn: str
+) -> None:
+    await memory.add_facts(facts(0, 12), **scope)
+    await memory.recall("the garden", **scope)  # reads the size and the sample, and remembers them
+    context, key = memory.raw._context, Scope(**scope)
+    repeated = facts(3, 1)  # written again: counted once more (times_seen)
+    ids = await memory.add_facts([*facts(100, 3), *repeated], **scope)
+    supersede = await memory.supersede(ids[0], {**facts(200, 1)[0], "object": "a new note"}, **scope)
+    assert supersede not in ids
+    schema = memory.raw.info.schema
+    size, sample = context.scope_sizes.get(key), context.scope_stats.get(key)
+    assert size is not None and sample is not None  # updated, not forgotten: the next recall reads neither
+    assert size.facts == read_count(pg_dsn, schema, scope) == 16
+    assert sample == read_sample(pg_dsn, schema, scope)
+    assert [fact.times_seen for fact in sample.latest if fact.times_seen > 1] == [2]
+
+
+def test_a_write_across_the_threshold_makes_the_size_read_again(
+    pg_dsn: str, embedder: LocalEmbedder, schema: str, scope: ScopeArgs
+) -> None:
+    with Memory.open(pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD) as memory:
+        memory.add_facts(facts(0, THRESHOLD - 5), **scope)
+        memory.recall("the garden", **scope)
+        key = Scope(**scope)
+        memory.add_facts(facts(100, 2), **scope)
+        size = memory._context.scope_sizes.get(key)
+        assert size is not None and size.facts == THRESHOLD - 3
+        memory.add_facts(facts(200, 5), **scope)  # now over it: its own statements and indexes
+        assert memory._context.scope_sizes.get(key) is None
+        assert memory._context.scope_stats.get(key) == read_sample(pg_dsn, schema, scope)
+        memory.recall("the garden", **scope)
+        size = memory._context.scope_sizes.get(key)
+        assert size is not None and size.facts == THRESHOLD + 2
+
+
+def test_forgetting_drops_what_is_remembered(sync_memory: Memory, scope: ScopeArgs) -> None:
+    sync_memory.add_facts(facts(0, 5), **scope)
+    sync_memory.recall("the garden", **scope)
+    sync_memory.forget(**scope, entity="Maya")
+    key = Scope(**scope)
+    assert sync_memory._context.scope_sizes.get(key) is None and sync_memory._context.scope_stats.get(key) is None
