@@ -619,7 +619,8 @@ class Memory:
         return self._run(lambda: fact_calls.stats_op(self._context, dataset, project), read_only=True)
 
     def export_jsonl(self, target: str | os.PathLike[str] | TextIO, *, dataset: str, project: str) -> int:
-        """Write the scope's facts and episodes as JSON lines; returns the number of lines."""
+        """Write the scope's facts, episodes and items as JSON lines (the format: README, "Export and
+        import"); returns the number of lines."""
         scope = check_scope(dataset, project)  # before the file is opened
         with open_sink(target) as sink:
             return self._run(
@@ -641,7 +642,9 @@ class Memory:
     ) -> ImportReport:
         """Import JSON lines (as written by `export_jsonl`) in one transaction: every line is
         validated first; `on_error="raise"` rejects the file at the first bad line (nothing
-        written), `"skip"` imports the rest and reports bad lines with their numbers.
+        written, `ImportFormatError`), `"skip"` imports the rest and reports bad lines with their
+        numbers. An item line replaces the scope's item at its namespace and key, and refers to
+        the fact its line's `fact_id` names (the exported id of a fact line above it).
 
         Into a scope with its own fact HNSW index, `rebuild_index=True` drops it first and builds
         it once after the rows (several times faster than maintaining it row by row, but the
@@ -736,9 +739,10 @@ class Memory:
     ) -> StoredItem | None:
         """The item at (`namespace`, `key`) of the scope, or None. `refresh_ttl`: an item with a
         TTL expires that long from now again (not on a read-only memory, which never writes)."""
+        get = items_calls.check_get_item(namespace, key, dataset=dataset, project=project, refresh_ttl=refresh_ttl)
         return self._run(
-            lambda: items_calls.get_item_op(self._context, namespace, key, dataset, project, refresh_ttl),
-            read_only=not items_calls.refreshes(self._context, refresh_ttl),
+            lambda: items_calls.get_item_op(self._context, get),
+            read_only=not items_calls.refreshes(self._context, get.refresh),
         )
 
     def search_items(
@@ -762,11 +766,19 @@ class Memory:
         then those without text (score None). limit + offset at most `MAX_LIST_LIMIT` (10,000).
         `refresh_ttl`: the items found that have a TTL expire that long from now again (not on a
         read-only memory, which never writes)."""
+        search = items_calls.check_search_items(
+            namespace_prefix,
+            project=project,
+            dataset=dataset,
+            query=query,
+            filter=filter,
+            limit=limit,
+            offset=offset,
+            refresh_ttl=refresh_ttl,
+        )
         return self._run(
-            lambda: items_calls.search_items_op(
-                self._context, namespace_prefix, project, dataset, query, filter, limit, offset, refresh_ttl
-            ),
-            read_only=not items_calls.refreshes(self._context, refresh_ttl),
+            lambda: items_calls.search_items_op(self._context, search),
+            read_only=not items_calls.refreshes(self._context, search.refresh),
         )
 
     def list_item_namespaces(
@@ -782,9 +794,7 @@ class Memory:
         """Distinct namespaces of items matching every ("prefix" | "suffix", labels) pattern of
         `match` ("*" is any one label), cut to `max_depth` labels, sorted label by label; in the
         scope, or in every dataset of `project` when `dataset` is None."""
-        return self._run(
-            lambda: items_calls.list_item_namespaces_op(
-                self._context, match, max_depth, limit, offset, project, dataset
-            ),
-            read_only=True,
+        listing = items_calls.check_list_item_namespaces(
+            match=match, max_depth=max_depth, limit=limit, offset=offset, project=project, dataset=dataset
         )
+        return self._run(lambda: items_calls.list_item_namespaces_op(self._context, listing), read_only=True)

@@ -304,6 +304,9 @@ class ImportReport:
     episodes_present: int
     """Episode lines the scope held already (same thread, text and time; any time for a line
     without one), or repeating a line before them: not written again."""
+    items: int = 0
+    """Item lines imported (`items.transfer`): each item stored, replacing one the scope held at its
+    namespace and key; of a key repeated in the file, the last line's."""
 
 
 @dataclass(frozen=True, kw_only=True)

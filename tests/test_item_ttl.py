@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Unpack
 
 import pytest
@@ -197,3 +197,17 @@ async def test_store_without_ttl_config_starts_no_sweeper(memory: Either) -> Non
         assert await store.raw.astop_ttl_sweeper()
     else:
         assert store.raw.start_ttl_sweeper().done() and store.raw.stop_ttl_sweeper()
+
+
+async def test_a_sweep_of_more_expired_items_than_the_lock_table_holds(memory: Either, scope: ScopeArgs) -> None:
+    """A sweep locks every expired item of a scope before deleting them: hashed into a bounded number
+    of locks per scope (`items.statements.lock_items`), not one each, which outgrew PostgreSQL's lock
+    table ("out of shared memory")."""
+    scope = {**scope, "project": f"sweep-{uuid.uuid4().hex[:8]}"}  # the sweep takes the whole project
+    for start in range(0, 20_000, 10_000):
+        batch = [
+            {"namespace": ["bulk"], "key": f"k{n}", "value": {}, "ttl_minutes": 1.0}
+            for n in range(start, start + 10_000)
+        ]
+        await memory.put_items(batch, **scope)
+    assert await memory.sweep_items(project=scope["project"], at=datetime.now(UTC) + timedelta(hours=1)) == 20_000

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import itertools
 import math
 import re
@@ -17,8 +18,10 @@ from hypothesis import strategies as st
 from psycopg import sql
 
 from memsoda_core import Fact, RecallOptions, ScoredFact, SignalHit
-from memsoda_core.errors import ArgumentTypeError, ConfigurationError, LimitError
+from memsoda_core.errors import ArgumentTypeError, ConfigurationError, LimitError, ValidationError
 from memsoda_core.fact_text import day
+from memsoda_core.items import calls
+from memsoda_core.items.values import Condition, NamespaceMatch
 from memsoda_core.layouts.access import ScopeAccess
 from memsoda_core.limits import MAX_NAME_CHARS, MAX_NAME_TOKENS, MAX_QUERY_CHARS
 from memsoda_core.ops.maintenance import statistics_stale
@@ -561,3 +564,33 @@ def test_a_long_message_is_queried_by_its_head() -> None:
     turns = (("user", "where is my car?"), ("user", long))
     assert conversation_text(turns, query, 2) == "where is my car?"
     assert conversation_text(turns, "something else", 1) == query
+
+
+def test_an_item_read_is_checked_once_into_the_one_form_its_operation_takes() -> None:
+    """`CHECKS[method]` (what LangGraph's batch runs before any write) returns the read's checked
+    arguments, and the operation builder takes only those: one list of parameters, one check."""
+    search = calls.CHECKS["search_items"](("notes",), project="p", query="milk", filter={"n": 1}, limit=5)
+    assert search == calls.ItemSearch(
+        project="p",
+        dataset=None,
+        prefix=("notes",),
+        query="milk",
+        conditions=(Condition(("n",), "$eq", "1"),),
+        limit=5,
+        offset=0,
+        refresh=False,
+    )
+    get = calls.CHECKS["get_item"](["a"], "k", dataset="d", project="p", refresh_ttl=True)
+    assert get == calls.ItemGet(scope=Scope(dataset="d", project="p"), namespace=("a",), key="k", refresh=True)
+    listing = calls.CHECKS["list_item_namespaces"](match=[("prefix", ["a"])], project="p", dataset="d")
+    assert listing == calls.NamespaceListing(
+        project="p", dataset="d", match=NamespaceMatch((1,), ("a",), 1), max_depth=None, limit=100, offset=0
+    )
+    for builder, checked in (
+        (calls.search_items_op, "search"),
+        (calls.get_item_op, "get"),
+        (calls.list_item_namespaces_op, "listing"),
+    ):
+        assert list(inspect.signature(builder).parameters) == ["context", checked]
+    with pytest.raises(ValidationError, match="refresh_ttl"):
+        calls.CHECKS["search_items"](project="p", refresh_ttl="yes")

@@ -128,7 +128,8 @@ async def test_an_export_says_which_facts_items_own_and_an_import_keeps_it(
     out = io.StringIO()
     await memory.export_jsonl(out, **scope)
     lines = [json.loads(line) for line in out.getvalue().splitlines()]
-    assert [line.get("item_owned") for line in lines] == [True, None]  # written only when true
+    facts = [line for line in lines if line["kind"] == "fact"]
+    assert [line.get("item_owned") for line in facts] == [True, None]  # written only when true
     copy: ScopeArgs = {**scope, "project": "copy"}
     await load(memory, out.getvalue(), copy)
     assert owned_by_items(pg_dsn, copy) == {"buy milk": True, "tea": False}
@@ -182,3 +183,156 @@ def test_cli_says_what_was_new(pg_dsn: str, scope: ScopeArgs, tmp_path: Path) ->
     assert f"imported 3 facts and 3 episodes into {target}" in outputs[0]
     assert "(new: 3 facts, 3 episodes; already stored: 0 facts merged, 0 episodes)" in outputs[0]
     assert "(new: 0 facts, 0 episodes; already stored: 3 facts merged, 3 episodes)" in outputs[1]
+
+
+def item_facts(pg_dsn: str, scope: ScopeArgs) -> dict[str, tuple[str | None, bool | None, bool | None]]:
+    """Each item's key: the object of its fact, whether that fact is live and items' own."""
+    with psycopg.connect(pg_dsn) as conn:
+        rows = conn.execute(
+            """SELECT i.key, f.object, f.id IS NOT NULL AND f.invalid_at IS NULL AND f.superseded_by IS NULL,
+                      f.item_owned
+               FROM memsoda.items i LEFT JOIN memsoda.facts f
+                 ON f.dataset = i.dataset AND f.project = i.project AND f.id = i.fact_id
+               WHERE i.dataset = %s AND i.project = %s""",
+            (scope["dataset"], scope["project"]),
+        ).fetchall()
+    return {str(key): (obj, live, owned) for key, obj, live, owned in rows}
+
+
+NOTES: list[dict[str, Any]] = [
+    {"namespace": ["notes", "home"], "key": "milk", "value": {"n": 1}, "text": "buy milk", "ttl_minutes": 60.0},
+    {"namespace": ["notes"], "key": "plain", "value": {"nested": {"a": [1, 2]}}},
+    {"namespace": ["notes"], "key": "plants", "value": {"n": 3}, "text": "water the plants"},
+]
+
+
+async def test_an_export_carries_items_and_an_import_restores_them(
+    memory: Either, scope: ScopeArgs, pg_dsn: str
+) -> None:
+    await memory.add_facts([{"subject": "user", "predicate": "noted", "object": "water the plants"}], **scope)
+    await memory.put_items(NOTES, **scope)
+    out = io.StringIO()
+    lines = await memory.export_jsonl(out, **scope)
+    records = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert lines == len(records) == 5 and [r["kind"] for r in records] == ["fact", "fact", "item", "item", "item"]
+    copy: ScopeArgs = {**scope, "project": "copy"}
+    report = await load(memory, out.getvalue(), copy)
+    assert (report.facts, report.items) == (2, 3)
+    for note in NOTES:
+        source = await memory.get_item(note["namespace"], note["key"], **scope)
+        restored = await memory.get_item(note["namespace"], note["key"], **copy)
+        same = ("namespace", "key", "value", "created_at", "updated_at", "expires_at")
+        assert [getattr(restored, name) for name in same] == [getattr(source, name) for name in same]
+    # each item refers to its fact, which is items' own only where it was (the application wrote "plants")
+    links = {
+        "milk": ("buy milk", True, True),
+        "plain": (None, False, None),
+        "plants": ("water the plants", True, False),
+    }
+    assert item_facts(pg_dsn, copy) == links
+    (found,) = await memory.search_items(["notes", "home"], query="groceries to get", **copy)
+    assert found.key == "milk" and found.score
+    # importing it again changes nothing; the items' facts stay live, items' own exactly where they were
+    report = await load(memory, out.getvalue(), copy)
+    assert (report.facts_new, report.items) == (0, 3) and item_facts(pg_dsn, copy) == links
+    await memory.put_items([{**NOTES[0], "value": None}, {**NOTES[2], "value": None}], **copy)
+    assert [f.object for f in (await memory.list_facts(**copy)).facts] == ["water the plants"]
+
+
+async def test_an_imported_item_replaces_the_one_at_its_key_and_ends_its_fact(
+    memory: Either, scope: ScopeArgs, pg_dsn: str
+) -> None:
+    await memory.put_items([NOTES[0]], **scope)
+    out = io.StringIO()
+    await memory.export_jsonl(out, **scope)
+    target: ScopeArgs = {**scope, "project": "target"}
+    await memory.put_items([{**NOTES[0], "text": "buy eggs", "value": {"n": 9}}], **target)
+    await load(memory, out.getvalue(), target)
+    item = await memory.get_item(["notes", "home"], "milk", **target)
+    assert item is not None and item.value == {"n": 1}
+    assert item_facts(pg_dsn, target) == {"milk": ("buy milk", True, True)}
+    assert [f.object for f in (await memory.list_facts(**target)).facts if f.invalid_at is None] == ["buy milk"]
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ({"fact_id": 999_999}, "fact_id 999999, which no fact line above it has"),
+        ({"fact_id": "1"}, "fact_id must be the id of a fact line"),
+        ({"value": [1]}, "must be a dict"),
+        ({"namespace": []}, "at least one label"),
+        ({"ttl_minutes": None, "expires_at": "2030-01-01"}, "expires_at needs ttl_minutes"),
+        ({"colour": "red"}, "an item line needs namespace, key and value"),
+    ],
+)
+async def test_a_bad_item_line_imports_nothing(
+    memory: Either, scope: ScopeArgs, bad: dict[str, Any], message: str
+) -> None:
+    await memory.put_items([NOTES[0]], **scope)
+    out = io.StringIO()
+    await memory.export_jsonl(out, **scope)
+    fact, item = (json.loads(line) for line in out.getvalue().splitlines())
+    target: ScopeArgs = {**scope, "project": "target"}
+    with pytest.raises(ImportFormatError, match=rf"line 2: .*{message}"):
+        await load(memory, jsonl([fact, {**item, **bad}]), target)
+    assert await memory.stats(**target) == [] or await counts(memory, target) == (0, 0)
+    assert await memory.search_items(["notes"], **target) == []
+    with pytest.raises(ImportFormatError, match=r"line 1: .*no fact line above it"):  # the fact's line comes first
+        await load(memory, jsonl([item, fact]), target)
+    report = await load(memory, jsonl([fact, {**item, **bad}, {**item, "key": "other"}]), target, on_error="skip")
+    assert (report.facts, report.items, [n for n, _ in report.errors]) == (1, 1, [2])
+
+
+def test_an_item_put_while_its_export_runs_comes_with_its_fact(sync_memory: Memory, scope: ScopeArgs) -> None:
+    """An export's statements each read the store as it is then: an item put after the fact pages
+    were read refers to a fact none of them holds, whose line is written just before the item's, so
+    the file imports whole."""
+    sync_memory.put_items([NOTES[1]], **scope)
+    sync_memory.add_facts(FACTS[:1], **scope)
+
+    class PutsMidway(io.StringIO):
+        def writelines(self, lines: Any) -> None:
+            if not self.getvalue():  # the fact page: an item (and its new fact) arrives before items are read
+                sync_memory.put_items([NOTES[0]], **scope)
+            super().writelines(lines)
+
+    out = PutsMidway()
+    assert sync_memory.export_jsonl(out, **scope) == 4
+    records = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [(r["kind"], r.get("object") or r.get("key")) for r in records] == [
+        ("fact", "tea"),
+        ("item", "plain"),
+        ("fact", "buy milk"),
+        ("item", "milk"),
+    ]
+    copy: ScopeArgs = {**scope, "project": "copy"}
+    report = sync_memory.import_jsonl(io.StringIO(out.getvalue()), **copy)
+    assert (report.facts, report.items) == (2, 2)
+    item = sync_memory.get_item(["notes", "home"], "milk", **copy)
+    assert item is not None and item.fact_id is not None
+    assert sync_memory.get_fact(item.fact_id, **copy).object == "buy milk"
+
+
+def test_an_import_of_more_items_than_the_lock_table_holds(sync_memory: Memory, scope: ScopeArgs) -> None:
+    """An import takes every item's lock before it writes them, held to its commit: one lock per item
+    would outgrow PostgreSQL's shared lock table ("out of shared memory"); they are hashed into a
+    bounded number per scope, as the facts' are (`reconcile_statements.LOCK_BUCKETS`)."""
+    many = 20_000
+    lines = [{"kind": "item", "namespace": ["bulk"], "key": f"k{n}", "value": {"n": n}} for n in range(many)]
+    report = sync_memory.import_jsonl(io.StringIO(jsonl(lines)), **scope)
+    assert report.items == many
+    assert len(sync_memory.search_items(["bulk"], limit=10_000, **scope)) == 10_000
+
+
+def test_the_cli_exports_and_imports_items(pg_dsn: str, sync_memory: Memory, scope: ScopeArgs, tmp_path: Path) -> None:
+    sync_memory.put_items(NOTES[:2], **scope)
+    path, copy = tmp_path / "memory.jsonl", f"{scope['project']}-copy"
+    source = ["--dataset", scope["dataset"], "--project", scope["project"]]
+    result = CliRunner().invoke(app, ["--dsn", pg_dsn, "export", str(path), *source], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    target = ["--dataset", scope["dataset"], "--project", copy]
+    result = CliRunner().invoke(app, ["--dsn", pg_dsn, "import", str(path), *target], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert f"imported 1 facts, 0 episodes and 2 items into {scope['dataset']}/{copy}" in result.stdout
+    restored = sync_memory.get_item(["notes"], "plain", dataset=scope["dataset"], project=copy)
+    assert restored is not None and restored.value == NOTES[1]["value"]

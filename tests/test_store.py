@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -186,6 +187,58 @@ def test_the_upgrade_to_v13_takes_the_facts_items_refer_to_as_theirs(pg_dsn: str
             ]
             memory.put_items([{"namespace": ["n"], "key": "b", "value": None}], **scope)
             assert memory.get_fact(own, **scope).invalid_at is None
+    finally:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def test_the_upgrade_to_v13_leaves_a_fact_the_application_shows_it_wrote_its_own(
+    pg_dsn: str, embedder: LocalEmbedder
+) -> None:
+    """An application fact an item came to share (the item's put resolved to it) was marked items'
+    own by the upgrade, and ended with the item. It stays the application's where it shows a write
+    items never make: no known start, a start well before memory learned it, a quote, a source."""
+    schema = f"memsoda_v12_{uuid.uuid4().hex[:8]}"
+    scope: ScopeArgs = {"dataset": "d", "project": "p"}
+    noted = {"subject": "user", "predicate": "noted", "object_type": "LITERAL"}
+    now = datetime.now(UTC)
+    written: dict[str, dict[str, Any]] = {
+        "unknown start": {},
+        "early start": {"valid_at": now - timedelta(days=2)},
+        "quoted": {"valid_at": now, "source_quote": "I said so"},
+        "sourced": {"valid_at": now},
+        "indistinguishable": {"valid_at": now},
+    }
+    try:
+        with Memory.open(pg_dsn, embedder, schema=schema) as memory:
+            ids = dict(
+                zip(
+                    written,
+                    memory.add_facts([{**noted, "object": t, **f} for t, f in written.items()], **scope),
+                    strict=True,
+                )
+            )
+            items = [{"namespace": ["n"], "key": t, "value": {}, "text": t} for t in written]
+            assert memory.put_items(items, **scope) == list(ids.values())  # the items share those facts
+            (item_only,) = memory.put_items(
+                [{"namespace": ["n"], "key": "k", "value": {}, "text": "buy milk"}], **scope
+            )
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:  # what a version-12 store looks like
+            s = sql.Identifier(schema)
+            conn.execute(
+                sql.SQL(
+                    "INSERT INTO {}.fact_sources (dataset, project, fact_id, thread_id) VALUES ('d', 'p', %s, 't')"
+                ).format(s),
+                (ids["sourced"],),
+            )  # as `remember` records where it learned a fact
+            conn.execute(sql.SQL("ALTER TABLE {}.facts DROP COLUMN item_owned").format(s))
+            conn.execute(sql.SQL("UPDATE {}.meta SET value = '12' WHERE key = 'schema_version'").format(s))
+        with Memory.open(pg_dsn, embedder, schema=schema) as memory:
+            memory.put_items([{**item, "value": None} for item in items], **scope)
+            memory.put_items([{"namespace": ["n"], "key": "k", "value": None}], **scope)
+            live = {t: memory.get_fact(fact_id, **scope).invalid_at is None for t, fact_id in ids.items()}
+            assert live == {**dict.fromkeys(written, True), "indistinguishable": False}  # the one it cannot tell
+            assert item_only is not None and memory.get_fact(item_only, **scope).invalid_at is not None
     finally:
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))

@@ -1,4 +1,4 @@
-"""`import` and `export`: a dataset/project's facts and episodes as JSON lines, all or nothing."""
+"""`import` and `export`: a dataset/project's facts, episodes and items as JSON lines, all or nothing."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def import_(
         ),
     ] = None,
 ) -> None:
-    """Import facts and episodes from a JSONL file in one transaction (all or nothing)."""
+    """Import facts, episodes and items from a JSONL file in one transaction (all or nothing)."""
     lines = read_jsonl(file)
     records = sum(1 for line in lines if line.strip())
     try:
@@ -83,7 +83,10 @@ def import_(
         warn(f"... and {report.skipped - _SHOWN_ERRORS} more bad lines")
     out().print(
         Text(
-            f"imported {report.facts} facts and {report.episodes} episodes into {dataset}/{project}"
+            f"imported {report.facts} facts"
+            + (f", {report.episodes} episodes and {report.items} items" if report.items else "")
+            + ("" if report.items else f" and {report.episodes} episodes")
+            + f" into {dataset}/{project}"
             f" (new: {report.facts_new} facts, {report.episodes_new} episodes;"
             f" already stored: {report.facts_merged} facts merged, {report.episodes_present} episodes)"
             + (f"; skipped {report.skipped} bad lines" if report.skipped else ""),
@@ -98,7 +101,7 @@ def export(
     dataset: DatasetOpt,
     project: ProjectOpt,
 ) -> None:
-    """Export a dataset/project's facts and episodes as JSON lines (written whole or not at all)."""
+    """Export a dataset/project's facts, episodes and items as JSON lines (written whole or not at all)."""
     with open_memory(settings_of(ctx), embeds=False) as memory:
         if file == "-":
             count = memory.export_jsonl(sys.stdout, dataset=dataset, project=project)

@@ -1,11 +1,13 @@
 """The item operation builders of a memory (`memsoda_core.items.values`); arguments are checked
-here, eagerly, so bad input raises at the call. Each method's checks are also a pure function,
-`CHECKS[method](**its keywords)`, for a caller that makes several calls (LangGraph's `batch`) and
-must refuse bad input before its first write."""
+here, eagerly, so bad input raises at the call. Each read method's checks are a pure function,
+`CHECKS[method](**its keywords)`, returning its arguments checked (`ItemGet`, `ItemSearch`,
+`NamespaceListing`), the one form its operation builder takes; a caller that makes several calls
+(LangGraph's `batch`) runs them all to refuse bad input before its first write."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -41,11 +43,41 @@ def check_put_items(items: Sequence[ItemInput | Mapping[str, Any]], *, dataset: 
     validate_items(items, now=datetime.now(UTC))  # the time only dates the items' facts
 
 
+@dataclass(frozen=True, kw_only=True)
+class ItemGet:
+    """`get_item`'s arguments, checked (`check_get_item`): what `get_item_op` takes."""
+
+    scope: Scope
+    namespace: Namespace
+    key: str
+    refresh: bool
+
+
 def check_get_item(
     namespace: Sequence[str], key: str, *, dataset: str, project: str, refresh_ttl: Any = False
-) -> tuple[Scope, Namespace, str, bool]:
+) -> ItemGet:
     """`get_item`'s checks: its scope, namespace, key and refresh."""
-    return check_scope(dataset, project), check_namespace(namespace), check_key(key), _check_refresh(refresh_ttl)
+    return ItemGet(
+        scope=check_scope(dataset, project),
+        namespace=check_namespace(namespace),
+        key=check_key(key),
+        refresh=_check_refresh(refresh_ttl),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ItemSearch:
+    """`search_items`' arguments, checked (`check_search_items`): what `search_items_op` takes.
+    `dataset` None: every dataset of `project`; `query` None: no query."""
+
+    project: str
+    dataset: str | None
+    prefix: Namespace
+    query: str | None
+    conditions: tuple[Condition, ...]
+    limit: int
+    offset: int
+    refresh: bool
 
 
 def check_search_items(
@@ -58,13 +90,35 @@ def check_search_items(
     limit: int = 10,
     offset: int = 0,
     refresh_ttl: Any = False,
-) -> tuple[tuple[str | None, str], Namespace, str | None, list[Condition], bool]:
-    """`search_items`' checks: ((dataset, project), prefix, query text, filter conditions, refresh)."""
+) -> ItemSearch:
+    """`search_items`' checks: its refresh, scope, prefix, query, filter and page, in that order."""
     refresh = _check_refresh(refresh_ttl)
     where, prefix = check_item_scope(dataset, project), check_namespace(namespace_prefix, empty=True)
-    text, conditions = check_query(query), parse_filter(filter)
+    text, conditions = check_query(query), tuple(parse_filter(filter))
     check_page(limit, offset, most=MAX_LIST_LIMIT)
-    return where, prefix, text, conditions, refresh
+    return ItemSearch(
+        project=where.project,
+        dataset=where.dataset,
+        prefix=prefix,
+        query=text,
+        conditions=conditions,
+        limit=limit,
+        offset=offset,
+        refresh=refresh,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class NamespaceListing:
+    """`list_item_namespaces`' arguments, checked (`check_list_item_namespaces`): what
+    `list_item_namespaces_op` takes."""
+
+    project: str
+    dataset: str | None
+    match: NamespaceMatch
+    max_depth: int | None
+    limit: int
+    offset: int
 
 
 def check_list_item_namespaces(
@@ -75,11 +129,18 @@ def check_list_item_namespaces(
     offset: int = 0,
     project: str,
     dataset: str | None = None,
-) -> tuple[tuple[str | None, str], NamespaceMatch, int | None]:
-    """`list_item_namespaces`' checks: ((dataset, project), patterns, max_depth)."""
+) -> NamespaceListing:
+    """`list_item_namespaces`' checks: its scope, patterns, page and depth."""
     where, patterns = check_item_scope(dataset, project), parse_match(match)
     check_page(limit, offset, most=MAX_LIST_LIMIT)
-    return where, patterns, check_max_depth(max_depth)
+    return NamespaceListing(
+        project=where.project,
+        dataset=where.dataset,
+        match=patterns,
+        max_depth=check_max_depth(max_depth),
+        limit=limit,
+        offset=offset,
+    )
 
 
 CHECKS: Mapping[str, Callable[..., object]] = {
@@ -98,55 +159,28 @@ def put_items_op(
     return context.resizing(scope, items_ops.put_items(context.info, scope, items, now=context.now()))
 
 
-def get_item_op(
-    context: MemoryContext, namespace: Sequence[str], key: str, dataset: str, project: str, refresh_ttl: Any = False
-) -> Operation[StoredItem | None]:
-    scope, labels, key, refresh = check_get_item(
-        namespace, key, dataset=dataset, project=project, refresh_ttl=refresh_ttl
-    )
-    at = context.now() if refreshes(context, refresh) else None
-    return items_ops.get_item(context.info, scope, labels, key, refresh_at=at)
+def get_item_op(context: MemoryContext, get: ItemGet) -> Operation[StoredItem | None]:
+    at = context.now() if refreshes(context, get.refresh) else None
+    return items_ops.get_item(context.info, get.scope, get.namespace, get.key, refresh_at=at)
 
 
-def search_items_op(
-    context: MemoryContext,
-    namespace_prefix: Sequence[str],
-    project: str,
-    dataset: str | None,
-    query: str | None,
-    filter: Mapping[str, Any] | None,
-    limit: int,
-    offset: int,
-    refresh_ttl: Any = False,
-) -> Operation[list[StoredItem]]:
-    (dataset, project), prefix, text, conditions, checked_refresh = check_search_items(
-        namespace_prefix,
-        project=project,
-        dataset=dataset,
-        query=query,
-        filter=filter,
-        limit=limit,
-        offset=offset,
-        refresh_ttl=refresh_ttl,
-    )
-    refresh = refreshes(context, checked_refresh)
-
+def search_items_op(context: MemoryContext, search: ItemSearch) -> Operation[list[StoredItem]]:
     def recall_in(where: Scope, keep: int, vector: Vector | None) -> Operation[RecallResult]:
-        return top_facts_op(context, where, text, keep, query_embedding=vector)
+        return top_facts_op(context, where, search.query, keep, query_embedding=vector)
 
     found = items_ops.search_items(
         context.info,
-        project,
-        dataset,
-        prefix,
-        query=text,
-        conditions=conditions,
-        limit=limit,
-        offset=offset,
+        search.project,
+        search.dataset,
+        search.prefix,
+        query=search.query,
+        conditions=list(search.conditions),
+        limit=search.limit,
+        offset=search.offset,
         recall_in=recall_in,
         embed_timeout_s=context.options.embed_timeout_s,
     )
-    return _refreshing(context, found) if refresh else found
+    return _refreshing(context, found) if refreshes(context, search.refresh) else found
 
 
 def _refreshing(context: MemoryContext, op: Operation[list[StoredItem]]) -> Operation[list[StoredItem]]:
@@ -161,28 +195,23 @@ def sweep_items_op(context: MemoryContext, project: str | None, at: Any) -> Oper
     return items_ops.sweep_items(context.info, project, parse_time(at, "at"))
 
 
-def list_item_namespaces_op(
-    context: MemoryContext,
-    match: Sequence[tuple[str, Sequence[str]]],
-    max_depth: int | None,
-    limit: int,
-    offset: int,
-    project: str,
-    dataset: str | None,
-) -> Operation[list[tuple[str, ...]]]:
-    (dataset, project), patterns, depth = check_list_item_namespaces(
-        match=match, max_depth=max_depth, limit=limit, offset=offset, project=project, dataset=dataset
-    )
+def list_item_namespaces_op(context: MemoryContext, listing: NamespaceListing) -> Operation[list[tuple[str, ...]]]:
     return items_ops.list_item_namespaces(
-        context.info, project, dataset, patterns, max_depth=depth, limit=limit, offset=offset
+        context.info,
+        listing.project,
+        listing.dataset,
+        listing.match,
+        max_depth=listing.max_depth,
+        limit=listing.limit,
+        offset=listing.offset,
     )
 
 
-def refreshes(context: MemoryContext, refresh_ttl: Any) -> bool:
-    """Whether a read of items refreshes their TTLs (a write): when asked (`refresh_ttl`, True or
-    False) and the memory can write. A read-only memory (a replica, a read-only role) never
+def refreshes(context: MemoryContext, refresh: bool) -> bool:
+    """Whether a read of items refreshes their TTLs (a write): when asked (`refresh`, checked by the
+    read's check) and the memory can write. A read-only memory (a replica, a read-only role) never
     refreshes, so its reads stay reads; the items' expiry is moved by reads on a writable one."""
-    return _check_refresh(refresh_ttl) and not context.info.read_only
+    return refresh and not context.info.read_only
 
 
 def _check_refresh(refresh_ttl: Any) -> bool:

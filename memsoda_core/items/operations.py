@@ -32,6 +32,7 @@ from memsoda_core.errors import EmbeddingError, LimitError
 from memsoda_core.forgetting import retention_statements as sql_retention
 from memsoda_core.forgetting.operations import delete_fact_set, hold_scope
 from memsoda_core.items import statements as sql_items
+from memsoda_core.items.links import batch_json, end_orphans
 from memsoda_core.items.values import (
     MAX_SEARCH_SCOPES,
     Condition,
@@ -39,7 +40,6 @@ from memsoda_core.items.values import (
     Namespace,
     NamespaceMatch,
     StoredItem,
-    ValidItem,
     validate_items,
 )
 from memsoda_core.limits import MAX_K
@@ -58,21 +58,6 @@ RecallIn = Callable[[Scope, int, Vector | None], Operation[RecallResult]]
 when there is one (built by the memory, which holds the recall options and scope sizes)."""
 
 
-def _batch(items: Sequence[ValidItem], fact_ids: Mapping[int, int] | None = None) -> str:
-    """The jsonb array the statements read (`items.statements._BATCH`): values are already JSON text."""
-    parts = []
-    for n, item in enumerate(items):
-        head = {
-            "namespace": list(item.namespace),
-            "key": item.key,
-            "fact_id": (fact_ids or {}).get(n),
-            "ttl_minutes": item.ttl_minutes,
-        }
-        body = json.dumps(head, ensure_ascii=False)
-        parts.append(body if item.value_json is None else body[:-1] + ', "value": ' + item.value_json + "}")
-    return "[" + ", ".join(parts) + "]"
-
-
 def put_items(
     info: StoreInfo, scope: Scope, items: Sequence[ItemInput | Mapping[str, Any]], *, now: datetime
 ) -> Operation[list[int | None]]:
@@ -83,7 +68,7 @@ def put_items(
     if not valid:
         return []
     base: dict[str, Any] = {"dataset": scope.dataset, "project": scope.project, "schema": info.schema}
-    keys = _batch(valid)
+    keys = batch_json(valid)
     before = [
         sql_items.ItemFact(*row)
         for row in (yield from read_aside(sql_items.item_facts(info.schema), {**base, "items": keys})) or ()
@@ -126,45 +111,10 @@ def put_items(
         yield from insert_rows(info, inserts.ITEMS, {**base, "now": now, **columns})
     gone = [item for item in valid if item.value_json is None]
     if gone:
-        yield from execute(sql_items.delete_items(info.schema), {**base, "items": _batch(gone)})
-    yield from _end_orphans(info, scope, valid, new_fact, held, now, learned_at[0])
+        yield from execute(sql_items.delete_items(info.schema), {**base, "items": batch_json(gone)})
+    yield from end_orphans(info, scope, valid, new_fact, held, now, learned_at[0])
     yield from ensure_tenant_indexes(info, scope)
     return [new_fact.get(n) for n in range(len(valid))]
-
-
-def _end_orphans(
-    info: StoreInfo,
-    scope: Scope,
-    valid: Sequence[ValidItem],
-    new_fact: Mapping[int, int],
-    held: Sequence[sql_items.ItemFact],
-    now: datetime,
-    learned: datetime,
-) -> Operation[None]:
-    """End each fact of items' own the items referred to before this write that no item refers to
-    now, superseded by its item's new fact when it has one."""
-    position = {(item.namespace, item.key): n for n, item in enumerate(valid)}
-    successor: dict[int, int | None] = {}
-    for row in held:
-        if row.fact_id is None:
-            continue
-        replaced_by = new_fact.get(position[(tuple(row.namespace), row.key)])
-        if replaced_by != row.fact_id and successor.get(row.fact_id) is None:
-            successor[row.fact_id] = replaced_by
-    if not successor:
-        return
-    base = {"dataset": scope.dataset, "project": scope.project}
-    rows = yield from execute(sql_items.orphaned_facts(info.schema), {**base, "ids": sorted(successor), "now": now})
-    ended = [int(row[0]) for row in rows]
-    if ended:
-        params = {
-            **base,
-            "ids": ended,
-            "ats": [now] * len(ended),
-            "bys": [successor[i] for i in ended],
-            "expireds": [learned] * len(ended),
-        }
-        yield from execute(sql_reconcile.end_facts(info.schema), params)
 
 
 def get_item(

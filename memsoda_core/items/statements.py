@@ -19,8 +19,10 @@ from typing import Any
 from psycopg import sql
 
 from memsoda_core.items.values import IS_OBJECT, Condition, Namespace, StoredItem
-from memsoda_core.store.statements import tenant_statement
+from memsoda_core.store.fact_columns import fact_columns
+from memsoda_core.store.statements import ExportedFact, tenant_statement
 from memsoda_core.store.tenant_index import tenant_predicate
+from memsoda_core.writing.reconcile_statements import LOCK_BUCKETS
 
 _BATCH = """batch AS (
                SELECT ARRAY(SELECT n.label FROM jsonb_array_elements_text(e.item -> 'namespace')
@@ -84,17 +86,22 @@ class ItemFact:
 
 
 def lock_items(schema: str) -> sql.Composed:
-    """Take, until the transaction ends, one advisory lock per item of %(items)s, in ascending
-    order: two writers of one item take turns from before either reads the fact it refers to. The
-    one-bigint form keeps these apart from the facts' two-int locks (`reconcile.lock_relations`)."""
+    """Take, until the transaction ends, the advisory lock of each item of %(items)s, in ascending
+    order: two writers of one item take turns from before either reads the fact it refers to. An
+    item's key is hashed into one of `LOCK_BUCKETS` locks of its scope, so a write of many items
+    (an import, a sweep) holds a bounded number (PostgreSQL's lock table is shared and bounded);
+    two items in one bucket only make their writers take turns. The one-bigint form keeps these
+    apart from the facts' two-int locks (`reconcile.lock_relations`)."""
     return tenant_statement(
         """WITH {batch}
            SELECT count(pg_advisory_xact_lock(k.key)::text) AS locks
            FROM (SELECT DISTINCT hashtextextended(concat_ws(
-                                     chr(31), %(schema)s::text, %(dataset)s::text, %(project)s::text,
-                                     b.key, array_to_string(b.namespace, chr(31))), 0) AS key
+                         chr(31), %(schema)s::text, %(dataset)s::text, %(project)s::text,
+                         (hashtextextended(concat_ws(chr(31), b.key, array_to_string(b.namespace, chr(31))), 0)
+                          & {mask})::text), 0) AS key
                  FROM batch b ORDER BY 1) k""",
         schema,
+        mask=sql.Literal(LOCK_BUCKETS - 1),
         **_PARTS,
     )
 
@@ -362,4 +369,58 @@ def expired_item_facts(schema: str, depth: int) -> sql.Composed:
            SELECT DISTINCT id AS fact_id FROM chain WHERE item_owned""",
         schema,
         depth=sql.Literal(depth),
+    )
+
+
+# --- export (`items.transfer`) ------------------------------------------------------------------------
+
+
+class ExportedItem:
+    """A row of `export_items`, read by column name: an item whole (its columns `item_`-prefixed),
+    and its fact as an export line carries it (`store.statements.ExportedFact`; None without one)."""
+
+    __slots__ = (
+        "created_at",
+        "expires_at",
+        "fact",
+        "fact_id",
+        "key",
+        "namespace",
+        "ttl_minutes",
+        "updated_at",
+        "value",
+    )
+
+    def __init__(self, **columns: Any) -> None:
+        self.namespace: list[str] = columns.pop("item_namespace")
+        self.key: str = columns.pop("item_key")
+        self.value: dict[str, Any] = columns.pop("item_value")
+        self.fact_id: int | None = columns.pop("item_fact_id")
+        self.ttl_minutes: float | None = columns.pop("item_ttl_minutes")
+        self.expires_at: datetime | None = columns.pop("item_expires_at")
+        self.created_at: datetime = columns.pop("item_created_at")
+        self.updated_at: datetime = columns.pop("item_updated_at")
+        self.fact = None if columns["id"] is None else ExportedFact(**columns)
+
+
+def export_items(schema: str) -> sql.Composed:
+    """The scope's items as `ExportedItem`s in (namespace, key) order, a keyset page of %(limit)s
+    after (%(after_namespace)s, %(after_key)s) (NULL: from the first), each with its fact: one
+    statement, so an item and its fact are read at one moment."""
+    return tenant_statement(
+        """SELECT i.namespace AS item_namespace, i.key AS item_key, i.value AS item_value,
+                  i.fact_id AS item_fact_id, i.ttl_minutes AS item_ttl_minutes, i.expires_at AS item_expires_at,
+                  i.created_at AS item_created_at, i.updated_at AS item_updated_at,
+                  {cols}, st.type AS subject_type, f.item_owned
+           FROM {s}.items i
+           LEFT JOIN {s}.facts f ON {tenant_f} AND f.id = i.fact_id
+           LEFT JOIN {s}.entities a ON a.dataset = f.dataset AND a.project = f.project AND a.id = f.anchor_id
+           LEFT JOIN {s}.entities st ON st.dataset = f.dataset AND st.project = f.project AND st.id = f.subject_id
+           WHERE {tenant_i}
+             AND (%(after_namespace)s::text[] IS NULL
+                  OR (i.namespace, i.key) > (%(after_namespace)s::text[] COLLATE "C", %(after_key)s::text COLLATE "C"))
+           ORDER BY i.namespace, i.key
+           LIMIT %(limit)s""",
+        schema,
+        cols=fact_columns(schema),
     )

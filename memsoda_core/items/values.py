@@ -17,7 +17,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from memsoda_core import limits
 from memsoda_core.checks import check_int, check_number, is_number
@@ -296,7 +296,14 @@ def check_max_depth(value: Any) -> int | None:
     return check_int(value, "max_depth", low=1, or_none=True)
 
 
-def check_item_scope(dataset: Any, project: Any) -> tuple[str | None, str]:
+class ItemScope(NamedTuple):
+    """Where items are read: a project, and a dataset in it or None (every dataset of the project)."""
+
+    dataset: str | None
+    project: str
+
+
+def check_item_scope(dataset: Any, project: Any) -> ItemScope:
     """A project, and a dataset in it or None (every dataset of the project)."""
     scope = check_scope("-" if dataset is None else dataset, project)
-    return (None if dataset is None else scope.dataset), scope.project
+    return ItemScope(None if dataset is None else scope.dataset, scope.project)

@@ -100,7 +100,15 @@ def import_op(
     return context.resizing(
         scope,
         ops.import_records(
-            context.info, scope, parsed.facts, parsed.episodes, batch_size=batch_size, rebuild_index=rebuild_index
+            context.info,
+            scope,
+            parsed.facts,
+            parsed.episodes,
+            batch_size=batch_size,
+            rebuild_index=rebuild_index,
+            items=parsed.items,
+            fact_refs=parsed.fact_refs,
+            now=context.now(),
         ),
     )
 

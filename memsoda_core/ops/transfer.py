@@ -1,4 +1,6 @@
-"""JSON lines out and in: export a scope, parse and import a file (operations)."""
+"""JSON lines out and in: export a scope, parse and import a file (operations). A file holds fact
+lines, then episode lines, then item lines (`items.transfer`, each after its fact's line); an
+import writes them all in one transaction, after every line is checked."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ from memsoda_core.errors import (
     ImportFormatError,
     ValidationError,
 )
+from memsoda_core.items import transfer as items_transfer
+from memsoda_core.items.transfer import ImportedItem
 from memsoda_core.models import ImportReport
 from memsoda_core.ops.editing import write_episodes
 from memsoda_core.ops.maintenance import ensure_tenant_indexes, set_aside_fact_index
@@ -80,11 +84,13 @@ def episode_record(row: sql_store.EpisodeRow) -> dict[str, Any]:
 
 
 def export_jsonl(info: StoreInfo, scope: Scope) -> Operation[int]:
-    """Emit every fact, then every episode, of the scope as JSON lines (one `Emit` per page).
-    Returns the lines emitted."""
+    """Emit every fact, then every episode, then every item of the scope as JSON lines (one `Emit`
+    per page; an item's fact written since the facts were read just before it,
+    `items.transfer.export_items`). Returns the lines emitted."""
     base: dict[str, Any] = {"dataset": scope.dataset, "project": scope.project}
     written = 0
     after = 0
+    exported = items_transfer.ExportedIds()
     while True:
         rows = yield from execute_as(
             sql_store.ExportedFact,
@@ -93,6 +99,7 @@ def export_jsonl(info: StoreInfo, scope: Scope) -> Operation[int]:
         )
         if rows:
             yield from emit([jsonl_line(fact_record(row)) for row in rows])
+            exported.add_page([row.fact.id for row in rows])
         written += len(rows)
         if len(rows) < _EXPORT_PAGE:
             break
@@ -100,7 +107,10 @@ def export_jsonl(info: StoreInfo, scope: Scope) -> Operation[int]:
     episodes = yield from execute_as(sql_store.EpisodeRow, sql_store.export_episodes(info.schema), base)
     if episodes:
         yield from emit([jsonl_line(episode_record(row)) for row in episodes])
-    return written + len(episodes)
+    items = yield from items_transfer.export_items(
+        info, scope, exported, jsonl_line, lambda row: jsonl_line(fact_record(row))
+    )
+    return written + len(episodes) + items
 
 
 _FACT_RECORD_IGNORED = {"kind", "id", "times_seen", "item_owned"}
@@ -158,16 +168,19 @@ def _times_seen(record: Mapping[str, Any], line: int) -> int:
 
 @dataclass(frozen=True, kw_only=True)
 class ParsedImport:
-    """A validated JSONL file, ready to write: its facts and episodes, and the (line number,
-    message) of each line skipped."""
+    """A validated JSONL file, ready to write: its facts (with each line's exported id, which item
+    lines refer to: `fact_refs`), episodes and items, and the (line number, message) of each line
+    skipped."""
 
     facts: list[ValidFact]
     episodes: list[ImportedEpisode]
     errors: list[tuple[int, str]]
+    fact_refs: list[int | None] = dataclasses.field(default_factory=list)
+    items: list[ImportedItem] = dataclasses.field(default_factory=list)
 
     @property
     def total(self) -> int:
-        return len(self.facts) + len(self.episodes)
+        return len(self.facts) + len(self.episodes) + len(self.items)
 
     def report(self, counts: ImportCounts) -> ImportReport:
         return ImportReport(
@@ -179,6 +192,7 @@ class ParsedImport:
             facts_merged=counts.facts_merged,
             episodes_new=counts.episodes_new,
             episodes_present=counts.episodes_present,
+            items=len(self.items),
         )
 
 
@@ -186,7 +200,10 @@ def parse_jsonl(lines: Iterable[str], *, now: datetime, on_error: str) -> Parsed
     """Validate every line first. `on_error="raise"` raises ImportFormatError at the first bad
     line (nothing is written); `"skip"` collects (line number, message) and goes on."""
     facts: list[ValidFact] = []
+    fact_refs: list[int | None] = []
+    fact_lines: dict[int, int] = {}  # exported id -> fact lines carrying it, so far
     episodes: list[ImportedEpisode] = []
+    items: list[ImportedItem] = []
     errors: list[tuple[int, str]] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -201,13 +218,20 @@ def parse_jsonl(lines: Iterable[str], *, now: datetime, on_error: str) -> Parsed
             kind = record.get("kind", "fact")
             body = {k: v for k, v in record.items() if k not in _FACT_RECORD_IGNORED}
             try:
-                if kind not in ("fact", "episode"):
-                    raise ImportFormatError(f"unknown kind {display(kind)}; use 'fact' or 'episode'", line=number)
-                if kind == "fact":
-                    seen, owned = _times_seen(record, number), _item_owned(record, number)
-                    facts.extend(
-                        dataclasses.replace(fact, times_seen=seen, item_owned=owned) for fact in validate_facts([body])
+                if kind not in ("fact", "episode", "item"):
+                    raise ImportFormatError(
+                        f"unknown kind {display(kind)}; use 'fact', 'episode' or 'item'", line=number
                     )
+                if kind == "item":
+                    items.append(items_transfer.parse_item(record, number=number, fact_lines=fact_lines, now=now))
+                elif kind == "fact":
+                    seen, owned = _times_seen(record, number), _item_owned(record, number)
+                    (fact,) = validate_facts([body])
+                    facts.append(dataclasses.replace(fact, times_seen=seen, item_owned=owned))
+                    ref = items_transfer.jsonl_fact_id(record)
+                    fact_refs.append(ref)
+                    if ref is not None:
+                        fact_lines[ref] = fact_lines.get(ref, 0) + 1
                 else:
                     episode = validate_episode(body, now=now)
                     dated = body.get("created_at") is not None
@@ -222,7 +246,7 @@ def parse_jsonl(lines: Iterable[str], *, now: datetime, on_error: str) -> Parsed
             if on_error == "raise":
                 raise
             errors.append((number, str(exc)))
-    return ParsedImport(facts=facts, episodes=episodes, errors=errors)
+    return ParsedImport(facts=facts, episodes=episodes, errors=errors, fact_refs=fact_refs, items=items)
 
 
 def import_records(
@@ -233,28 +257,43 @@ def import_records(
     *,
     batch_size: int,
     rebuild_index: bool | None = None,
+    items: Sequence[ImportedItem] = (),
+    fact_refs: Sequence[int | None] = (),
+    now: datetime | None = None,
 ) -> Operation[ImportCounts]:
     """Write validated records in batches inside one transaction, reconciled as any write is
     (`writing.decisions`; re-importing an export adds nothing): all or nothing, the counts bumped
     once after the rows, a `Progress` after each batch. An episode the scope holds already is
-    not written again (`store.statements.stored_episodes`). An import into a scope with its own
-    fact HNSW may rebuild it after the rows (`set_aside_fact_index`)."""
+    not written again (`store.statements.stored_episodes`). Items go last, each referring to the
+    fact its line's `fact_id` resolved to (`fact_refs`: each fact line's exported id;
+    `items.transfer.import_items`, ending at `now` the facts of items' own that replaced items leave).
+    An import into a scope with its own fact HNSW may rebuild it after the rows
+    (`set_aside_fact_index`)."""
     if facts:
         yield from set_aside_fact_index(info, scope, len(facts), rebuild_index)
     deltas = CountDeltas()
-    if facts:
-        # The locks of every fact of the import and of its relations, taken before its first row (and
-        # bounded in number, `writing.reconcile_statements.LOCK_BUCKETS`): taken per batch, a batch's could
-        # wait for a writer that waits for the import's new entities, a cycle; and no relation declared
+    item_lines, items = len(items), items_transfer.distinct_items(items)
+    replaced = (yield from items_transfer.replaced_values(info, scope, items)) if items else []
+    if facts or items:
+        # The locks of every fact of the import and of its relations, and of the facts the items it
+        # replaces refer to, taken before its first row (and bounded in number,
+        # `writing.reconcile_statements.LOCK_BUCKETS`): taken per batch, a batch's could wait for a
+        # writer that waits for the import's new entities, a cycle; and no relation declared
         # single-valued meanwhile is read without its lock (`writing.operation.reconcile`).
-        learned = (yield from lock_facts(info, scope, facts, relations=True)).learned_at
+        learned = (yield from lock_facts(info, scope, facts, replaced, relations=True)).learned_at
+    resolved: list[int] = []
     for start in range(0, len(facts), batch_size):
         batch = facts[start : start + batch_size]
-        yield from _import_batch(info, scope, batch, learned, deltas)
+        resolved += yield from _import_batch(info, scope, batch, learned, deltas)
         yield from progress(len(batch))
     yield from bump_counts(info, scope, deltas)  # once, at the end: see `CountDeltas`
     episodes_new = yield from _import_episodes(info, scope, episodes, batch_size)
-    if facts or episodes:
+    if items:
+        fact_ids = {ref: fact_id for ref, fact_id in zip(fact_refs, resolved, strict=True) if ref is not None}
+        when = learned if now is None else now
+        yield from items_transfer.import_items(info, scope, items, fact_ids, locked=replaced, now=when, learned=learned)
+        yield from progress(item_lines)
+    if facts or episodes or items:
         # Built once, after the rows: much faster than maintaining HNSW row by row. (Statistics are
         # refreshed by `write_facts` whenever the table has doubled, as for any write.)
         yield from ensure_tenant_indexes(info, scope)
@@ -268,10 +307,11 @@ def import_records(
 
 def _import_batch(
     info: StoreInfo, scope: Scope, batch: Sequence[ValidFact], learned: datetime, deltas: CountDeltas
-) -> Operation[None]:
-    """Write one batch of an import's facts. A batch with lines items own (`ValidFact.item_owned`)
-    is written as items' (its new facts items' own, the stored ones it meets left as they are);
-    then the facts its other lines resolved to are no longer items' own, as after any other write."""
+) -> Operation[list[int]]:
+    """Write one batch of an import's facts; the fact each line resolved to. A batch with lines
+    items own (`ValidFact.item_owned`) is written as items' (its new facts items' own, the stored
+    ones it meets left as they are); then the facts its other lines resolved to are no longer
+    items' own, as after any other write."""
     owned = any(fact.item_owned for fact in batch)
     ids = yield from write_facts(
         info, scope, batch, None, standalone=False, learned=learned, counts=deltas, item_owned=owned
@@ -280,6 +320,7 @@ def _import_batch(
     if owned and shared:
         base = {"dataset": scope.dataset, "project": scope.project}
         yield from execute(sql_write.clear_item_owned(info.schema), {**base, "ids": shared})
+    return ids
 
 
 def _import_episodes(

@@ -384,20 +384,36 @@ def bump_layout_generation_statement(schema: str) -> sql.Composed:
     ).format(s=sql.Identifier(schema), k=sql.Literal(LAYOUT_GENERATION_KEY))
 
 
+V13_START_SLACK = "1 hour"
+"""How far before memory learned it an item's fact may start (`_v13`): its put dates it on the
+application's clock before the embedding and the locks, and memory learns it on the server's
+(`clock_timestamp`); an hour covers the slowest embedding and a skewed clock. The unknown start
+(`fact_columns.UNKNOWN_START`) lies before any."""
+
+
 def _v13(shape: StoreShape) -> list[sql.Composed]:
     """Which facts exist for items only (`item_owned`): created by an item's put and written by
     nothing else since (`items.operations`). Only those end, or go with a sweep, when no item refers
     to them any more; a fact the application wrote itself outlives the items that shared it.
-    Before v13 the two were not told apart: the facts items refer to now are taken as items' own
-    (as they were treated). No table rewrite: the default is a constant."""
+    Before v13 the two were not told apart: a fact items refer to is taken as items' own (as it
+    was treated) unless it shows a write of the application's, which items never make: a source
+    (`remember`), a quote, no known start, or a start over `V13_START_SLACK` before memory learned
+    it (an item's put starts its fact when it is made; only a write with an earlier start moves
+    it back). A fact the application wrote with none of these (a start of about when it was
+    written, no quote) cannot be told apart, and stays items' own. No table rewrite: the default
+    is a constant."""
     s = sql.Identifier(shape.schema)
     return [
         sql.SQL("ALTER TABLE {s}.facts ADD COLUMN item_owned boolean NOT NULL DEFAULT false").format(s=s),
         sql.SQL(
             """UPDATE {s}.facts f SET item_owned = true
                WHERE EXISTS (SELECT 1 FROM {s}.items i
-                             WHERE i.dataset = f.dataset AND i.project = f.project AND i.fact_id = f.id)"""
-        ).format(s=s),
+                             WHERE i.dataset = f.dataset AND i.project = f.project AND i.fact_id = f.id)
+                 AND f.source_quote IS NULL
+                 AND f.valid_at >= f.created_at - {slack}::interval
+                 AND NOT EXISTS (SELECT 1 FROM {s}.fact_sources fs
+                                 WHERE fs.dataset = f.dataset AND fs.project = f.project AND fs.fact_id = f.id)"""
+        ).format(s=s, slack=sql.Literal(V13_START_SLACK)),
     ]
 
 
