@@ -157,7 +157,9 @@ class EmbedderMismatchError(MemsodaError):
 
 
 class StoreError(MemsodaError):
-    """The database failed to do what was asked."""
+    """The database failed to do what was asked; raised as is also when the server lacked a
+    resource for the transaction (SQLSTATE class 53: its lock table full, memory, disk), the
+    message saying which and what to do."""
 
 
 class StoreUnavailableError(StoreError):
