@@ -297,7 +297,12 @@ def translate_db_error(exc: BaseException, *, retry_safe: bool = True, runs: int
             f"PostgreSQL refused a write: the session is read-only ({str(exc).strip()}); the server may have "
             "become a standby, or the role reads only: write through a memory opened on the primary"
         )
-    if code is not None and code.startswith(INSUFFICIENT_RESOURCES) and code != TOO_MANY_CONNECTIONS:
+    if (
+        isinstance(exc, psycopg.Error)
+        and code
+        and code.startswith(INSUFFICIENT_RESOURCES)
+        and code != TOO_MANY_CONNECTIONS
+    ):
         return out_of_resources(exc, code, retry_safe=retry_safe)
     if isinstance(exc, psycopg.OperationalError):
         return StoreUnavailableError(f"PostgreSQL is unavailable: {str(exc).strip()}")
