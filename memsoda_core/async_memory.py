@@ -650,7 +650,11 @@ class AsyncMemory:
         """Import JSON lines (as written by `export_jsonl`) in one transaction: every line is
         validated first; `on_error="raise"` rejects the file at the first bad line (nothing
         written, `ImportFormatError`), `"skip"` imports the rest and reports bad lines with their
-        numbers. An item line replaces the scope's item at its namespace and key, and refers to
+        numbers. A fact line the store's history cannot take (a value of a relation the scope holds
+        single-valued starting at the same instant as another of its values, stored or in the
+        file) is bad too, found as the facts are written: `"raise"` raises `ImportFormatError`
+        naming it (nothing written), `"skip"` leaves it out, with the item lines referring to it.
+        An item line replaces the scope's item at its namespace and key, and refers to
         the fact its line's `fact_id` names (the exported id of a fact line above it).
 
         Into a scope with its own fact HNSW index, `rebuild_index=True` drops it first and builds
@@ -665,7 +669,7 @@ class AsyncMemory:
         with progress_callback(parsed.total, progress) as advance:
             try:
                 counts = await self._run(
-                    lambda: fact_calls.import_op(self._context, scope, parsed, batch_size, rebuild_index),
+                    lambda: fact_calls.import_op(self._context, scope, parsed, batch_size, rebuild_index, on_error),
                     advance=advance,
                 )
             except Exception:

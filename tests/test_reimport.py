@@ -336,3 +336,39 @@ def test_the_cli_exports_and_imports_items(pg_dsn: str, sync_memory: Memory, sco
     assert f"imported 1 facts, 0 episodes and 2 items into {scope['dataset']}/{copy}" in result.stdout
     restored = sync_memory.get_item(["notes"], "plain", dataset=scope["dataset"], project=copy)
     assert restored is not None and restored.value == NOTES[1]["value"]
+
+
+@pytest.mark.parametrize("batch_size", [1, 500])
+async def test_two_values_starting_together_are_a_line_the_import_names_or_skips(
+    memory: Either, scope: ScopeArgs, batch_size: int
+) -> None:
+    """A store may hold two values of a relation starting at the same instant (written before it was
+    declared single-valued; `maintain` leaves them). Its export imports into a scope holding the
+    relation single-valued only without the second: by default an `ImportFormatError` names its
+    line and nothing is written; `on_error="skip"` leaves it out, with the item line referring to
+    it, reports both lines and imports the rest (in any batch: the batch is planned again)."""
+    paris = {"subject": "user", "predicate": "lives in", "object": "paris", "valid_at": "2020-01-01"}
+    await memory.add_facts([paris, {**paris, "object": "rome"}, FACTS[0]], **scope)
+    await memory.set_single_valued(["lives in"], **scope)
+    out = io.StringIO()
+    await memory.export_jsonl(out, **scope)
+    records = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [r["object"] for r in records] == ["paris", "rome", "tea"]
+    item = {"kind": "item", "namespace": ["notes"], "key": "home", "value": {"n": 1}, "fact_id": records[1]["id"]}
+    text = out.getvalue() + jsonl([item])
+    copy: ScopeArgs = {**scope, "project": "copy"}
+    await memory.set_single_valued(["lives in"], **copy)
+    with pytest.raises(
+        ImportFormatError, match=r"^line 2: cannot be placed: user lives in .* starting at 2020"
+    ) as raised:
+        await load(memory, text, copy, batch_size=batch_size)
+    assert raised.value.line == 2
+    assert await counts(memory, copy) == (0, 0)
+    report = await load(memory, text, copy, batch_size=batch_size, on_error="skip")
+    assert (report.facts, report.items, report.skipped) == (2, 0, 2)
+    assert [n for n, _ in report.errors] == [2, 4] and "line 2 was skipped" in report.errors[1][1]
+    assert (report.facts_new, report.facts_merged) == (2, 0)
+    assert sorted(f.object for f in (await memory.list_facts(**copy, status="all")).facts) == ["paris", "tea"]
+    assert await memory.get_item(["notes"], "home", **copy) is None
+    again = await load(memory, text, scope, batch_size=batch_size)  # into the store it came from: all there
+    assert (again.facts_new, again.facts_merged, again.skipped) == (0, 3, 0)
