@@ -88,6 +88,7 @@ CORE_API = {
     "StoredItem",
     "Synthesizer",
     "TextTooLongError",
+    "UnorderedValueError",
     "ValidationError",
     "default_embedder",
 }

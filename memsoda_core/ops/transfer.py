@@ -86,8 +86,8 @@ def episode_record(row: sql_store.EpisodeRow) -> dict[str, Any]:
 
 def export_jsonl(info: StoreInfo, scope: Scope) -> Operation[int]:
     """Emit every fact, then every episode, then every item of the scope as JSON lines (one `Emit`
-    per page; an item's fact written since the facts were read just before it,
-    `items.transfer.export_items`). Returns the lines emitted."""
+    per page), read in one snapshot (`Memory.export_jsonl` runs it with `snapshot=True`: the fact
+    pages hold every item's fact); returns the lines emitted."""
     base: dict[str, Any] = {"dataset": scope.dataset, "project": scope.project}
     written = 0
     after = 0

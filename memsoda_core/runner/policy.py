@@ -45,6 +45,11 @@ SESSION_SETTINGS = (
 )
 """Run on every new pooled connection."""
 
+SNAPSHOT = sql.SQL("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+"""The first statement of a run that reads one snapshot (`snapshot=True`): every statement of its
+transaction sees the store as it was at the first, whatever commits meanwhile; it writes nothing.
+Allowed on a hot standby too."""
+
 FORCE_GENERIC_PLAN = sql.SQL("SET plan_cache_mode = force_generic_plan")
 END_GENERIC_PLAN = sql.SQL("RESET plan_cache_mode")
 """Sent before and after a `Planning.GENERIC` statement, in one pipeline (one round trip). If the
