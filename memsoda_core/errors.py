@@ -15,7 +15,7 @@
     │   ├── ArgumentTypeError      an argument of the wrong type (also a TypeError)
     │   ├── LimitError             a batch, k or query over its documented maximum
     │   ├── NotLiveError           supersede / invalidate of a fact that has ended
-    │   └── ImportFormatError      a JSONL line that is not a valid record
+    │   └── ImportFormatError      a JSONL line that is not a valid record, or that the store's history cannot take
     ├── NotFoundError              a fact id that does not exist in the given scope
     ├── EmbeddingError             the embedder failed, timed out or returned bad vectors
     ├── ExtractionError            `remember`'s model failed, timed out or returned unusable operations
@@ -127,7 +127,9 @@ class NotLiveError(ValidationError):
 
 
 class ImportFormatError(ValidationError):
-    """A JSONL import line is not a valid record."""
+    """A JSONL import line is not a valid record, or its fact cannot be placed in its relation's
+    history (a single-valued value starting with another, `UnorderedValueError`, its cause).
+    `line` is its line number."""
 
     def __init__(self, message: str, *, line: int | None = None) -> None:
         super().__init__(message if line is None else f"line {line}: {message}")
@@ -157,7 +159,9 @@ class EmbedderMismatchError(MemsodaError):
 
 
 class StoreError(MemsodaError):
-    """The database failed to do what was asked."""
+    """The database failed to do what was asked; raised as is also when the server lacked a
+    resource for the transaction (SQLSTATE class 53: its lock table full, memory, disk), the
+    message saying which and what to do."""
 
 
 class StoreUnavailableError(StoreError):

@@ -253,11 +253,12 @@ class Memory:
         op: Operation[T] | Callable[[], Operation[T]],
         *,
         read_only: bool = False,
+        snapshot: bool = False,
         sink: Sink | None = None,
         advance: Advance | None = None,
     ) -> T:
         """Have the runner perform `op`, or the operation `op()` builds (see `Runner.run`, which
-        also takes `sink` and `advance`); a write (not `read_only`) is refused at once on a read-only store.
+        also takes `snapshot`, `sink` and `advance`); a write (not `read_only`) is refused at once on a read-only store.
 
         The store's layout may have changed since the open (`memsoda distribute` in another
         process): its generation is read first (a read of its own, so no transaction is open while
@@ -279,7 +280,7 @@ class Memory:
             if not callable(op):  # built with the old layout
                 raise LayoutChangedError(f"the layout of schema {self._context.info.schema!r} changed: run it again")
         try:
-            return self._runner.run(op, read_only=read_only, sink=out, advance=counted)
+            return self._runner.run(op, read_only=read_only, snapshot=snapshot, sink=out, advance=counted)
         except (StoreUnavailableError, StoreBusyError):
             raise  # the server, not the statements
         except StoreError:  # a statement of the old layout may fail on the new one
@@ -293,7 +294,7 @@ class Memory:
         if progress is not None:
             progress.restart()
         try:
-            return self._runner.run(op, read_only=read_only, sink=out, advance=counted)
+            return self._runner.run(op, read_only=read_only, snapshot=snapshot, sink=out, advance=counted)
         except StoreError as exc:
             if isinstance(exc, (StoreUnavailableError, StoreBusyError)) or not self._layout_changed():
                 raise
@@ -620,12 +621,14 @@ class Memory:
 
     def export_jsonl(self, target: str | os.PathLike[str] | TextIO, *, dataset: str, project: str) -> int:
         """Write the scope's facts, episodes and items as JSON lines (the format: README, "Export and
-        import"); returns the number of lines."""
+        import"), read in one snapshot: the store as it was when the export began, whatever is
+        written meanwhile; returns the number of lines."""
         scope = check_scope(dataset, project)  # before the file is opened
         with open_sink(target) as sink:
             return self._run(
                 lambda: fact_calls.export_op(self._context, scope.dataset, scope.project),
                 read_only=True,
+                snapshot=True,  # its pages, episodes and items show the store at one instant
                 sink=sink.writelines,
             )
 
@@ -643,7 +646,11 @@ class Memory:
         """Import JSON lines (as written by `export_jsonl`) in one transaction: every line is
         validated first; `on_error="raise"` rejects the file at the first bad line (nothing
         written, `ImportFormatError`), `"skip"` imports the rest and reports bad lines with their
-        numbers. An item line replaces the scope's item at its namespace and key, and refers to
+        numbers. A fact line the store's history cannot take (a value of a relation the scope holds
+        single-valued starting at the same instant as another of its values, stored or in the
+        file) is bad too, found as the facts are written: `"raise"` raises `ImportFormatError`
+        naming it (nothing written), `"skip"` leaves it out, with the item lines referring to it.
+        An item line replaces the scope's item at its namespace and key, and refers to
         the fact its line's `fact_id` names (the exported id of a fact line above it).
 
         Into a scope with its own fact HNSW index, `rebuild_index=True` drops it first and builds
@@ -658,7 +665,7 @@ class Memory:
         with progress_callback(parsed.total, progress) as advance:
             try:
                 counts = self._run(
-                    lambda: fact_calls.import_op(self._context, scope, parsed, batch_size, rebuild_index),
+                    lambda: fact_calls.import_op(self._context, scope, parsed, batch_size, rebuild_index, on_error),
                     advance=advance,
                 )
             except Exception:

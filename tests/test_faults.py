@@ -28,6 +28,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from psycopg_pool import PoolTimeout
 
@@ -52,6 +53,7 @@ from memsoda_core import (
 from memsoda_core import limits as L
 from memsoda_core import server as embedded
 from memsoda_core.runner.policy import POOL_MIN_SIZE
+from memsoda_core.runner.steps import Operation, execute
 from tests.conftest import Either, open_memory
 from tests.helpers import FaultyEmbedder
 
@@ -931,6 +933,37 @@ async def test_lock_and_statement_timeouts_are_busy_not_unavailable(
         assert (await memory.stats(**scope))[0]["facts"] == 2
     finally:
         await memory.close()
+
+
+def _take_locks(count: int) -> Operation[list[Any]]:
+    """One statement taking `count` transaction advisory locks (held to the end of its transaction)."""
+    return (
+        yield from execute(
+            sql.SQL("SELECT count(pg_advisory_xact_lock(4242, g)::text) FROM generate_series(1, %s) g"), (count,)
+        )
+    )
+
+
+def test_a_full_lock_table_is_a_store_error_that_says_what_to_do(sync_memory: Memory, scope: ScopeArgs) -> None:
+    """A transaction taking more locks than PostgreSQL's shared lock table holds ("out of shared
+    memory", SQLSTATE 53200): the server is up, so a StoreError naming the setting, not
+    StoreUnavailableError; the next call works."""
+    (settings,) = sync_memory._runner.run(
+        execute(
+            sql.SQL(
+                "SELECT current_setting('max_locks_per_transaction')::int"
+                " * (current_setting('max_connections')::int + current_setting('max_prepared_transactions')::int)"
+            )
+        )
+    )
+    with pytest.raises(StoreError) as caught:
+        sync_memory._runner.run(_take_locks(2 * settings[0] + 10_000))
+    error = caught.value
+    assert not isinstance(error, StoreUnavailableError | StoreBusyError)
+    assert "lock table is full" in str(error) and "max_locks_per_transaction" in str(error)
+    assert "smaller batches" in str(error) and "unavailable" not in str(error)
+    sync_memory.add_facts(FACTS[:1], **scope)
+    assert sync_memory.stats(**scope)[0]["facts"] == 1
 
 
 @pytest.mark.parametrize("flavour", ["sync", "async"])

@@ -283,36 +283,6 @@ async def test_a_bad_item_line_imports_nothing(
     assert (report.facts, report.items, [n for n, _ in report.errors]) == (1, 1, [2])
 
 
-def test_an_item_put_while_its_export_runs_comes_with_its_fact(sync_memory: Memory, scope: ScopeArgs) -> None:
-    """An export's statements each read the store as it is then: an item put after the fact pages
-    were read refers to a fact none of them holds, whose line is written just before the item's, so
-    the file imports whole."""
-    sync_memory.put_items([NOTES[1]], **scope)
-    sync_memory.add_facts(FACTS[:1], **scope)
-
-    class PutsMidway(io.StringIO):
-        def writelines(self, lines: Any) -> None:
-            if not self.getvalue():  # the fact page: an item (and its new fact) arrives before items are read
-                sync_memory.put_items([NOTES[0]], **scope)
-            super().writelines(lines)
-
-    out = PutsMidway()
-    assert sync_memory.export_jsonl(out, **scope) == 4
-    records = [json.loads(line) for line in out.getvalue().splitlines()]
-    assert [(r["kind"], r.get("object") or r.get("key")) for r in records] == [
-        ("fact", "tea"),
-        ("item", "plain"),
-        ("fact", "buy milk"),
-        ("item", "milk"),
-    ]
-    copy: ScopeArgs = {**scope, "project": "copy"}
-    report = sync_memory.import_jsonl(io.StringIO(out.getvalue()), **copy)
-    assert (report.facts, report.items) == (2, 2)
-    item = sync_memory.get_item(["notes", "home"], "milk", **copy)
-    assert item is not None and item.fact_id is not None
-    assert sync_memory.get_fact(item.fact_id, **copy).object == "buy milk"
-
-
 def test_an_import_of_more_items_than_the_lock_table_holds(sync_memory: Memory, scope: ScopeArgs) -> None:
     """An import takes every item's lock before it writes them, held to its commit: one lock per item
     would outgrow PostgreSQL's shared lock table ("out of shared memory"); they are hashed into a
@@ -336,3 +306,81 @@ def test_the_cli_exports_and_imports_items(pg_dsn: str, sync_memory: Memory, sco
     assert f"imported 1 facts, 0 episodes and 2 items into {scope['dataset']}/{copy}" in result.stdout
     restored = sync_memory.get_item(["notes"], "plain", dataset=scope["dataset"], project=copy)
     assert restored is not None and restored.value == NOTES[1]["value"]
+
+
+@pytest.mark.parametrize("batch_size", [1, 500])
+async def test_two_values_starting_together_are_a_line_the_import_names_or_skips(
+    memory: Either, scope: ScopeArgs, batch_size: int
+) -> None:
+    """A store may hold two values of a relation starting at the same instant (written before it was
+    declared single-valued; `maintain` leaves them). Its export imports into a scope holding the
+    relation single-valued only without the second: by default an `ImportFormatError` names its
+    line and nothing is written; `on_error="skip"` leaves it out, with the item line referring to
+    it, reports both lines and imports the rest (in any batch: the batch is planned again)."""
+    paris = {"subject": "user", "predicate": "lives in", "object": "paris", "valid_at": "2020-01-01"}
+    await memory.add_facts([paris, {**paris, "object": "rome"}, FACTS[0]], **scope)
+    await memory.set_single_valued(["lives in"], **scope)
+    out = io.StringIO()
+    await memory.export_jsonl(out, **scope)
+    records = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [r["object"] for r in records] == ["paris", "rome", "tea"]
+    item = {"kind": "item", "namespace": ["notes"], "key": "home", "value": {"n": 1}, "fact_id": records[1]["id"]}
+    text = out.getvalue() + jsonl([item])
+    copy: ScopeArgs = {**scope, "project": "copy"}
+    await memory.set_single_valued(["lives in"], **copy)
+    with pytest.raises(
+        ImportFormatError, match=r"^line 2: cannot be placed: user lives in .* starting at 2020"
+    ) as raised:
+        await load(memory, text, copy, batch_size=batch_size)
+    assert raised.value.line == 2
+    assert await counts(memory, copy) == (0, 0)
+    report = await load(memory, text, copy, batch_size=batch_size, on_error="skip")
+    assert (report.facts, report.items, report.skipped) == (2, 0, 2)
+    assert [n for n, _ in report.errors] == [2, 4] and "line 2 was skipped" in report.errors[1][1]
+    assert (report.facts_new, report.facts_merged) == (2, 0)
+    assert sorted(f.object for f in (await memory.list_facts(**copy, status="all")).facts) == ["paris", "tea"]
+    assert await memory.get_item(["notes"], "home", **copy) is None
+    again = await load(memory, text, scope, batch_size=batch_size)  # into the store it came from: all there
+    assert (again.facts_new, again.facts_merged, again.skipped) == (0, 3, 0)
+
+
+def test_an_export_reads_the_store_as_it_was_when_it_began(sync_memory: Memory, scope: ScopeArgs) -> None:
+    """An export reads its facts (a page at a time), episodes and items in one snapshot. Read as the
+    store is at each page, a value forgotten and another started at the same instant after the first
+    page showed both values at once: a file whose import into a scope holding the relation
+    single-valued fails (or loses the second with `on_error="skip"`), and a state the store never
+    had. Now the export is the store as it was when it began, whatever is written meanwhile."""
+    sync_memory.set_single_valued(["lives in"], **scope)
+    paris = {
+        "subject": "user",
+        "predicate": "lives in",
+        "object": "paris",
+        "object_type": "PLACE",
+        "valid_at": "2020-01-01",
+    }
+    sync_memory.add_facts([paris], **scope)
+    dims = sync_memory.info.dimensions
+    notes = [
+        {"subject": "user", "predicate": "noted", "object": f"note {n}", "object_type": "LITERAL"} for n in range(1000)
+    ]
+    sync_memory.add_facts(notes, **scope, vectors=[[1.0] * dims] * len(notes))  # a second page of facts
+    sync_memory.add_episodes([{"thread_id": "t1", "text": "Moved to Paris."}], **scope)
+
+    class ChangesMidway(io.StringIO):
+        def writelines(self, lines: Any) -> None:
+            if not self.getvalue():  # the first page of facts
+                sync_memory.forget(entity="paris", **scope)
+                sync_memory.add_facts([{**paris, "object": "rome"}], **scope)
+                sync_memory.add_episodes([{"thread_id": "t1", "text": "Moved to Rome."}], **scope)
+                sync_memory.put_items([NOTES[0]], **scope)
+            super().writelines(lines)
+
+    out = ChangesMidway()
+    assert sync_memory.export_jsonl(out, **scope) == 1002
+    records = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [r.get("object") for r in records if r.get("predicate") == "lives in"] == ["paris"]
+    assert [r["text"] for r in records if r["kind"] == "episode"] == ["Moved to Paris."]
+    copy: ScopeArgs = {**scope, "project": "copy"}
+    sync_memory.set_single_valued(["lives in"], **copy)
+    report = sync_memory.import_jsonl(io.StringIO(out.getvalue()), **copy)
+    assert (report.facts, report.episodes, report.items, report.skipped) == (1001, 1, 0, 0)

@@ -1,8 +1,7 @@
 """Items in an export and an import (`ops.transfer`): their JSON lines, the check of a line, and
 their write into the importing scope.
 
-An item line follows the fact lines (its fact's line above it: a fact written after the export read
-the facts is written just before the first item that refers to it)::
+An item line follows the fact lines (its fact's line above it)::
 
     {"kind": "item", "namespace": ["notes"], "key": "k", "value": {...}, "fact_id": 12,
      "ttl_minutes": null, "expires_at": null, "created_at": "...", "updated_at": "..."}
@@ -111,9 +110,10 @@ def export_items(
     fact_line: Callable[[ExportedFact], str],
 ) -> Operation[int]:
     """Emit the scope's items as lines (`line` renders a record), one `Emit` per page; how many
-    lines. An export's statements each read the store as it is then (they run outside a
-    transaction), so an item may refer to a fact written after the fact pages: that fact's line
-    (`fact_line`, read with the item in one statement) is written just before the item's, once."""
+    lines. An item referring to a fact the fact pages did not hold (none, read in the export's one
+    snapshot; a run without it reads each page as the store is then) comes with that fact's line
+    (`fact_line`, read with the item in one statement), written just before the item's, once, so
+    the file imports whole."""
     base: dict[str, Any] = {"dataset": scope.dataset, "project": scope.project, "limit": _EXPORT_PAGE}
     after: dict[str, Any] = {"after_namespace": None, "after_key": None}
     written = 0

@@ -95,7 +95,12 @@ def check_import_args(on_error: str, batch_size: int, rebuild_index: bool | None
 
 
 def import_op(
-    context: MemoryContext, scope: Scope, parsed: ParsedImport, batch_size: int, rebuild_index: bool | None
+    context: MemoryContext,
+    scope: Scope,
+    parsed: ParsedImport,
+    batch_size: int,
+    rebuild_index: bool | None,
+    on_error: str = "raise",
 ) -> Operation[ImportCounts]:
     return context.resizing(
         scope,
@@ -109,6 +114,8 @@ def import_op(
             items=parsed.items,
             fact_refs=parsed.fact_refs,
             now=context.now(),
+            fact_numbers=parsed.fact_numbers,
+            on_error=on_error,
         ),
     )
 

@@ -15,6 +15,7 @@ from memsoda_core import limits
 from memsoda_core.checks import check_int, display
 from memsoda_core.errors import (
     ImportFormatError,
+    UnorderedValueError,
     ValidationError,
 )
 from memsoda_core.items import transfer as items_transfer
@@ -85,8 +86,8 @@ def episode_record(row: sql_store.EpisodeRow) -> dict[str, Any]:
 
 def export_jsonl(info: StoreInfo, scope: Scope) -> Operation[int]:
     """Emit every fact, then every episode, then every item of the scope as JSON lines (one `Emit`
-    per page; an item's fact written since the facts were read just before it,
-    `items.transfer.export_items`). Returns the lines emitted."""
+    per page), read in one snapshot (`Memory.export_jsonl` runs it with `snapshot=True`: the fact
+    pages hold every item's fact); returns the lines emitted."""
     base: dict[str, Any] = {"dataset": scope.dataset, "project": scope.project}
     written = 0
     after = 0
@@ -141,12 +142,16 @@ def distinct_episodes(episodes: Iterable[ImportedEpisode]) -> list[ImportedEpiso
 @dataclass(frozen=True, kw_only=True)
 class ImportCounts:
     """What an import wrote: fact lines that became new facts, and those that resolved to a stored
-    fact or an equal line (`writing.decisions`); episode lines written, and those already stored."""
+    fact or an equal line (`writing.decisions`); episode lines written, and those already stored;
+    the lines skipped (`on_error="skip"`) as the write rules could not place them (fact lines) or
+    their fact's line was skipped (item lines), as (line number, message)."""
 
     facts_new: int
     facts_merged: int
     episodes_new: int
     episodes_present: int
+    facts_skipped: tuple[tuple[int, str], ...] = ()
+    items_skipped: tuple[tuple[int, str], ...] = ()
 
 
 def _item_owned(record: Mapping[str, Any], line: int) -> bool:
@@ -168,31 +173,34 @@ def _times_seen(record: Mapping[str, Any], line: int) -> int:
 
 @dataclass(frozen=True, kw_only=True)
 class ParsedImport:
-    """A validated JSONL file, ready to write: its facts (with each line's exported id, which item
-    lines refer to: `fact_refs`), episodes and items, and the (line number, message) of each line
-    skipped."""
+    """A validated JSONL file, ready to write: its facts (with each line's number, `fact_numbers`,
+    and exported id, which item lines refer to: `fact_refs`), episodes and items, and the (line
+    number, message) of each line skipped."""
 
     facts: list[ValidFact]
     episodes: list[ImportedEpisode]
     errors: list[tuple[int, str]]
     fact_refs: list[int | None] = dataclasses.field(default_factory=list)
     items: list[ImportedItem] = dataclasses.field(default_factory=list)
+    fact_numbers: list[int] = dataclasses.field(default_factory=list)
 
     @property
     def total(self) -> int:
         return len(self.facts) + len(self.episodes) + len(self.items)
 
     def report(self, counts: ImportCounts) -> ImportReport:
+        """The report of the import of these lines, with the lines its write skipped too."""
+        errors = sorted([*self.errors, *counts.facts_skipped, *counts.items_skipped])
         return ImportReport(
-            facts=len(self.facts),
+            facts=len(self.facts) - len(counts.facts_skipped),
             episodes=len(self.episodes),
-            skipped=len(self.errors),
-            errors=tuple(self.errors),
+            skipped=len(errors),
+            errors=tuple(errors),
             facts_new=counts.facts_new,
             facts_merged=counts.facts_merged,
             episodes_new=counts.episodes_new,
             episodes_present=counts.episodes_present,
-            items=len(self.items),
+            items=len(self.items) - len(counts.items_skipped),
         )
 
 
@@ -200,6 +208,7 @@ def parse_jsonl(lines: Iterable[str], *, now: datetime, on_error: str) -> Parsed
     """Validate every line first. `on_error="raise"` raises ImportFormatError at the first bad
     line (nothing is written); `"skip"` collects (line number, message) and goes on."""
     facts: list[ValidFact] = []
+    fact_numbers: list[int] = []
     fact_refs: list[int | None] = []
     fact_lines: dict[int, int] = {}  # exported id -> fact lines carrying it, so far
     episodes: list[ImportedEpisode] = []
@@ -228,6 +237,7 @@ def parse_jsonl(lines: Iterable[str], *, now: datetime, on_error: str) -> Parsed
                     seen, owned = _times_seen(record, number), _item_owned(record, number)
                     (fact,) = validate_facts([body])
                     facts.append(dataclasses.replace(fact, times_seen=seen, item_owned=owned))
+                    fact_numbers.append(number)
                     ref = items_transfer.jsonl_fact_id(record)
                     fact_refs.append(ref)
                     if ref is not None:
@@ -246,7 +256,9 @@ def parse_jsonl(lines: Iterable[str], *, now: datetime, on_error: str) -> Parsed
             if on_error == "raise":
                 raise
             errors.append((number, str(exc)))
-    return ParsedImport(facts=facts, episodes=episodes, errors=errors, fact_refs=fact_refs, items=items)
+    return ParsedImport(
+        facts=facts, episodes=episodes, errors=errors, fact_refs=fact_refs, items=items, fact_numbers=fact_numbers
+    )
 
 
 def import_records(
@@ -260,6 +272,8 @@ def import_records(
     items: Sequence[ImportedItem] = (),
     fact_refs: Sequence[int | None] = (),
     now: datetime | None = None,
+    fact_numbers: Sequence[int] = (),
+    on_error: str = "raise",
 ) -> Operation[ImportCounts]:
     """Write validated records in batches inside one transaction, reconciled as any write is
     (`writing.decisions`; re-importing an export adds nothing): all or nothing, the counts bumped
@@ -268,12 +282,20 @@ def import_records(
     fact its line's `fact_id` resolved to (`fact_refs`: each fact line's exported id;
     `items.transfer.import_items`, ending at `now` the facts of items' own that replaced items leave).
     An import into a scope with its own fact HNSW may rebuild it after the rows
-    (`set_aside_fact_index`)."""
+    (`set_aside_fact_index`).
+
+    A fact line the write rules cannot place in its relation's history (a single-valued value
+    starting with another: `UnorderedValueError`) raises `ImportFormatError` naming its line
+    (`fact_numbers`: each fact's line number), or with `on_error="skip"` is left out, with the item
+    lines referring to it, and reported (`ImportCounts`)."""
     if facts:
         yield from set_aside_fact_index(info, scope, len(facts), rebuild_index)
     deltas = CountDeltas()
-    item_lines, items = len(items), items_transfer.distinct_items(items)
-    replaced = (yield from items_transfer.replaced_values(info, scope, items)) if items else []
+    item_lines = len(items)
+    # the keys of every item line: a superset of those written when lines are left out
+    replaced = (
+        (yield from items_transfer.replaced_values(info, scope, items_transfer.distinct_items(items))) if items else []
+    )
     if facts or items:
         # The locks of every fact of the import and of its relations, and of the facts the items it
         # replaces refer to, taken before its first row (and bounded in number,
@@ -281,17 +303,27 @@ def import_records(
         # writer that waits for the import's new entities, a cycle; and no relation declared
         # single-valued meanwhile is read without its lock (`writing.operation.reconcile`).
         learned = (yield from lock_facts(info, scope, facts, replaced, relations=True)).learned_at
-    resolved: list[int] = []
+    numbers = list(fact_numbers) or list(range(1, len(facts) + 1))
+    resolved: dict[int, int] = {}  # fact index -> the fact its line resolved to
+    unplaced: list[tuple[int, str]] = []  # (fact index, message) of the lines left out
     for start in range(0, len(facts), batch_size):
-        batch = facts[start : start + batch_size]
-        resolved += yield from _import_batch(info, scope, batch, learned, deltas)
-        yield from progress(len(batch))
+        indexes = list(range(start, min(start + batch_size, len(facts))))
+        placed = _PlacedBatch(indexes, numbers, skip=on_error == "skip")
+        resolved.update((yield from placed.write(info, scope, facts, learned, deltas)))
+        unplaced += placed.unplaced
+        yield from progress(len(indexes))
     yield from bump_counts(info, scope, deltas)  # once, at the end: see `CountDeltas`
     episodes_new = yield from _import_episodes(info, scope, episodes, batch_size)
+    items_skipped: list[tuple[int, str]] = []
     if items:
-        fact_ids = {ref: fact_id for ref, fact_id in zip(fact_refs, resolved, strict=True) if ref is not None}
+        refs = dict(enumerate(fact_refs))
+        fact_ids = {ref: resolved[index] for index, ref in refs.items() if ref is not None and index in resolved}
+        left_out = {ref: numbers[index] for index, _ in unplaced if (ref := refs[index]) is not None}
+        kept, items_skipped = _items_of_placed_facts(items, left_out)
         when = learned if now is None else now
-        yield from items_transfer.import_items(info, scope, items, fact_ids, locked=replaced, now=when, learned=learned)
+        yield from items_transfer.import_items(
+            info, scope, items_transfer.distinct_items(kept), fact_ids, locked=replaced, now=when, learned=learned
+        )
         yield from progress(item_lines)
     if facts or episodes or items:
         # Built once, after the rows: much faster than maintaining HNSW row by row. (Statistics are
@@ -299,10 +331,59 @@ def import_records(
         yield from ensure_tenant_indexes(info, scope)
     return ImportCounts(
         facts_new=deltas.facts,
-        facts_merged=len(facts) - deltas.facts,
+        facts_merged=len(resolved) - deltas.facts,
         episodes_new=episodes_new,
         episodes_present=len(episodes) - episodes_new,
+        facts_skipped=tuple((numbers[index], message) for index, message in unplaced),
+        items_skipped=tuple(items_skipped),
     )
+
+
+def _items_of_placed_facts(
+    items: Sequence[ImportedItem], left_out: Mapping[int, int]
+) -> tuple[list[ImportedItem], list[tuple[int, str]]]:
+    """The item lines whose fact's line was written, and (line number, message) of those whose
+    fact's line was left out (`left_out`: its exported id -> its line number)."""
+    kept: list[ImportedItem] = []
+    skipped: list[tuple[int, str]] = []
+    for each in items:
+        if each.fact_ref is not None and each.fact_ref in left_out:
+            error = ImportFormatError(f"its fact's line {left_out[each.fact_ref]} was skipped", line=each.line)
+            skipped.append((each.line, str(error)))
+        else:
+            kept.append(each)
+    return kept, skipped
+
+
+@dataclass
+class _PlacedBatch:
+    """One batch of an import's facts (`indexes` into them; `numbers`: each fact's line number).
+    A line the write rules cannot place (`UnorderedValueError`, raised by the plan before the batch
+    writes anything) raises `ImportFormatError` naming it, or with `skip` is left out (`unplaced`:
+    its index and message) and the rest planned again in the same transaction."""
+
+    indexes: list[int]
+    numbers: Sequence[int]
+    skip: bool
+    unplaced: list[tuple[int, str]] = dataclasses.field(default_factory=list)
+
+    def write(
+        self, info: StoreInfo, scope: Scope, facts: Sequence[ValidFact], learned: datetime, deltas: CountDeltas
+    ) -> Operation[dict[int, int]]:
+        """Write the batch; the fact each line written resolved to, by index."""
+        while True:
+            try:
+                ids = yield from _import_batch(info, scope, [facts[i] for i in self.indexes], learned, deltas)
+                return dict(zip(self.indexes, ids, strict=True))
+            except UnorderedValueError as exc:
+                index = self.indexes.pop(exc.position)
+                line = self.numbers[index]
+                if not self.skip:
+                    raise ImportFormatError(
+                        f"cannot be placed: {exc}; on_error='skip' leaves this line out and imports the rest",
+                        line=line,
+                    ) from exc
+                self.unplaced.append((index, str(ImportFormatError(f"cannot be placed: {exc}", line=line))))
 
 
 def _import_batch(

@@ -38,6 +38,7 @@ from memsoda_core.runner.policy import (
     POOL_MIN_SIZE,
     READ_ASIDE_CONNECTION_WAIT_S,
     RECONNECT_TIMEOUT_S,
+    SNAPSHOT,
     SPARE_CONNECTION_WAIT_S,
     RunEffects,
     connection_failed,
@@ -281,12 +282,15 @@ class AsyncRunner:
         op: Operation[T] | Callable[[], Operation[T]],
         *,
         read_only: bool = False,
+        snapshot: bool = False,
         sink: Sink | None = None,
         advance: Advance | None = None,
     ) -> T:
         """Drive `op` on one pooled connection, in one transaction; `read_only` operations (recall,
-        whose statements each stand alone) run in autocommit mode instead (no BEGIN / COMMIT).
-        `Emit` lines go to `sink`, `Progress` counts to `advance`.
+        whose statements each stand alone) run in autocommit mode instead (no BEGIN / COMMIT), but
+        with `snapshot` in one read-only transaction that reads one snapshot (`policy.SNAPSHOT`: an
+        export, whose pages must show the store at one instant). `Emit` lines go to `sink`,
+        `Progress` counts to `advance`.
 
         Given as a function that builds the operation, it is run again (up to
         `policy.RERUN_ATTEMPTS` runs in all, after a short wait) when PostgreSQL ends its
@@ -298,7 +302,8 @@ class AsyncRunner:
             runs += 1
             effects = RunEffects()
             try:
-                return await self._run_once(op() if callable(op) else op, read_only, sink, advance, effects)
+                built = op() if callable(op) else op
+                return await self._run_once(built, read_only, snapshot, sink, advance, effects)
             except (psycopg.Error, PoolTimeout) as exc:
                 if callable(op) and not effects.left_transaction and may_rerun(exc, runs):
                     logger.info("running the operation again after %s (run %d)", exc, runs)
@@ -308,17 +313,28 @@ class AsyncRunner:
                 raise translate_db_error(exc, retry_safe=not effects.left_transaction, runs=runs) from exc
 
     async def _run_once(
-        self, op: Operation[T], read_only: bool, sink: Sink | None, advance: Advance | None, effects: RunEffects
+        self,
+        op: Operation[T],
+        read_only: bool,
+        snapshot: bool,
+        sink: Sink | None,
+        advance: Advance | None,
+        effects: RunEffects,
     ) -> T:
+        autocommit = read_only and not snapshot
         async with AsyncExitStack() as stack:
             conns: list[Connection] = []
 
             async def connection() -> Connection:
                 if not conns:
-                    conns.append(await self._checkout(stack, read_only))
+                    conn = await self._checkout(stack, autocommit)
+                    if snapshot:
+                        await conn.execute(SNAPSHOT)  # the transaction's first statement
+                    conns.append(conn)
                 return conns[0]
 
-            return await self._drive(op, connection, self, sink, advance, effects, read_only)
+            # a snapshot's reads stay on its connection: a node's would not read its snapshot
+            return await self._drive(op, connection, self, sink, advance, effects, autocommit)
 
     async def _checkout(self, stack: AsyncExitStack, read_only: bool) -> Connection:
         """A pooled connection, waiting at most `pool_timeout`, returned when `stack` closes. While

@@ -45,6 +45,11 @@ SESSION_SETTINGS = (
 )
 """Run on every new pooled connection."""
 
+SNAPSHOT = sql.SQL("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+"""The first statement of a run that reads one snapshot (`snapshot=True`): every statement of its
+transaction sees the store as it was at the first, whatever commits meanwhile; it writes nothing.
+Allowed on a hot standby too."""
+
 FORCE_GENERIC_PLAN = sql.SQL("SET plan_cache_mode = force_generic_plan")
 END_GENERIC_PLAN = sql.SQL("RESET plan_cache_mode")
 """Sent before and after a `Planning.GENERIC` statement, in one pipeline (one round trip). If the
@@ -238,6 +243,37 @@ READ_ONLY_SQLSTATE = "25006"
 """read_only_sql_transaction: a write in a read-only session (a demoted server, a read-only role)."""
 
 
+INSUFFICIENT_RESOURCES = "53"
+"""SQLSTATE class 53: the server is up but short of memory, disk or a configured limit for this
+statement (psycopg raises them as `OperationalError`, as it does lost connections)."""
+
+TOO_MANY_CONNECTIONS = "53300"
+"""Of class 53, the one that refuses a connection: `StoreUnavailableError`."""
+
+OUT_OF_MEMORY = "53200"
+LOCK_TABLE_HINT = "max_locks_per_transaction"
+
+
+def out_of_resources(exc: psycopg.Error, code: str, *, retry_safe: bool) -> StoreError:
+    """A statement the server could not finish for lack of a resource (SQLSTATE class 53, its
+    transaction rolled back): a `StoreError` that says which and what to do, not an outage.
+    `retry_safe`: the operation committed nothing before."""
+    text = exc.diag.message_primary or str(exc).strip()
+    hint = exc.diag.message_hint or ""
+    kept = "nothing of the operation was committed" if retry_safe else "part of it had committed before"
+    if code == OUT_OF_MEMORY and LOCK_TABLE_HINT in hint:
+        return StoreError(
+            f"PostgreSQL's shared lock table is full ({text}, SQLSTATE {code}): a transaction took more "
+            f"locks than max_locks_per_transaction x max_connections leave room for; {kept}. Raise "
+            "max_locks_per_transaction (a server restart), or write in smaller batches"
+        )
+    also = f"; hint: {hint}" if hint else ""
+    return StoreError(
+        f"PostgreSQL ran out of a resource ({text}, SQLSTATE {code}{also}); {kept}. Give the server "
+        "more (memory, disk, the setting named), or write in smaller batches"
+    )
+
+
 def translate_db_error(exc: BaseException, *, retry_safe: bool = True, runs: int = 1) -> MemsodaError:
     """A database or pool error as a documented memsoda error. `retry_safe`: the operation committed
     nothing before it failed; `runs`: how often it was run."""
@@ -266,6 +302,13 @@ def translate_db_error(exc: BaseException, *, retry_safe: bool = True, runs: int
             f"PostgreSQL refused a write: the session is read-only ({str(exc).strip()}); the server may have "
             "become a standby, or the role reads only: write through a memory opened on the primary"
         )
+    if (
+        isinstance(exc, psycopg.Error)
+        and code
+        and code.startswith(INSUFFICIENT_RESOURCES)
+        and code != TOO_MANY_CONNECTIONS
+    ):
+        return out_of_resources(exc, code, retry_safe=retry_safe)
     if isinstance(exc, psycopg.OperationalError):
         return StoreUnavailableError(f"PostgreSQL is unavailable: {str(exc).strip()}")
     return StoreError(f"the database rejected the operation: {str(exc).strip()}")
