@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from memsoda_core import ScopeArgs
 from tests.conftest import Either
 
@@ -19,12 +17,6 @@ def note(key: str, kind: str, text: str) -> dict[str, Any]:
     return {"namespace": ["notes"], "key": key, "value": {"kind": kind}, "text": text}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="recall ranks the scope's facts before the filter restricts them: the filtered items a nearer crowd "
-    "pushes out of recall's kept facts are ranked by vector distance alone, score 0.0 (the design of the fix, "
-    "candidate facts restricted in every signal's fragment, is in the h-items report)",
-)
 async def test_a_filtered_search_ranks_its_items_by_recall_despite_a_nearer_crowd(
     memory: Either, scope: ScopeArgs
 ) -> None:
