@@ -3,10 +3,25 @@ score even when many items it does not select lie nearer the query."""
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Sequence
 from typing import Any
 
-from memsoda_core import ScopeArgs
+import psycopg
+import pytest
+from psycopg import sql
+
+from memsoda_core import LocalEmbedder, Memory, RecallResult, ScopeArgs
+from memsoda_core.embedders.protocol import Vector
+from memsoda_core.items.operations import MAX_WITHIN_FACTS, search_items
+from memsoda_core.items.statements import filter_sql, filtered_facts
+from memsoda_core.items.values import Condition, parse_filter
+from memsoda_core.store.info import StoreInfo
+from memsoda_core.validation import Scope
 from tests.conftest import Either
+from tests.scripted import Script, drive
+
+INFO = StoreInfo(schema="memsoda", model="scripted", dimensions=4, text_search_config="english")
 
 CROWD = 400
 """Items nearer the query than the filtered ones, outside the filter: more than recall keeps
@@ -26,3 +41,87 @@ async def test_a_filtered_search_ranks_its_items_by_recall_despite_a_nearer_crow
     found = await memory.search_items(["notes"], query="coffee", filter={"kind": "rare"}, limit=2, **scope)
     assert [i.key for i in found] == ["beans", "garden"]
     assert found[0].score is not None and found[0].score > 0  # a fused score, as without the crowd
+
+
+async def test_a_filtered_search_finds_by_keyword_an_item_the_vector_ranks_last(
+    memory: Either, scope: ScopeArgs
+) -> None:
+    # Under the filter, "shed" alone holds a word of the query (qx7731) and is the farthest from it by
+    # vector; the crowd outside holds both words, newer, so recall over the whole scope kept none of
+    # the filtered items. Ranked by recall over the filtered facts, shed's keyword hit puts it first.
+    rare = [
+        note("shed", "rare", "the garden shed is painted qx7731 green"),
+        note("beans", "rare", "espresso beans roasted in Ethiopia"),
+        note("cafe", "rare", "a flat white at the corner cafe"),
+    ]
+    await memory.put_items(rare, **scope)
+    crowd = [note(f"c{n}", "common", f"coffee note {n}: more coffee, batch qx7731") for n in range(CROWD)]
+    await memory.put_items(crowd, **scope)
+    found = await memory.search_items(["notes"], query="coffee qx7731", filter={"kind": "rare"}, limit=3, **scope)
+    assert found[0].key == "shed"
+    assert all(item.score is not None and item.score > 0 for item in found)
+    assert found[0].score > found[1].score
+
+
+@pytest.mark.parametrize("layout", ["plain", "partitioned"])
+def test_a_filtered_search_of_a_scope_with_its_own_indexes_keeps_to_the_filter(
+    pg_dsn: str, embedder: LocalEmbedder, layout: str
+) -> None:
+    # a scope past the tenant-index threshold runs its own statements (named, generic plans, its own
+    # partitions when partitioned); a date in the query adds the date signal's statement
+    schema = f"within_{uuid.uuid4().hex[:8]}"
+    scope: ScopeArgs = {"dataset": "d", "project": "p"}
+    try:
+        with Memory.open(pg_dsn, embedder, schema=schema, tenant_index_min_facts=12, layout=layout) as memory:
+            memory.put_items([note(f"c{n}", "common", f"coffee note {n}: more coffee") for n in range(CROWD)], **scope)
+            memory.put_items([note("beans", "rare", "espresso beans roasted in Ethiopia")], **scope)
+            memory.put_items([note("garden", "rare", "the garden needs watering on Sunday")], **scope)
+            for query in ("coffee", "coffee from last week"):
+                found = memory.search_items(["notes"], query=query, filter={"kind": "rare"}, limit=2, **scope)
+                assert [i.key for i in found] == ["beans", "garden"], query
+                assert all(i.score is not None and i.score > 0 for i in found), query
+    finally:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def _search(conditions: list[Condition], selected: list[tuple[str, int]], asked: list[Sequence[int] | None]) -> Any:
+    """`items.operations.search_items` driven with scripted replies: the filter's selection is
+    `selected` ((dataset, fact id) rows), and each recall records the facts it was restricted to."""
+
+    def recall_in(where: Scope, keep: int, vector: Vector | None, within: Sequence[int] | None) -> Any:
+        asked.append(within)
+        return RecallResult(context="", facts=(), entities=())
+        yield  # an operation
+
+    filters, _ = filter_sql(conditions)
+    script = Script(dimensions=INFO.dimensions).on(filtered_facts(INFO.schema, filters, scoped=True), selected)
+    op = search_items(
+        INFO,
+        "p",
+        "d",
+        ("notes",),
+        query="coffee",
+        conditions=conditions,
+        limit=2,
+        offset=0,
+        recall_in=recall_in,
+        embed_timeout_s=1.0,
+    )
+    return drive(op, script)
+
+
+def test_only_a_filtered_search_restricts_recall_to_the_facts_of_its_items() -> None:
+    kind = parse_filter({"kind": "rare"})
+    asked: list[Sequence[int] | None] = []
+    _search([], [], asked)
+    assert asked == [None]  # no filter: recall over the scope, its statements as they were
+    asked.clear()
+    _search(kind, [("d", 9), ("d", 4), ("d", 9)], asked)
+    assert asked == [[4, 9]]
+    asked.clear()
+    _search(kind, [], asked)
+    assert asked == []  # no filtered item has a fact: nothing to recall
+    asked.clear()
+    _search(kind, [("d", n) for n in range(MAX_WITHIN_FACTS + 1)], asked)
+    assert asked == [None]  # more than the bound: recall over the scope, the filter after it
