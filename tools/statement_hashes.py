@@ -10,10 +10,11 @@ What is enumerated, and how it stays exhaustive:
 
 - Recall: every plan `recall.signals.plan_for` gives over a product of requests (query or not,
   dated or not, embedding or not, each signal's `embeds` text embedded or not, hops, known_at,
-  `recent.candidates`, restricted to given facts (`within`) or not), checked to run every registered signal; for each, every scope access the
-  registered layouts (`layouts.REGISTRY`) derive for a scope's sizes (`ScopeSize`: none, small,
-  large, placed, moved, and where a small scope's rows may have moved), the statements
-  `recall_statements` renders and, where it runs, `kept_hits_statement`; the kept read per access.
+  `recent.candidates`, restricted to given facts (`within`) or not), checked to run every
+  registered signal; for each, every scope access the registered layouts (`layouts.REGISTRY`)
+  derive for a scope's sizes (`ScopeSize`: none, small, large, placed, moved, and where a small
+  scope's rows may have moved), the statements `recall_statements` renders and, where it runs,
+  `kept_hits_statement`; the kept read per access.
 - Every other builder: each public function of a `memsoda_core` module whose return annotation
   names a statement (`sql.Composed`, `sql.SQL`, `Compiled`, lists of them), called with every
   combination of `arguments()` for its parameters (a `bool` with both values); module-level statement

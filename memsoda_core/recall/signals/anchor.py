@@ -185,8 +185,8 @@ def anchor_ctes(schema: str, plan: RecallPlan, access: ScopeAccess = SHARED) -> 
     rows, and its CTEs read once are planned apart (`live.once`).
 
     With `plan.within` both hops' facts are those of %(within)s only, and so are each anchor's
-    `anchor_max_facts` links (else links to facts outside them could fill its share); the anchors,
-    bridges and hubs stay the scope's."""
+    `anchor_max_facts` links (else links to facts outside them could fill its share); which
+    entities are anchors, bridges or hubs is still judged by the whole scope's counts."""
     distance = sql.SQL("f.embedding <=> %(qvec)s" if plan.embedding else "NULL::float8")
     near_union = sql.SQL("UNION ALL SELECT id, name, false, s FROM near" if plan.embedding else "")
     two_hops = plan.hops >= 2
