@@ -1,5 +1,6 @@
-"""An item search by query under a filter: the items it selects should be ranked by recall's fused
-score even when many items it does not select lie nearer the query."""
+"""An item search by query under a filter: the items it selects are ranked by recall's fused score
+over their facts alone (`RecallRequest.within`), even when many items it does not select lie nearer
+the query; a search without a filter recalls as it did."""
 
 from __future__ import annotations
 
