@@ -13,13 +13,14 @@ from memsoda_core.recall.operation import recall
 from memsoda_core.recall.planning import ScopeSizes
 from memsoda_core.recall.scope_stats import ScopeStatsCache, sample_statement
 from memsoda_core.recall.statements import facts_statement
+from memsoda_core.runner.compiled import Compiled
 from memsoda_core.runner.steps import Concurrently, EmbedQuery, Execute, Planning, Statement
 from memsoda_core.scope_growth import LatestFact
 from memsoda_core.store.fact_columns import FACT_COLUMNS
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.store.tenant_index import scope_facts_statement
 from memsoda_core.validation import Scope
-from tests.scripted import Script, drive
+from tests.scripted import Script, drive, params_of
 
 INFO = StoreInfo(schema="memsoda", model="scripted", dimensions=4, text_search_config="english")
 SCOPE = Scope(dataset="acme", project="assistant")
@@ -38,6 +39,7 @@ def recall_of(query: str | None, sizes: ScopeSizes | None = None, **kwargs: Any)
         as_of=None,
         now=NOW,
         scope_sizes=sizes if sizes is not None else ScopeSizes(),
+        within=kwargs.pop("within", None),
     )
 
 
@@ -134,6 +136,21 @@ def test_a_question_naming_a_date_keeps_the_statements_at_once_on_a_small_scope(
     assert len(dated) > 1  # the date signal is planned afresh: in one statement, all of it would be
     assert [s.planning for s in dated if "date_hits" in text(s.statement)] == [Planning.FRESH]
     assert not any("kept AS" in text(s.statement) for s in dated)
+
+
+def test_a_recall_within_given_facts_restricts_every_statement_to_them_and_others_are_untouched() -> None:
+    for query in ("tesla", "what did the user buy last week?"):  # one statement or several (the date's)
+        for facts in (10, INFO.tenant_index_min_facts):  # the shared statements, or the scope's own
+            plain = signal_statements(drive(recall_of(query), store(facts)).requests)
+            within = signal_statements(drive(recall_of(query, within=[4, 9]), store(facts)).requests)
+            assert not any("within" in names(s) or "within" in params_of(s) for s in plain)
+            assert all("within" in names(s) and params_of(s)["within"] == [4, 9] for s in within)
+            assert "live AS MATERIALIZED" in " ".join(text(s.statement) for s in within)  # searched exactly
+
+
+def names(execute: Execute) -> tuple[str, ...]:
+    assert isinstance(execute.statement, Compiled)
+    return execute.statement.names
 
 
 def test_the_scope_size_is_remembered_between_recalls() -> None:

@@ -10,10 +10,11 @@ What is enumerated, and how it stays exhaustive:
 
 - Recall: every plan `recall.signals.plan_for` gives over a product of requests (query or not,
   dated or not, embedding or not, each signal's `embeds` text embedded or not, hops, known_at,
-  `recent.candidates`), checked to run every registered signal; for each, every scope access the
-  registered layouts (`layouts.REGISTRY`) derive for a scope's sizes (`ScopeSize`: none, small,
-  large, placed, moved, and where a small scope's rows may have moved), the statements
-  `recall_statements` renders and, where it runs, `kept_hits_statement`; the kept read per access.
+  `recent.candidates`, restricted to given facts (`within`) or not), checked to run every
+  registered signal; for each, every scope access the registered layouts (`layouts.REGISTRY`)
+  derive for a scope's sizes (`ScopeSize`: none, small, large, placed, moved, and where a small
+  scope's rows may have moved), the statements `recall_statements` renders and, where it runs,
+  `kept_hits_statement`; the kept read per access.
 - Every other builder: each public function of a `memsoda_core` module whose return annotation
   names a statement (`sql.Composed`, `sql.SQL`, `Compiled`, lists of them), called with every
   combination of `arguments()` for its parameters (a `bool` with both values); module-level statement
@@ -246,8 +247,8 @@ _QUERIES = (None, "what does sam like", "what did sam do last week")
 def recall_plans() -> list[RecallPlan]:
     """Every plan `plan_for` gives over the request product (see the module's docstring), sorted."""
     plans: set[RecallPlan] = set()
-    for query, embedding, hops, known, recent in itertools.product(
-        _QUERIES, (None, (0.0, 1.0)), (1, 2), (False, True), (0, 50)
+    for query, embedding, hops, known, recent, within in itertools.product(
+        _QUERIES, (None, (0.0, 1.0)), (1, 2), (False, True), (0, 50), (None, (1, 2))
     ):
         options = DEFAULT_OPTIONS.with_overrides({"anchor.hops": hops, "recent.candidates": recent})
         request = RecallRequest(
@@ -258,6 +259,7 @@ def recall_plans() -> list[RecallPlan]:
             at=_AT,
             known_at=_AT if known else None,
             conversation=(("user", "an earlier turn"),),
+            within=within,
         )
         embeds = [spec.name for spec in SIGNALS if spec.embeds(request) is not None]
         for embedded in itertools.product((False, True), repeat=len(embeds)):
@@ -275,7 +277,11 @@ def _fields(request: RecallRequest) -> dict[str, Any]:
 
 def plan_name(plan: RecallPlan) -> str:
     signals = "+".join(planned_signals(plan))
-    return f"query={int(plan.query)},embedding={int(plan.embedding)},hops={plan.hops},known={int(plan.known)},{signals}"
+    within = ",within=1" if plan.within else ""  # the names of the plans without it as they were
+    return (
+        f"query={int(plan.query)},embedding={int(plan.embedding)},hops={plan.hops},known={int(plan.known)}"
+        f"{within},{signals}"
+    )
 
 
 def _recall() -> Iterator[Entry]:

@@ -165,8 +165,10 @@ def get_item_op(context: MemoryContext, get: ItemGet) -> Operation[StoredItem | 
 
 
 def search_items_op(context: MemoryContext, search: ItemSearch) -> Operation[list[StoredItem]]:
-    def recall_in(where: Scope, keep: int, vector: Vector | None) -> Operation[RecallResult]:
-        return top_facts_op(context, where, search.query, keep, query_embedding=vector)
+    def recall_in(
+        where: Scope, keep: int, vector: Vector | None, within: Sequence[int] | None
+    ) -> Operation[RecallResult]:
+        return top_facts_op(context, where, search.query, keep, query_embedding=vector, within=within)
 
     found = items_ops.search_items(
         context.info,

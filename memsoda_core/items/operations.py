@@ -14,7 +14,9 @@ to it. The mark changes only under the fact's relation lock, which every write o
 
 A search by query ranks the items its prefix and filter select (in SQL, before any ranking): those
 whose fact memsoda's recall of their scope keeps (RRF over vector, anchor and keyword signals) by
-the fused score, then the rest (`_ranked_page`).
+the fused score, then the rest (`_ranked_page`). Under a filter, recall ranks the facts of the
+items it selects only (`_filtered_facts`, `RecallRequest.within`), so that facts outside it, however
+near the query, take no place in its lists.
 """
 
 from __future__ import annotations
@@ -53,9 +55,17 @@ from memsoda_core.writing import reconcile_statements as sql_reconcile
 from memsoda_core.writing.insert_rows import insert_rows
 from memsoda_core.writing.operation import lock_facts, write_facts
 
-RecallIn = Callable[[Scope, int, Vector | None], Operation[RecallResult]]
+RecallIn = Callable[[Scope, int, Vector | None, Sequence[int] | None], Operation[RecallResult]]
 """Recall of the search's query in a scope, keeping that many facts, with the query's embedding
-when there is one (built by the memory, which holds the recall options and scope sizes)."""
+when there is one, of those facts only when given (`RecallRequest.within`; built by the memory,
+which holds the recall options and scope sizes)."""
+
+MAX_WITHIN_FACTS = 10_000
+"""The most facts a filtered search restricts recall to (`RecallRequest.within`): recall then reads
+each of them by its primary key and computes its distance to the query (the restricted search is
+exact), and they are bound as one array. A filter selecting more items than this selects much of
+a scope; the search then ranks as an unfiltered one does, recall over the whole scope through its
+indexes, and the filter applies to the items recall keeps (with its unkept items after them)."""
 
 
 def put_items(
@@ -182,11 +192,27 @@ def search_items(
             )
         datasets = [str(row[0]) for row in found]
     scopes = [Scope(dataset=name, project=project) for name in datasets]
+    within = (yield from _filtered_facts(info, dataset, filters, params)) if conditions else None
     return (
         yield from _ranked_page(
-            info, scopes, dataset, query, filters, params, limit, offset, recall_in, embed_timeout_s
+            info, scopes, dataset, query, filters, params, limit, offset, recall_in, embed_timeout_s, within
         )
     )
+
+
+def _filtered_facts(
+    info: StoreInfo, dataset: str | None, filters: sql.Composable, params: Mapping[str, Any]
+) -> Operation[dict[str, list[int]] | None]:
+    """The facts of the items the search's prefix and filter select (`params`, `filters`), by
+    dataset, ascending; None when they are more than `MAX_WITHIN_FACTS`."""
+    statement = sql_items.filtered_facts(info.schema, filters, scoped=dataset is not None)
+    rows = yield from execute(statement, {**params, "dataset": dataset, "limit": MAX_WITHIN_FACTS + 1})
+    if len(rows) > MAX_WITHIN_FACTS:
+        return None
+    by_dataset: dict[str, set[int]] = {}
+    for name, fact_id in rows:
+        by_dataset.setdefault(str(name), set()).add(int(fact_id))
+    return {name: sorted(ids) for name, ids in by_dataset.items()}
 
 
 def _ranked_page(
@@ -200,13 +226,16 @@ def _ranked_page(
     offset: int,
     recall_in: RecallIn,
     embed_timeout_s: float,
+    within: Mapping[str, Sequence[int]] | None,
 ) -> Operation[list[StoredItem]]:
     """A page of the matching items (`params`: the prefix, the filter, the project; all applied in
     SQL before anything is ranked) in the order of a search by query: first those whose fact a
     recall of its scope keeps (up to `MAX_K` facts a scope: RRF over vector, anchor and keyword
     signals), by that fused score; then the other items with a fact, nearest the query first
     (score 0.0); last those with no text to search (score None), most recently updated first,
-    as LangGraph's `InMemoryStore` puts its unindexed items after the scored ones."""
+    as LangGraph's `InMemoryStore` puts its unindexed items after the scored ones. With `within`
+    (dataset -> the facts of the matching items: `_filtered_facts`), each recall ranks those facts
+    only, and a scope without any is not recalled."""
     try:
         vector: Vector | None = yield from embed_query(query, embed_timeout_s)
     except EmbeddingError:  # recall says so in its own result; the rest is ranked by recency
@@ -214,7 +243,10 @@ def _ranked_page(
     scored: list[tuple[float, int, StoredItem]] = []
     kept: list[tuple[str, int]] = []
     for each in scopes:
-        result = yield from recall_in(each, MAX_K, vector)
+        among = None if within is None else within.get(each.dataset, ())
+        if among is not None and not among:
+            continue
+        result = yield from recall_in(each, MAX_K, vector, among)
         order = {s.fact.id: (s.score, rank) for rank, s in enumerate(result.facts, start=1)}
         if not order:
             continue

@@ -232,6 +232,20 @@ def items_of_facts(schema: str, filters: sql.Composable) -> sql.Composed:
     )
 
 
+def filtered_facts(schema: str, filters: sql.Composable, *, scoped: bool) -> sql.Composed:
+    """(dataset, fact_id) of the items under %(prefix)s matching `filters` that have a fact, at most
+    %(limit)s rows, in no order; in one scope, or (`scoped` False) in every dataset of the project."""
+    return tenant_statement(
+        """SELECT i.dataset, i.fact_id FROM {s}.items i
+           WHERE {scope}{under}{filters} AND i.fact_id IS NOT NULL
+           LIMIT %(limit)s""",
+        schema,
+        filters=filters,
+        scope=_scope(scoped),
+        **_PARTS,
+    )
+
+
 def unkept_items(schema: str, filters: sql.Composable, *, scoped: bool, by_vector: bool) -> sql.Composed:
     """A search by query's items after those recall kept: items under %(prefix)s matching `filters`
     whose fact is not one of recall's kept facts (%(kept_datasets)s, %(kept_ids)s: pairs), those

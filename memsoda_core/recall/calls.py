@@ -41,6 +41,7 @@ def recall_op(
     known_at: Any = None,
     conversation: Any = None,
     exclude: Any = (),
+    within: Sequence[int] | None = None,
 ) -> Operation[RecallResult]:
     scope = check_scope(dataset, project)
     check_options_type(options, RecallOptions, "recall")
@@ -82,15 +83,22 @@ def recall_op(
         known_at=times.known_at,
         conversation=turns,
         exclude=excluded,
+        within=within,
     )
 
 
 def top_facts_op(
-    context: MemoryContext, scope: Scope, query: str | None, keep: int, *, query_embedding: Vector | None = None
+    context: MemoryContext,
+    scope: Scope,
+    query: str | None,
+    keep: int,
+    *,
+    query_embedding: Vector | None = None,
+    within: Sequence[int] | None = None,
 ) -> Operation[RecallResult]:
     """A recall with the memory's options but `keep` facts kept (and the query's embedding when
-    the caller has it): what `remember` shows its extractor and what an item search maps back to
-    items."""
+    the caller has it; of the facts `within` only, when given: `RecallRequest.within`): what
+    `remember` shows its extractor and what an item search maps back to items."""
     return recall_op(
         context,
         query,
@@ -101,6 +109,7 @@ def top_facts_op(
         as_of=None,
         options=None,
         overrides={"facts_in_context": keep},
+        within=within,
     )
 
 

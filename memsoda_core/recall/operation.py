@@ -85,6 +85,7 @@ def recall(
     exclude: frozenset[int] = frozenset(),
     scope_stats: ScopeStatsCache | None = None,
     calibrations: CalibrationCache | None = None,
+    within: Sequence[int] | None = None,
 ) -> Operation[RecallResult]:
     """The signals (one statement for a small scope, else two run at once), RRF, the kept facts
     read, grouping and rendering; see `recall.result`. A scope searched exactly (under the tenant-index threshold)
@@ -101,7 +102,10 @@ def recall(
     `known_at` (transaction time): what memory knew then, as it knew it (statements of their own,
     `RecallPlan.known`); the default statements are untouched by it. Facts in `exclude` are not
     kept (`result.fuse_hits`). Options left at None are chosen from the scope's statistics
-    (`recall.adaptive`, read through `scope_stats`), and the choice is `RecallResult.fusion`."""
+    (`recall.adaptive`, read through `scope_stats`), and the choice is `RecallResult.fusion`.
+
+    `within`: the only facts ranked (`RecallRequest.within`; an item search's filter), searched
+    exactly (`RecallPlan.within`); the default statements are untouched by it too."""
     timings: dict[str, float] = {}
     started = time.perf_counter()
     embedding: Sequence[float] | np.ndarray[Any, Any] | None = None
@@ -123,6 +127,7 @@ def recall(
         embedding=embedding,
         conversation=tuple(conversation or ()),
         text_search_config=info.text_search_config,
+        within=None if within is None else tuple(within),
     )
     vectors: dict[str, Sequence[float] | np.ndarray[Any, Any]] = {}
     for spec in REGISTRY:  # what each signal asks embedded (the conversation's turns)

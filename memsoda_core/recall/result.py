@@ -17,6 +17,7 @@ from memsoda_core.recall.render import anchor_entities, group_by_anchor, render
 from memsoda_core.recall.signals import REGISTRY, RecallRequest, SignalSpec, by_name, shared_ctes, signal_order
 from memsoda_core.recall.signals import plan_for as plan_for  # the registry's, beside statement_params
 from memsoda_core.store.fact_columns import decode_fact
+from memsoda_core.store.params import BigintArray
 
 _SHARED = shared_ctes(REGISTRY)
 
@@ -39,6 +40,8 @@ def statement_params(request: RecallRequest, registry: Sequence[SignalSpec] = RE
     }
     if request.known_at is not None:  # only the statements of a `RecallPlan.known` take it
         params["known_at"] = request.known_at
+    if request.within is not None:  # only those of a `RecallPlan.within`
+        params["within"] = BigintArray(request.within)
     for shared in _SHARED if registry is REGISTRY else shared_ctes(registry):
         params.update(shared.params(request))
     for spec in registry:

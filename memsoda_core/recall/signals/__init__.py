@@ -59,15 +59,18 @@ def planned_signals(plan: RecallPlan, registry: Sequence[SignalSpec] = REGISTRY)
 
 def plan_for(request: RecallRequest, registry: Sequence[SignalSpec] = REGISTRY) -> RecallPlan:
     """The statements' shape for `request`: the signals whose spec runs for it, and the flags their
-    CTEs read (`known`: read as memory knew it at `known_at`). Hops do not matter with neither a
-    query nor a vector (recency alone: one statement)."""
+    CTEs read (`known`: read as memory knew it at `known_at`; `within`: only the facts given, read
+    exactly). Hops do not matter with neither a query nor a vector (recency alone: one statement)."""
     query, embedding = request.query is not None, request.embedding is not None
+    within = request.within is not None
     return RecallPlan(
         query=query,
         embedding=embedding,
         hops=request.options.anchor.hops if query or embedding else 2,
         known=request.known_at is not None,
         signals=frozenset(spec.name for spec in registry if spec.runs(request)),
+        exact=within,
+        within=within,
     )
 
 

@@ -140,7 +140,7 @@ _ANCHOR = """
             CROSS JOIN LATERAL (
                 SELECT fe.fact_id
                 FROM {fact_entities} fe
-                WHERE {scope_fe} AND fe.entity_id = a.id
+                WHERE {scope_fe} AND fe.entity_id = a.id{within_fe}
                 ORDER BY fe.fact_id DESC
                 LIMIT %(anchor_max_facts)s
             ) AS fe
@@ -182,7 +182,11 @@ def anchor_ctes(schema: str, plan: RecallPlan, access: ScopeAccess = SHARED) -> 
     172,823 of its links (28-48 ms, a tenth of the recalls; 4-6 ms with the fence), and on a store
     of many small scopes the facts were read by a scan of the scope. A scope searched exactly
     (`RecallPlan.exact`) is scanned once for every signal (`signals.live`): both hops join those
-    rows, and its CTEs read once are planned apart (`live.once`)."""
+    rows, and its CTEs read once are planned apart (`live.once`).
+
+    With `plan.within` both hops' facts are those of %(within)s only, and so are each anchor's
+    `anchor_max_facts` links (else links to facts outside them could fill its share); which
+    entities are anchors, bridges or hubs is still judged by the whole scope's counts."""
     distance = sql.SQL("f.embedding <=> %(qvec)s" if plan.embedding else "NULL::float8")
     near_union = sql.SQL("UNION ALL SELECT id, name, false, s FROM near" if plan.embedding else "")
     two_hops = plan.hops >= 2
@@ -191,9 +195,10 @@ def anchor_ctes(schema: str, plan: RecallPlan, access: ScopeAccess = SHARED) -> 
     hop_facts = (
         sql.SQL("JOIN live f ON f.id = t.fact_id")
         if live
-        else fragment(_HOP_FACTS, schema, access=access, known=plan.known, distance=distance)
+        else fragment(_HOP_FACTS, schema, access=access, known=plan.known, within=plan.within, distance=distance)
     )
     part = partial(fragment, access=access, known=plan.known, hop_facts=hop_facts, once=once(live))
+    within_fe = sql.SQL(" AND fe.fact_id = ANY(%(within)b::bigint[])" if plan.within else "")
     hop2 = part(_HOP2, schema, real=sql.SQL(real_name("b.name")))
     return part(
         _ANCHOR,
@@ -204,6 +209,7 @@ def anchor_ctes(schema: str, plan: RecallPlan, access: ScopeAccess = SHARED) -> 
         hit_columns=columns,
         real_anchor=sql.SQL(real_name("min(name)")),
         name_like=name_like(schema, access),
+        within_fe=within_fe,
     )
 
 

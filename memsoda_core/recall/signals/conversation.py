@@ -28,7 +28,7 @@ from memsoda_core.text import clean_query, message_query
 
 
 def conversation_cte(
-    schema: str, access: ScopeAccess = SHARED, *, known: bool = False, exact: bool = False
+    schema: str, access: ScopeAccess = SHARED, *, known: bool = False, exact: bool = False, within: bool = False
 ) -> sql.Composed:
     """The facts nearest the conversation's embedding %(conversation_qvec)s, as the vector signal's."""
     return nearest_cte(
@@ -39,11 +39,12 @@ def conversation_cte(
         access,
         known=known,
         exact=exact,
+        within=within,
     )
 
 
 def _ctes(schema: str, plan: RecallPlan, access: ScopeAccess) -> Sequence[sql.Composable]:
-    return (conversation_cte(schema, access, known=plan.known, exact=reads_live(plan)),)
+    return (conversation_cte(schema, access, known=plan.known, exact=reads_live(plan), within=plan.within),)
 
 
 @dataclass(frozen=True, kw_only=True)

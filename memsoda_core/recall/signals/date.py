@@ -22,7 +22,7 @@ from psycopg import sql
 from memsoda_core.layouts.access import SHARED, ScopeAccess
 from memsoda_core.option_checks import check_between, check_types
 from memsoda_core.recall.dates import Window, question_window
-from memsoda_core.recall.fragments import fragment
+from memsoda_core.recall.fragments import fragment, within_facts
 from memsoda_core.recall.hits import HitRow
 from memsoda_core.recall.signals.spec import RecallPlan, RecallRequest, SignalSpec
 
@@ -34,9 +34,11 @@ def date_cte(schema: str, plan: RecallPlan, access: ScopeAccess = SHARED) -> sql
     """Facts that held in [%(window_start)s, %(window_end)s) (see the module docstring), nearest
     the query embedding first (most recent first without one); ties by recency, then id. The two
     branches are ranges of `facts_recent` (began in the window, still holding) and `facts_ended`
-    (ended since its start), so a window holding few facts is read by index, not by a scan."""
+    (ended since its start), so a window holding few facts is read by index, not by a scan. With
+    `plan.within`, of the facts %(within)s only (its predicate is its own, not `fragments.where`)."""
     order = "f.embedding <=> %(qvec)s" if plan.embedding else "NULL::float8"
     learned = " AND f.created_at <= %(known_at)s" if plan.known else ""  # what memory knew by then
+    among = within_facts("f", plan.within)
     return fragment(
         """
     date_hits AS (
@@ -46,13 +48,14 @@ def date_cte(schema: str, plan: RecallPlan, access: ScopeAccess = SHARED) -> sql
               FROM {facts} f
               WHERE {scope_f} AND f.confidence >= %(min_confidence)s AND f.valid_at <= %(at)s
                 AND (f.invalid_at IS NULL AND f.valid_at >= %(window_start)s AND f.valid_at < %(window_end)s
-                     OR f.invalid_at > %(window_start)s AND f.valid_at < %(window_end)s){learned}
+                     OR f.invalid_at > %(window_start)s AND f.valid_at < %(window_end)s){learned}{among}
               ORDER BY distance, f.valid_at DESC, f.id DESC
               LIMIT %(date_candidates)s) d)""",
         schema,
         access=access,
         order=sql.SQL(order),
         learned=sql.SQL(learned),
+        among=among,
     )
 
 

@@ -78,7 +78,9 @@ _LIVE_SCOPE = "(SELECT facts AS n FROM hub_floor)"
 (`entities.hub_floor_cte`), the scopes row looked up once in the statement."""
 
 
-def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = False, live: bool = False) -> sql.Composed:
+def keyword_ctes(
+    schema: str, access: ScopeAccess = SHARED, *, known: bool = False, live: bool = False, within: bool = False
+) -> sql.Composed:
     """Full-text search for the query's lexemes (its terms stemmed by the store's config), minus the
     terms of any hub named in the query (a match on nothing but a hub's name is noise) and the terms
     too common in the scope (`keyword.common_term_share`). Of the n lexemes left, a fact must
@@ -103,7 +105,8 @@ def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = Fal
     together for a long query (a `remember` window's user turns), so `q_any` (any lexeme, implied
     by `q`: the result is the same) is tested first and turns most facts away in n lookups
     (bench/RESULTS.md section 8). With `live` (a scope searched exactly) the pool is drawn from the
-    scope's live facts as read once for every signal (`signals.live`).
+    scope's live facts as read once for every signal (`signals.live`). With `within`, the pool is
+    drawn from the facts %(within)s only; the IDFs and the common-term bound stay the scope's.
 
     The scope's size and the common-term bound (`keyword_scope`), the terms and the hubs are
     MATERIALIZED CTEs, so each lookup and the tsquery are built once; each lexeme's count sits
@@ -154,13 +157,13 @@ def keyword_ctes(schema: str, access: ScopeAccess = SHARED, *, known: bool = Fal
         access=access,
         known=known,
         hub_terms=sql.SQL(HUB_TERMS),
-        pool=(sql.SQL(_LIVE_POOL) if live else fragment(_POOL, schema, access=access, known=known)),
+        pool=(sql.SQL(_LIVE_POOL) if live else fragment(_POOL, schema, access=access, known=known, within=within)),
         scope=fragment(scope, schema, access=access, scope_facts=fragment(SCOPE_FACTS, schema, access=access)),
     )
 
 
 def _ctes(schema: str, plan: RecallPlan, access: ScopeAccess) -> Sequence[sql.Composable]:
-    return (keyword_ctes(schema, access, known=plan.known, live=reads_live(plan)),)
+    return (keyword_ctes(schema, access, known=plan.known, live=reads_live(plan), within=plan.within),)
 
 
 @dataclass(frozen=True, kw_only=True)

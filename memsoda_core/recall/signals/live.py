@@ -48,7 +48,7 @@ def live_cte(schema: str, plan: RecallPlan, access: ScopeAccess) -> Sequence[sql
     (`fragments.where`, `by_valid_at`): a generic plan guesses it keeps a third of the facts (it
     keeps nearly all), and read through the `valid_at` index instead, in that order, the scan
     fetches a heap page per fact (bench/RESULTS.md, "The live facts in id order"). Nothing reads
-    `live` in its order."""
+    `live` in its order. With `plan.within`, only those facts, each looked up by the primary key."""
     if not reads_live(plan):
         return ()
     distance = sql.SQL("f.embedding <=> %(qvec)s" if plan.embedding else "NULL::float8")
@@ -63,7 +63,7 @@ def live_cte(schema: str, plan: RecallPlan, access: ScopeAccess) -> Sequence[sql
             schema,
             access=access,
             distance=distance,
-            live_where=where("f", access=access, known=plan.known, by_valid_at=False),
+            live_where=where("f", access=access, known=plan.known, by_valid_at=False, within=plan.within),
         ),
     )
 

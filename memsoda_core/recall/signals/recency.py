@@ -18,9 +18,11 @@ from memsoda_core.recall.signals.live import once, reads_live
 from memsoda_core.recall.signals.spec import RecallPlan, RecallRequest, SignalSpec
 
 
-def recent_cte(schema: str, access: ScopeAccess = SHARED, *, known: bool = False, exact: bool = False) -> sql.Composed:
-    """The most recent live facts, latest first (ties by id); with `exact` (a scope searched
-    exactly), planned apart (`live.once`)."""
+def recent_cte(
+    schema: str, access: ScopeAccess = SHARED, *, known: bool = False, exact: bool = False, within: bool = False
+) -> sql.Composed:
+    """The most recent live facts (with `within`, of %(within)s), latest first (ties by id); with
+    `exact` (a scope searched exactly), planned apart (`live.once`)."""
     return fragment(
         """
     recent_hits AS{once} (
@@ -32,12 +34,13 @@ def recent_cte(schema: str, access: ScopeAccess = SHARED, *, known: bool = False
         schema,
         access=access,
         known=known,
+        within=within,
         once=once(exact),
     )
 
 
 def _ctes(schema: str, plan: RecallPlan, access: ScopeAccess) -> Sequence[sql.Composable]:
-    return (recent_cte(schema, access, known=plan.known, exact=reads_live(plan)),)
+    return (recent_cte(schema, access, known=plan.known, exact=reads_live(plan), within=plan.within),)
 
 
 @dataclass(frozen=True, kw_only=True)

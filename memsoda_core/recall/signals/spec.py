@@ -40,6 +40,10 @@ class RecallPlan:
     exact: bool = False
     """The scope is searched exactly, in one statement (`statements.kept_hits_statement`): the
     signals read its live facts once (`signals.live`)."""
+    within: bool = False
+    """Only the facts %(within)s are searched (`RecallRequest.within`): every fragment's predicate
+    says so (`fragments.where`), and they are searched exactly (`exact`), so that no index's
+    approximate scan, filtered after it, cuts a signal's list short."""
 
 
 Vector = Sequence[float] | np.ndarray[Any, Any]
@@ -65,6 +69,9 @@ class RecallRequest:
     text_search_config: str = "english"
     vectors: Mapping[str, Vector] = field(default_factory=dict)
     """Signal name -> the embedding of the text it asked for (`SignalSpec.embeds`), when embedded."""
+    within: tuple[int, ...] | None = None
+    """The only facts the recall may rank (those of the items an item search's filter selects, at most
+    `items.operations.MAX_WITHIN_FACTS`); None: the scope's every live fact."""
 
     @cached_property
     def normalized(self) -> str:

@@ -35,16 +35,19 @@ def nearest_cte(
     *,
     known: bool = False,
     exact: bool = False,
+    within: bool = False,
 ) -> sql.Composed:
     """`<name>_hits`: cosine kNN of fact embeddings to the bound vector %(<vector>)s, the nearest
     %(<limit>)s (`name` is memsoda's own constant). The inner ORDER BY can use HNSW (with
     iterative scans the order is relaxed); the outer row_number re-sorts exactly and breaks ties
-    by id. With `exact` (a scope searched exactly), planned apart (`live.once`)."""
+    by id. With `exact` (a scope searched exactly), planned apart (`live.once`); with `within`,
+    of the facts %(within)s only (`fragments.where`)."""
     return fragment(
         NEAREST,
         schema,
         access=access,
         known=known,
+        within=within,
         name=sql.SQL(name),
         vector=sql.Placeholder(vector),
         limit=sql.Placeholder(limit),
@@ -52,9 +55,9 @@ def nearest_cte(
     )
 
 
-def vector_cte(schema: str, access: ScopeAccess = SHARED, *, known: bool = False) -> sql.Composed:
+def vector_cte(schema: str, access: ScopeAccess = SHARED, *, known: bool = False, within: bool = False) -> sql.Composed:
     """The facts nearest the query embedding %(qvec)s."""
-    return nearest_cte(schema, "vector", "qvec", "vector_candidates", access, known=known)
+    return nearest_cte(schema, "vector", "qvec", "vector_candidates", access, known=known, within=within)
 
 
 LIVE_NEAREST = """
@@ -75,7 +78,7 @@ sort)."""
 def _ctes(schema: str, plan: RecallPlan, access: ScopeAccess) -> Sequence[sql.Composable]:
     if reads_live(plan):
         return (sql.SQL(LIVE_NEAREST),)
-    return (vector_cte(schema, access, known=plan.known),)
+    return (vector_cte(schema, access, known=plan.known, within=plan.within),)
 
 
 @dataclass(frozen=True, kw_only=True)
