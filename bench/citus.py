@@ -264,7 +264,7 @@ def run(
         out.append(
             f"{recalls} recalls and {writes} `add_facts` of 2 facts per tenant after {warmup} warm-up calls each, "
             "the stores alternating call by call; each `add_facts` followed by a recall (an agent's next turn: "
-            "the write made the memory forget the scope's size, which that recall reads again).\n"
+            "the write just told the memory the scope's new size and latest facts).\n"
         )
         out.append(markdown_table(header, rows))
         if shard_direct:  # after the table above, so that its calls alternate as they do without
