@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import TypeVar
 
 from memsoda_core.errors import ReadOnlyStoreError
@@ -12,7 +13,8 @@ from memsoda_core.options import DEFAULT_OPTIONS, RecallOptions
 from memsoda_core.recall.planning import ScopeSizes
 from memsoda_core.recall.relevance import CalibrationCache
 from memsoda_core.recall.scope_stats import ScopeStatsCache
-from memsoda_core.runner.steps import Operation, reported
+from memsoda_core.runner.steps import Operation, after_commit, reported
+from memsoda_core.scope_growth import Growth
 from memsoda_core.store.info import StoreInfo
 from memsoda_core.synthesis import Synthesizer
 from memsoda_core.validation import Scope
@@ -45,26 +47,29 @@ class MemoryContext:
 
     def resizing(self, scope: Scope, op: Operation[T]) -> Operation[T]:
         """`op`, a write that changes what `scope` holds; what is remembered of the scope (its size,
-        its statistics, its relevance levels) is dropped once the write is done."""
+        its statistics, its relevance levels) is dropped once the write has committed."""
         result = yield from op
-        self.forget_scope(scope)
+        yield from after_commit(partial(self.forget_scope, scope))
         return result
 
     def growing(self, scope: Scope, op: Operation[T]) -> Operation[T]:
         """`op`, a write that only adds to `scope` (facts, their ends, repeats: never deletes), and
         reports what it did (`steps.Wrote`): the scope's remembered size and sample are updated from
         that instead of read again at the next recall; its relevance levels are dropped. Without a
-        report (it wrote nothing), as `resizing`."""
+        report (it wrote nothing), as `resizing`. Either once the write has committed."""
         result, growths = yield from reported(op)
+        yield from after_commit(partial(self._grown, scope, growths))
+        return result
+
+    def _grown(self, scope: Scope, growths: list[Growth]) -> None:
         if not growths:
             self.forget_scope(scope)
-            return result
+            return
         counted = [growth.facts for growth in growths if growth.facts is not None]
         if counted:
             self.scope_sizes.grow(scope, counted[-1], self.info.tenant_index_min_facts)
         self.scope_stats.grow(scope, growths)
         self.calibrations.forget(scope)
-        return result
 
     def forget_scope(self, scope: Scope) -> None:
         """Drop what is remembered of `scope` (it was just written to)."""

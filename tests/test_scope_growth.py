@@ -12,9 +12,10 @@ import pytest
 from psycopg import sql
 from psycopg.rows import class_row
 
-from memsoda_core import Memory, ScopeArgs
+from memsoda_core import Memory, MemsodaError, ScopeArgs
 from memsoda_core.embedders.local import LocalEmbedder
 from memsoda_core.recall.scope_stats import SAMPLE_FACTS, ScopeSample, sample_of, sample_statement
+from memsoda_core.runner.steps import Operation, after_commit, execute
 from memsoda_core.scope_growth import LatestFact
 from memsoda_core.validation import Scope
 from tests.conftest import Either
@@ -93,3 +94,39 @@ def test_forgetting_drops_what_is_remembered(sync_memory: Memory, scope: ScopeAr
     sync_memory.forget(**scope, entity="Maya")
     key = Scope(**scope)
     assert sync_memory._context.scope_sizes.get(key) is None and sync_memory._context.scope_stats.get(key) is None
+
+
+@pytest.fixture
+def counted_table(pg_dsn: str) -> Iterator[sql.Identifier]:
+    """A table of its own, dropped at the end."""
+    name = sql.Identifier(f"after_commit_{uuid.uuid4().hex[:8]}")
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE TABLE {} (x int)").format(name))
+    yield name
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP TABLE {}").format(name))
+
+
+def test_what_is_remembered_changes_only_once_the_write_has_committed(
+    sync_memory: Memory, pg_dsn: str, counted_table: sql.Identifier
+) -> None:
+    """`steps.AfterCommit`: done after the commit (another connection sees the row then), and never
+    for a run that fails, so a write rolled back leaves nothing remembered of it."""
+    seen: list[int] = []
+
+    def visible() -> None:
+        with psycopg.connect(pg_dsn) as conn:
+            ((count,),) = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(counted_table)).fetchall()
+        seen.append(int(count))
+
+    def write(fail: bool) -> Operation[None]:
+        yield from execute(sql.SQL("INSERT INTO {} VALUES (1)").format(counted_table))
+        yield from after_commit(visible)
+        if fail:
+            yield from execute(sql.SQL("SELECT 1 / 0"))
+
+    sync_memory._runner.run(lambda: write(fail=False))
+    assert seen == [1]
+    with pytest.raises(MemsodaError):
+        sync_memory._runner.run(lambda: write(fail=True))
+    assert seen == [1]

@@ -52,6 +52,7 @@ from memsoda_core.runner.policy import (
     translate_db_error,
 )
 from memsoda_core.runner.steps import (
+    AfterCommit,
     Commit,
     Concurrently,
     EmbedDocuments,
@@ -303,7 +304,7 @@ class AsyncRunner:
             effects = RunEffects()
             try:
                 built = op() if callable(op) else op
-                return await self._run_once(built, read_only, snapshot, sink, advance, effects)
+                result = await self._run_once(built, read_only, snapshot, sink, advance, effects)
             except (psycopg.Error, PoolTimeout) as exc:
                 if callable(op) and not effects.left_transaction and may_rerun(exc, runs):
                     logger.info("running the operation again after %s (run %d)", exc, runs)
@@ -311,6 +312,9 @@ class AsyncRunner:
                     await asyncio.sleep(rerun_delay(runs))
                     continue
                 raise translate_db_error(exc, retry_safe=not effects.left_transaction, runs=runs) from exc
+            for action in effects.after_commit:
+                action()
+            return result
 
     async def _run_once(
         self,
@@ -422,6 +426,10 @@ class AsyncRunner:
                         advance(request.done)
                 case Wrote():  # a write run without `steps.reported` around it: nothing remembers
                     pass
+                case AfterCommit() if effects is not None:
+                    effects.after_commit.append(request.action)
+                case AfterCommit():  # no transaction of the runner's here (opening a store)
+                    request.action()
                 case Concurrently() | ReadAside() | EmbedQuery() | EmbedDocuments() | Synthesize():
                     raise RuntimeError(f"{type(request).__name__} needs an open store")
                 case _:

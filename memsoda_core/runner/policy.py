@@ -10,7 +10,8 @@ import sys
 import time
 import weakref
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -226,6 +227,8 @@ class RunEffects:
     left_transaction: bool = False
     """A commit (`OutsideTransaction`, `OwnTransaction`) or a line or count handed out (`Emit`,
     `Progress`): the run cannot simply be undone and run again."""
+    after_commit: list[Callable[[], None]] = field(default_factory=list)
+    """What to do once the run has committed (`steps.AfterCommit`); dropped with a failed run."""
 
 
 def may_rerun(exc: BaseException, attempt: int) -> bool:

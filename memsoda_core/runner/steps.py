@@ -10,7 +10,7 @@ is thrown into the generator as `EmbeddingError`, which recall turns into a degr
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, TypeVar
@@ -171,6 +171,15 @@ class Wrote:
     growth: Growth
 
 
+@dataclass(frozen=True)
+class AfterCommit:
+    """Do `action` once the operation's transaction has committed, never if it fails (a run that is
+    run again does it once, after the run that commits): what the memory remembers of a scope
+    follows what is stored. Reply: None."""
+
+    action: Callable[[], None]
+
+
 Request = (
     Execute
     | Concurrently
@@ -185,6 +194,7 @@ Request = (
     | Emit
     | Progress
     | Wrote
+    | AfterCommit
 )
 Operation = Generator[Request, Any, T]
 """An operation: yields requests, receives their replies, returns T."""
@@ -275,6 +285,11 @@ def progress(done: int) -> Operation[None]:
 def wrote(growth: Growth) -> Operation[None]:
     """Report what the write did to its scope."""
     yield Wrote(growth)
+
+
+def after_commit(action: Callable[[], None]) -> Operation[None]:
+    """Have `action` done once the operation has committed."""
+    yield AfterCommit(action)
 
 
 def reported(op: Operation[T]) -> Operation[tuple[T, list[Growth]]]:
