@@ -12,6 +12,7 @@ from memsoda_core.learning.extractors import Extractor
 from memsoda_core.options import DEFAULT_OPTIONS, RecallOptions
 from memsoda_core.recall.planning import ScopeSizes
 from memsoda_core.recall.relevance import CalibrationCache
+from memsoda_core.recall.remembered import ticket
 from memsoda_core.recall.scope_stats import ScopeStatsCache
 from memsoda_core.runner.steps import Operation, after_commit, reported
 from memsoda_core.scope_growth import Growth
@@ -48,6 +49,7 @@ class MemoryContext:
     def resizing(self, scope: Scope, op: Operation[T]) -> Operation[T]:
         """`op`, a write that changes what `scope` holds; what is remembered of the scope (its size,
         its statistics, its relevance levels) is dropped once the write has committed."""
+        self._writing(scope, ticket())
         result = yield from op
         yield from after_commit(partial(self.forget_scope, scope))
         return result
@@ -57,18 +59,25 @@ class MemoryContext:
         reports what it did (`steps.Wrote`): the scope's remembered size and sample are updated from
         that instead of read again at the next recall; its relevance levels are dropped. Without a
         report (it wrote nothing), as `resizing`. Either once the write has committed."""
+        began = ticket()
+        self._writing(scope, began)
         result, growths = yield from reported(op)
-        yield from after_commit(partial(self._grown, scope, growths))
+        yield from after_commit(partial(self._grown, scope, growths, began))
         return result
 
-    def _grown(self, scope: Scope, growths: list[Growth]) -> None:
+    def _writing(self, scope: Scope, began: int) -> None:
+        """A write of `scope` began: what a recall read before it is not remembered after it."""
+        for memo in (self.scope_sizes, self.scope_stats, self.calibrations):
+            memo.writing(scope, began)
+
+    def _grown(self, scope: Scope, growths: list[Growth], began: int) -> None:
         if not growths:
             self.forget_scope(scope)
             return
         counted = [growth.facts for growth in growths if growth.facts is not None]
         if counted:
-            self.scope_sizes.grow(scope, counted[-1], self.info.tenant_index_min_facts)
-        self.scope_stats.grow(scope, growths)
+            self.scope_sizes.grow(scope, max(counted), self.info.tenant_index_min_facts, began)
+        self.scope_stats.grow(scope, growths, began)
         self.calibrations.forget(scope)
 
     def forget_scope(self, scope: Scope) -> None:

@@ -20,6 +20,7 @@ from memsoda_core.options import (
     RecentOptions,
 )
 from memsoda_core.recall.adaptive import MIN_SAMPLED, NOTE_LEXEMES, ONE_SUBJECT_SHARE, choose, first_person
+from memsoda_core.recall.remembered import ticket
 from memsoda_core.recall.result import statement_params
 from memsoda_core.recall.scope_stats import SAMPLE_FACTS, ScopeStatsCache, grown, sample_of, stats_of
 from memsoda_core.recall.signals import RecallRequest
@@ -133,16 +134,39 @@ def test_stats_cache_expires_forgets_and_grows_within_its_time() -> None:
     cache = ScopeStatsCache(ttl_s=60.0)
     cache.put(scope, sample)
     assert cache.get(scope) == sample
-    cache.grow(scope, [Growth(facts=2, added=(LatestFact(id=2, subject_id=1, lexemes=7, times_seen=1),))])
+    cache.grow(scope, [Growth(facts=2, added=(LatestFact(id=2, subject_id=1, lexemes=7, times_seen=1),))], ticket())
     grown_sample = cache.get(scope)
     assert grown_sample is not None and grown_sample.stats.sampled == 2 and grown_sample.stats.lexemes_per_fact == 6.0
     cache.forget(scope)
     assert cache.get(scope) is None
-    cache.grow(scope, [Growth(facts=3)])  # nothing remembered: nothing to grow
+    cache.grow(scope, [Growth(facts=3)], ticket())  # nothing remembered: nothing to grow
     assert cache.get(scope) is None
     expired = ScopeStatsCache(ttl_s=0.0)
     expired.put(scope, sample)
     assert expired.get(scope) is None
+
+
+def test_a_value_read_around_a_write_is_never_taken_for_one_the_write_can_correct() -> None:
+    """A value read before a write began is not remembered once the write has begun (it may not
+    hold the write); a write's report grows only a value read before the write began, and drops
+    one read since (it may hold the write already)."""
+    scope = Scope(dataset="d", project="p")
+    one = sample_of([LatestFact(id=1, subject_id=1, lexemes=5, times_seen=1)])
+    growth = Growth(facts=2, added=(LatestFact(id=2, subject_id=1, lexemes=7, times_seen=1),))
+    cache = ScopeStatsCache(ttl_s=60.0)
+    read_before = ticket()
+    cache.writing(scope, began := ticket())
+    cache.put(scope, one, read_before)
+    assert cache.get(scope) is None
+    cache.put(scope, one, read_after := ticket())
+    assert read_after > began and cache.get(scope) == one
+    cache.grow(scope, [growth], began)  # the value may hold the write: dropped, read again
+    assert cache.get(scope) is None
+    cache.put(scope, one, ticket())
+    cache.writing(scope, later := ticket())
+    cache.grow(scope, [growth], later)
+    grown_sample = cache.get(scope)
+    assert grown_sample is not None and [fact.id for fact in grown_sample.latest] == [2, 1]
 
 
 def test_bad_adaptive_values_still_raise() -> None:

@@ -4,17 +4,20 @@ neither again (`MemoryContext.growing`)."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
 from psycopg import sql
 from psycopg.rows import class_row
 
-from memsoda_core import Memory, MemsodaError, ScopeArgs
+from memsoda_core import Memory, MemsodaError, ScopeArgs, ops
 from memsoda_core.embedders.local import LocalEmbedder
 from memsoda_core.recall.scope_stats import SAMPLE_FACTS, ScopeSample, sample_of, sample_statement
+from memsoda_core.runner import sync_runner
 from memsoda_core.runner.steps import Operation, after_commit, execute
 from memsoda_core.scope_growth import LatestFact
 from memsoda_core.validation import Scope
@@ -130,3 +133,76 @@ def test_what_is_remembered_changes_only_once_the_write_has_committed(
     with pytest.raises(MemsodaError):
         sync_memory._runner.run(lambda: write(fail=True))
     assert seen == [1]
+
+
+def test_a_recall_that_read_before_a_write_committed_remembers_nothing_of_it(
+    sync_memory: Memory, scope: ScopeArgs, pg_dsn: str
+) -> None:
+    """A recall reads the sample, a write begins and commits, then the recall would remember what it
+    read: refused, the read may not hold the write (a thread's interleaving, forced)."""
+    sync_memory.add_facts(facts(0, 5), **scope)
+    key, cache = Scope(**scope), sync_memory._context.scope_stats
+    read_done, write_done = threading.Event(), threading.Event()
+    original_put = cache.put
+
+    def late_put(where: Scope, value: Any, read_at: int | None = None) -> None:
+        read_done.set()
+        write_done.wait(30)
+        original_put(where, value, read_at)
+
+    cache.put = late_put  # type: ignore[method-assign,assignment]
+    recall = threading.Thread(target=lambda: sync_memory.recall("the garden", **scope))
+    recall.start()
+    assert read_done.wait(30)
+    cache.put = original_put  # type: ignore[method-assign]
+    sync_memory.add_facts(facts(100, 3), **scope)
+    write_done.set()
+    recall.join(30)
+    remembered = cache.get(key)
+    assert remembered is None or remembered == read_sample(pg_dsn, sync_memory.info.schema, scope)
+
+
+def test_a_recall_after_the_commit_but_before_the_report_is_not_grown_again(
+    pg_dsn: str, embedder: LocalEmbedder, schema: str, scope: ScopeArgs
+) -> None:
+    """A recall between the write's commit and its report reads the write's facts already: the
+    report must not add them (or their repeats) a second time."""
+    with Memory.open(pg_dsn, embedder, schema=schema) as memory:
+        memory.add_facts(facts(0, 5), **scope)
+        key = Scope(**scope)
+
+        def recall() -> None:
+            memory.recall("the garden", **scope)
+
+        def write() -> Operation[list[int]]:
+            yield from after_commit(recall)  # first after the commit
+            written = ops.add_facts(memory.info, key, [*facts(100, 3), *facts(2, 1)])
+            return (yield from memory._context.growing(key, written))
+
+        memory._runner.run(write)
+        remembered = memory._context.scope_stats.get(key)
+        assert remembered is None or remembered == read_sample(pg_dsn, schema, scope)
+
+
+def test_a_recall_while_a_crossing_write_builds_its_indexes_is_not_grown_again(
+    pg_dsn: str, embedder: LocalEmbedder, schema: str, scope: ScopeArgs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write that crosses the threshold commits, then builds the scope's indexes: a recall in
+    that window reads the write's facts, which its report must not add again."""
+    with Memory.open(pg_dsn, embedder, schema=schema, tenant_index_min_facts=THRESHOLD) as memory:
+        memory.add_facts(facts(0, THRESHOLD - 5), **scope)
+        original = sync_runner._outside_transaction
+        recalled: list[bool] = []
+
+        def committed_then_recall(conn: Any, request: Any) -> Any:
+            reply = original(conn, request)
+            if not recalled:
+                recalled.append(True)
+                memory.recall("the garden", **scope)
+            return reply
+
+        monkeypatch.setattr(sync_runner, "_outside_transaction", committed_then_recall)
+        memory.add_facts(facts(100, 6), **scope)
+        assert recalled
+        remembered = memory._context.scope_stats.get(Scope(**scope))
+        assert remembered is None or remembered == read_sample(pg_dsn, schema, scope)

@@ -24,6 +24,7 @@ from memsoda_core.recall.dates import question_window
 from memsoda_core.recall.hits import HitRow, hit_rows
 from memsoda_core.recall.planning import ScopeSizes, statement_planning
 from memsoda_core.recall.relevance import CalibrationCache, query_relevance
+from memsoda_core.recall.remembered import ticket
 from memsoda_core.recall.result import (
     decode_episodes,
     fuse_hits,
@@ -232,10 +233,11 @@ def _hits(
     size = scope_sizes.get(scope)
     if size is None:
         place = scope_sizes.place(scope) if worker_reads else None  # a write does not move it
+        read_at = ticket()
         size = yield from layout.scope_size(info, scope, Planning.CACHED, shards=worker_reads and place is None)
         if place is not None:
             size = size._replace(shards=place)
-        scope_sizes.put(scope, size)
+        scope_sizes.put(scope, size, read_at)
     access = layout.access(info, scope, size)
     if access.direct is not None:
         direct = yield from _read_direct(info, plan, access.direct, params, size.facts)

@@ -43,20 +43,23 @@ class ScopeSizes(ScopeMemo[ScopeSize]):
         super().__init__(ttl_s, size)
         self._places: ScopeMemo[ShardPlace] = ScopeMemo(SHARD_PLACE_TTL_S, size)
 
-    def put(self, scope: Scope, value: ScopeSize) -> None:
-        super().put(scope, value)
+    def put(self, scope: Scope, value: ScopeSize, read_at: int | None = None) -> None:
+        super().put(scope, value, read_at)
         if value.shards is not None and value.shards != self._places.get(scope):  # trusted from its read
             self._places.put(scope, value.shards)
 
-    def grow(self, scope: Scope, facts: int, threshold: int) -> None:
-        """`scope` holds `facts` now (a write through this store read it as it counted them): its
-        remembered size says so, unless the count crossed `threshold`, the tenant-index threshold
-        (its statements change then, and on a partitioned store its place): then it is read again."""
+    def grow(self, scope: Scope, facts: int, threshold: int, since: int) -> None:
+        """`scope` holds `facts` now (a write that began at `since` counted them as it committed):
+        its remembered size says so, unless the count crossed `threshold`, the tenant-index
+        threshold (its statements change then, and on a partitioned store its place): then it is
+        read again. Such writes only add, so of two reports the larger count is the later one."""
 
         def grown(size: ScopeSize) -> ScopeSize | None:
-            return size._replace(facts=facts) if (size.facts >= threshold) == (facts >= threshold) else None
+            if (size.facts >= threshold) != (facts >= threshold):
+                return None
+            return size._replace(facts=max(size.facts, facts))
 
-        self.update(scope, grown)
+        self.update(scope, grown, since)
 
     def place(self, scope: Scope) -> ShardPlace | None:
         """Where `scope`'s shards were last read to be (None: not known)."""

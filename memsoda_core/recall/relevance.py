@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from psycopg import sql
 
-from memsoda_core.recall.remembered import ScopeMemo
+from memsoda_core.recall.remembered import ScopeMemo, ticket
 from memsoda_core.recall.scope_stats import SAMPLE_FACTS, latest_facts_query
 from memsoda_core.runner.steps import Operation, Planning, execute_as
 from memsoda_core.store.info import StoreInfo
@@ -132,9 +132,10 @@ def calibration(info: StoreInfo, scope: Scope, cache: CalibrationCache | None) -
     known = cache.get(scope) if cache is not None else None
     if known is not None and known.model == info.model:
         return known
+    read_at = ticket()
     found = yield from read_calibration(info, scope)
     if cache is not None and found is not None:
-        cache.put(scope, found)
+        cache.put(scope, found, read_at)
     return found
 
 

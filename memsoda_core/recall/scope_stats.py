@@ -18,7 +18,7 @@ from functools import partial
 from psycopg import sql
 
 from memsoda_core.models import ScopeStats
-from memsoda_core.recall.remembered import ScopeMemo
+from memsoda_core.recall.remembered import ScopeMemo, ticket
 from memsoda_core.runner.steps import Operation, Planning, execute_as
 from memsoda_core.scope_growth import Growth, LatestFact
 from memsoda_core.store.info import StoreInfo
@@ -98,11 +98,11 @@ class ScopeStatsCache(ScopeMemo[ScopeSample]):
     def __init__(self, ttl_s: float = SCOPE_STATS_TTL_S, size: int = SCOPE_STATS_KEPT) -> None:
         super().__init__(ttl_s, size)
 
-    def grow(self, scope: Scope, growths: Sequence[Growth]) -> None:
-        """What writes through this store reported of `scope`, applied to its remembered sample
-        (kept only as long as the sample read was)."""
+    def grow(self, scope: Scope, growths: Sequence[Growth], since: int) -> None:
+        """What a write through this store that began at `since` reported of `scope`, applied to
+        its remembered sample (kept only as long as the sample read was)."""
         for growth in growths:
-            self.update(scope, partial(grown, growth=growth))
+            self.update(scope, partial(grown, growth=growth), since)
 
 
 def read_scope_sample(info: StoreInfo, scope: Scope) -> Operation[ScopeSample]:
@@ -122,7 +122,8 @@ def scope_stats(info: StoreInfo, scope: Scope, cache: ScopeStatsCache | None) ->
     known = cache.get(scope) if cache is not None else None
     if known is not None:
         return known.stats
+    read_at = ticket()
     sample = yield from read_scope_sample(info, scope)
     if cache is not None:
-        cache.put(scope, sample)
+        cache.put(scope, sample, read_at)
     return sample.stats
