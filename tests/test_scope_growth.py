@@ -206,3 +206,43 @@ def test_a_recall_while_a_crossing_write_builds_its_indexes_is_not_grown_again(
         assert recalled
         remembered = memory._context.scope_stats.get(Scope(**scope))
         assert remembered is None or remembered == read_sample(pg_dsn, schema, scope)
+
+
+def fail_first_commit(dsn: str, schema: str) -> None:
+    """A deferred trigger raising a serialization failure at the first COMMIT that inserted a fact
+    (counted in a sequence, which a rollback keeps): the runner runs that write again."""
+    s = sql.Identifier(schema)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SEQUENCE {s}.commit_failures").format(s=s))
+        conn.execute(
+            sql.SQL(
+                """CREATE FUNCTION {s}.fail_first() RETURNS trigger LANGUAGE plpgsql AS $$
+                   BEGIN
+                     IF nextval({seq}) = 1 THEN
+                       RAISE EXCEPTION 'could not serialize access' USING ERRCODE = '40001';
+                     END IF;
+                     RETURN NULL;
+                   END $$"""
+            ).format(s=s, seq=sql.Literal(f"{schema}.commit_failures"))
+        )
+        conn.execute(
+            sql.SQL(
+                """CREATE CONSTRAINT TRIGGER fail_first AFTER INSERT ON {s}.facts
+                   DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {s}.fail_first()"""
+            ).format(s=s)
+        )
+
+
+def test_a_write_run_again_after_its_commit_failed_is_remembered_once(
+    pg_dsn: str, embedder: LocalEmbedder, schema: str, scope: ScopeArgs
+) -> None:
+    """The first run's commit fails and the runner runs the write again: only the run that
+    committed changes what is remembered (the rolled-back facts never enter the sample)."""
+    with Memory.open(pg_dsn, embedder, schema=schema) as memory:
+        memory.add_facts(facts(0, 5), **scope)
+        memory.recall("the garden", **scope)
+        key = Scope(**scope)
+        fail_first_commit(pg_dsn, schema)
+        memory.add_facts(facts(100, 3), **scope)
+        remembered = memory._context.scope_stats.get(key)
+        assert remembered is not None and remembered == read_sample(pg_dsn, schema, scope)
