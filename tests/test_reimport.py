@@ -254,6 +254,20 @@ async def test_an_imported_item_replaces_the_one_at_its_key_and_ends_its_fact(
     assert [f.object for f in (await memory.list_facts(**target)).facts if f.invalid_at is None] == ["buy milk"]
 
 
+async def test_an_item_refers_to_the_fact_line_above_it(memory: Either, scope: ScopeArgs) -> None:
+    """An item line's `fact_id` names the one fact line above it with that id: a fact line further
+    down with the same id (two exports joined) does not re-point the item at its fact."""
+    milk = {"kind": "fact", "id": 7, "subject": "user", "predicate": "noted", "object": "buy milk"}
+    item = {"kind": "item", "namespace": ["notes"], "key": "k", "value": {"n": 1}, "fact_id": 7}
+    eggs = {**milk, "object": "buy eggs"}
+    report = await load(memory, jsonl([milk, item, eggs]), scope)
+    assert (report.facts, report.items) == (2, 1)
+    got = await memory.get_item(["notes"], "k", **scope)
+    assert got is not None and got.fact_id is not None
+    fact = await memory.get_fact(got.fact_id, **scope)
+    assert fact is not None and fact.object == "buy milk"
+
+
 @pytest.mark.parametrize(
     ("bad", "message"),
     [

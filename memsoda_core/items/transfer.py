@@ -6,11 +6,12 @@ An item line follows the fact lines (its fact's line above it)::
     {"kind": "item", "namespace": ["notes"], "key": "k", "value": {...}, "fact_id": 12,
      "ttl_minutes": null, "expires_at": null, "created_at": "...", "updated_at": "..."}
 
-`fact_id` is the exported `id` of the line of the item's fact (null: the item has no text), which
-an import maps to the fact that line resolved to. An imported item replaces an item the scope holds
-under its (namespace, key), as a put does, and the fact of items' own that the replaced one leaves
-unreferenced ends (`items.links.end_orphans`): items' own facts stay live exactly while an
-item refers to them.
+`fact_id` is the exported `id` of the line of the item's fact (null: the item has no text): an
+import resolves it, as it reads the line, to the one fact line above it with that id, and the item
+refers to the fact that line resolved to (a line further down with the same id does not count).
+An imported item replaces an item the scope holds under its (namespace, key), as a put does, and
+the fact of items' own that the replaced one leaves unreferenced ends (`items.links.end_orphans`):
+items' own facts stay live exactly while an item refers to them.
 """
 
 from __future__ import annotations
@@ -57,8 +58,9 @@ ITEMS_IMPORTED = dataclasses.replace(
 
 @dataclass(frozen=True, kw_only=True)
 class ImportedItem:
-    """An item line of an import: the item (`ValidItem`, its fact unset), the exported id of its
-    fact's line (None: no text), its times and expiry, and its line number."""
+    """An item line of an import: the item (`ValidItem`, its fact unset), the index of its fact's
+    line among the import's fact lines (`fact_ref`; None: no text), its times and expiry, and its
+    line number."""
 
     item: ValidItem
     fact_ref: int | None
@@ -134,9 +136,12 @@ def export_items(
         after = {"after_namespace": rows[-1].namespace, "after_key": rows[-1].key}
 
 
-def parse_item(record: Mapping[str, Any], *, number: int, fact_lines: Mapping[int, int], now: datetime) -> ImportedItem:
-    """An item line checked (`ImportFormatError` saying what is wrong). `fact_lines`: how many fact
-    lines above it carry each exported id; its `fact_id` must name exactly one of them."""
+def parse_item(
+    record: Mapping[str, Any], *, number: int, fact_lines: Mapping[int, Sequence[int]], now: datetime
+) -> ImportedItem:
+    """An item line checked (`ImportFormatError` saying what is wrong). `fact_lines`: the indexes of
+    the fact lines above it carrying each exported id; its `fact_id` must name exactly one line,
+    whose index becomes its `fact_ref`."""
     unknown = sorted(set(record) - _FIELDS)
     if unknown or "namespace" not in record or "key" not in record or "value" not in record:
         raise ImportFormatError(
@@ -180,16 +185,17 @@ def _expires_at(record: Mapping[str, Any], ttl_minutes: float | None, updated: d
     return given if given is not None else updated + timedelta(minutes=ttl_minutes)
 
 
-def _fact_ref(value: Any, fact_lines: Mapping[int, int], number: int) -> int | None:
+def _fact_ref(value: Any, fact_lines: Mapping[int, Sequence[int]], number: int) -> int | None:
+    """The index of the one fact line above the item whose exported id is `value` (None: null)."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         raise ImportFormatError(f"fact_id must be the id of a fact line or null, got {display(value)}", line=number)
-    lines = fact_lines.get(value, 0)
-    if lines != 1:
-        why = "no fact line above it has" if lines == 0 else f"{lines} fact lines above it have"
+    lines = fact_lines.get(value, ())
+    if len(lines) != 1:
+        why = "no fact line above it has" if not lines else f"{len(lines)} fact lines above it have"
         raise ImportFormatError(f"the item refers to fact_id {value}, which {why}", line=number)
-    return value
+    return lines[0]
 
 
 def distinct_items(items: Sequence[ImportedItem]) -> list[ImportedItem]:
@@ -220,10 +226,11 @@ def import_items(
     now: datetime,
     learned: datetime,
 ) -> Operation[None]:
-    """Store `items` (`distinct_items`), each referring to the fact its line's `fact_ref` resolved
-    to (`fact_ids`), replacing the scope's at their keys; under each item's lock, after the
-    relation locks of the facts the replaced items referred to (`locked`, taken with the import's),
-    as a put orders them. Then the facts of items' own the replaced items leave end."""
+    """Store `items` (`distinct_items`), each referring to the fact its fact's line resolved to
+    (`fact_ids`: by the line's index, `ImportedItem.fact_ref`), replacing the scope's at their
+    keys; under each item's lock, after the relation locks of the facts the replaced items referred
+    to (`locked`, taken with the import's), as a put orders them. Then the facts of items' own the
+    replaced items leave end."""
     params = _params(info, scope, items)
     yield from execute(sql_items.lock_items(info.schema), params)
     held = yield from execute_as(sql_items.ItemFact, sql_items.item_facts(info.schema), params)

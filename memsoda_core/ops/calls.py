@@ -112,7 +112,6 @@ def import_op(
             batch_size=batch_size,
             rebuild_index=rebuild_index,
             items=parsed.items,
-            fact_refs=parsed.fact_refs,
             now=context.now(),
             fact_numbers=parsed.fact_numbers,
             on_error=on_error,

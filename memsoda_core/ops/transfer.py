@@ -173,14 +173,13 @@ def _times_seen(record: Mapping[str, Any], line: int) -> int:
 
 @dataclass(frozen=True, kw_only=True)
 class ParsedImport:
-    """A validated JSONL file, ready to write: its facts (with each line's number, `fact_numbers`,
-    and exported id, which item lines refer to: `fact_refs`), episodes and items, and the (line
-    number, message) of each line skipped."""
+    """A validated JSONL file, ready to write: its facts (with each line's number, `fact_numbers`),
+    episodes and items (each referring to its fact by the fact's index, `ImportedItem.fact_ref`),
+    and the (line number, message) of each line skipped."""
 
     facts: list[ValidFact]
     episodes: list[ImportedEpisode]
     errors: list[tuple[int, str]]
-    fact_refs: list[int | None] = dataclasses.field(default_factory=list)
     items: list[ImportedItem] = dataclasses.field(default_factory=list)
     fact_numbers: list[int] = dataclasses.field(default_factory=list)
 
@@ -209,8 +208,7 @@ def parse_jsonl(lines: Iterable[str], *, now: datetime, on_error: str) -> Parsed
     line (nothing is written); `"skip"` collects (line number, message) and goes on."""
     facts: list[ValidFact] = []
     fact_numbers: list[int] = []
-    fact_refs: list[int | None] = []
-    fact_lines: dict[int, int] = {}  # exported id -> fact lines carrying it, so far
+    fact_lines: dict[int, list[int]] = {}  # exported id -> indexes of the fact lines carrying it, so far
     episodes: list[ImportedEpisode] = []
     items: list[ImportedItem] = []
     errors: list[tuple[int, str]] = []
@@ -239,9 +237,8 @@ def parse_jsonl(lines: Iterable[str], *, now: datetime, on_error: str) -> Parsed
                     facts.append(dataclasses.replace(fact, times_seen=seen, item_owned=owned))
                     fact_numbers.append(number)
                     ref = items_transfer.jsonl_fact_id(record)
-                    fact_refs.append(ref)
                     if ref is not None:
-                        fact_lines[ref] = fact_lines.get(ref, 0) + 1
+                        fact_lines.setdefault(ref, []).append(len(facts) - 1)
                 else:
                     episode = validate_episode(body, now=now)
                     dated = body.get("created_at") is not None
@@ -256,9 +253,7 @@ def parse_jsonl(lines: Iterable[str], *, now: datetime, on_error: str) -> Parsed
             if on_error == "raise":
                 raise
             errors.append((number, str(exc)))
-    return ParsedImport(
-        facts=facts, episodes=episodes, errors=errors, fact_refs=fact_refs, items=items, fact_numbers=fact_numbers
-    )
+    return ParsedImport(facts=facts, episodes=episodes, errors=errors, items=items, fact_numbers=fact_numbers)
 
 
 def import_records(
@@ -270,7 +265,6 @@ def import_records(
     batch_size: int,
     rebuild_index: bool | None = None,
     items: Sequence[ImportedItem] = (),
-    fact_refs: Sequence[int | None] = (),
     now: datetime | None = None,
     fact_numbers: Sequence[int] = (),
     on_error: str = "raise",
@@ -279,7 +273,7 @@ def import_records(
     (`writing.decisions`; re-importing an export adds nothing): all or nothing, the counts bumped
     once after the rows, a `Progress` after each batch. An episode the scope holds already is
     not written again (`store.statements.stored_episodes`). Items go last, each referring to the
-    fact its line's `fact_id` resolved to (`fact_refs`: each fact line's exported id;
+    fact its fact's line resolved to (`ImportedItem.fact_ref`: that line's index in `facts`;
     `items.transfer.import_items`, ending at `now` the facts of items' own that replaced items leave).
     An import into a scope with its own fact HNSW may rebuild it after the rows
     (`set_aside_fact_index`).
@@ -316,13 +310,11 @@ def import_records(
     episodes_new = yield from _import_episodes(info, scope, episodes, batch_size)
     items_skipped: list[tuple[int, str]] = []
     if items:
-        refs = dict(enumerate(fact_refs))
-        fact_ids = {ref: resolved[index] for index, ref in refs.items() if ref is not None and index in resolved}
-        left_out = {ref: numbers[index] for index, _ in unplaced if (ref := refs[index]) is not None}
+        left_out = {index: numbers[index] for index, _ in unplaced}
         kept, items_skipped = _items_of_placed_facts(items, left_out)
         when = learned if now is None else now
         yield from items_transfer.import_items(
-            info, scope, items_transfer.distinct_items(kept), fact_ids, locked=replaced, now=when, learned=learned
+            info, scope, items_transfer.distinct_items(kept), resolved, locked=replaced, now=when, learned=learned
         )
         yield from progress(item_lines)
     if facts or episodes or items:
@@ -343,7 +335,7 @@ def _items_of_placed_facts(
     items: Sequence[ImportedItem], left_out: Mapping[int, int]
 ) -> tuple[list[ImportedItem], list[tuple[int, str]]]:
     """The item lines whose fact's line was written, and (line number, message) of those whose
-    fact's line was left out (`left_out`: its exported id -> its line number)."""
+    fact's line was left out (`left_out`: its index -> its line number)."""
     kept: list[ImportedItem] = []
     skipped: list[tuple[int, str]] = []
     for each in items:
