@@ -151,6 +151,32 @@ async def test_an_export_says_which_facts_items_own_and_an_import_keeps_it(
         await load(memory, jsonl([{**lines[0], "item_owned": "yes"}]), {**scope, "project": "bad"})
 
 
+async def test_an_items_own_line_no_imported_item_takes_is_the_applications(
+    memory: Either, scope: ScopeArgs, pg_dsn: str
+) -> None:
+    """Items' own facts stay live only while an item refers to them. A fact line marked item_owned
+    whose item line the import does not write (skipped, missing, or replaced by a later line of its
+    key without text) would leave a live fact of items' own that nothing ever ends: it becomes the
+    application's, kept. One that a stored item refers to stays items' own."""
+    await memory.put_items([NOTES[0]], **scope)
+    out = io.StringIO()
+    await memory.export_jsonl(out, **scope)
+    fact, item = (json.loads(line) for line in out.getvalue().splitlines())
+    assert fact["item_owned"] is True
+    files = {
+        "skipped": jsonl([fact, {**item, "value": [1]}]),
+        "missing": jsonl([fact]),
+        "replaced": jsonl([fact, item, {**item, "fact_id": None}]),
+    }
+    for name, text in files.items():
+        into: ScopeArgs = {**scope, "project": name}
+        await load(memory, text, into, on_error="skip")
+        assert owned_by_items(pg_dsn, into) == {"buy milk": False}, name
+        assert [f.object for f in (await memory.list_facts(**into)).facts] == ["buy milk"], name
+    await load(memory, files["missing"], scope)  # the stored item refers to it still
+    assert owned_by_items(pg_dsn, scope) == {"buy milk": True}
+
+
 def test_two_imports_at_once_write_each_episode_once(sync_memory: Memory, scope: ScopeArgs) -> None:
     text = jsonl(EPISODES + [{"kind": "episode", "thread_id": "t1", "text": f"note {n}"} for n in range(40)])
     start = threading.Barrier(2)

@@ -144,6 +144,19 @@ def orphaned_facts(schema: str) -> sql.Composed:
     )
 
 
+def disown_unreferenced_facts(schema: str) -> sql.Composed:
+    """Facts %(ids)s that are items' own and live but no item of the scope refers to are the
+    application's from now on (an import's line marked item_owned whose item line it did not write;
+    their relations' locks are held)."""
+    return tenant_statement(
+        """UPDATE {s}.facts f SET item_owned = false
+           WHERE {tenant_f} AND f.id = ANY(%(ids)s::bigint[]) AND f.item_owned
+             AND f.invalid_at IS NULL AND f.superseded_by IS NULL
+             AND NOT EXISTS (SELECT 1 FROM {s}.items i WHERE {tenant_i} AND i.fact_id = f.id)""",
+        schema,
+    )
+
+
 def get_item(schema: str) -> sql.Composed:
     return tenant_statement(
         """SELECT {columns} FROM {s}.items i

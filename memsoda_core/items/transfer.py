@@ -11,7 +11,10 @@ import resolves it, as it reads the line, to the one fact line above it with tha
 refers to the fact that line resolved to (a line further down with the same id does not count).
 An imported item replaces an item the scope holds under its (namespace, key), as a put does, and
 the fact of items' own that the replaced one leaves unreferenced ends (`items.links.end_orphans`):
-items' own facts stay live exactly while an item refers to them.
+items' own facts stay live exactly while an item refers to them. A fact line marked item_owned
+whose item line the import did not write (skipped, missing, or replaced by a later line of its key)
+leaves a live fact no item refers to: it becomes the application's (`disown_unreferenced`), kept
+rather than ended, as the file gave it.
 """
 
 from __future__ import annotations
@@ -252,6 +255,13 @@ def import_items(
     }
     yield from insert_rows(info, ITEMS_IMPORTED, {"dataset": scope.dataset, "project": scope.project, **columns})
     yield from end_orphans(info, scope, [each.item for each in items], new_fact, held, now, learned)
+
+
+def disown_unreferenced(info: StoreInfo, scope: Scope, fact_ids: Sequence[int]) -> Operation[None]:
+    """After an import's items: which of `fact_ids` (the facts its item_owned lines resolved to)
+    are items' own and live yet no item refers to, are the application's from now on."""
+    params = {"dataset": scope.dataset, "project": scope.project, "ids": sorted(set(fact_ids))}
+    yield from execute(sql_items.disown_unreferenced_facts(info.schema), params)
 
 
 def _params(info: StoreInfo, scope: Scope, items: Sequence[ImportedItem]) -> dict[str, Any]:

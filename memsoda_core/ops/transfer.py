@@ -274,7 +274,9 @@ def import_records(
     once after the rows, a `Progress` after each batch. An episode the scope holds already is
     not written again (`store.statements.stored_episodes`). Items go last, each referring to the
     fact its fact's line resolved to (`ImportedItem.fact_ref`: that line's index in `facts`;
-    `items.transfer.import_items`, ending at `now` the facts of items' own that replaced items leave).
+    `items.transfer.import_items`, ending at `now` the facts of items' own that replaced items leave;
+    a fact of an item_owned line that no item refers to then is the application's,
+    `items.transfer.disown_unreferenced`).
     An import into a scope with its own fact HNSW may rebuild it after the rows
     (`set_aside_fact_index`).
 
@@ -317,6 +319,9 @@ def import_records(
             info, scope, items_transfer.distinct_items(kept), resolved, locked=replaced, now=when, learned=learned
         )
         yield from progress(item_lines)
+    owned = [fact_id for index, fact_id in resolved.items() if facts[index].item_owned]
+    if owned:  # items' own facts stay live only while an item refers to them: not those no item line took
+        yield from items_transfer.disown_unreferenced(info, scope, owned)
     if facts or episodes or items:
         # Built once, after the rows: much faster than maintaining HNSW row by row. (Statistics are
         # refreshed by `write_facts` whenever the table has doubled, as for any write.)
