@@ -323,6 +323,17 @@ async def test_a_bad_item_line_imports_nothing(
     assert (report.facts, report.items, [n for n, _ in report.errors]) == (1, 1, [2])
 
 
+async def test_an_item_line_whose_expiry_is_past_the_year_9999_is_named(memory: Either, scope: ScopeArgs) -> None:
+    """An item line's expiry (without `expires_at`: `ttl_minutes` after its `updated_at`) past
+    what a time can hold raised a bare OverflowError, even with `on_error="skip"`."""
+    far = {"kind": "item", "namespace": ["n"], "key": "k", "value": {"a": 1}, "ttl_minutes": 60.0}
+    far["updated_at"] = "9999-12-31T23:30:00+00:00"
+    with pytest.raises(ImportFormatError, match=r"^line 1: updated_at .* plus ttl_minutes 60 is past the year 9999"):
+        await load(memory, jsonl([far]), scope)
+    report = await load(memory, jsonl([far, {**far, "key": "near", "updated_at": None}]), scope, on_error="skip")
+    assert (report.items, [n for n, _ in report.errors]) == (1, [1])
+
+
 def test_an_import_of_more_items_than_the_lock_table_holds(sync_memory: Memory, scope: ScopeArgs) -> None:
     """An import takes every item's lock before it writes them, held to its commit: one lock per item
     would outgrow PostgreSQL's shared lock table ("out of shared memory"); they are hashed into a

@@ -185,7 +185,15 @@ def _expires_at(record: Mapping[str, Any], ttl_minutes: float | None, updated: d
         if given is not None:
             raise ValidationError("expires_at needs ttl_minutes (an item expires only with a TTL)")
         return None
-    return given if given is not None else updated + timedelta(minutes=ttl_minutes)
+    if given is not None:
+        return given
+    try:
+        return updated + timedelta(minutes=ttl_minutes)
+    except OverflowError:  # past datetime.max, the year 9999
+        raise ValidationError(
+            f"updated_at {updated.isoformat()} plus ttl_minutes {ttl_minutes:g} is past the year 9999;"
+            " give an earlier updated_at, a shorter TTL or an expires_at"
+        ) from None
 
 
 def _fact_ref(value: Any, fact_lines: Mapping[int, Sequence[int]], number: int) -> int | None:
