@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import reprlib
+import sys
 from typing import Any, Literal, NamedTuple, TypeGuard, overload
 
 from memsoda_core.errors import ArgumentTypeError, ConfigurationError, LimitError, MemsodaError
@@ -117,15 +118,18 @@ def check_number(
     errors: Errors = ARGUMENT,
 ) -> float:
     """`value` (unconverted) when it is an int or float, not NaN, in `low..high` (each bound
-    optional), above 0 with `positive`, and finite unless `finite` is False (a timeout may be
-    infinite). `unit` names what it counts (`seconds`)."""
+    optional), above 0 with `positive`, finite unless `finite` is False (a timeout may be
+    infinite), and, an int, one a float holds (it is used as one). `unit` names what it counts
+    (`seconds`)."""
     wanted = f"a{' positive' if positive else ''} number{f' of {unit}' if unit else ''}{_bounds(low, high)}"
     if not is_number(value):
         raise errors.wrong_type(f"{name} must be {wanted}, got {display(value)}")
-    # an integer is compared as it is: one beyond the float range cannot be converted (NaN fails all)
+    # an integer is compared as it is, never converted (NaN fails all)
     inside = (low is None or value >= low) and (high is None or value <= high) and (not positive or value > 0)
     if not inside or value != value or (finite and isinstance(value, float) and not math.isfinite(value)):
         raise errors.out_of_range(f"{name} must be {wanted}, got {display(value)}")
+    if is_int(value) and abs(value) > sys.float_info.max:  # it would overflow where used as a float
+        raise errors.out_of_range(f"{name} must be {wanted} within a float's range, got {display(value)}")
     return value
 
 

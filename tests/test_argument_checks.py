@@ -153,6 +153,21 @@ def test_a_number_is_never_nan_and_finite_unless_allowed() -> None:
     with pytest.raises(LimitError):
         check_number(math.nan, "timeout", positive=True, finite=False)
     assert check_number(math.inf, "timeout", positive=True, finite=False) == math.inf
-    assert check_number(10**400, "x", low=0) == 10**400  # compared as an integer, never converted
+    assert check_number(2**1000, "x", low=0) == 2**1000  # compared as an integer, never converted
     assert check_int(None, "max_depth", low=1, or_none=True) is None
     assert check_bool(None, "rebuild_index", or_none=True) is None
+
+
+async def test_an_int_beyond_a_floats_range_is_out_of_range(pg_dsn: str, embedder: LocalEmbedder) -> None:
+    """A number is used as a float (a timeout in seconds): an int a float cannot hold passed the
+    check and raised a bare OverflowError at its first use."""
+    with pytest.raises(LimitError, match=r"^ttl_minutes must be .* within a float's range, got <an integer of"):
+        check_number(10**400, "ttl_minutes", low=0)
+    for flavour in ("sync", "async"):
+        with pytest.raises(Exception) as raised:
+            opened = await open_memory(flavour, pg_dsn, embedder, pool_timeout=10**400)
+            await opened.close()
+        assert raised.type is ConfigurationError, raised.value
+    with pytest.raises(Exception) as raised:
+        OpenAIEmbedder("m", base_url="http://127.0.0.1:9", timeout=10**400)
+    assert raised.type is ConfigurationError, raised.value
