@@ -14,6 +14,7 @@ import pytest
 from memsoda_core import (
     ConfigurationError,
     ExtractionError,
+    LocalEmbedder,
     Memory,
     NotLiveError,
     ScopeArgs,
@@ -394,6 +395,32 @@ async def test_a_value_starting_with_a_stored_value_is_rejected_alone(memory: Ei
         await memory.remember(MOVED, **other, extractor=same_start_as_stored(), on_invalid="raise")
     assert [reason[:13] for reason in raised.value.rejected] == ["operation 0 ("]
     assert [f.object for f in (await memory.list_facts(**other, status="all")).facts] == ["amsterdam"]
+
+
+def test_a_rejected_value_is_not_embedded_again_under_the_locks(
+    sync_memory: Memory, scope: ScopeArgs, embedder: LocalEmbedder, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The answer's facts are embedded in one call before the write takes its locks. A value the
+    write rules reject (`UnorderedValueError`) ran the whole write again, which embedded the rest
+    again inside the transaction while it held its relations' locks: now the rest is planned again
+    under the same locks with the same embeddings."""
+    sync_memory.set_single_valued(["lives in"], **scope)
+    sync_memory.add_facts([{**LIVES, "object": "amsterdam", "valid_at": "2026-02-10"}], **scope)
+    calls: list[tuple[list[str], int]] = []
+    original = embedder.embed_documents
+
+    def counting(texts: list[str]) -> Any:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            row = conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted").fetchone()
+        calls.append((list(texts), row[0] if row else 0))
+        return original(texts)
+
+    monkeypatch.setattr(embedder, "embed_documents", counting)
+    result = sync_memory.remember(MOVED, **scope, extractor=same_start_as_stored())
+    assert [r.index for r in result.rejected] == [0] and len(result.added) == 1
+    facts = [texts for texts, _ in calls if any("About:" in text for text in texts)]  # a fact's text
+    assert len(facts) == 1, calls
+    assert [held for _, held in calls] == [0] * len(calls), calls
 
 
 MARS = [{"role": "user", "content": "I think I will live on Mars one day. I do.", "timestamp": "2026-03-01"}]

@@ -95,8 +95,8 @@ def apply_extraction(
     (`SingleValuedChanged`), then the ends, the sources, and the episode. An operation whose value
     the relation's history cannot order (another value starts with it, stored or in the answer:
     `UnorderedValueError`, raised before the batch writes anything) is rejected alone and the rest
-    planned again in the same transaction, or with `on_invalid="raise"` makes it raise
-    `ExtractionError` (nothing written)."""
+    planned again in the same transaction, under the same locks and embeddings, or with
+    `on_invalid="raise"` makes it raise `ExtractionError` (nothing written)."""
     if not checked.operations and episode is None:
         return Applied(added=(), superseded=(), ended=(), episode_id=None)  # no statement, no transaction
     base = {"dataset": scope.dataset, "project": scope.project}
@@ -128,18 +128,21 @@ def apply_extraction(
             yield from check_live(info, scope, change.target, at=_end_at(change), verb=verb)
 
     rejected: list[RejectedOperation] = []
-    while True:
-        facts = [c.fact for c in writes if c.fact is not None]
-        try:
-            ids = yield from _write(info, scope, facts, also, guard)
-            break
-        except UnorderedValueError as exc:
-            dropped = writes.pop(exc.position)
-            if dropped in changes:
-                changes.remove(dropped)
-            rejected.append(RejectedOperation(index=dropped.index, op=dropped.op, reason=str(exc)))
-            if on_invalid == "raise":
-                raise _refused(checked, rejected) from None
+    dropped: list[int] = []  # positions in `writes`
+
+    def reject(position: int, exc: UnorderedValueError) -> None:
+        write = writes[position]
+        dropped.append(position)
+        rejected.append(RejectedOperation(index=write.index, op=write.op, reason=str(exc)))
+        if on_invalid == "raise":
+            raise _refused(checked, rejected) from None
+
+    facts = [c.fact for c in writes if c.fact is not None]
+    ids = yield from _write(info, scope, facts, also, guard, reject)
+    for write in (writes[position] for position in dropped):
+        if write in changes:
+            changes.remove(write)
+    writes = [write for position, write in enumerate(writes) if position not in dropped]
     new_id = {c.index: fact_id for c, fact_id in zip(writes, ids, strict=True)}
     ends = [
         Ending(c.target, _end_at(c), new_id.get(c.index))
@@ -181,12 +184,17 @@ def _write(
     facts: list[ValidFact],
     also: list[tuple[str, str, str]],
     guard: Callable[[datetime], Operation[None]],
+    reject: Callable[[int, UnorderedValueError], None],
 ) -> Operation[list[int]]:
-    """The batch of `facts` (`write_facts`), or for none the locks of the facts changed (`also`);
-    `guard` runs once the locks are held. Taking them again after a rejected batch is harmless:
-    advisory locks taken twice in one transaction are held once more."""
+    """The batch of `facts` (`write_facts`; the ids of those it kept: one it cannot place is
+    dropped and given to `reject`, the rest planned again under the same locks and embeddings), or
+    for none the locks of the facts changed (`also`); `guard` runs once the locks are held."""
     if facts:
-        return (yield from write_facts(info, scope, facts, None, standalone=True, also_lock=also, guard=guard))
+        return (
+            yield from write_facts(
+                info, scope, facts, None, standalone=True, also_lock=also, guard=guard, unordered=reject
+            )
+        )
     yield from guard((yield from lock_facts(info, scope, [], also)).learned_at)
     return []
 

@@ -13,6 +13,7 @@ from memsoda_core.embedders.protocol import Vector, check_vectors
 from memsoda_core.errors import (
     EmbeddingError,
     StoreError,
+    UnorderedValueError,
     ValidationError,
 )
 from memsoda_core.layouts import layout_of
@@ -51,6 +52,7 @@ def write_facts(
     learned: datetime | None = None,
     counts: CountDeltas | None = None,
     item_owned: bool = False,
+    unordered: Callable[[int, UnorderedValueError], None] | None = None,
 ) -> Operation[list[int]]:
     """One whole write of a batch. One embedding call for the batch (the facts, unless their
     `vectors` are given, and the names of entities the scope does not have yet), then, under the
@@ -71,7 +73,13 @@ def write_facts(
     restores, it does not observe), and `learned` is the time its locks were taken.
 
     `item_owned`: the write of an item's text (`items.operations`): the facts it creates are items'
-    own (`store.schema._v13`); any other write of a stored fact makes it no longer so."""
+    own (`store.schema._v13`); any other write of a stored fact makes it no longer so.
+
+    `unordered`: given, an input whose value its relation's history cannot order
+    (`UnorderedValueError`, found by the plan before anything is written) is dropped, reported to
+    it (its position in `facts`, the error; it may raise to end the write) and the rest planned
+    again under the same locks, with the same embeddings (`_plan_placed`); the ids returned are
+    then those of the inputs kept, in order. Without it the error is raised."""
     if not facts:
         return []
     base = {"dataset": scope.dataset, "project": scope.project}
@@ -92,16 +100,24 @@ def write_facts(
         raise ValueError("a batch of an import needs the time its locks were taken (learned)")
     if guard is not None:
         yield from guard(learned)
-    plan, learned = yield from reconcile(
-        info, scope, facts, learned=learned, count_repeats=standalone, relations_locked=relations_locked
+    plan, learned, kept = yield from _plan_placed(
+        info,
+        scope,
+        facts,
+        learned=learned,
+        count_repeats=standalone,
+        relations_locked=relations_locked,
+        unordered=unordered,
     )
+    if not kept:
+        return []
     rows = plan.inserts
     entities = entity_rows(rows)
     names = entities.names
     entity_ids: dict[str, int] = {}
     given = list(vectors) if vectors is not None else None
     if standalone:
-        fact_vectors = [given[i] if given is not None else embedded[i] for i in plan.sources]
+        fact_vectors = [given[kept[i]] if given is not None else embedded[kept[i]] for i in plan.sources]
         needed = sorted(set(known) & set(names))
         if needed:
             locked = yield from execute(sql_write.known_entities(info.schema, lock=True), {**base, "names": needed})
@@ -115,7 +131,7 @@ def write_facts(
         new_names = [name for name in names if name not in entity_ids]
         texts = [] if vectors is not None else [fact.embedding_text for fact in rows]
         embedded = (yield from embed_documents(texts + new_names)) if texts or new_names else []
-        fact_vectors = [given[i] for i in plan.sources] if given is not None else embedded[: len(texts)]
+        fact_vectors = [given[kept[i]] for i in plan.sources] if given is not None else embedded[: len(texts)]
         new_vectors = dict(zip(new_names, embedded[len(texts) :], strict=True))
     inserted = Inserted(ids=[], deltas=CountDeltas(), latest=())
     if rows:
@@ -134,6 +150,42 @@ def write_facts(
     else:
         counts.add(deltas)
     return [fact_ids[ref.number] if ref.kind == "new" else ref.number for ref in plan.resolved]
+
+
+def _plan_placed(
+    info: StoreInfo,
+    scope: Scope,
+    facts: Sequence[ValidFact],
+    *,
+    learned: datetime,
+    count_repeats: bool,
+    relations_locked: Sequence[int],
+    unordered: Callable[[int, UnorderedValueError], None] | None,
+) -> Operation[tuple[Plan, datetime, list[int]]]:
+    """The plan of `facts` (`reconcile`) and when memory learns it; with `unordered`, each input
+    the plan cannot place is dropped and reported to it, and the rest planned again (the plan has
+    written nothing). Returns too the positions in `facts` of the inputs planned (none: all were
+    dropped, and the plan is empty)."""
+    kept = list(range(len(facts)))
+    locked = set(relations_locked)  # 1-based positions in `facts`
+    while True:
+        batch = [facts[i] for i in kept]
+        if not batch:
+            return Plan(), learned, kept
+        try:
+            plan, learned = yield from reconcile(
+                info,
+                scope,
+                batch,
+                learned=learned,
+                count_repeats=count_repeats,
+                relations_locked=[n for n, i in enumerate(kept, start=1) if i + 1 in locked],
+            )
+            return plan, learned, kept
+        except UnorderedValueError as exc:
+            if unordered is None:
+                raise
+            unordered(kept.pop(exc.position), exc)
 
 
 def hold_dataset(info: StoreInfo, scope: Scope) -> Operation[None]:
