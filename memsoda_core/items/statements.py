@@ -19,8 +19,7 @@ from typing import Any
 from psycopg import sql
 
 from memsoda_core.items.values import IS_OBJECT, Condition, Namespace, StoredItem
-from memsoda_core.store.fact_columns import fact_columns
-from memsoda_core.store.statements import ExportedFact, tenant_statement
+from memsoda_core.store.statements import tenant_statement
 from memsoda_core.store.tenant_index import tenant_predicate
 from memsoda_core.writing.reconcile_statements import LOCK_BUCKETS
 
@@ -402,52 +401,30 @@ def expired_item_facts(schema: str, depth: int) -> sql.Composed:
 # --- export (`items.transfer`) ------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
 class ExportedItem:
-    """A row of `export_items`, read by column name: an item whole (its columns `item_`-prefixed),
-    and its fact as an export line carries it (`store.statements.ExportedFact`; None without one)."""
+    """A row of `export_items`: an item whole, its fact by id."""
 
-    __slots__ = (
-        "created_at",
-        "expires_at",
-        "fact",
-        "fact_id",
-        "key",
-        "namespace",
-        "ttl_minutes",
-        "updated_at",
-        "value",
-    )
-
-    def __init__(self, **columns: Any) -> None:
-        self.namespace: list[str] = columns.pop("item_namespace")
-        self.key: str = columns.pop("item_key")
-        self.value: dict[str, Any] = columns.pop("item_value")
-        self.fact_id: int | None = columns.pop("item_fact_id")
-        self.ttl_minutes: float | None = columns.pop("item_ttl_minutes")
-        self.expires_at: datetime | None = columns.pop("item_expires_at")
-        self.created_at: datetime = columns.pop("item_created_at")
-        self.updated_at: datetime = columns.pop("item_updated_at")
-        self.fact = None if columns["id"] is None else ExportedFact(**columns)
+    namespace: list[str]
+    key: str
+    value: dict[str, Any]
+    fact_id: int | None
+    ttl_minutes: float | None
+    expires_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
 
 
 def export_items(schema: str) -> sql.Composed:
     """The scope's items as `ExportedItem`s in (namespace, key) order, a keyset page of %(limit)s
-    after (%(after_namespace)s, %(after_key)s) (NULL: from the first), each with its fact: one
-    statement, so an item and its fact are read at one moment."""
+    after (%(after_namespace)s, %(after_key)s) (NULL: from the first)."""
     return tenant_statement(
-        """SELECT i.namespace AS item_namespace, i.key AS item_key, i.value AS item_value,
-                  i.fact_id AS item_fact_id, i.ttl_minutes AS item_ttl_minutes, i.expires_at AS item_expires_at,
-                  i.created_at AS item_created_at, i.updated_at AS item_updated_at,
-                  {cols}, st.type AS subject_type, f.item_owned
+        """SELECT i.namespace, i.key, i.value, i.fact_id, i.ttl_minutes, i.expires_at, i.created_at, i.updated_at
            FROM {s}.items i
-           LEFT JOIN {s}.facts f ON {tenant_f} AND f.id = i.fact_id
-           LEFT JOIN {s}.entities a ON a.dataset = f.dataset AND a.project = f.project AND a.id = f.anchor_id
-           LEFT JOIN {s}.entities st ON st.dataset = f.dataset AND st.project = f.project AND st.id = f.subject_id
            WHERE {tenant_i}
              AND (%(after_namespace)s::text[] IS NULL
                   OR (i.namespace, i.key) > (%(after_namespace)s::text[] COLLATE "C", %(after_key)s::text COLLATE "C"))
            ORDER BY i.namespace, i.key
            LIMIT %(limit)s""",
         schema,
-        cols=fact_columns(schema),
     )

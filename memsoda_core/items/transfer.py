@@ -20,8 +20,6 @@ rather than ended, as the file gave it.
 from __future__ import annotations
 
 import dataclasses
-from array import array
-from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -34,7 +32,6 @@ from memsoda_core.items.links import batch_json, end_orphans
 from memsoda_core.items.values import ValidItem, check_key, check_namespace, check_ttl, check_value, value_json
 from memsoda_core.runner.steps import Operation, emit, execute, execute_as
 from memsoda_core.store.info import StoreInfo
-from memsoda_core.store.statements import ExportedFact
 from memsoda_core.validation import Scope, parse_time
 from memsoda_core.writing import inserts
 from memsoda_core.writing.insert_rows import insert_rows
@@ -88,52 +85,17 @@ def item_record(row: sql_items.ExportedItem) -> dict[str, Any]:
     }
 
 
-class ExportedIds:
-    """The ids of the facts an export has written: those of its fact pages (ascending, so kept in
-    one sorted array of 8 bytes each), and those written beside the items."""
-
-    def __init__(self) -> None:
-        self._paged = array("q")
-        self._more: set[int] = set()
-
-    def add_page(self, ids: Sequence[int]) -> None:
-        self._paged.extend(ids)
-
-    def add(self, fact_id: int) -> None:
-        self._more.add(fact_id)
-
-    def __contains__(self, fact_id: int) -> bool:
-        at = bisect_left(self._paged, fact_id)
-        return (at < len(self._paged) and self._paged[at] == fact_id) or fact_id in self._more
-
-
-def export_items(
-    info: StoreInfo,
-    scope: Scope,
-    exported: ExportedIds,
-    line: Callable[[Mapping[str, Any]], str],
-    fact_line: Callable[[ExportedFact], str],
-) -> Operation[int]:
+def export_items(info: StoreInfo, scope: Scope, line: Callable[[Mapping[str, Any]], str]) -> Operation[int]:
     """Emit the scope's items as lines (`line` renders a record), one `Emit` per page; how many
-    lines. An item referring to a fact the fact pages did not hold (none, read in the export's one
-    snapshot; a run without it reads each page as the store is then) comes with that fact's line
-    (`fact_line`, read with the item in one statement), written just before the item's, once, so
-    the file imports whole."""
+    lines. Read in the export's one snapshot, after its fact pages, which hold every item's fact."""
     base: dict[str, Any] = {"dataset": scope.dataset, "project": scope.project, "limit": _EXPORT_PAGE}
     after: dict[str, Any] = {"after_namespace": None, "after_key": None}
     written = 0
     while True:
-        statement = sql_items.export_items(info.schema)
-        rows = yield from execute_as(sql_items.ExportedItem, statement, {**base, **after})
-        lines: list[str] = []
-        for row in rows:
-            if row.fact is not None and row.fact.fact.id not in exported:
-                exported.add(row.fact.fact.id)
-                lines.append(fact_line(row.fact))
-            lines.append(line(item_record(row)))
-        if lines:
-            yield from emit(lines)
-        written += len(lines)
+        rows = yield from execute_as(sql_items.ExportedItem, sql_items.export_items(info.schema), {**base, **after})
+        if rows:
+            yield from emit([line(item_record(row)) for row in rows])
+        written += len(rows)
         if len(rows) < _EXPORT_PAGE:
             return written
         after = {"after_namespace": rows[-1].namespace, "after_key": rows[-1].key}

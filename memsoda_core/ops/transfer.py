@@ -91,7 +91,6 @@ def export_jsonl(info: StoreInfo, scope: Scope) -> Operation[int]:
     base: dict[str, Any] = {"dataset": scope.dataset, "project": scope.project}
     written = 0
     after = 0
-    exported = items_transfer.ExportedIds()
     while True:
         rows = yield from execute_as(
             sql_store.ExportedFact,
@@ -100,7 +99,6 @@ def export_jsonl(info: StoreInfo, scope: Scope) -> Operation[int]:
         )
         if rows:
             yield from emit([jsonl_line(fact_record(row)) for row in rows])
-            exported.add_page([row.fact.id for row in rows])
         written += len(rows)
         if len(rows) < _EXPORT_PAGE:
             break
@@ -108,9 +106,7 @@ def export_jsonl(info: StoreInfo, scope: Scope) -> Operation[int]:
     episodes = yield from execute_as(sql_store.EpisodeRow, sql_store.export_episodes(info.schema), base)
     if episodes:
         yield from emit([jsonl_line(episode_record(row)) for row in episodes])
-    items = yield from items_transfer.export_items(
-        info, scope, exported, jsonl_line, lambda row: jsonl_line(fact_record(row))
-    )
+    items = yield from items_transfer.export_items(info, scope, jsonl_line)
     return written + len(episodes) + items
 
 
