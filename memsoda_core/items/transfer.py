@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from memsoda_core.checks import display
+from memsoda_core.checks import display, is_int
 from memsoda_core.errors import ImportFormatError, ValidationError
 from memsoda_core.items import statements as sql_items
 from memsoda_core.items.links import batch_json, end_orphans
@@ -162,7 +162,7 @@ def _fact_ref(value: Any, fact_lines: Mapping[int, Sequence[int]], number: int) 
     """The index of the one fact line above the item whose exported id is `value` (None: null)."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         raise ImportFormatError(f"fact_id must be the id of a fact line or null, got {display(value)}", line=number)
     lines = fact_lines.get(value, ())
     if len(lines) != 1:
